@@ -1,0 +1,312 @@
+//! The budget: does a workload fit a card, and what is the largest prompt, batch and per-request
+//! token total that does. Every answer is a search over the estimate, so it is exactly as safe as
+//! the estimate (which carries the safety margin).
+
+use serde::Serialize;
+
+use crate::dtype::WeightDtype;
+use crate::estimate::{estimate, Engine, Estimate, Workload};
+use crate::model::Spec;
+
+/// Rows of the safe token budget table.
+pub const CONCURRENCY_ROWS: [u64; 6] = [1, 2, 4, 8, 16, 32];
+/// No search goes past this many tokens per sequence, whatever the model claims.
+const TOKEN_CEILING: u64 = 10_000_000;
+const BATCH_CEILING: u64 = 65_536;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Budget {
+    pub vram_bytes: u64,
+    pub fits: bool,
+    pub peak_bytes: u64,
+    /// Largest prompt that fits at this batch and max_new_tokens (`None`: not even one token).
+    pub max_prompt_tokens: Option<u64>,
+    /// Largest max_new_tokens that fits with this prompt and batch.
+    pub max_new_tokens: Option<u64>,
+    /// Largest batch (concurrent sequences) that fits at these lengths.
+    pub max_batch: Option<u64>,
+    /// The model's own context limit (`max_position_embeddings`), which caps every row.
+    pub context_limit: Option<u64>,
+    pub table: Vec<BudgetRow>,
+}
+
+/// One row of the safe token budget: at this concurrency, each request may use this many tokens.
+#[derive(Debug, Clone, Serialize)]
+pub struct BudgetRow {
+    pub concurrency: u64,
+    /// Largest prompt + new tokens per request (0: nothing fits at this concurrency).
+    pub max_total_tokens: u64,
+    /// The total split at the user's prompt : new-token ratio.
+    pub prompt_tokens: u64,
+    pub new_tokens: u64,
+    pub limited_by: Limit,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    Memory,
+    Context,
+    Nothing,
+}
+
+/// Largest `n` in `lo..=hi` with `ok(n)`, given `ok` is monotone (true then false). `None` if `ok(lo)` fails.
+pub fn largest(lo: u64, hi: u64, ok: impl Fn(u64) -> bool) -> Option<u64> {
+    if hi < lo || !ok(lo) {
+        return None;
+    }
+    if ok(hi) {
+        return Some(hi);
+    }
+    let (mut good, mut bad) = (lo, hi);
+    while bad - good > 1 {
+        let mid = good + (bad - good) / 2;
+        if ok(mid) {
+            good = mid;
+        } else {
+            bad = mid;
+        }
+    }
+    Some(good)
+}
+
+pub struct Planner<'a> {
+    pub spec: &'a Spec,
+    pub vram: u64,
+}
+
+impl Planner<'_> {
+    pub fn estimate(&self, w: &Workload) -> Estimate {
+        estimate(self.spec, w, self.vram)
+    }
+
+    pub fn fits(&self, w: &Workload) -> bool {
+        self.estimate(w).total <= self.vram
+    }
+
+    fn context_limit(&self) -> u64 {
+        self.spec
+            .max_position_embeddings
+            .unwrap_or(TOKEN_CEILING)
+            .min(TOKEN_CEILING)
+    }
+
+    /// Largest total tokens per request at `batch`, split at the ratio of `w`.
+    pub fn max_total(&self, w: &Workload, batch: u64) -> (u64, Limit) {
+        let limit = self.context_limit();
+        let split = |t: u64| split_at_ratio(w, t);
+        let ok = |t: u64| {
+            let (p, n) = split(t);
+            self.fits(&Workload {
+                prompt_tokens: p,
+                max_new_tokens: n,
+                batch,
+                ..*w
+            })
+        };
+        match largest(2, limit, ok) {
+            None => (0, Limit::Nothing),
+            Some(t) if t == limit => (t, Limit::Context),
+            Some(t) => (t, Limit::Memory),
+        }
+    }
+
+    pub fn budget(&self, w: &Workload) -> Budget {
+        let est = self.estimate(w);
+        let limit = self.context_limit();
+        let table = CONCURRENCY_ROWS
+            .iter()
+            .map(|&c| {
+                let (t, by) = self.max_total(w, c);
+                let (p, n) = if t == 0 { (0, 0) } else { split_at_ratio(w, t) };
+                BudgetRow {
+                    concurrency: c,
+                    max_total_tokens: t,
+                    prompt_tokens: p,
+                    new_tokens: n,
+                    limited_by: by,
+                }
+            })
+            .collect();
+        Budget {
+            vram_bytes: self.vram,
+            fits: est.total <= self.vram,
+            peak_bytes: est.total,
+            max_prompt_tokens: largest(1, limit.saturating_sub(w.max_new_tokens), |p| {
+                self.fits(&Workload {
+                    prompt_tokens: p,
+                    ..*w
+                })
+            }),
+            max_new_tokens: largest(1, limit.saturating_sub(w.prompt_tokens), |n| {
+                self.fits(&Workload {
+                    max_new_tokens: n,
+                    ..*w
+                })
+            }),
+            max_batch: largest(1, BATCH_CEILING, |b| {
+                self.fits(&Workload { batch: b, ..*w })
+            }),
+            context_limit: self.spec.max_position_embeddings,
+            table,
+        }
+    }
+
+    /// What the same workload needs, and how long a context fits, with the weights stored otherwise.
+    pub fn quantization_what_if(&self, w: &Workload) -> Vec<WhatIf> {
+        let mut formats: Vec<WeightDtype> = ["bf16", "int8", "nf4", "q4_k_m"]
+            .iter()
+            .filter_map(|s| s.parse().ok())
+            .collect();
+        if !formats.contains(&w.weight_dtype) {
+            formats.insert(0, w.weight_dtype);
+        }
+        formats
+            .into_iter()
+            .map(|dtype| {
+                // GGUF mixes run in llama.cpp; the others in the user's engine.
+                let engine = match dtype {
+                    WeightDtype::Gguf(_) => Engine::LlamaCpp,
+                    _ if w.engine == Engine::LlamaCpp => Engine::Transformers,
+                    _ => w.engine,
+                };
+                let kv_dtype = if dtype == w.weight_dtype {
+                    w.kv_dtype
+                } else {
+                    dtype.compute_kv_dtype()
+                };
+                let alt = Workload {
+                    weight_dtype: dtype,
+                    kv_dtype,
+                    engine,
+                    ..*w
+                };
+                let est = self.estimate(&alt);
+                let (t, by) = self.max_total(&alt, 1);
+                WhatIf {
+                    dtype,
+                    engine,
+                    weights_bytes: est.weights,
+                    peak_bytes: est.total,
+                    fits: est.total <= self.vram,
+                    max_total_tokens_batch1: t,
+                    limited_by: by,
+                }
+            })
+            .collect()
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct WhatIf {
+    pub dtype: WeightDtype,
+    pub engine: Engine,
+    pub weights_bytes: u64,
+    pub peak_bytes: u64,
+    pub fits: bool,
+    pub max_total_tokens_batch1: u64,
+    pub limited_by: Limit,
+}
+
+/// Split a per-request total into prompt and new tokens at the workload's ratio (at least one each).
+pub fn split_at_ratio(w: &Workload, total: u64) -> (u64, u64) {
+    let ratio = w.prompt_tokens as f64 / w.total_tokens() as f64;
+    let prompt = ((total as f64 * ratio).floor() as u64).clamp(1, total.saturating_sub(1).max(1));
+    (prompt, total.saturating_sub(prompt).max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::KvDtype;
+    use crate::model::presets;
+
+    fn planner_for(id: &str, vram: u64) -> (Spec, u64) {
+        let (id, json) = presets::find(id).unwrap();
+        (presets::load(id, json).unwrap(), vram)
+    }
+
+    fn work(prompt: u64, new: u64, batch: u64) -> Workload {
+        Workload {
+            prompt_tokens: prompt,
+            max_new_tokens: new,
+            batch,
+            weight_dtype: WeightDtype::Bf16,
+            kv_dtype: KvDtype::Bf16,
+            engine: Engine::Transformers,
+        }
+    }
+
+    #[test]
+    fn largest_finds_the_edge() {
+        assert_eq!(largest(1, 100, |n| n <= 37), Some(37));
+        assert_eq!(largest(1, 100, |n| n <= 1000), Some(100));
+        assert_eq!(largest(1, 100, |_| false), None);
+        assert_eq!(largest(5, 4, |_| true), None);
+    }
+
+    #[test]
+    fn the_limits_are_edges_of_the_estimate() {
+        let (spec, vram) = planner_for("mistralai/Mistral-7B-Instruct-v0.2", 24 << 30);
+        let pl = Planner { spec: &spec, vram };
+        let w = work(2048, 256, 4);
+        let b = pl.budget(&w);
+        let p = b.max_prompt_tokens.unwrap();
+        assert!(pl.fits(&Workload {
+            prompt_tokens: p,
+            ..w
+        }));
+        assert!(!pl.fits(&Workload {
+            prompt_tokens: p + 1,
+            ..w
+        }));
+        let batch = b.max_batch.unwrap();
+        assert!(
+            pl.fits(&Workload { batch, ..w })
+                && !pl.fits(&Workload {
+                    batch: batch + 1,
+                    ..w
+                })
+        );
+        // the table shrinks as concurrency grows
+        for pair in b.table.windows(2) {
+            assert!(pair[1].max_total_tokens <= pair[0].max_total_tokens);
+        }
+        for row in &b.table {
+            if row.max_total_tokens > 0 {
+                assert!(pl.fits(&Workload {
+                    prompt_tokens: row.prompt_tokens,
+                    max_new_tokens: row.new_tokens,
+                    batch: row.concurrency,
+                    ..w
+                }));
+            }
+        }
+    }
+
+    #[test]
+    fn a_model_too_big_for_the_card_fits_nothing() {
+        let (spec, vram) = planner_for("meta-llama/Llama-2-13b-hf", 24 << 30);
+        let pl = Planner { spec: &spec, vram };
+        let b = pl.budget(&work(512, 128, 1));
+        assert!(!b.fits);
+        assert_eq!(b.max_prompt_tokens, None);
+        assert!(b.table.iter().all(|r| r.limited_by == Limit::Nothing));
+    }
+
+    #[test]
+    fn the_context_limit_caps_the_table() {
+        let (spec, vram) = planner_for("Qwen/Qwen2.5-0.5B-Instruct", 80 << 30);
+        let pl = Planner { spec: &spec, vram };
+        let b = pl.budget(&work(1000, 100, 1));
+        assert_eq!(b.table[0].max_total_tokens, 32_768);
+        assert_eq!(b.table[0].limited_by, Limit::Context);
+    }
+
+    #[test]
+    fn ratio_split_keeps_both_sides() {
+        let w = work(3000, 1000, 1);
+        assert_eq!(split_at_ratio(&w, 4000), (3000, 1000));
+        assert_eq!(split_at_ratio(&w, 2), (1, 1));
+    }
+}

@@ -1,0 +1,130 @@
+//! Flags as the user types them (clap). `cli::run` turns them into validated requests.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap_complete::Shell;
+
+const PLAN_EXAMPLES: &str = "\
+Examples:
+  llm-oom plan --model mistralai/Mistral-7B-Instruct-v0.2 --vram 24GiB
+  llm-oom plan --model ./my-model --prompt-tokens 8000 --max-new-tokens 1000 --batch 4 --vram 24GiB
+  llm-oom plan --model llama-2-13b-hf --dtype nf4 --vram 16GiB --markdown
+  llm-oom plan --model model.Q4_K_M.gguf --engine llama.cpp --vram 8GiB --json
+  llm-oom plan --list-presets";
+
+const DIAGNOSE_EXAMPLES: &str = "\
+Examples:
+  llm-oom diagnose
+  llm-oom diagnose --model mistralai/Mistral-7B-Instruct-v0.2 --prompt-tokens 8000 --vram 24GiB";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "llm-oom",
+    version,
+    about = "Find out why a local LLM runs out of GPU memory, and what to change.",
+    long_about = "Find out why a local LLM runs out of GPU memory, and what to change.\n\n\
+        Weights, KV cache, activations, concurrency, fragmentation or another process: llm-oom names \
+        the cause with numbers and prices every remedy in bytes.\n\n\
+        Exit codes: 0 fits / no OOM, 1 would OOM / OOM found, 2 bad input or usage, 3 internal failure."
+)]
+pub struct Cli {
+    /// More logging on stderr (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// Colour in the terminal output.
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto, global = true)]
+    pub color: ColorChoice,
+    /// Print the report as JSON (the stable contract for CI).
+    #[arg(long, global = true, conflicts_with = "markdown")]
+    pub json: bool,
+    /// Print the report as Markdown, for pasting into an issue.
+    #[arg(long, global = true)]
+    pub markdown: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Probe where memory goes on this machine's GPU, stage by stage, and name the cause.
+    #[command(after_help = DIAGNOSE_EXAMPLES)]
+    Diagnose(DiagnoseArgs),
+    /// Predict from config.json alone whether a workload fits, and the largest one that does.
+    #[command(after_help = PLAN_EXAMPLES)]
+    Plan(PlanArgs),
+    /// Print a shell completion script.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell
+        shell: Shell,
+    },
+}
+
+/// The workload flags shared by plan, diagnose and explain.
+#[derive(Debug, Clone, Args)]
+pub struct WorkloadArgs {
+    /// A Hugging Face id, a local checkpoint folder or config.json, a .gguf file, or a preset
+    /// (see `plan --list-presets`).
+    #[arg(long, short = 'm', default_value = llm_oom::model::presets::DEFAULT_MODEL)]
+    pub model: String,
+    /// Weight dtype: f32, f16, bf16, int8, nf4, fp4, q8_0, q6_k, q5_k_m, q4_k_m, q4_0 [default: the checkpoint's]
+    #[arg(long)]
+    pub dtype: Option<String>,
+    /// KV-cache dtype: f32, f16, bf16, fp8, q8_0, q4_0 [default: the compute dtype]
+    #[arg(long)]
+    pub kv_dtype: Option<String>,
+    /// Prompt length in tokens.
+    #[arg(
+        long,
+        short = 'p',
+        default_value = "2048",
+        allow_negative_numbers = true
+    )]
+    pub prompt_tokens: i64,
+    /// Tokens to generate per sequence.
+    #[arg(
+        long,
+        short = 'n',
+        default_value = "256",
+        allow_negative_numbers = true
+    )]
+    pub max_new_tokens: i64,
+    /// Sequences at once: batch size or concurrent requests.
+    #[arg(
+        long,
+        short = 'b',
+        visible_alias = "concurrency",
+        default_value = "1",
+        allow_negative_numbers = true
+    )]
+    pub batch: i64,
+    /// The card to plan for (24GiB, 80GB…) [default: the detected GPU's free memory]
+    #[arg(long)]
+    pub vram: Option<String>,
+    /// Which engine's memory behaviour: transformers, transformers-eager, vllm, llama.cpp
+    #[arg(long, default_value = "transformers")]
+    pub engine: String,
+    /// Which GPU to read when --vram is not given.
+    #[arg(long, default_value_t = 0)]
+    pub gpu: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    /// List the embedded model presets and exit.
+    #[arg(long)]
+    pub list_presets: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DiagnoseArgs {
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+}

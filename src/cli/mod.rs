@@ -1,0 +1,135 @@
+//! The binary's side: flags → validated requests → library → rendered report → exit code.
+
+pub mod args;
+
+use std::io::{IsTerminal, Write};
+
+use anyhow::Result;
+use clap::CommandFactory;
+
+use args::{Cli, ColorChoice, Command, WorkloadArgs};
+use llm_oom::error::InputError;
+use llm_oom::model::presets::PRESETS;
+use llm_oom::plan::{plan, PlanRequest};
+use llm_oom::report::text::Style;
+use llm_oom::report::{self, Format};
+use llm_oom::units::Bytes;
+
+pub fn run(cli: Cli) -> Result<i32> {
+    let format = format(&cli);
+    match cli.command {
+        Command::Plan(args) => {
+            if args.list_presets {
+                print(&list_presets(format)?)?;
+                return Ok(0);
+            }
+            let req = plan_request(&args.workload)?;
+            let r = plan(&req)?;
+            print(&render_plan(&r, format)?)?;
+            Ok(r.verdict.exit_code())
+        }
+        Command::Diagnose(args) => {
+            let req = plan_request(&args.workload)?;
+            let r = plan(&req)?;
+            if !matches!(format, Format::Json) {
+                eprintln!(
+                    "llm-oom: the measured GPU probe is not built yet; showing the prediction for {} instead.",
+                    r.model.name
+                );
+            }
+            print(&render_plan(&r, format)?)?;
+            Ok(r.verdict.exit_code())
+        }
+        Command::Completions { shell } => {
+            let mut cmd = Cli::command();
+            clap_complete::generate(shell, &mut cmd, "llm-oom", &mut std::io::stdout());
+            Ok(0)
+        }
+    }
+}
+
+fn format(cli: &Cli) -> Format {
+    if cli.json {
+        Format::Json
+    } else if cli.markdown {
+        Format::Markdown
+    } else {
+        let color = match cli.color {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => {
+                std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+            }
+        };
+        Format::Text { color }
+    }
+}
+
+fn positive(what: &'static str, v: i64) -> Result<u64, InputError> {
+    if v < 1 {
+        return Err(InputError::NotPositive { what, value: v });
+    }
+    Ok(v as u64)
+}
+
+pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, InputError> {
+    Ok(PlanRequest {
+        model: a.model.clone(),
+        dtype: a.dtype.as_deref().map(str::parse).transpose()?,
+        kv_dtype: a.kv_dtype.as_deref().map(str::parse).transpose()?,
+        prompt_tokens: positive("--prompt-tokens", a.prompt_tokens)?,
+        max_new_tokens: positive("--max-new-tokens", a.max_new_tokens)?,
+        batch: positive("--batch", a.batch)?,
+        engine: a.engine.parse()?,
+        vram: a
+            .vram
+            .as_deref()
+            .map(|s| s.parse::<Bytes>().map(|b| b.0))
+            .transpose()?,
+        gpu_index: a.gpu,
+    })
+}
+
+fn render_plan(r: &llm_oom::plan::PlanReport, format: Format) -> Result<String> {
+    Ok(match format {
+        Format::Json => report::json(r)?,
+        Format::Markdown => report::markdown::plan(r),
+        Format::Text { color } => report::text::plan(r, &Style { color }),
+    })
+}
+
+fn list_presets(format: Format) -> Result<String> {
+    let rows: Vec<(String, llm_oom::model::Spec)> = PRESETS
+        .iter()
+        .map(|(id, json)| llm_oom::model::presets::load(id, json).map(|s| (id.to_string(), s)))
+        .collect::<Result<_, _>>()?;
+    Ok(match format {
+        Format::Json => {
+            let v: Vec<_> = rows
+                .iter()
+                .map(|(id, s)| serde_json::json!({"id": id, "architecture": s.architecture, "parameters": s.parameters()}))
+                .collect();
+            report::json(&v)?
+        }
+        _ => {
+            let mut t = report::text::table(&["preset", "architecture", "parameters"], 2);
+            for (id, s) in &rows {
+                t.add_row(vec![
+                    id.clone(),
+                    s.architecture.clone(),
+                    llm_oom::units::group(s.parameters()),
+                ]);
+            }
+            format!("{t}\n")
+        }
+    })
+}
+
+/// Print, treating a closed pipe (`llm-oom plan | head`) as a normal end.
+fn print(s: &str) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(s.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
+}

@@ -1,0 +1,128 @@
+//! Remedies: what to change, in the user's engine's words, and what it buys in bytes.
+
+use serde::Serialize;
+
+use crate::dtype::{KvDtype, WeightDtype};
+use crate::estimate::Engine;
+use crate::units::{group, Bytes};
+
+/// A change the user can make. Ordered from cheapest (a flag) to dearest (new hardware).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
+pub enum Change {
+    TruncatePrompt(u64),
+    CapNewTokens(u64),
+    LimitConcurrency(u64),
+    UseSdpa,
+    HalfPrecision(WeightDtype),
+    QuantizeKv(KvDtype),
+    QuantizeWeights(WeightDtype),
+    ChunkedPrefill(u64),
+    RaiseUtilization(u64),
+    AllocatorSettings,
+    FreeOtherProcesses,
+    LargerGpu(u64),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RemedyBudget {
+    pub peak_bytes: u64,
+    pub vram_bytes: u64,
+    pub fits: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Remedy {
+    /// One line: what to do and what it gives ("cap max_new_tokens at 1,536 → peak 22.8 of 24 GiB").
+    pub action: String,
+    /// The knob in the user's engine.
+    pub how: String,
+    pub change: Change,
+    /// Bytes the change saves at the peak (negative for changes that spend memory to gain room,
+    /// such as a higher vLLM utilization).
+    pub saves_bytes: i64,
+    pub new_budget: RemedyBudget,
+    /// Set by `diagnose --verify` when the change was tried on the GPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verified: Option<bool>,
+}
+
+impl Remedy {
+    pub fn new(change: Change, engine: Engine, old_peak: u64, new_peak: u64, vram: u64) -> Remedy {
+        let fits = new_peak <= vram;
+        let effect = if matches!(change, Change::LargerGpu(_)) {
+            format!("peak {} of {}", Bytes(new_peak), Bytes(vram))
+        } else {
+            format!(
+                "peak {} of {}{}",
+                Bytes(new_peak),
+                Bytes(vram),
+                if fits { "" } else { " — still too much" }
+            )
+        };
+        Remedy {
+            action: format!("{} → {effect}", describe(change)),
+            how: how(change, engine),
+            change,
+            saves_bytes: old_peak as i64 - new_peak as i64,
+            new_budget: RemedyBudget {
+                peak_bytes: new_peak,
+                vram_bytes: vram,
+                fits,
+            },
+            verified: None,
+        }
+    }
+}
+
+fn describe(change: Change) -> String {
+    match change {
+        Change::TruncatePrompt(n) => format!("truncate the prompt to {} tokens", group(n)),
+        Change::CapNewTokens(n) => format!("cap max_new_tokens at {}", group(n)),
+        Change::LimitConcurrency(n) => {
+            format!("limit concurrency to {n} sequences and queue the rest")
+        }
+        Change::UseSdpa => "use SDPA / flash attention instead of eager".into(),
+        Change::HalfPrecision(d) => format!("load the weights in {d} instead of f32"),
+        Change::QuantizeKv(d) => format!("store the KV cache in {d}"),
+        Change::QuantizeWeights(d) => format!("quantize the weights to {d}"),
+        Change::ChunkedPrefill(n) => format!("prefill in chunks of {} tokens", group(n)),
+        Change::RaiseUtilization(pct) => format!("let the engine use {pct} % of the card"),
+        Change::AllocatorSettings => "let the allocator reuse fragmented memory".into(),
+        Change::FreeOtherProcesses => "free the memory other processes hold".into(),
+        Change::LargerGpu(b) => format!("use a GPU with {}", Bytes(b)),
+    }
+}
+
+/// The knob, in the engine's own words.
+fn how(change: Change, engine: Engine) -> String {
+    use Engine::*;
+    match (change, engine) {
+        (Change::TruncatePrompt(n), Vllm) => format!("--max-model-len {n} (plus max_tokens), or truncate inputs client-side"),
+        (Change::TruncatePrompt(n), LlamaCpp) => format!("truncate inputs to {n} tokens before sending; -c sets the context"),
+        (Change::TruncatePrompt(n), _) => format!("tokenizer(text, truncation=True, max_length={n})"),
+        (Change::CapNewTokens(n), Vllm) => format!("SamplingParams(max_tokens={n})"),
+        (Change::CapNewTokens(n), LlamaCpp) => format!("-n {n} (n_predict)"),
+        (Change::CapNewTokens(n), _) => format!("model.generate(..., max_new_tokens={n})"),
+        (Change::LimitConcurrency(n), Vllm) => format!("--max-num-seqs {n}"),
+        (Change::LimitConcurrency(n), LlamaCpp) => format!("-np {n} (parallel slots)"),
+        (Change::LimitConcurrency(n), _) => format!("batch at most {n} prompts per generate() call; queue requests (a semaphore of {n})"),
+        (Change::UseSdpa, _) => "from_pretrained(..., attn_implementation=\"sdpa\") (or \"flash_attention_2\")".into(),
+        (Change::HalfPrecision(d), LlamaCpp) => format!("convert to a {d} GGUF"),
+        (Change::HalfPrecision(d), _) => format!("from_pretrained(..., dtype=torch.{})", if d == WeightDtype::F16 { "float16" } else { "bfloat16" }),
+        (Change::QuantizeKv(d), Vllm) => format!("--kv-cache-dtype {}", if d == KvDtype::Fp8 { "fp8" } else { "auto" }),
+        (Change::QuantizeKv(d), LlamaCpp) => format!("-fa on -ctk {d} -ctv {d}"),
+        (Change::QuantizeKv(_), _) => "generate(..., cache_implementation=\"quantized\", cache_config={\"nbits\": 4})".into(),
+        (Change::QuantizeWeights(d), LlamaCpp) => format!("llama-quantize model-f16.gguf model-{d}.gguf {}", d.to_string().to_uppercase()),
+        (Change::QuantizeWeights(d), Vllm) => format!("a pre-quantized checkpoint (AWQ/GPTQ {d}) or --quantization bitsandbytes"),
+        (Change::QuantizeWeights(WeightDtype::Int8), _) => "BitsAndBytesConfig(load_in_8bit=True)".into(),
+        (Change::QuantizeWeights(_), _) => "BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"nf4\", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16)".into(),
+        (Change::ChunkedPrefill(n), Vllm) => format!("--enable-chunked-prefill --max-num-batched-tokens {n}"),
+        (Change::ChunkedPrefill(n), LlamaCpp) => format!("-ub {n}"),
+        (Change::ChunkedPrefill(n), _) => format!("feed the prompt through the model in slices of {n} tokens with past_key_values"),
+        (Change::RaiseUtilization(pct), _) => format!("--gpu-memory-utilization 0.{pct:02}"),
+        (Change::AllocatorSettings, _) => "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or max_split_size_mb:128); torch.cuda.empty_cache() only returns cached blocks, it is not a fix".into(),
+        (Change::FreeOtherProcesses, _) => "nvidia-smi lists them; close the notebook or server that holds a model, or run on another GPU (CUDA_VISIBLE_DEVICES)".into(),
+        (Change::LargerGpu(_), _) => "or split the model across GPUs (device_map=\"auto\", --tensor-parallel-size, -ts)".into(),
+    }
+}

@@ -1,0 +1,257 @@
+//! How weights and the KV cache are stored: the byte cost of one element, exactly, as a fraction
+//! (GGUF blocks make it fractional: q8_0 is 34 bytes per 32 weights).
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Serialize, Serializer};
+
+use crate::error::InputError;
+
+/// Bytes per element as a fraction `num / den`, so sums over billions of weights stay exact.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ElemBytes {
+    pub num: u64,
+    pub den: u64,
+}
+
+impl ElemBytes {
+    pub const fn new(num: u64, den: u64) -> Self {
+        Self { num, den }
+    }
+    /// Bytes for `n` elements, rounded up to whole blocks.
+    pub fn of(self, n: u64) -> u64 {
+        (n as u128 * self.num as u128).div_ceil(self.den as u128) as u64
+    }
+    pub fn as_f64(self) -> f64 {
+        self.num as f64 / self.den as f64
+    }
+}
+
+/// The GGUF block types llm-oom prices, with llama.cpp's block layouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GgmlType {
+    F32,
+    F16,
+    Bf16,
+    Q8_0,
+    Q6K,
+    Q5K,
+    Q4K,
+    Q4_0,
+}
+
+impl GgmlType {
+    pub fn elem_bytes(self) -> ElemBytes {
+        match self {
+            GgmlType::F32 => ElemBytes::new(4, 1),
+            GgmlType::F16 | GgmlType::Bf16 => ElemBytes::new(2, 1),
+            GgmlType::Q8_0 => ElemBytes::new(34, 32),
+            GgmlType::Q6K => ElemBytes::new(210, 256),
+            GgmlType::Q5K => ElemBytes::new(176, 256),
+            GgmlType::Q4K => ElemBytes::new(144, 256),
+            GgmlType::Q4_0 => ElemBytes::new(18, 32),
+        }
+    }
+}
+
+/// A weight format a model can be loaded in. The bitsandbytes and GPTQ/AWQ variants quantize only
+/// the linear layers; GGUF quant mixes follow llama.cpp's per-tensor rules (see `estimate::weights`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightDtype {
+    F32,
+    F16,
+    Bf16,
+    /// bitsandbytes LLM.int8(): int8 weights plus one f32 scale per output row.
+    Int8,
+    /// bitsandbytes 4-bit, blocks of 64 with an absmax each; `double_quant` stores the absmax in 8 bits.
+    Nf4 {
+        double_quant: bool,
+    },
+    Fp4 {
+        double_quant: bool,
+    },
+    /// GPTQ / AWQ packed integers with per-group scales and zeros.
+    Gptq {
+        bits: u8,
+        group_size: u64,
+    },
+    Awq {
+        bits: u8,
+        group_size: u64,
+    },
+    /// A llama.cpp quantization mix (what `llama-quantize` would produce).
+    Gguf(GgufMix),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GgufMix {
+    Q8_0,
+    Q6K,
+    Q5KM,
+    Q4KM,
+    Q4_0,
+}
+
+impl WeightDtype {
+    /// The dtype that arithmetic and the KV cache use when the weights are stored this way.
+    pub fn compute_kv_dtype(self) -> KvDtype {
+        match self {
+            WeightDtype::F32 => KvDtype::F32,
+            WeightDtype::F16 | WeightDtype::Gptq { .. } | WeightDtype::Awq { .. } => KvDtype::F16,
+            WeightDtype::Gguf(_) => KvDtype::F16,
+            _ => KvDtype::Bf16,
+        }
+    }
+    /// Bytes of one element of unquantized tensors (embeddings, norms, lm_head) in this format.
+    pub fn dense_bytes(self) -> u64 {
+        match self {
+            WeightDtype::F32 => 4,
+            _ => 2,
+        }
+    }
+    pub fn is_quantized(self) -> bool {
+        !matches!(
+            self,
+            WeightDtype::F32 | WeightDtype::F16 | WeightDtype::Bf16
+        )
+    }
+}
+
+impl FromStr for WeightDtype {
+    type Err = InputError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s.trim().to_ascii_lowercase().as_str() {
+            "f32" | "fp32" | "float32" => WeightDtype::F32,
+            "f16" | "fp16" | "float16" | "half" => WeightDtype::F16,
+            "bf16" | "bfloat16" => WeightDtype::Bf16,
+            "int8" | "8bit" | "llm.int8" => WeightDtype::Int8,
+            "nf4" | "4bit" => WeightDtype::Nf4 { double_quant: true },
+            "fp4" => WeightDtype::Fp4 { double_quant: true },
+            "q8_0" => WeightDtype::Gguf(GgufMix::Q8_0),
+            "q6_k" => WeightDtype::Gguf(GgufMix::Q6K),
+            "q5_k_m" | "q5_k" => WeightDtype::Gguf(GgufMix::Q5KM),
+            "q4_k_m" | "q4_k" => WeightDtype::Gguf(GgufMix::Q4KM),
+            "q4_0" => WeightDtype::Gguf(GgufMix::Q4_0),
+            _ => return Err(InputError::Dtype(s.to_string())),
+        })
+    }
+}
+
+impl fmt::Display for WeightDtype {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WeightDtype::F32 => f.write_str("f32"),
+            WeightDtype::F16 => f.write_str("f16"),
+            WeightDtype::Bf16 => f.write_str("bf16"),
+            WeightDtype::Int8 => f.write_str("int8"),
+            WeightDtype::Nf4 { double_quant: true } => f.write_str("nf4"),
+            WeightDtype::Nf4 {
+                double_quant: false,
+            } => f.write_str("nf4 (no double quant)"),
+            WeightDtype::Fp4 { double_quant: true } => f.write_str("fp4"),
+            WeightDtype::Fp4 {
+                double_quant: false,
+            } => f.write_str("fp4 (no double quant)"),
+            WeightDtype::Gptq { bits, group_size } => write!(f, "gptq-{bits}bit-g{group_size}"),
+            WeightDtype::Awq { bits, group_size } => write!(f, "awq-{bits}bit-g{group_size}"),
+            WeightDtype::Gguf(m) => f.write_str(match m {
+                GgufMix::Q8_0 => "q8_0",
+                GgufMix::Q6K => "q6_k",
+                GgufMix::Q5KM => "q5_k_m",
+                GgufMix::Q4KM => "q4_k_m",
+                GgufMix::Q4_0 => "q4_0",
+            }),
+        }
+    }
+}
+
+impl Serialize for WeightDtype {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// How the KV cache stores one element.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvDtype {
+    F32,
+    F16,
+    Bf16,
+    Fp8,
+    Q8_0,
+    Q4_0,
+}
+
+impl KvDtype {
+    pub fn elem_bytes(self) -> ElemBytes {
+        match self {
+            KvDtype::F32 => ElemBytes::new(4, 1),
+            KvDtype::F16 | KvDtype::Bf16 => ElemBytes::new(2, 1),
+            KvDtype::Fp8 => ElemBytes::new(1, 1),
+            KvDtype::Q8_0 => GgmlType::Q8_0.elem_bytes(),
+            KvDtype::Q4_0 => GgmlType::Q4_0.elem_bytes(),
+        }
+    }
+}
+
+impl FromStr for KvDtype {
+    type Err = InputError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s.trim().to_ascii_lowercase().as_str() {
+            "f32" | "fp32" | "float32" => KvDtype::F32,
+            "f16" | "fp16" | "float16" => KvDtype::F16,
+            "bf16" | "bfloat16" => KvDtype::Bf16,
+            "fp8" | "fp8_e4m3" | "fp8_e5m2" | "int8" => KvDtype::Fp8,
+            "q8_0" => KvDtype::Q8_0,
+            "q4_0" => KvDtype::Q4_0,
+            _ => return Err(InputError::KvDtype(s.to_string())),
+        })
+    }
+}
+
+impl fmt::Display for KvDtype {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            KvDtype::F32 => "f32",
+            KvDtype::F16 => "f16",
+            KvDtype::Bf16 => "bf16",
+            KvDtype::Fp8 => "fp8",
+            KvDtype::Q8_0 => "q8_0",
+            KvDtype::Q4_0 => "q4_0",
+        })
+    }
+}
+
+impl Serialize for KvDtype {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_layouts_are_llama_cpp_s() {
+        // 32 weights of q8_0: an f16 scale + 32 int8 = 34 bytes.
+        assert_eq!(GgmlType::Q8_0.elem_bytes().of(32), 34);
+        // one 256-weight super-block of q4_K is 144 bytes, of q6_K 210 bytes.
+        assert_eq!(GgmlType::Q4K.elem_bytes().of(256), 144);
+        assert_eq!(GgmlType::Q6K.elem_bytes().of(512), 420);
+        assert_eq!(GgmlType::Q4_0.elem_bytes().of(64), 36);
+    }
+
+    #[test]
+    fn dtype_names_round_trip() {
+        for s in [
+            "f32", "f16", "bf16", "int8", "nf4", "fp4", "q8_0", "q6_k", "q5_k_m", "q4_k_m", "q4_0",
+        ] {
+            let d: WeightDtype = s.parse().unwrap();
+            assert_eq!(d.to_string(), s);
+        }
+        assert!("int3".parse::<WeightDtype>().is_err());
+        assert!("q2".parse::<KvDtype>().is_err());
+    }
+}

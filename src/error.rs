@@ -1,0 +1,73 @@
+//! The library's errors. `InputError` is what the user can fix (exit code 2); everything else is
+//! ours or the machine's (exit code 3). Every message is one line that says what to do.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Input(#[from] InputError),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// The process exit code of the JSON contract: 2 for bad input, 3 for internal failures.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Input(_) => 2,
+            Error::Internal(_) => 3,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error("`{0}` is not a memory size; write it like 24GiB, 80GB or 512MiB")]
+    Size(String),
+    #[error("`{0}` is not a dtype; use one of f32, f16, bf16, int8, nf4, fp4, q8_0, q6_k, q5_k_m, q4_k_m, q4_0")]
+    Dtype(String),
+    #[error("`{0}` is not a KV-cache dtype; use one of f32, f16, bf16, fp8, q8_0, q4_0")]
+    KvDtype(String),
+    #[error("{what} must be at least 1 (got {value})")]
+    NotPositive { what: &'static str, value: i64 },
+    #[error("model `{id}` was not found offline ({tried}); pass a local directory or config.json, a .gguf file, one of `llm-oom plan --list-presets`, or unset HF_HUB_OFFLINE to fetch its config.json from the hub")]
+    ModelNotFound { id: String, tried: String },
+    #[error("could not fetch config.json of `{id}` from the Hugging Face hub: {reason}; for gated models set HF_TOKEN, or pass a local directory")]
+    Hub { id: String, reason: String },
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} is not valid JSON ({source}); pass the model's config.json", path.display())]
+    Json {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{} has no `{field}`, which llm-oom needs to size the model; add it or pass another config", path.display())]
+    MissingField { path: PathBuf, field: String },
+    #[error("{}: `{field}` = {value} is not usable ({why})", path.display())]
+    BadField {
+        path: PathBuf,
+        field: String,
+        value: String,
+        why: String,
+    },
+    #[error("architecture `{arch}` in {} is not a decoder-only LLM llm-oom knows; supported: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3, phi3 and configs with the same fields", path.display())]
+    UnknownArchitecture { path: PathBuf, arch: String },
+    #[error("{} is not a readable GGUF file ({reason}); re-download it or check it with llama.cpp's gguf-dump", path.display())]
+    Gguf { path: PathBuf, reason: String },
+    #[error("{model} can attend to at most {max} tokens, but prompt + new tokens is {requested}: that is not an out-of-memory question; lower --prompt-tokens or --max-new-tokens")]
+    ContextTooLong {
+        model: String,
+        requested: u64,
+        max: u64,
+    },
+    #[error("{0}")]
+    Usage(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

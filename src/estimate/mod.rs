@@ -1,0 +1,242 @@
+//! The estimate: bytes on the device for a model, a workload and an engine, split into the
+//! components the vocabulary of causes names.
+
+pub mod engine;
+pub mod kv;
+pub mod weights;
+
+use serde::Serialize;
+
+pub use engine::{Calibration, Engine, KvLayout, LogitPositions, Profile};
+pub use kv::{kv_bytes, kv_bytes_per_token};
+pub use weights::weight_bytes;
+
+use crate::dtype::{KvDtype, WeightDtype};
+use crate::model::Spec;
+
+/// What is asked of the model: lengths, concurrency, formats, engine.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Workload {
+    pub prompt_tokens: u64,
+    pub max_new_tokens: u64,
+    /// Sequences generated at once (batch size or concurrent requests).
+    pub batch: u64,
+    pub weight_dtype: WeightDtype,
+    pub kv_dtype: KvDtype,
+    pub engine: Engine,
+}
+
+impl Workload {
+    pub fn total_tokens(&self) -> u64 {
+        self.prompt_tokens + self.max_new_tokens
+    }
+}
+
+/// Which moment of a generation sets the peak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// The prompt's forward pass: the full prompt's activations at once.
+    Prefill,
+    /// The last decode step: the longest KV cache.
+    Decode,
+}
+
+/// Peak device memory, by component. `total` is what the card must have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Estimate {
+    pub weights: u64,
+    /// KV cache at the peak moment (and `kv_cache_full` at the end of generation).
+    pub kv_cache: u64,
+    pub kv_cache_full: u64,
+    pub activations: u64,
+    /// Allocator rounding and caching (PyTorch's caching allocator keeps freed blocks).
+    pub allocator: u64,
+    /// CUDA context and library workspaces, outside any allocator.
+    pub runtime: u64,
+    /// Memory the engine leaves unused by design (vLLM's 1 − gpu_memory_utilization) plus the
+    /// safety margin that makes a budget safe.
+    pub margin: u64,
+    pub total: u64,
+    pub peak_phase: Phase,
+}
+
+/// Share of the card kept back so a predicted fit does not run out in practice.
+pub const SAFETY_FRACTION: f64 = 0.02;
+pub const SAFETY_MIN: u64 = 256 << 20;
+
+/// The safety margin for a card of `vram` bytes.
+pub fn safety_margin(vram: u64) -> u64 {
+    ((vram as f64 * SAFETY_FRACTION) as u64).max(SAFETY_MIN)
+}
+
+/// Peak memory of `w` on `spec` for a card of `vram` bytes (vram matters only for the engines that
+/// size themselves from the card, and for the margin).
+pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
+    let p = Profile::of(w.engine);
+    let weights = weight_bytes(spec, w.weight_dtype);
+    let d = w.weight_dtype.compute_kv_dtype().elem_bytes().as_f64();
+
+    let kv_tokens = |tokens: u64| match p.kv_layout {
+        KvLayout::Paged { block } => tokens.div_ceil(block) * block,
+        _ => tokens,
+    };
+    let kv_prompt = kv_bytes(spec, w.kv_dtype, kv_tokens(w.prompt_tokens), w.batch);
+    let kv_full = kv_bytes(spec, w.kv_dtype, kv_tokens(w.total_tokens()), w.batch);
+
+    let (prefill_act, decode_act) = activations(spec, &p, w, d, kv_full);
+    // vLLM and llama.cpp hold the whole cache from the start; transformers grows it.
+    let (prefill, decode) = match p.kv_layout {
+        KvLayout::Concatenated => (kv_prompt + prefill_act, kv_full + decode_act),
+        _ => (kv_full + prefill_act, kv_full + decode_act),
+    };
+    let (peak_phase, kv_cache, activations) = if prefill > decode {
+        (Phase::Prefill, prefill - prefill_act, prefill_act)
+    } else {
+        (Phase::Decode, kv_full, decode_act)
+    };
+    let allocator = ((kv_cache + activations) as f64 * p.allocator_slack) as u64;
+    let reserved = ((1.0 - p.memory_fraction) * vram as f64) as u64;
+    let margin = reserved + safety_margin(vram);
+    let runtime = p.runtime_overhead;
+    Estimate {
+        weights,
+        kv_cache,
+        kv_cache_full: kv_full,
+        activations,
+        allocator,
+        runtime,
+        margin,
+        total: weights + kv_cache + activations + allocator + runtime + margin,
+        peak_phase,
+    }
+}
+
+/// Peak transient bytes of the prefill and of the last decode step.
+fn activations(spec: &Spec, p: &Profile, w: &Workload, d: f64, kv_full: u64) -> (u64, u64) {
+    let (h, q, v) = (
+        spec.hidden_size as f64,
+        spec.q_dim() as f64,
+        spec.vocab_size as f64,
+    );
+    // MoE: one expert runs at a time over the tokens routed to it; allow a skewed routing (2×).
+    let inter = match &spec.experts {
+        Some(e) if e.sparse_layers == spec.num_layers => {
+            e.intermediate_size as f64 * (2.0 * e.active as f64 / e.count as f64).min(1.0)
+        }
+        _ => spec.intermediate_size as f64,
+    };
+    let mlp_copies = if spec.fused_gate_up {
+        p.mlp_copies + 1.0
+    } else {
+        p.mlp_copies
+    };
+    let prompt = w.prompt_tokens as f64;
+    let batch = w.batch as f64;
+    // Tokens in one forward pass, and the context they attend to.
+    let step_tokens = match p.prefill_chunk {
+        Some(c) => (batch * prompt).min(c as f64),
+        None => batch * prompt,
+    };
+    // llama.cpp's KQ spans the whole allocated context (all slots); transformers' the prompt.
+    let context = match p.kv_layout {
+        KvLayout::Preallocated => (w.total_tokens() * w.batch) as f64,
+        _ => prompt,
+    };
+
+    let hidden = step_tokens * p.hidden_copies * h * d;
+    let mlp = step_tokens * mlp_copies * inter * d;
+    let scores = p.score_bytes.map_or(0.0, |bytes| {
+        // Scores of the tokens in this pass against their context, per head; plus the 4-D mask.
+        let rows = step_tokens;
+        rows * context * (spec.num_heads as f64 * bytes + d)
+    });
+    let attn = step_tokens * p.q_copies * q * d + scores;
+    let logit_rows = match p.logit_positions {
+        LogitPositions::Last => batch,
+        LogitPositions::All => step_tokens,
+    };
+    // Logits upcast to f32 for sampling, plus the softmax over them.
+    let logits = logit_rows.max(p.sampler_warmup_seqs as f64) * v * 8.0;
+    let prefill = hidden + mlp.max(attn) + logits;
+
+    // A decode step: one token per sequence; transformers' `torch.cat` briefly doubles one layer's
+    // K (or V) at the full length.
+    let concat = match p.kv_layout {
+        KvLayout::Concatenated => kv_full as f64 / (2.0 * spec.num_layers as f64),
+        _ => 0.0,
+    };
+    let decode = batch * (p.hidden_copies * h + mlp_copies * inter) * d
+        + batch.max(p.sampler_warmup_seqs as f64) * v * 8.0
+        + concat;
+    (prefill as u64, decode as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::presets;
+
+    fn mistral() -> Spec {
+        let (id, json) = presets::find("mistralai/Mistral-7B-Instruct-v0.2").unwrap();
+        presets::load(id, json).unwrap()
+    }
+
+    fn work(engine: Engine, prompt: u64, new: u64, batch: u64) -> Workload {
+        Workload {
+            prompt_tokens: prompt,
+            max_new_tokens: new,
+            batch,
+            weight_dtype: WeightDtype::Bf16,
+            kv_dtype: KvDtype::Bf16,
+            engine,
+        }
+    }
+
+    #[test]
+    fn components_add_up() {
+        let e = estimate(
+            &mistral(),
+            &work(Engine::Transformers, 2048, 256, 1),
+            24 << 30,
+        );
+        assert_eq!(
+            e.total,
+            e.weights + e.kv_cache + e.activations + e.allocator + e.runtime + e.margin
+        );
+        assert_eq!(e.kv_cache_full, 2304 * 131_072);
+    }
+
+    #[test]
+    fn memory_grows_with_every_knob() {
+        let m = mistral();
+        let base = estimate(&m, &work(Engine::Transformers, 1024, 128, 1), 24 << 30).total;
+        for bigger in [
+            work(Engine::Transformers, 4096, 128, 1),
+            work(Engine::Transformers, 1024, 4096, 1),
+            work(Engine::Transformers, 1024, 128, 8),
+        ] {
+            assert!(estimate(&m, &bigger, 24 << 30).total > base);
+        }
+    }
+
+    #[test]
+    fn eager_attention_costs_quadratically() {
+        let m = mistral();
+        let at = |p| {
+            let sdpa = estimate(&m, &work(Engine::Transformers, p, 1, 1), 80 << 30);
+            let eager = estimate(&m, &work(Engine::TransformersEager, p, 1, 1), 80 << 30);
+            eager.activations - sdpa.activations
+        };
+        let ratio = at(8192) as f64 / at(4096) as f64;
+        assert!((3.5..4.5).contains(&ratio), "{ratio}");
+    }
+
+    #[test]
+    fn vllm_keeps_its_utilization_headroom() {
+        let e = estimate(&mistral(), &work(Engine::Vllm, 1024, 128, 1), 24 << 30);
+        assert!(e.margin >= ((24u64 << 30) as f64 * 0.1) as u64);
+        // the paged cache rounds up to blocks of 16 tokens
+        assert_eq!(e.kv_cache_full, 1152 * 131_072);
+    }
+}

@@ -1,0 +1,212 @@
+//! Weight bytes, exactly, for every storage format: dense dtypes, bitsandbytes, GPTQ/AWQ, and
+//! llama.cpp's quantization mixes. Quantizers leave embeddings, norms and biases alone; each rule
+//! below names the code it mirrors.
+
+use crate::dtype::{ElemBytes, GgmlType, GgufMix, WeightDtype};
+use crate::model::{Role, Spec, TensorGroup};
+
+/// Bytes of all weights of `spec` stored as `dtype`. A GGUF source stored in its own format is
+/// priced from its real tensor table, not from this rule.
+pub fn weight_bytes(spec: &Spec, dtype: WeightDtype) -> u64 {
+    if let Some(g) = &spec.gguf {
+        if dtype == spec.native_dtype {
+            return g.total_bytes;
+        }
+    }
+    spec.tensors()
+        .iter()
+        .map(|t| group_bytes(spec, t, dtype))
+        .sum()
+}
+
+fn group_bytes(spec: &Spec, t: &TensorGroup, dtype: WeightDtype) -> u64 {
+    let n = t.rows * t.cols;
+    let dense = dtype.dense_bytes();
+    match dtype {
+        WeightDtype::F32 | WeightDtype::F16 | WeightDtype::Bf16 => t.params() * dense,
+        _ if t.role == Role::Vector => {
+            t.params()
+                * if matches!(dtype, WeightDtype::Gguf(_)) {
+                    4
+                } else {
+                    dense
+                }
+        }
+        WeightDtype::Gguf(mix) => gguf_group_bytes(spec, t, mix),
+        // transformers' bitsandbytes integration keeps the embeddings and lm_head in 16 bits.
+        _ if !t.role.is_linear() => t.params() * dense,
+        // LLM.int8(): int8 weight `CB` plus an f32 scale per output row `SCB`.
+        WeightDtype::Int8 => t.count * (n + 4 * t.rows),
+        // bitsandbytes 4-bit: two weights per byte, an absmax per block of 64; with double
+        // quantization the absmax is 8-bit with one f32 scale per 256 absmax values.
+        WeightDtype::Nf4 { double_quant } | WeightDtype::Fp4 { double_quant } => {
+            let blocks = n.div_ceil(64);
+            let absmax = if double_quant {
+                blocks + 4 * blocks.div_ceil(256)
+            } else {
+                4 * blocks
+            };
+            t.count * (n.div_ceil(2) + absmax)
+        }
+        // GPTQ: packed ints, an f16 scale and packed zero per (group, output), an int32 g_idx per input.
+        WeightDtype::Gptq { bits, group_size } => {
+            let groups = t.cols.div_ceil(group_size);
+            let b = bits as u64;
+            t.count
+                * ((n * b).div_ceil(8)
+                    + t.rows * groups * 2
+                    + (t.rows * groups * b).div_ceil(8)
+                    + 4 * t.cols)
+        }
+        WeightDtype::Awq { bits, group_size } => {
+            let groups = t.cols.div_ceil(group_size);
+            let b = bits as u64;
+            t.count
+                * ((n * b).div_ceil(8) + t.rows * groups * 2 + (t.rows * groups * b).div_ceil(8))
+        }
+    }
+}
+
+/// llama.cpp `llama_tensor_get_type`: the output matrix goes to q6_K (q8_0 stays q8_0); for the
+/// `_M` mixes `attn_v` and `ffn_down` get q6_K in the layers `use_more_bits` picks.
+fn gguf_group_bytes(spec: &Spec, t: &TensorGroup, mix: GgufMix) -> u64 {
+    let base = match mix {
+        GgufMix::Q8_0 => GgmlType::Q8_0,
+        GgufMix::Q6K => GgmlType::Q6K,
+        GgufMix::Q5KM => GgmlType::Q5K,
+        GgufMix::Q4KM => GgmlType::Q4K,
+        GgufMix::Q4_0 => GgmlType::Q4_0,
+    };
+    let q6 = GgmlType::Q6K.elem_bytes();
+    let n = t.rows * t.cols;
+    let bytes = |e: ElemBytes, count: u64| count * e.of(n);
+    match t.role {
+        Role::Vector => t.params() * 4,
+        // The router stays in full precision (llama-quantize skips `ffn_gate_inp`).
+        Role::Router => t.params() * 4,
+        Role::LmHead if base == GgmlType::Q8_0 => bytes(base.elem_bytes(), 1),
+        Role::LmHead => bytes(q6, 1),
+        Role::AttnV | Role::MlpDown if matches!(mix, GgufMix::Q4KM | GgufMix::Q5KM) => {
+            let layers = spec.num_layers;
+            let more = if t.count % layers == 0 {
+                t.count / layers * more_bits_layers(layers)
+            } else {
+                0
+            };
+            bytes(q6, more) + bytes(base.elem_bytes(), t.count - more)
+        }
+        _ => bytes(base.elem_bytes(), t.count),
+    }
+}
+
+/// How many of `n` layers llama.cpp's `use_more_bits` upgrades: the first and last eighth, and every
+/// third layer in between.
+pub fn more_bits_layers(n: u64) -> u64 {
+    (0..n)
+        .filter(|&i| i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2)
+        .count() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::presets;
+
+    fn preset(id: &str) -> Spec {
+        let (id, json) = presets::find(id).unwrap();
+        presets::load(id, json).unwrap()
+    }
+
+    #[test]
+    fn parameter_counts_match_the_published_checkpoints() {
+        // Totals from each model card's safetensors metadata.
+        for (id, params) in [
+            ("mistralai/Mistral-7B-Instruct-v0.2", 7_241_732_096u64),
+            ("meta-llama/Llama-2-7b-hf", 6_738_415_616),
+            ("meta-llama/Llama-2-13b-hf", 13_015_864_320),
+            ("meta-llama/Meta-Llama-3-8B", 8_030_261_248),
+            ("meta-llama/Llama-3.1-8B-Instruct", 8_030_261_248),
+            ("Qwen/Qwen2.5-0.5B-Instruct", 494_032_768),
+            ("Qwen/Qwen2.5-7B-Instruct", 7_615_616_512),
+            ("Qwen/Qwen3-8B", 8_190_735_360),
+            ("google/gemma-2-9b-it", 9_241_705_984),
+            ("microsoft/Phi-3-mini-4k-instruct", 3_821_079_552),
+            ("mistralai/Mixtral-8x7B-Instruct-v0.1", 46_702_792_704),
+            ("TinyLlama/TinyLlama-1.1B-Chat-v1.0", 1_100_048_384),
+        ] {
+            assert_eq!(preset(id).parameters(), params, "{id}");
+        }
+    }
+
+    #[test]
+    fn dense_dtypes_are_params_times_width() {
+        let m = preset("mistralai/Mistral-7B-Instruct-v0.2");
+        assert_eq!(weight_bytes(&m, WeightDtype::Bf16), 14_483_464_192); // 13,812.5 MiB
+        assert_eq!(
+            weight_bytes(&m, WeightDtype::Bf16) as f64 / 1048576.0,
+            13_812.5
+        );
+        assert_eq!(weight_bytes(&m, WeightDtype::F32), 28_966_928_384);
+        // Llama-2-7B: 12,852.5 MiB, as PyTorch allocated on the H200 (shared/notes/gpu-machine.md).
+        assert_eq!(
+            weight_bytes(&preset("meta-llama/Llama-2-7b-hf"), WeightDtype::F16) as f64 / 1048576.0,
+            12_852.5
+        );
+    }
+
+    #[test]
+    fn q4_k_m_matches_a_real_llama_quantize_file() {
+        // mistral-7b-instruct-v0.2.Q4_K_M.gguf is 4,368,439,584 bytes; the tensors are all but
+        // its ~0.7 MB of metadata (the 32,000-token vocabulary).
+        let w = weight_bytes(
+            &preset("mistralai/Mistral-7B-Instruct-v0.2"),
+            WeightDtype::Gguf(GgufMix::Q4KM),
+        );
+        assert_eq!(w, 4_367_704_064);
+        assert!(4_368_439_584 - w < 1_000_000);
+    }
+
+    #[test]
+    fn bitsandbytes_keeps_embeddings_and_head_in_16_bits() {
+        let m = preset("mistralai/Mistral-7B-Instruct-v0.2");
+        let linear: u64 = m
+            .tensors()
+            .iter()
+            .filter(|t| t.role.is_linear())
+            .map(TensorGroup::params)
+            .sum();
+        let other = m.parameters() - linear;
+        let rows: u64 = m
+            .tensors()
+            .iter()
+            .filter(|t| t.role.is_linear())
+            .map(|t| t.rows * t.count)
+            .sum();
+        assert_eq!(
+            weight_bytes(&m, WeightDtype::Int8),
+            linear + 4 * rows + 2 * other
+        );
+        // nf4 + double quant: 0.5 byte per weight + 1/64 absmax + the nested scales.
+        let nf4 = weight_bytes(&m, WeightDtype::Nf4 { double_quant: true });
+        let per_weight = (nf4 - 2 * other) as f64 / linear as f64;
+        assert!(
+            (per_weight - (0.5 + 1.0 / 64.0 + 4.0 / (64.0 * 256.0))).abs() < 1e-4,
+            "{per_weight}"
+        );
+        assert!(
+            nf4 < weight_bytes(
+                &m,
+                WeightDtype::Nf4 {
+                    double_quant: false
+                }
+            )
+        );
+    }
+
+    #[test]
+    fn use_more_bits_matches_llama_cpp() {
+        // 32 layers: 0-3, 28-31, and 6, 9, …, 27.
+        assert_eq!(more_bits_layers(32), 16);
+        assert_eq!(more_bits_layers(1), 1);
+    }
+}

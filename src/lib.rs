@@ -1,0 +1,19 @@
+//! llm-oom: why a local LLM runs out of GPU memory, and what to change.
+//!
+//! The flow runs one way: `model` (the `Spec` of a model) → `estimate` (bytes by component for a
+//! workload and engine) → `budget` (what fits on a card) → `diagnosis` (verdict and remedies) →
+//! `report` (one value, rendered as text, JSON or Markdown). The `llm-oom` binary only parses flags
+//! and prints.
+
+pub mod budget;
+pub mod diagnosis;
+pub mod dtype;
+pub mod error;
+pub mod estimate;
+pub mod meter;
+pub mod model;
+pub mod plan;
+pub mod report;
+pub mod units;
+
+pub use error::{Error, InputError, Result};

@@ -1,0 +1,37 @@
+//! The `llm-oom` binary: parse flags, run the library, print, exit with the contract's code.
+
+mod cli;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    let args = cli::args::Cli::parse();
+    let level = match args.verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .init();
+
+    match cli::run(args) {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(err) => {
+            eprintln!("llm-oom: {err}");
+            let code = match err.downcast_ref::<llm_oom::Error>() {
+                Some(e) => e.exit_code(),
+                None if err.downcast_ref::<llm_oom::InputError>().is_some() => 2,
+                None => 3,
+            };
+            ExitCode::from(code as u8)
+        }
+    }
+}

@@ -1,0 +1,368 @@
+//! Reading a Hugging Face `config.json` into a `Spec`.
+
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use super::spec::{Experts, Spec};
+use crate::dtype::WeightDtype;
+use crate::error::InputError;
+
+type Obj = Map<String, Value>;
+
+/// Parse config.json text. `path` is only used in messages; `name` is what reports call the model.
+pub fn parse_config(text: &str, path: &Path, name: &str) -> Result<Spec, InputError> {
+    let root: Value = serde_json::from_str(text).map_err(|source| InputError::Json {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let Value::Object(outer) = root else {
+        return Err(InputError::BadField {
+            path: path.to_path_buf(),
+            field: "(top level)".into(),
+            value: "not an object".into(),
+            why: "config.json must be a JSON object".into(),
+        });
+    };
+    // Multimodal wrappers (gemma3, llava, mistral3…) keep the language model in `text_config`.
+    let cfg: &Obj = match outer.get("text_config") {
+        Some(Value::Object(inner)) => inner,
+        _ => &outer,
+    };
+    Reader {
+        cfg,
+        outer: &outer,
+        path,
+    }
+    .spec(name)
+}
+
+struct Reader<'a> {
+    cfg: &'a Obj,
+    outer: &'a Obj,
+    path: &'a Path,
+}
+
+impl Reader<'_> {
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.cfg
+            .get(key)
+            .filter(|v| !v.is_null())
+            .or_else(|| self.outer.get(key).filter(|v| !v.is_null()))
+    }
+
+    fn opt_u64(&self, keys: &[&str]) -> Result<Option<u64>, InputError> {
+        for key in keys {
+            if let Some(v) = self.get(key) {
+                return match v.as_u64() {
+                    Some(n) => Ok(Some(n)),
+                    None => Err(self.bad(key, v, "expected a non-negative integer")),
+                };
+            }
+        }
+        Ok(None)
+    }
+
+    fn u64(&self, keys: &[&str]) -> Result<u64, InputError> {
+        match self.opt_u64(keys)? {
+            Some(0) => Err(InputError::BadField {
+                path: self.path.to_path_buf(),
+                field: keys[0].into(),
+                value: "0".into(),
+                why: "must be at least 1".into(),
+            }),
+            Some(n) => Ok(n),
+            None => Err(InputError::MissingField {
+                path: self.path.to_path_buf(),
+                field: keys[0].into(),
+            }),
+        }
+    }
+
+    fn bool(&self, key: &str) -> Option<bool> {
+        self.get(key).and_then(Value::as_bool)
+    }
+
+    fn str(&self, key: &str) -> Option<&str> {
+        self.get(key).and_then(Value::as_str)
+    }
+
+    fn bad(&self, key: &str, v: &Value, why: &str) -> InputError {
+        InputError::BadField {
+            path: self.path.to_path_buf(),
+            field: key.into(),
+            value: v.to_string(),
+            why: why.into(),
+        }
+    }
+
+    fn spec(&self, name: &str) -> Result<Spec, InputError> {
+        let arch = self
+            .str("model_type")
+            .ok_or_else(|| InputError::MissingField {
+                path: self.path.to_path_buf(),
+                field: "model_type".into(),
+            })?
+            .to_string();
+        let family =
+            Family::of(&arch, self.outer).ok_or_else(|| InputError::UnknownArchitecture {
+                path: self.path.to_path_buf(),
+                arch: arch.clone(),
+            })?;
+        let mut notes = Vec::new();
+        if family == Family::LlamaLike && !KNOWN.contains(&arch.as_str()) {
+            notes.push(format!(
+                "`{arch}` is not a family llm-oom was tested on; sized as a llama-style decoder from its config fields"
+            ));
+        }
+
+        let hidden = self.u64(&["hidden_size", "n_embd", "d_model"])?;
+        let layers = self.u64(&["num_hidden_layers", "n_layer", "num_layers"])?;
+        let heads = self.u64(&["num_attention_heads", "n_head"])?;
+        let kv_heads = self.opt_u64(&["num_key_value_heads"])?.unwrap_or(heads);
+        if kv_heads == 0 || heads % kv_heads != 0 {
+            return Err(self.bad(
+                "num_key_value_heads",
+                &Value::from(kv_heads),
+                "must divide num_attention_heads",
+            ));
+        }
+        let head_dim = match self.opt_u64(&["head_dim"])? {
+            Some(d) if d > 0 => d,
+            _ => {
+                if hidden % heads != 0 {
+                    return Err(InputError::MissingField {
+                        path: self.path.to_path_buf(),
+                        field: "head_dim".into(),
+                    });
+                }
+                hidden / heads
+            }
+        };
+        let vocab = self.u64(&["vocab_size"])?;
+        let max_pos = self.opt_u64(&["max_position_embeddings", "n_positions"])?;
+        let tie = self.bool("tie_word_embeddings").unwrap_or(matches!(
+            family,
+            Family::Gemma | Family::Gemma2 | Family::Gemma3
+        ));
+
+        let experts = match family {
+            Family::Mixtral => {
+                let count = self.u64(&["num_local_experts", "num_experts"])?;
+                Some(Experts {
+                    count,
+                    active: self.opt_u64(&["num_experts_per_tok"])?.unwrap_or(2),
+                    intermediate_size: self.u64(&["intermediate_size"])?,
+                    sparse_layers: layers,
+                    shared_intermediate_size: 0,
+                })
+            }
+            Family::QwenMoe => {
+                let count = self.u64(&["num_experts"])?;
+                let step = self.opt_u64(&["decoder_sparse_step"])?.unwrap_or(1).max(1);
+                let mlp_only: Vec<u64> = self
+                    .get("mlp_only_layers")
+                    .and_then(Value::as_array)
+                    .map(|a| a.iter().filter_map(Value::as_u64).collect())
+                    .unwrap_or_default();
+                let sparse_layers = (0..layers)
+                    .filter(|i| !mlp_only.contains(i) && (i + 1) % step == 0)
+                    .count() as u64;
+                Some(Experts {
+                    count,
+                    active: self.opt_u64(&["num_experts_per_tok"])?.unwrap_or(2),
+                    intermediate_size: self.u64(&["moe_intermediate_size"])?,
+                    sparse_layers,
+                    shared_intermediate_size: self
+                        .opt_u64(&["shared_expert_intermediate_size"])?
+                        .unwrap_or(0),
+                })
+            }
+            _ => None,
+        };
+        // A dense MLP is needed unless every layer is sparse.
+        let intermediate = match &experts {
+            Some(e) if e.sparse_layers == layers => {
+                self.opt_u64(&["intermediate_size"])?.unwrap_or(0)
+            }
+            _ => self.u64(&["intermediate_size", "n_inner", "ffn_dim"])?,
+        };
+
+        let (sliding_window, sliding_layers) = self.sliding(family, layers)?;
+        let native_dtype = self.native_dtype(&mut notes);
+
+        Ok(Spec {
+            name: name.to_string(),
+            architecture: arch.clone(),
+            hidden_size: hidden,
+            intermediate_size: intermediate,
+            num_layers: layers,
+            num_heads: heads,
+            num_kv_heads: kv_heads,
+            head_dim,
+            vocab_size: vocab,
+            max_position_embeddings: max_pos,
+            tie_word_embeddings: tie,
+            sliding_window,
+            sliding_layers,
+            experts,
+            qkv_bias: match family {
+                Family::Qwen2 | Family::QwenMoe if arch != "qwen3_moe" => true,
+                _ => self.bool("attention_bias").unwrap_or(false),
+            },
+            qk_norm: matches!(family, Family::Qwen3 | Family::Gemma3) || arch == "qwen3_moe",
+            norms_per_layer: if matches!(family, Family::Gemma2 | Family::Gemma3) {
+                4
+            } else {
+                2
+            },
+            fused_gate_up: family == Family::Phi3,
+            native_dtype,
+            gguf: None,
+            notes,
+        })
+    }
+
+    /// Which layers attend through a sliding window, following each family's transformers code.
+    fn sliding(&self, family: Family, layers: u64) -> Result<(Option<u64>, u64), InputError> {
+        let window = self.opt_u64(&["sliding_window"])?.filter(|w| *w > 0);
+        let Some(window) = window else {
+            return Ok((None, 0));
+        };
+        if let Some(types) = self.get("layer_types").and_then(Value::as_array) {
+            let n = types
+                .iter()
+                .filter(|t| t.as_str() == Some("sliding_attention"))
+                .count() as u64;
+            return Ok((Some(window).filter(|_| n > 0), n));
+        }
+        let n = match family {
+            // transformers: layer 0, 2, 4… slide.
+            Family::Gemma2 => layers.div_ceil(2),
+            // every `sliding_window_pattern`-th layer is global.
+            Family::Gemma3 => {
+                let pattern = self
+                    .opt_u64(&["sliding_window_pattern"])?
+                    .unwrap_or(6)
+                    .max(1);
+                (0..layers).filter(|i| (i + 1) % pattern != 0).count() as u64
+            }
+            Family::Qwen2 | Family::Qwen3 | Family::QwenMoe => {
+                if self.bool("use_sliding_window").unwrap_or(false) {
+                    let from = self.opt_u64(&["max_window_layers"])?.unwrap_or(layers);
+                    layers.saturating_sub(from)
+                } else {
+                    0
+                }
+            }
+            Family::Mixtral | Family::LlamaLike | Family::Phi3 => layers,
+            Family::Gemma => 0,
+        };
+        Ok((Some(window).filter(|_| n > 0), n))
+    }
+
+    fn native_dtype(&self, notes: &mut Vec<String>) -> WeightDtype {
+        let torch = self.str("torch_dtype").or_else(|| self.str("dtype"));
+        let base = match torch {
+            Some("float32") => WeightDtype::F32,
+            Some("float16") => WeightDtype::F16,
+            _ => WeightDtype::Bf16,
+        };
+        let Some(Value::Object(q)) = self.outer.get("quantization_config") else {
+            return base;
+        };
+        let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("");
+        let b = |k: &str| q.get(k).and_then(Value::as_bool).unwrap_or(false);
+        let n = |k: &str| q.get(k).and_then(Value::as_u64);
+        match method {
+            "bitsandbytes" if b("load_in_4bit") => {
+                let double_quant = b("bnb_4bit_use_double_quant");
+                match q.get("bnb_4bit_quant_type").and_then(Value::as_str) {
+                    Some("fp4") => WeightDtype::Fp4 { double_quant },
+                    _ => WeightDtype::Nf4 { double_quant },
+                }
+            }
+            "bitsandbytes" if b("load_in_8bit") => WeightDtype::Int8,
+            "gptq" => WeightDtype::Gptq {
+                bits: n("bits").unwrap_or(4) as u8,
+                group_size: n("group_size").filter(|g| *g > 0).unwrap_or(128),
+            },
+            "awq" => WeightDtype::Awq {
+                bits: n("bits").or_else(|| n("w_bit")).unwrap_or(4) as u8,
+                group_size: n("group_size")
+                    .or_else(|| n("q_group_size"))
+                    .filter(|g| *g > 0)
+                    .unwrap_or(128),
+            },
+            other => {
+                notes.push(format!(
+                    "quantization_config `{other}` is not priced yet; weights sized as {base} — pass --dtype to override"
+                ));
+                base
+            }
+        }
+    }
+}
+
+const KNOWN: &[&str] = &[
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "gemma",
+    "gemma2",
+    "gemma3",
+    "gemma3_text",
+    "phi3",
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Family {
+    LlamaLike,
+    Mixtral,
+    Qwen2,
+    Qwen3,
+    QwenMoe,
+    Gemma,
+    Gemma2,
+    Gemma3,
+    Phi3,
+}
+
+impl Family {
+    fn of(model_type: &str, outer: &Obj) -> Option<Family> {
+        Some(match model_type {
+            "llama" | "mistral" => Family::LlamaLike,
+            "mixtral" => Family::Mixtral,
+            "qwen2" => Family::Qwen2,
+            "qwen3" => Family::Qwen3,
+            "qwen2_moe" | "qwen3_moe" => Family::QwenMoe,
+            "gemma" => Family::Gemma,
+            "gemma2" => Family::Gemma2,
+            "gemma3" | "gemma3_text" => Family::Gemma3,
+            "phi3" => Family::Phi3,
+            _ => {
+                // Any other causal LM with llama's fields is sized like llama; encoders and
+                // seq2seq models are refused.
+                let causal = outer
+                    .get("architectures")
+                    .and_then(Value::as_array)
+                    .is_some_and(|a| {
+                        a.iter()
+                            .any(|s| s.as_str().is_some_and(|s| s.ends_with("ForCausalLM")))
+                    });
+                if causal
+                    && outer.contains_key("num_attention_heads")
+                    && outer.contains_key("intermediate_size")
+                {
+                    Family::LlamaLike
+                } else {
+                    return None;
+                }
+            }
+        })
+    }
+}

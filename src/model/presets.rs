@@ -1,0 +1,116 @@
+//! Popular models compiled in, as the config.json facts that size them. They pass through the same
+//! parser as a user's config.json, so a preset can never disagree with the real file's reading.
+
+use std::path::Path;
+
+use super::config::parse_config;
+use super::spec::Spec;
+use crate::error::InputError;
+
+/// (Hugging Face id, config.json subset).
+pub const PRESETS: &[(&str, &str)] = &[
+    (
+        "meta-llama/Llama-2-7b-hf",
+        include_str!("../../presets/llama-2-7b.json"),
+    ),
+    (
+        "meta-llama/Llama-2-13b-hf",
+        include_str!("../../presets/llama-2-13b.json"),
+    ),
+    (
+        "mistralai/Mistral-7B-Instruct-v0.2",
+        include_str!("../../presets/mistral-7b-instruct-v0.2.json"),
+    ),
+    (
+        "meta-llama/Meta-Llama-3-8B",
+        include_str!("../../presets/meta-llama-3-8b.json"),
+    ),
+    (
+        "meta-llama/Llama-3.1-8B-Instruct",
+        include_str!("../../presets/llama-3.1-8b-instruct.json"),
+    ),
+    (
+        "Qwen/Qwen2.5-0.5B-Instruct",
+        include_str!("../../presets/qwen2.5-0.5b-instruct.json"),
+    ),
+    (
+        "Qwen/Qwen2.5-7B-Instruct",
+        include_str!("../../presets/qwen2.5-7b-instruct.json"),
+    ),
+    ("Qwen/Qwen3-8B", include_str!("../../presets/qwen3-8b.json")),
+    (
+        "google/gemma-2-9b-it",
+        include_str!("../../presets/gemma-2-9b-it.json"),
+    ),
+    (
+        "microsoft/Phi-3-mini-4k-instruct",
+        include_str!("../../presets/phi-3-mini-4k-instruct.json"),
+    ),
+    (
+        "mistralai/Mixtral-8x7B-Instruct-v0.1",
+        include_str!("../../presets/mixtral-8x7b-instruct-v0.1.json"),
+    ),
+    (
+        "TinyLlama/TinyLlama-1.1B-Chat-v1.0",
+        include_str!("../../presets/tinyllama-1.1b-chat-v1.0.json"),
+    ),
+];
+
+/// The model `llm-oom diagnose` and `plan` use when none is named: small enough for a CPU probe.
+pub const DEFAULT_MODEL: &str = "Qwen/Qwen2.5-0.5B-Instruct";
+
+/// Find a preset by its id, case-insensitively; the id without its organisation also matches
+/// (`Mistral-7B-Instruct-v0.2`). Models differing only in weights share shapes
+/// (`Mistral-7B-v0.2` is the Instruct model's shape), so the base-model ids map to the same entry.
+pub fn find(id: &str) -> Option<(&'static str, &'static str)> {
+    let want = id.trim().to_ascii_lowercase();
+    let alias = match want.as_str() {
+        "mistralai/mistral-7b-v0.2" | "mistral-7b-v0.2" => "mistralai/mistral-7b-instruct-v0.2",
+        "meta-llama/meta-llama-3-8b-instruct" | "meta-llama-3-8b-instruct" => {
+            "meta-llama/meta-llama-3-8b"
+        }
+        "meta-llama/llama-3.1-8b" | "llama-3.1-8b" => "meta-llama/llama-3.1-8b-instruct",
+        "meta-llama/llama-2-7b-chat-hf" | "llama-2-7b-chat-hf" => "meta-llama/llama-2-7b-hf",
+        "meta-llama/llama-2-13b-chat-hf" | "llama-2-13b-chat-hf" => "meta-llama/llama-2-13b-hf",
+        "qwen/qwen2.5-7b" | "qwen2.5-7b" => "qwen/qwen2.5-7b-instruct",
+        "qwen/qwen2.5-0.5b" | "qwen2.5-0.5b" => "qwen/qwen2.5-0.5b-instruct",
+        other => other,
+    };
+    PRESETS.iter().copied().find(|(pid, _)| {
+        let p = pid.to_ascii_lowercase();
+        p == alias || p.rsplit('/').next() == Some(alias)
+    })
+}
+
+/// Parse a preset into a `Spec` named by its canonical id.
+pub fn load(id: &str, json: &str) -> Result<Spec, InputError> {
+    let path = format!("<preset {id}>");
+    parse_config(json, Path::new(&path), id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_preset_parses() {
+        for (id, json) in PRESETS {
+            let spec = load(id, json).unwrap_or_else(|e| panic!("{id}: {e}"));
+            assert_eq!(spec.name, *id);
+        }
+    }
+
+    #[test]
+    fn finds_by_short_name_and_alias() {
+        assert_eq!(
+            find("Mistral-7B-Instruct-v0.2").unwrap().0,
+            "mistralai/Mistral-7B-Instruct-v0.2"
+        );
+        assert_eq!(
+            find("mistralai/mistral-7b-v0.2").unwrap().0,
+            "mistralai/Mistral-7B-Instruct-v0.2"
+        );
+        assert!(find("nobody/nothing").is_none());
+        assert!(find(DEFAULT_MODEL).is_some());
+    }
+}

@@ -1,0 +1,174 @@
+//! `Spec`: the facts about a model that decide its memory — shapes, not weights.
+
+use serde::Serialize;
+
+use crate::dtype::WeightDtype;
+
+/// A decoder-only transformer's shape, read from config.json, a preset or a GGUF header.
+#[derive(Debug, Clone, Serialize)]
+pub struct Spec {
+    /// Where it came from, as the user named it (an HF id, a path, a preset).
+    pub name: String,
+    /// `model_type` of config.json (`llama`, `mistral`, `gemma2`…), or GGUF's `general.architecture`.
+    pub architecture: String,
+    pub hidden_size: u64,
+    pub intermediate_size: u64,
+    pub num_layers: u64,
+    pub num_heads: u64,
+    pub num_kv_heads: u64,
+    pub head_dim: u64,
+    pub vocab_size: u64,
+    pub max_position_embeddings: Option<u64>,
+    pub tie_word_embeddings: bool,
+    /// Attention window of the sliding-window layers, and how many layers use it.
+    pub sliding_window: Option<u64>,
+    pub sliding_layers: u64,
+    pub experts: Option<Experts>,
+    /// q/k/v projections carry a bias (qwen2).
+    pub qkv_bias: bool,
+    /// Per-head RMSNorm on q and k (qwen3, gemma3).
+    pub qk_norm: bool,
+    /// RMSNorms per decoder layer: 2 for llama, 4 for gemma2/3.
+    pub norms_per_layer: u64,
+    /// gate and up computed as one matmul (phi3): the prefill holds both halves at once.
+    pub fused_gate_up: bool,
+    /// The dtype the checkpoint is stored and loaded in by default (`torch_dtype`, quantization_config).
+    pub native_dtype: WeightDtype,
+    /// Exact tensor bytes when the source is a GGUF file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gguf: Option<GgufWeights>,
+    /// Things the reader noticed that the user should know (an ignored quantization method…).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Experts {
+    pub count: u64,
+    pub active: u64,
+    pub intermediate_size: u64,
+    /// Layers with experts (the rest have a dense MLP of `intermediate_size`).
+    pub sparse_layers: u64,
+    /// qwen2-moe's always-on shared expert.
+    pub shared_intermediate_size: u64,
+}
+
+/// A GGUF file's tensors, priced exactly from their block types.
+#[derive(Debug, Clone, Serialize)]
+pub struct GgufWeights {
+    pub total_bytes: u64,
+    pub tensor_count: u64,
+    pub parameters: u64,
+    /// `file_type` of the header, e.g. `MOSTLY_Q4_K_M`, when present.
+    pub file_type: Option<String>,
+    /// Bytes by block type, largest first.
+    pub by_type: Vec<(String, u64)>,
+}
+
+/// What a weight matrix is for: decides whether a quantizer touches it and at which precision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Embedding,
+    LmHead,
+    AttnQ,
+    AttnK,
+    AttnV,
+    AttnO,
+    MlpGate,
+    MlpUp,
+    MlpDown,
+    Router,
+    /// 1-D tensors: norms and biases. Never quantized.
+    Vector,
+}
+
+impl Role {
+    pub fn is_linear(self) -> bool {
+        !matches!(self, Role::Embedding | Role::LmHead | Role::Vector)
+    }
+}
+
+/// `count` tensors of `rows × cols` (out × in for linear layers) with one role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TensorGroup {
+    pub role: Role,
+    pub rows: u64,
+    pub cols: u64,
+    pub count: u64,
+}
+
+impl TensorGroup {
+    pub fn params(&self) -> u64 {
+        self.rows * self.cols * self.count
+    }
+}
+
+impl Spec {
+    pub fn q_dim(&self) -> u64 {
+        self.num_heads * self.head_dim
+    }
+    pub fn kv_dim(&self) -> u64 {
+        self.num_kv_heads * self.head_dim
+    }
+    /// Every weight tensor as transformers lays it out (fused projections counted as their parts:
+    /// the bytes are the same).
+    pub fn tensors(&self) -> Vec<TensorGroup> {
+        let (h, l, v) = (self.hidden_size, self.num_layers, self.vocab_size);
+        let (q, kv) = (self.q_dim(), self.kv_dim());
+        let g = |role, rows, cols, count| TensorGroup {
+            role,
+            rows,
+            cols,
+            count,
+        };
+        let mut t = vec![
+            g(Role::Embedding, v, h, 1),
+            g(Role::AttnQ, q, h, l),
+            g(Role::AttnK, kv, h, l),
+            g(Role::AttnV, kv, h, l),
+            g(Role::AttnO, h, q, l),
+            // final norm + per-layer norms
+            g(Role::Vector, 1, h, 1 + self.norms_per_layer * l),
+        ];
+        if !self.tie_word_embeddings {
+            t.push(g(Role::LmHead, v, h, 1));
+        }
+        if self.qkv_bias {
+            t.push(g(Role::Vector, 1, q + 2 * kv, l));
+        }
+        if self.qk_norm {
+            t.push(g(Role::Vector, 1, 2 * self.head_dim, l));
+        }
+        let dense_layers = self.experts.as_ref().map_or(l, |e| l - e.sparse_layers);
+        let mlp = |t: &mut Vec<TensorGroup>, inter: u64, count: u64| {
+            if count > 0 && inter > 0 {
+                t.push(g(Role::MlpGate, inter, h, count));
+                t.push(g(Role::MlpUp, inter, h, count));
+                t.push(g(Role::MlpDown, h, inter, count));
+            }
+        };
+        mlp(&mut t, self.intermediate_size, dense_layers);
+        if let Some(e) = &self.experts {
+            t.push(g(Role::Router, e.count, h, e.sparse_layers));
+            mlp(&mut t, e.intermediate_size, e.count * e.sparse_layers);
+            if e.shared_intermediate_size > 0 {
+                mlp(&mut t, e.shared_intermediate_size, e.sparse_layers);
+                // the shared expert's sigmoid gate: hidden → 1
+                t.push(g(Role::Router, 1, h, e.sparse_layers));
+            }
+        }
+        t
+    }
+
+    pub fn parameters(&self) -> u64 {
+        match &self.gguf {
+            Some(g) => g.parameters,
+            None => self.tensors().iter().map(TensorGroup::params).sum(),
+        }
+    }
+
+    /// Layers whose KV cache keeps every token (the rest keep at most `sliding_window`).
+    pub fn full_attention_layers(&self) -> u64 {
+        self.num_layers - self.sliding_layers
+    }
+}

@@ -1,0 +1,250 @@
+//! The terminal rendering: a verdict line first, then aligned tables.
+
+use comfy_table::presets::UTF8_FULL_CONDENSED;
+use comfy_table::{CellAlignment, ContentArrangement, Table};
+
+use super::percent;
+use crate::budget::Limit;
+use crate::diagnosis::{Cause, Remedy, Verdict};
+use crate::plan::PlanReport;
+use crate::units::{group, Bytes};
+
+pub struct Style {
+    pub color: bool,
+}
+
+impl Style {
+    fn paint(&self, code: &str, s: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    }
+    pub fn bold(&self, s: &str) -> String {
+        self.paint("1", s)
+    }
+    pub fn good(&self, s: &str) -> String {
+        self.paint("1;32", s)
+    }
+    pub fn bad(&self, s: &str) -> String {
+        self.paint("1;31", s)
+    }
+    pub fn dim(&self, s: &str) -> String {
+        self.paint("2", s)
+    }
+}
+
+pub fn table(header: &[&str], right_from: usize) -> Table {
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Disabled)
+        .set_header(header.iter().copied());
+    for i in right_from..header.len() {
+        if let Some(c) = t.column_mut(i) {
+            c.set_cell_alignment(CellAlignment::Right);
+        }
+    }
+    t
+}
+
+/// The headline: one line a person reads first and a log grep finds.
+pub fn verdict_line(v: &Verdict, style: &Style, fits_word: &str, oom_word: &str) -> String {
+    let (mark, word) = if v.cause == Cause::None {
+        (style.good("✓"), style.good(fits_word))
+    } else {
+        (style.bad("✗"), style.bad(oom_word))
+    };
+    format!("{mark} {word} — {}", v.summary)
+}
+
+pub fn remedies(out: &mut String, remedies: &[Remedy], style: &Style) {
+    if remedies.is_empty() {
+        return;
+    }
+    out.push_str(&style.bold("Remedies, cheapest first"));
+    out.push('\n');
+    for (i, r) in remedies.iter().enumerate() {
+        let saves = if r.saves_bytes > 0 {
+            format!("saves {}", Bytes(r.saves_bytes as u64))
+        } else {
+            String::new()
+        };
+        let mark = if r.new_budget.fits { "✓" } else { "·" };
+        out.push_str(&format!(
+            "  {}. {mark} {}  {}\n",
+            i + 1,
+            r.action,
+            style.dim(&saves)
+        ));
+        out.push_str(&format!("       {}\n", style.dim(&r.how)));
+    }
+    out.push('\n');
+}
+
+pub fn plan(r: &PlanReport, style: &Style) -> String {
+    let mut out = String::new();
+    let m = &r.model;
+    let w = &r.workload;
+    let c = &r.components;
+    out.push_str(&format!(
+        "{} {} · {} · {} card ({})\n\n",
+        style.bold("llm-oom plan"),
+        m.name,
+        r.engine.name,
+        Bytes(r.device.vram_bytes),
+        match r.device.source {
+            "flag" => "--vram".to_string(),
+            "nvml" => format!(
+                "free on {}",
+                r.device.gpu.as_ref().map_or("GPU", |g| g.name.as_str())
+            ),
+            other => other.to_string(),
+        }
+    ));
+    out.push_str(&verdict_line(&r.verdict, style, "FITS", "WOULD OOM"));
+    out.push('\n');
+    if r.verdict.cause != Cause::None {
+        out.push_str(&style.dim(&format!(
+            "  cause {} · stage {} · confidence {:.2}\n",
+            r.verdict.cause, r.verdict.stage, r.verdict.confidence
+        )));
+    }
+    out.push('\n');
+    out.push_str(&format!(
+        "Model     {} · {:.2} B params · {} layers · {} heads / {} KV heads × {} · vocab {}{}\n",
+        m.architecture,
+        m.parameters as f64 / 1e9,
+        m.layers,
+        m.heads,
+        m.kv_heads,
+        m.head_dim,
+        group(m.vocab_size),
+        m.max_position_embeddings
+            .map_or(String::new(), |n| format!(" · context {}", group(n)))
+    ));
+    out.push_str(&format!(
+        "Workload  {} prompt + {} new tokens × {} sequence{} · weights {} · KV cache {}\n",
+        group(w.prompt_tokens),
+        group(w.max_new_tokens),
+        w.batch,
+        if w.batch == 1 { "" } else { "s" },
+        w.weight_dtype,
+        w.kv_dtype
+    ));
+    out.push_str(&format!(
+        "Per token KV cache {} · weights {}\n\n",
+        Bytes(r.kv_cache_bytes_per_token),
+        Bytes(r.weights_bytes)
+    ));
+
+    let phase = match c.peak_phase {
+        crate::estimate::Phase::Prefill => "prefill",
+        crate::estimate::Phase::Decode => "last decode step",
+    };
+    out.push_str(&style.bold(&format!("Where the memory goes (peak at the {phase})")));
+    out.push('\n');
+    let mut t = table(&["component", "bytes", "share"], 1);
+    for (name, b) in [
+        ("weights", c.weights),
+        ("KV cache", c.kv_cache),
+        ("activations", c.activations),
+        ("allocator", c.allocator),
+        ("CUDA runtime", c.runtime),
+        ("margin", c.margin),
+    ] {
+        t.add_row(vec![
+            name.to_string(),
+            Bytes(b).to_string(),
+            percent(b, r.device.vram_bytes),
+        ]);
+    }
+    t.add_row(vec![
+        "total".to_string(),
+        Bytes(c.total).to_string(),
+        percent(c.total, r.device.vram_bytes),
+    ]);
+    out.push_str(&t.to_string());
+    out.push_str("\n\n");
+
+    remedies(&mut out, &r.remedies, style);
+
+    out.push_str(&style.bold(&format!(
+        "Safe token budget (per request, prompt : new = {} : {})",
+        group(w.prompt_tokens),
+        group(w.max_new_tokens)
+    )));
+    out.push('\n');
+    let mut t = table(
+        &["concurrency", "max tokens", "prompt", "new", "limited by"],
+        1,
+    );
+    for row in &r.budget.table {
+        t.add_row(vec![
+            row.concurrency.to_string(),
+            group(row.max_total_tokens),
+            group(row.prompt_tokens),
+            group(row.new_tokens),
+            limit_word(row.limited_by).to_string(),
+        ]);
+    }
+    out.push_str(&t.to_string());
+    out.push('\n');
+    let opt = |v: Option<u64>| v.map_or("none".to_string(), group);
+    out.push_str(&format!(
+        "At batch {}: largest prompt {} · largest max_new_tokens {} · largest batch {}\n\n",
+        w.batch,
+        opt(r.budget.max_prompt_tokens),
+        opt(r.budget.max_new_tokens),
+        opt(r.budget.max_batch)
+    ));
+
+    out.push_str(&style.bold("Quantization what-if"));
+    out.push('\n');
+    let mut t = table(
+        &[
+            "weights as",
+            "engine",
+            "weights",
+            "this workload",
+            "largest context (batch 1)",
+        ],
+        2,
+    );
+    for q in &r.quantization {
+        t.add_row(vec![
+            q.dtype.to_string(),
+            q.engine.to_string(),
+            Bytes(q.weights_bytes).to_string(),
+            format!(
+                "{} {}",
+                if q.fits { "fits" } else { "OOM" },
+                Bytes(q.peak_bytes)
+            ),
+            format!(
+                "{}{}",
+                group(q.max_total_tokens_batch1),
+                if q.limited_by == Limit::Context {
+                    " (model max)"
+                } else {
+                    ""
+                }
+            ),
+        ]);
+    }
+    out.push_str(&t.to_string());
+    out.push_str("\n\n");
+    for n in &r.notes {
+        out.push_str(&style.dim(&format!("note: {n}\n")));
+    }
+    out.push_str(&style.dim(&format!("engine profile: {}\n", r.engine.note)));
+    out
+}
+
+pub fn limit_word(l: Limit) -> &'static str {
+    match l {
+        Limit::Memory => "memory",
+        Limit::Context => "model context",
+        Limit::Nothing => "nothing fits",
+    }
+}
