@@ -83,26 +83,28 @@ pub enum KvLayout {
     Preallocated,
 }
 
-/// The engine-dependent numbers. Activation coefficients count bytes per prompt token per sequence
-/// in units of the compute dtype's width, attached to the model dimension they scale with.
+/// The engine-dependent numbers. Activation terms count bytes per prompt token per sequence, in
+/// units of the compute dtype's width, attached to the model dimension they scale with.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Profile {
     pub engine: Engine,
     pub calibration: Calibration,
-    /// Device memory outside the allocator's view: CUDA context, cuBLAS/cuDNN workspaces.
+    /// Device memory that is there before the first tensor and stays: CUDA context, cuBLAS workspace.
     pub runtime_overhead: u64,
-    /// Hidden-state copies alive through a layer (residual stream, norm output, norm's f32 temps).
+    /// Hidden-size tensors alive through a layer (residual, input, norm output, norm's f32 temps).
     pub hidden_copies: f64,
-    /// Intermediate-size tensors alive at the MLP's peak (gate·act, up, product = 3).
+    /// Head-dim tensors per token (RoPE cos and sin).
+    pub rope_copies: f64,
+    /// Bytes per token outside the model dimensions (position ids, attention mask).
+    pub token_bytes: f64,
+    /// Intermediate-size tensors alive at the MLP's peak (act(gate), up, product = 3).
     pub mlp_copies: f64,
-    /// q-sized tensors alive at the attention's peak (q, RoPE temporaries, output, its transpose).
-    pub q_copies: f64,
-    /// Materialised attention scores: bytes per score element (scores + f32 softmax + cast back).
+    /// Materialised attention scores: bytes per score element, all copies alive at once.
     pub score_bytes: Option<f64>,
     /// Logits kept for how many positions of the prefill (1 = only the last, as `generate` does).
     pub logit_positions: LogitPositions,
     pub kv_layout: KvLayout,
-    /// Allocator rounding and caching on top of what tensors use (fraction of KV + activations).
+    /// Allocator overhead on top of what tensors use, as a fraction of KV cache + activations.
     pub allocator_slack: f64,
     /// Share of the card the engine may take (vLLM's `gpu_memory_utilization`); 1.0 for the rest.
     pub memory_fraction: f64,
@@ -122,29 +124,44 @@ pub enum LogitPositions {
 
 impl Profile {
     pub fn of(engine: Engine) -> Profile {
+        // transformers 5.17 / torch 2.11 on an H200, bf16 and fp16, 7 architectures
+        // (docs/calibration/transformers-h200-2026-11-30.jsonl, fit in docs/accuracy.md):
+        // - SDPA prefill peak above weights + prompt KV is, per prompt token,
+        //   (3·I + 4·H + 2·head_dim)·d + 32 bytes — exact to 0.1 % for Qwen2.5-0.5B, Mistral-7B,
+        //   Llama-2-7B, Llama-3-8B, Qwen2.5-7B, Gemma-2-9B; Phi-3's fused gate_up holds 4·I.
+        // - eager adds B·P²·(heads·10 + d): scores, scaled copy, f32 softmax, cast back (2+2+4+2
+        //   bytes) and the 4-D mask; plus repeat_kv's 2·q_dim for GQA models.
+        // - The largest prompt that survived generate(256) under a 24 GiB cap was 0.81 × what
+        //   allocated bytes predict (Mistral 34,253, Llama-3 29,141 tokens): the caching allocator's
+        //   segments. reserved/allocated was 1.22 at 16k tokens. Slack 0.25 keeps every measured
+        //   limit above the prediction.
+        // - CUDA context 619 MiB (NVML after init) + cuBLAS workspace 32 MiB.
         let transformers = Profile {
             engine,
-            calibration: Calibration::Derived,
-            runtime_overhead: 512 * MIB,
+            calibration: Calibration::Measured {
+                source: "docs/calibration/transformers-h200-2026-11-30.jsonl",
+            },
+            runtime_overhead: 652 * MIB,
             hidden_copies: 4.0,
+            rope_copies: 2.0,
+            token_bytes: 32.0,
             mlp_copies: 3.0,
-            q_copies: 4.0,
             score_bytes: None,
             logit_positions: LogitPositions::Last,
             kv_layout: KvLayout::Concatenated,
-            allocator_slack: 0.02,
+            allocator_slack: 0.25,
             memory_fraction: 1.0,
             prefill_chunk: None,
             sampler_warmup_seqs: 0,
         };
         match engine {
             Engine::Transformers => transformers,
-            // eager: scores in the compute dtype, softmax in f32, cast back: 2 + 4 + 2 bytes.
             Engine::TransformersEager => Profile {
-                score_bytes: Some(8.0),
+                score_bytes: Some(10.0),
                 ..transformers
             },
             Engine::Vllm => Profile {
+                calibration: Calibration::Derived,
                 runtime_overhead: GIB, // CUDA context + CUDA graphs of the decode batch sizes
                 kv_layout: KvLayout::Paged { block: 16 },
                 memory_fraction: 0.90,
@@ -154,10 +171,9 @@ impl Profile {
                 ..transformers
             },
             Engine::LlamaCpp => Profile {
+                calibration: Calibration::Derived,
                 runtime_overhead: 384 * MIB,
                 hidden_copies: 6.0,
-                mlp_copies: 3.0,
-                q_copies: 3.0,
                 // KQ in f32 without flash attention, for a micro-batch against the whole context.
                 score_bytes: Some(4.0),
                 kv_layout: KvLayout::Preallocated,

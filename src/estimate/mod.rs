@@ -114,9 +114,10 @@ pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
 
 /// Peak transient bytes of the prefill and of the last decode step.
 fn activations(spec: &Spec, p: &Profile, w: &Workload, d: f64, kv_full: u64) -> (u64, u64) {
-    let (h, q, v) = (
+    let (h, q, kv, v) = (
         spec.hidden_size as f64,
         spec.q_dim() as f64,
+        spec.kv_dim() as f64,
         spec.vocab_size as f64,
     );
     // MoE: one expert runs at a time over the tokens routed to it; allow a skewed routing (2×).
@@ -126,7 +127,7 @@ fn activations(spec: &Spec, p: &Profile, w: &Workload, d: f64, kv_full: u64) -> 
         }
         _ => spec.intermediate_size as f64,
     };
-    let mlp_copies = if spec.fused_gate_up {
+    let mlp_copies = if spec.fused_projections {
         p.mlp_copies + 1.0
     } else {
         p.mlp_copies
@@ -144,21 +145,33 @@ fn activations(spec: &Spec, p: &Profile, w: &Workload, d: f64, kv_full: u64) -> 
         _ => prompt,
     };
 
-    let hidden = step_tokens * p.hidden_copies * h * d;
-    let mlp = step_tokens * mlp_copies * inter * d;
-    let scores = p.score_bytes.map_or(0.0, |bytes| {
-        // Scores of the tokens in this pass against their context, per head; plus the 4-D mask.
-        let rows = step_tokens;
-        rows * context * (spec.num_heads as f64 * bytes + d)
+    // Alive through the whole layer: hidden-size copies, RoPE tables, ids and mask.
+    let per_token =
+        (p.hidden_copies * h + p.rope_copies * spec.head_dim as f64) * d + p.token_bytes;
+    let mlp = mlp_copies * inter * d;
+    let attn = p.score_bytes.map_or(0.0, |bytes| {
+        // Materialised attention also expands GQA's K and V to every head (repeat_kv), and a fused
+        // qkv projection stays alive while q, k and v are views of it.
+        let repeat = if spec.num_kv_heads < spec.num_heads {
+            2.0 * q
+        } else {
+            0.0
+        };
+        let fused = if spec.fused_projections {
+            q + 2.0 * kv
+        } else {
+            0.0
+        };
+        step_tokens * (repeat + fused) * d
+            + step_tokens * context * (spec.num_heads as f64 * bytes + d)
     });
-    let attn = step_tokens * p.q_copies * q * d + scores;
     let logit_rows = match p.logit_positions {
         LogitPositions::Last => batch,
         LogitPositions::All => step_tokens,
     };
     // Logits upcast to f32 for sampling, plus the softmax over them.
     let logits = logit_rows.max(p.sampler_warmup_seqs as f64) * v * 8.0;
-    let prefill = hidden + mlp.max(attn) + logits;
+    let prefill = step_tokens * per_token + (step_tokens * mlp).max(attn) + logits;
 
     // A decode step: one token per sequence; transformers' `torch.cat` briefly doubles one layer's
     // K (or V) at the full length.
@@ -166,9 +179,8 @@ fn activations(spec: &Spec, p: &Profile, w: &Workload, d: f64, kv_full: u64) -> 
         KvLayout::Concatenated => kv_full as f64 / (2.0 * spec.num_layers as f64),
         _ => 0.0,
     };
-    let decode = batch * (p.hidden_copies * h + mlp_copies * inter) * d
-        + batch.max(p.sampler_warmup_seqs as f64) * v * 8.0
-        + concat;
+    let decode =
+        batch * (per_token + mlp) + batch.max(p.sampler_warmup_seqs as f64) * v * 8.0 + concat;
     (prefill as u64, decode as u64)
 }
 

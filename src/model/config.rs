@@ -216,7 +216,7 @@ impl Reader<'_> {
             } else {
                 2
             },
-            fused_gate_up: family == Family::Phi3,
+            fused_projections: family == Family::Phi3,
             native_dtype,
             gguf: None,
             notes,

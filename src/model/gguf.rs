@@ -128,7 +128,7 @@ fn spec_from_content(c: &Content, path: &Path, name: &str) -> Result<Spec, Input
         } else {
             2
         },
-        fused_gate_up: arch == "phi3",
+        fused_projections: arch == "phi3",
         native_dtype: match file_type.as_deref() {
             Some("MOSTLY_Q8_0") => WeightDtype::Gguf(GgufMix::Q8_0),
             Some("MOSTLY_Q6_K") => WeightDtype::Gguf(GgufMix::Q6K),

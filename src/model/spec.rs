@@ -30,8 +30,8 @@ pub struct Spec {
     pub qk_norm: bool,
     /// RMSNorms per decoder layer: 2 for llama, 4 for gemma2/3.
     pub norms_per_layer: u64,
-    /// gate and up computed as one matmul (phi3): the prefill holds both halves at once.
-    pub fused_gate_up: bool,
+    /// q/k/v and gate/up each computed as one matmul (phi3): the fused outputs stay alive.
+    pub fused_projections: bool,
     /// The dtype the checkpoint is stored and loaded in by default (`torch_dtype`, quantization_config).
     pub native_dtype: WeightDtype,
     /// Exact tensor bytes when the source is a GGUF file.
