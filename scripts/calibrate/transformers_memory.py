@@ -112,13 +112,13 @@ def run_case(model, vocab, batch, prompt, new):
     }
 
 
-def largest_prompt(f, model, name, vocab, batch, new, cap, lo, hi, deadline):
+def largest_prompt(f, model, name, vocab, batch, new, cap, lo, hi, deadline, attn="sdpa"):
     """Binary search the largest prompt that survives generate() under `cap` bytes of torch memory."""
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction(cap / total)
     trials = []
     try:
-        while hi - lo > max(16, lo // 100) and time.time() < deadline:
+        while hi - lo > max(16, lo // 50) and time.time() < deadline:
             mid = (lo + hi) // 2
             try:
                 run_case(model, vocab, batch, mid, new)
@@ -135,7 +135,7 @@ def largest_prompt(f, model, name, vocab, batch, new, cap, lo, hi, deadline):
             gc.collect(); torch.cuda.empty_cache()
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0)
-    emit(f, {"kind": "limit", "model": name, "batch": batch, "new": new, "torch_cap": cap,
+    emit(f, {"kind": "limit", "model": name, "attn": attn, "batch": batch, "new": new, "torch_cap": cap,
              "largest_ok": lo, "smallest_fail": hi, "trials": trials})
 
 
@@ -144,6 +144,8 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--budget-s", type=float, default=480)
     ap.add_argument("--only", default="")
+    ap.add_argument("--limits", default="",
+                    help="only limit searches: preset:batch:attn:lo:hi,... (24 GiB card, 256 new tokens)")
     args = ap.parse_args()
     start = time.time()
     deadline = start + args.budget_s
@@ -157,6 +159,20 @@ def main():
     emit(f, {"kind": "env", "gpu": props.name, "total": props.total_memory, "torch": torch.__version__,
              "transformers": transformers.__version__, "nvml_used_after_init": ctx,
              "reserved_after_init": torch.cuda.memory_reserved()})
+    if args.limits:
+        for spec in args.limits.split(","):
+            name, batch, attn, lo, hi = spec.split(":")
+            if time.time() > deadline:
+                emit(f, {"kind": "skipped", "model": name, "why": "time budget"})
+                continue
+            model, cfg = build(name, torch.bfloat16)
+            set_attn(model, attn)
+            largest_prompt(f, model, name, cfg.vocab_size, int(batch), 256, 24 * GIB - max(context, 0),
+                           int(lo), int(hi), deadline, attn)
+            del model
+            gc.collect(); torch.cuda.empty_cache()
+        emit(f, {"kind": "done", "seconds": round(time.time() - start, 1)})
+        return
     for name, which in MODELS:
         if args.only and name not in args.only.split(","):
             continue
