@@ -118,6 +118,18 @@ def largest_prompt(f, model, name, vocab, batch, new, cap, lo, hi, deadline, att
     torch.cuda.set_per_process_memory_fraction(cap / total)
     trials = []
     try:
+        # The bracket must start from a prompt that fits; widen downwards if it does not.
+        while lo > 64:
+            try:
+                run_case(model, vocab, batch, lo, new)
+                trials.append((lo, True))
+                break
+            except Exception as e:  # noqa: BLE001
+                if not is_oom(e):
+                    raise
+                trials.append((lo, False))
+                hi, lo = lo, lo // 2
+                gc.collect(); torch.cuda.empty_cache()
         while hi - lo > max(16, lo // 50) and time.time() < deadline:
             mid = (lo + hi) // 2
             try:
