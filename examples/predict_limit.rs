@@ -22,8 +22,16 @@ fn main() -> anyhow::Result<()> {
         engine: engine.parse()?,
     };
     let vram: llm_oom::units::Bytes = vram.parse()?;
-    let planner = Planner { spec: &spec, vram: vram.0 };
-    let p = largest(1, 1_000_000, |p| planner.fits(&Workload { prompt_tokens: p, ..w }));
+    let planner = Planner {
+        spec: &spec,
+        vram: vram.0,
+    };
+    let p = largest(1, 1_000_000, |p| {
+        planner.fits(&Workload {
+            prompt_tokens: p,
+            ..w
+        })
+    });
     println!("{}", p.unwrap_or(0));
     Ok(())
 }

@@ -104,8 +104,13 @@ pub struct Profile {
     /// Logits kept for how many positions of the prefill (1 = only the last, as `generate` does).
     pub logit_positions: LogitPositions,
     pub kv_layout: KvLayout,
-    /// Allocator overhead on top of what tensors use, as a fraction of KV cache + activations.
-    pub allocator_slack: f64,
+    /// Allocator overhead on top of what tensors use (segments the caching allocator cannot hand
+    /// back), as fractions of the KV cache and of the activations.
+    pub kv_slack: f64,
+    pub activation_slack: f64,
+    /// Whether sliding-window layers keep only their window in the cache (transformers 5.17's
+    /// `generate()` keeps every token for Gemma-2 and Phi-3: measured; vLLM and llama.cpp trim).
+    pub caps_sliding_window: bool,
     /// Share of the card the engine may take (vLLM's `gpu_memory_utilization`); 1.0 for the rest.
     pub memory_fraction: f64,
     /// Tokens one forward pass processes at most (vLLM `max_num_batched_tokens`, llama.cpp `-ub`);
@@ -131,10 +136,13 @@ impl Profile {
         //   Llama-2-7B, Llama-3-8B, Qwen2.5-7B, Gemma-2-9B; Phi-3's fused gate_up holds 4·I.
         // - eager adds B·P²·(heads·10 + d): scores, scaled copy, f32 softmax, cast back (2+2+4+2
         //   bytes) and the 4-D mask; plus repeat_kv's 2·q_dim for GQA models.
-        // - The largest prompt that survived generate(256) under a 24 GiB cap was 0.81 × what
-        //   allocated bytes predict (Mistral 34,253, Llama-3 29,141 tokens): the caching allocator's
-        //   segments. reserved/allocated was 1.22 at 16k tokens. Slack 0.25 keeps every measured
-        //   limit above the prediction.
+        // - The largest prompt that survives generate(256) under a 24 GiB cap needs 1.09–1.28 ×
+        //   the allocated bytes (the caching allocator's segments; reserved/allocated was 1.22 at
+        //   16k tokens). Slack 0.24 on the KV cache and 0.16 on activations is the best fit that
+        //   keeps all nine measured limits (6 models, batch 1–8, sdpa and eager) at or above the
+        //   prediction (docs/calibration/transformers-limits-h200-2026-11-30.jsonl).
+        // - Sliding windows do not shrink the cache in generate() (Gemma-2 and Phi-3 limits fit
+        //   only with every token kept).
         // - CUDA context 619 MiB (NVML after init) + cuBLAS workspace 32 MiB.
         let transformers = Profile {
             engine,
@@ -149,7 +157,9 @@ impl Profile {
             score_bytes: None,
             logit_positions: LogitPositions::Last,
             kv_layout: KvLayout::Concatenated,
-            allocator_slack: 0.25,
+            kv_slack: 0.24,
+            activation_slack: 0.16,
+            caps_sliding_window: false,
             memory_fraction: 1.0,
             prefill_chunk: None,
             sampler_warmup_seqs: 0,
@@ -167,7 +177,9 @@ impl Profile {
                 memory_fraction: 0.90,
                 prefill_chunk: Some(8192),
                 sampler_warmup_seqs: 256,
-                allocator_slack: 0.0,
+                kv_slack: 0.0,
+                activation_slack: 0.0,
+                caps_sliding_window: true,
                 ..transformers
             },
             Engine::LlamaCpp => Profile {
@@ -177,7 +189,9 @@ impl Profile {
                 // KQ in f32 without flash attention, for a micro-batch against the whole context.
                 score_bytes: Some(4.0),
                 kv_layout: KvLayout::Preallocated,
-                allocator_slack: 0.0,
+                kv_slack: 0.0,
+                activation_slack: 0.0,
+                caps_sliding_window: true,
                 prefill_chunk: Some(512),
                 ..transformers
             },

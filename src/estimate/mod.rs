@@ -81,8 +81,9 @@ pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
         KvLayout::Paged { block } => tokens.div_ceil(block) * block,
         _ => tokens,
     };
-    let kv_prompt = kv_bytes(spec, w.kv_dtype, kv_tokens(w.prompt_tokens), w.batch);
-    let kv_full = kv_bytes(spec, w.kv_dtype, kv_tokens(w.total_tokens()), w.batch);
+    let trim = p.caps_sliding_window;
+    let kv_prompt = kv_bytes(spec, w.kv_dtype, kv_tokens(w.prompt_tokens), w.batch, trim);
+    let kv_full = kv_bytes(spec, w.kv_dtype, kv_tokens(w.total_tokens()), w.batch, trim);
 
     let (prefill_act, decode_act) = activations(spec, &p, w, d, kv_full);
     // vLLM and llama.cpp hold the whole cache from the start; transformers grows it.
@@ -90,12 +91,16 @@ pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
         KvLayout::Concatenated => (kv_prompt + prefill_act, kv_full + decode_act),
         _ => (kv_full + prefill_act, kv_full + decode_act),
     };
-    let (peak_phase, kv_cache, activations) = if prefill > decode {
-        (Phase::Prefill, prefill - prefill_act, prefill_act)
-    } else {
-        (Phase::Decode, kv_full, decode_act)
-    };
-    let allocator = ((kv_cache + activations) as f64 * p.allocator_slack) as u64;
+    let slack =
+        |kv: u64, act: u64| (kv as f64 * p.kv_slack + act as f64 * p.activation_slack) as u64;
+    let (prefill_kv, decode_kv) = (prefill - prefill_act, decode - decode_act);
+    let (peak_phase, kv_cache, activations) =
+        if prefill + slack(prefill_kv, prefill_act) > decode + slack(decode_kv, decode_act) {
+            (Phase::Prefill, prefill_kv, prefill_act)
+        } else {
+            (Phase::Decode, decode_kv, decode_act)
+        };
+    let allocator = slack(kv_cache, activations);
     let reserved = ((1.0 - p.memory_fraction) * vram as f64) as u64;
     let margin = reserved + safety_margin(vram);
     let runtime = p.runtime_overhead;
