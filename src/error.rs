@@ -60,7 +60,7 @@ pub enum InputError {
     UnknownArchitecture { path: PathBuf, arch: String },
     #[error("{} is not a readable GGUF file ({reason}); re-download it or check it with llama.cpp's gguf-dump", path.display())]
     Gguf { path: PathBuf, reason: String },
-    #[error("{model} can attend to at most {max} tokens, but prompt + new tokens is {requested}: that is not an out-of-memory question; lower --prompt-tokens or --max-new-tokens")]
+    #[error("{model} was trained for at most {max} tokens, but prompt + new tokens is {requested}: beyond that its output degrades whatever the memory; lower --prompt-tokens or --max-new-tokens")]
     ContextTooLong {
         model: String,
         requested: u64,

@@ -10,6 +10,8 @@ pub mod diagnosis;
 pub mod dtype;
 pub mod error;
 pub mod estimate;
+pub mod explain;
+pub mod logparse;
 pub mod meter;
 pub mod model;
 pub mod plan;

@@ -113,12 +113,14 @@ pub fn plan_for(req: &PlanRequest, resolved: ResolvedModel) -> Result<PlanReport
     };
     if let Some(max) = spec.max_position_embeddings {
         if w.total_tokens() > max {
-            return Err(InputError::ContextTooLong {
+            // Not a memory question, but transformers only warns and runs on: plan the memory and
+            // say that the model was not trained for that context.
+            let warning = InputError::ContextTooLong {
                 model: spec.name.clone(),
                 requested: w.total_tokens(),
                 max,
-            }
-            .into());
+            };
+            notes.push(warning.to_string());
         }
     }
     if spec.gguf.is_some() && req.engine != Engine::LlamaCpp {
@@ -498,6 +500,6 @@ pub fn remedies(planner: &Planner, w: &Workload, est: &Estimate) -> Vec<Remedy> 
         }
     }
     // Those that make it fit first; within each group, the order above is cheapest first.
-    out.sort_by_key(|r| !r.new_budget.fits);
+    out.sort_by_key(|r| !r.fits());
     out
 }

@@ -113,6 +113,18 @@ fn peaks_are_within_three_percent() {
         let measured = llm_oom::estimate::weight_bytes(&s, d) + u(r, "peak_alloc");
         let err = (predicted as f64 - measured as f64) / measured as f64;
         worst = worst.max(err.abs());
+        eprintln!(
+            "| {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:+.2} % |",
+            r["model"].as_str().unwrap(),
+            r["attn"].as_str().unwrap(),
+            if d == WeightDtype::F16 { "f16" } else { "bf16" },
+            w.batch,
+            w.prompt_tokens,
+            w.max_new_tokens,
+            predicted as f64 / GIB as f64,
+            measured as f64 / GIB as f64,
+            err * 100.0
+        );
         assert!(
             err.abs() < 0.03,
             "{r}: predicted {predicted}, measured {measured} ({:+.2} %)",

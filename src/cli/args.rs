@@ -11,6 +11,13 @@ Examples:
   llm-oom plan --model model.Q4_K_M.gguf --engine llama.cpp --vram 8GiB --json
   llm-oom plan --list-presets";
 
+const EXPLAIN_EXAMPLES: &str = "\
+Examples:
+  llm-oom explain oom.log
+  pbpaste | llm-oom explain -
+  llm-oom explain crash.log --model mistralai/Mistral-7B-Instruct-v0.2 --prompt-tokens 12000 --batch 4
+  kubectl logs pod/llm-0 --previous | llm-oom explain --markdown";
+
 const DIAGNOSE_EXAMPLES: &str = "\
 Examples:
   llm-oom diagnose
@@ -58,6 +65,9 @@ pub enum Command {
     /// Predict from config.json alone whether a workload fits, and the largest one that does.
     #[command(after_help = PLAN_EXAMPLES)]
     Plan(PlanArgs),
+    /// Read a pasted OOM log (PyTorch, vLLM, llama.cpp, candle, TGI, dmesg…) and say what it means.
+    #[command(after_help = EXPLAIN_EXAMPLES)]
+    Explain(ExplainArgs),
     /// Print a shell completion script.
     Completions {
         /// bash, zsh, fish, elvish or powershell
@@ -69,9 +79,9 @@ pub enum Command {
 #[derive(Debug, Clone, Args)]
 pub struct WorkloadArgs {
     /// A Hugging Face id, a local checkpoint folder or config.json, a .gguf file, or a preset
-    /// (see `plan --list-presets`).
-    #[arg(long, short = 'm', default_value = llm_oom::model::presets::DEFAULT_MODEL)]
-    pub model: String,
+    /// (see `plan --list-presets`) [default: Qwen/Qwen2.5-0.5B-Instruct; explain: none]
+    #[arg(long, short = 'm')]
+    pub model: Option<String>,
     /// Weight dtype: f32, f16, bf16, int8, nf4, fp4, q8_0, q6_k, q5_k_m, q4_k_m, q4_0 [default: the checkpoint's]
     #[arg(long)]
     pub dtype: Option<String>,
@@ -104,7 +114,7 @@ pub struct WorkloadArgs {
     )]
     pub batch: i64,
     /// The card to plan for (24GiB, 80GB…) [default: the detected GPU's free memory]
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub vram: Option<String>,
     /// Which engine's memory behaviour: transformers, transformers-eager, vllm, llama.cpp
     #[arg(long, default_value = "transformers")]
@@ -121,6 +131,16 @@ pub struct PlanArgs {
     /// List the embedded model presets and exit.
     #[arg(long)]
     pub list_presets: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// The log file, or - for standard input.
+    #[arg(default_value = "-")]
+    pub input: String,
+    /// With --model (and the workload flags), remedies carry plan's exact bytes.
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
 }
 
 #[derive(Debug, Args)]

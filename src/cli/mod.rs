@@ -9,6 +9,7 @@ use clap::CommandFactory;
 
 use args::{Cli, ColorChoice, Command, WorkloadArgs};
 use llm_oom::error::InputError;
+use llm_oom::explain::{explain, ExplainRequest};
 use llm_oom::model::presets::PRESETS;
 use llm_oom::plan::{plan, PlanRequest};
 use llm_oom::report::text::Style;
@@ -38,6 +39,25 @@ pub fn run(cli: Cli) -> Result<i32> {
                 );
             }
             print(&render_plan(&r, format)?)?;
+            Ok(r.verdict.exit_code())
+        }
+        Command::Explain(args) => {
+            let raw = read_input(&args.input)?;
+            let plan = match &args.workload.model {
+                Some(_) => Some(plan_request(&args.workload)?),
+                None => None,
+            };
+            let req = ExplainRequest {
+                plan,
+                engine: args.workload.engine.parse()?,
+            };
+            let r = explain(&raw, &req)?;
+            let out = match format {
+                Format::Json => report::json(&r)?,
+                Format::Markdown => report::markdown::explain(&r),
+                Format::Text { color } => report::text::explain(&r, &Style { color }),
+            };
+            print(&out)?;
             Ok(r.verdict.exit_code())
         }
         Command::Completions { shell } => {
@@ -72,9 +92,32 @@ fn positive(what: &'static str, v: i64) -> Result<u64, InputError> {
     Ok(v as u64)
 }
 
+/// The log's bytes from a file or stdin; a missing file is bad input.
+fn read_input(input: &str) -> Result<Vec<u8>, InputError> {
+    use std::io::Read;
+    let mut raw = Vec::new();
+    if input == "-" {
+        std::io::stdin()
+            .read_to_end(&mut raw)
+            .map_err(|source| InputError::Io {
+                path: "<stdin>".into(),
+                source,
+            })?;
+    } else {
+        raw = std::fs::read(input).map_err(|source| InputError::Io {
+            path: input.into(),
+            source,
+        })?;
+    }
+    Ok(raw)
+}
+
 pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, InputError> {
     Ok(PlanRequest {
-        model: a.model.clone(),
+        model: a
+            .model
+            .clone()
+            .unwrap_or_else(|| llm_oom::model::presets::DEFAULT_MODEL.to_string()),
         dtype: a.dtype.as_deref().map(str::parse).transpose()?,
         kv_dtype: a.kv_dtype.as_deref().map(str::parse).transpose()?,
         prompt_tokens: positive("--prompt-tokens", a.prompt_tokens)?,

@@ -21,6 +21,12 @@ pub enum Change {
     RaiseUtilization(u64),
     AllocatorSettings,
     FreeOtherProcesses,
+    /// The engine's context / max model length.
+    ReduceContext(u64),
+    /// Keep part of the model in host RAM.
+    CpuOffload,
+    /// Give the process more host RAM (or load without a host copy).
+    MoreHostMemory,
     LargerGpu(u64),
 }
 
@@ -39,9 +45,9 @@ pub struct Remedy {
     pub how: String,
     pub change: Change,
     /// Bytes the change saves at the peak (negative for changes that spend memory to gain room,
-    /// such as a higher vLLM utilization).
-    pub saves_bytes: i64,
-    pub new_budget: RemedyBudget,
+    /// such as a higher vLLM utilization); `None` when the evidence does not price it.
+    pub saves_bytes: Option<i64>,
+    pub new_budget: Option<RemedyBudget>,
     /// Set by `diagnose --verify` when the change was tried on the GPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verified: Option<bool>,
@@ -64,14 +70,35 @@ impl Remedy {
             action: format!("{} → {effect}", describe(change)),
             how: how(change, engine),
             change,
-            saves_bytes: old_peak as i64 - new_peak as i64,
-            new_budget: RemedyBudget {
+            saves_bytes: Some(old_peak as i64 - new_peak as i64),
+            new_budget: Some(RemedyBudget {
                 peak_bytes: new_peak,
                 vram_bytes: vram,
                 fits,
-            },
+            }),
             verified: None,
         }
+    }
+
+    /// A remedy the evidence names but cannot price; `saves` when one figure is known (the bytes
+    /// another process holds, the cached blocks the allocator could reuse).
+    pub fn advice(change: Change, engine: Engine, saves: Option<u64>) -> Remedy {
+        let action = match saves {
+            Some(b) => format!("{} → frees up to {}", describe(change), Bytes(b)),
+            None => describe(change),
+        };
+        Remedy {
+            action,
+            how: how(change, engine),
+            change,
+            saves_bytes: saves.map(|b| b as i64),
+            new_budget: None,
+            verified: None,
+        }
+    }
+
+    pub fn fits(&self) -> bool {
+        self.new_budget.as_ref().is_some_and(|b| b.fits)
     }
 }
 
@@ -90,6 +117,12 @@ fn describe(change: Change) -> String {
         Change::RaiseUtilization(pct) => format!("let the engine use {pct} % of the card"),
         Change::AllocatorSettings => "let the allocator reuse fragmented memory".into(),
         Change::FreeOtherProcesses => "free the memory other processes hold".into(),
+        Change::ReduceContext(n) => format!("size the context for {} tokens", group(n)),
+        Change::CpuOffload => "offload part of the model to CPU RAM (slow)".into(),
+        Change::MoreHostMemory => {
+            "give the process more host RAM, or load without a full host copy".into()
+        }
+        Change::LargerGpu(0) => "use a GPU with more memory".into(),
         Change::LargerGpu(b) => format!("use a GPU with {}", Bytes(b)),
     }
 }
@@ -123,6 +156,13 @@ fn how(change: Change, engine: Engine) -> String {
         (Change::RaiseUtilization(pct), _) => format!("--gpu-memory-utilization 0.{pct:02}"),
         (Change::AllocatorSettings, _) => "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (or max_split_size_mb:128); torch.cuda.empty_cache() only returns cached blocks, it is not a fix".into(),
         (Change::FreeOtherProcesses, _) => "nvidia-smi lists them; close the notebook or server that holds a model, or run on another GPU (CUDA_VISIBLE_DEVICES)".into(),
+        (Change::ReduceContext(n), Vllm) => format!("--max-model-len {n}"),
+        (Change::ReduceContext(n), LlamaCpp) => format!("-c {n}"),
+        (Change::ReduceContext(n), _) => format!("cap inputs at {n} tokens (tokenizer truncation) and max_new_tokens"),
+        (Change::CpuOffload, LlamaCpp) => "-ngl N with N below the layer count".into(),
+        (Change::CpuOffload, Vllm) => "--cpu-offload-gb N".into(),
+        (Change::CpuOffload, _) => "from_pretrained(..., device_map=\"auto\", max_memory={0: \"20GiB\", \"cpu\": \"64GiB\"})".into(),
+        (Change::MoreHostMemory, _) => "raise the container's memory limit; load safetensors (memory-mapped) with low_cpu_mem_usage=True / device_map=\"cuda\"; check dmesg".into(),
         (Change::LargerGpu(_), _) => "or split the model across GPUs (device_map=\"auto\", --tensor-parallel-size, -ts)".into(),
     }
 }

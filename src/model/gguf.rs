@@ -96,7 +96,7 @@ fn spec_from_content(c: &Content, path: &Path, name: &str) -> Result<Spec, Input
         params += elems;
     }
     let mut by_type: Vec<(String, u64)> = by_type.into_iter().collect();
-    by_type.sort_by(|a, b| b.1.cmp(&a.1));
+    by_type.sort_by_key(|t| std::cmp::Reverse(t.1));
     let file_type = c
         .metadata
         .get("general.file_type")

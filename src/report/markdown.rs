@@ -41,10 +41,9 @@ pub fn remedies(out: &mut String, remedies: &[Remedy]) {
     }
     out.push_str("#### Remedies, cheapest first\n\n");
     for (i, r) in remedies.iter().enumerate() {
-        let saves = if r.saves_bytes > 0 {
-            format!(" (saves {})", Bytes(r.saves_bytes as u64))
-        } else {
-            String::new()
+        let saves = match r.saves_bytes {
+            Some(b) if b > 0 && r.new_budget.is_some() => format!(" (saves {})", Bytes(b as u64)),
+            _ => String::new(),
         };
         out.push_str(&format!(
             "{}. {}{saves} — `{}`\n",
@@ -140,6 +139,28 @@ pub fn plan(r: &PlanReport) -> String {
     out.push_str(&format!(
         "<sub>llm-oom {} · `llm-oom plan`</sub>\n",
         r.version
+    ));
+    out
+}
+
+pub fn explain(r: &crate::explain::ExplainReport) -> String {
+    let mut out = String::new();
+    verdict_block(&mut out, "llm-oom explain", &r.verdict);
+    if let Some(f) = r.findings.first() {
+        out.push_str(&format!(
+            "First fatal line ({}):\n\n```\n{}\n```\n\n",
+            f.line, f.quote
+        ));
+    }
+    remedies(&mut out, &r.remedies);
+    if let Some(d) = &r.to_decide {
+        out.push_str(&format!("**To decide:** {d}\n\n"));
+    }
+    out.push_str(&format!(
+        "<sub>llm-oom {} · `llm-oom explain` · {} lines, {} out-of-memory event(s)</sub>\n",
+        r.version,
+        r.lines,
+        r.findings.len()
     ));
     out
 }

@@ -65,12 +65,11 @@ pub fn remedies(out: &mut String, remedies: &[Remedy], style: &Style) {
     out.push_str(&style.bold("Remedies, cheapest first"));
     out.push('\n');
     for (i, r) in remedies.iter().enumerate() {
-        let saves = if r.saves_bytes > 0 {
-            format!("saves {}", Bytes(r.saves_bytes as u64))
-        } else {
-            String::new()
+        let saves = match r.saves_bytes {
+            Some(b) if b > 0 && r.new_budget.is_some() => format!("saves {}", Bytes(b as u64)),
+            _ => String::new(),
         };
-        let mark = if r.new_budget.fits { "✓" } else { "·" };
+        let mark = if r.fits() { "✓" } else { "·" };
         out.push_str(&format!(
             "  {}. {mark} {}  {}\n",
             i + 1,
@@ -247,4 +246,50 @@ pub fn limit_word(l: Limit) -> &'static str {
         Limit::Context => "model context",
         Limit::Nothing => "nothing fits",
     }
+}
+
+pub fn explain(r: &crate::explain::ExplainReport, style: &Style) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "{} · {} lines · {} out-of-memory event(s)\n\n",
+        style.bold("llm-oom explain"),
+        r.lines,
+        r.findings.len()
+    ));
+    out.push_str(&verdict_line(&r.verdict, style, "NO OOM", "OOM"));
+    out.push('\n');
+    if r.verdict.cause != Cause::None {
+        out.push_str(&style.dim(&format!(
+            "  cause {} · stage {} · confidence {:.2}\n",
+            r.verdict.cause, r.verdict.stage, r.verdict.confidence
+        )));
+    }
+    out.push('\n');
+    if !r.verdict.evidence.is_empty() {
+        out.push_str(&style.bold("Evidence"));
+        out.push('\n');
+        for e in &r.verdict.evidence {
+            let at = e.line.map_or(String::new(), |l| format!("line {l}: "));
+            out.push_str(&format!("  · {}{}\n", style.dim(&at), e.text));
+        }
+        for c in &r.verdict.contributing {
+            out.push_str(&format!(
+                "  · contributing {}: {}\n",
+                c.cause, c.evidence.text
+            ));
+        }
+        out.push('\n');
+    }
+    if let Some(f) = r.findings.first() {
+        out.push_str(&format!(
+            "{}\n  {}\n\n",
+            style.bold(&format!("First fatal line ({})", f.line)),
+            f.quote
+        ));
+    }
+    remedies(&mut out, &r.remedies, style);
+    if let Some(d) = &r.to_decide {
+        out.push_str(&format!("{} {d}\n", style.bold("To decide:")));
+    }
+    out
 }

@@ -1,0 +1,64 @@
+//! Reading pasted logs: clean the text, find every out-of-memory event with its numbers and line,
+//! and classify the first fatal one into the shared verdict.
+
+pub mod classify;
+pub mod clean;
+pub mod parse;
+
+pub use classify::{classify, Reading};
+pub use clean::clean_lines;
+pub use parse::{scan, Context, Event, Finding, Source};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::estimate::Engine;
+
+    /// No input makes the parser panic: fragments of real messages spliced with random bytes.
+    #[test]
+    fn no_panic_on_mangled_input() {
+        let pieces: &[&[u8]] = &[
+            b"CUDA out of memory. Tried to allocate ",
+            b"2.00 GiB",
+            b". GPU 0 has a total capacity of ",
+            b"99999999999999999999999 TiB",
+            b" of which ",
+            b"is free",
+            b"Process 1 has ",
+            b"\x1b[",
+            b"\r",
+            b"\n",
+            b"\xff\xfe",
+            b"batch= ",
+            b"seq= ",
+            b"max seq len (",
+            b"Out of memory: Killed process 1 (",
+            b"allocating 1.5 MiB on device 0: cudaMalloc failed",
+            b"Exception in thread",
+            b"cache_utils.py",
+            b"0",
+            b"-1",
+            b"1e309",
+            b"..",
+            b",,,",
+            b")",
+            b"(",
+        ];
+        let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..3000 {
+            let mut raw = Vec::new();
+            for _ in 0..(state % 24) {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                raw.extend_from_slice(pieces[(state % pieces.len() as u64) as usize]);
+            }
+            let lines = clean_lines(&raw);
+            let (findings, ctx) = scan(&lines);
+            if let Some(first) = findings.first() {
+                let r = classify(first, &findings, &ctx, Engine::Transformers);
+                assert!((0.0..=1.0).contains(&r.verdict.confidence));
+            }
+        }
+    }
+}

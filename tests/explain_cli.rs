@@ -1,0 +1,233 @@
+//! `llm-oom explain` on a corpus of real-format logs, each with the verdict a person would reach.
+
+mod util;
+
+use std::io::Write;
+use std::process::Stdio;
+
+use serde_json::Value;
+use util::{llm_oom, run, temp, write};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/logs");
+
+fn explain_json(file: &str, extra: &[&str]) -> (i32, Value) {
+    let home = temp();
+    let path = format!("{FIXTURES}/{file}");
+    let mut args = vec!["explain", path.as_str(), "--json"];
+    args.extend_from_slice(extra);
+    let r = run(home.path(), &args);
+    let v = serde_json::from_str(&r.stdout)
+        .unwrap_or_else(|e| panic!("{file}: not JSON ({e}): {}{}", r.stdout, r.stderr));
+    (r.code, v)
+}
+
+#[test]
+fn every_fixture_gets_its_verdict() {
+    // (file, cause, stage)
+    let table = [
+        ("pytorch_generate_kv.log", "kv_cache", "long_generation"),
+        ("pytorch_load_weights.log", "weights", "load"),
+        ("pytorch_other_process.log", "other_process", "first_token"),
+        ("pytorch_fragmentation.log", "fragmentation", "first_token"),
+        ("pytorch_eager.log", "activations", "first_token"),
+        ("pytorch_threads.log", "concurrency", "first_token"),
+        ("pytorch_old_format.log", "kv_cache", "long_generation"),
+        ("ansi_progress.log", "kv_cache", "long_generation"),
+        ("vllm_max_len.log", "kv_cache", "load"),
+        ("vllm_v1_kv.log", "kv_cache", "load"),
+        ("vllm_no_blocks.log", "weights", "load"),
+        ("vllm_startup_free.log", "other_process", "environment"),
+        ("vllm_sampler.log", "concurrency", "load"),
+        ("llamacpp_model.log", "weights", "load"),
+        ("llamacpp_kv.log", "kv_cache", "load"),
+        ("llamacpp_compute.log", "activations", "load"),
+        ("tgi_prefill.log", "activations", "load"),
+        ("cudnn.log", "activations", "first_token"),
+        ("candle.log", "unknown", "unknown"),
+        ("trtllm.log", "unknown", "unknown"),
+        ("cublas.log", "unknown", "unknown"),
+        ("dmesg.log", "host_memory", "unknown"),
+        ("k8s.log", "host_memory", "unknown"),
+        ("exit137.log", "host_memory", "unknown"),
+        ("mixed.log", "other_process", "environment"),
+        ("clean.log", "none", "unknown"),
+    ];
+    let on_disk = std::fs::read_dir(FIXTURES).unwrap().count();
+    assert_eq!(
+        on_disk,
+        table.len(),
+        "every fixture has an expected verdict"
+    );
+    for (file, cause, stage) in table {
+        let (code, j) = explain_json(file, &[]);
+        assert_eq!(
+            j["verdict"]["cause"], cause,
+            "{file}: {}",
+            j["verdict"]["summary"]
+        );
+        assert_eq!(j["verdict"]["stage"], stage, "{file}");
+        assert_eq!(code, if cause == "none" { 0 } else { 1 }, "{file}");
+        let conf = j["verdict"]["confidence"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&conf));
+        if cause != "none" {
+            // Evidence quotes its line; an unknown says what would decide it.
+            assert!(j["findings"][0]["line"].as_u64().unwrap() >= 1, "{file}");
+            assert!(
+                !j["remedies"].as_array().unwrap().is_empty(),
+                "{file} has remedies"
+            );
+        }
+        if cause == "unknown" {
+            assert!(
+                j["to_decide"].as_str().unwrap().contains("llm-oom plan"),
+                "{file}"
+            );
+        }
+    }
+}
+
+#[test]
+fn numbers_are_read_from_the_message() {
+    let (_, j) = explain_json("pytorch_other_process.log", &[]);
+    let t = &j["findings"][0]["event"];
+    assert_eq!(t["kind"], "torch_oom");
+    assert_eq!(t["requested"], (1.95 * (1u64 << 30) as f64) as u64);
+    // the other process (4121) holds 38.10 GiB; freeing it is the priced remedy
+    assert_eq!(
+        j["remedies"][0]["saves_bytes"],
+        (38.10 * (1u64 << 30) as f64) as u64
+    );
+    let (_, mixed) = explain_json("mixed.log", &[]);
+    assert_eq!(
+        mixed["findings"].as_array().unwrap().len(),
+        2,
+        "both events, in order"
+    );
+    assert!(mixed["verdict"]["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["text"] == "then: pytorch_oom" && e["line"] == 3));
+}
+
+#[test]
+fn a_model_makes_the_remedies_exact() {
+    let (_, j) = explain_json(
+        "pytorch_generate_kv.log",
+        &[
+            "--model",
+            "mistralai/Mistral-7B-Instruct-v0.2",
+            "--prompt-tokens",
+            "32000",
+            "--max-new-tokens",
+            "700",
+        ],
+    );
+    assert_eq!(j["verdict"]["cause"], "kv_cache");
+    // The card comes from the log's "total capacity of 23.52 GiB".
+    assert_eq!(
+        j["plan"]["vram_bytes"],
+        (23.52 * (1u64 << 30) as f64) as u64
+    );
+    let first = &j["remedies"][0];
+    assert_eq!(first["new_budget"]["fits"], true, "{first}");
+    assert!(first["saves_bytes"].as_i64().unwrap() > 0);
+    // An undecided log takes the plan's cause when the user gave the workload.
+    let (_, c) = explain_json(
+        "candle.log",
+        &["--model", "meta-llama/Llama-2-13b-hf", "--vram", "24GiB"],
+    );
+    assert_eq!(c["verdict"]["cause"], "weights");
+    assert!(c.get("to_decide").is_none());
+    // When the log shows an OOM the plan does not predict, the report says so.
+    let (_, d) = explain_json(
+        "pytorch_generate_kv.log",
+        &[
+            "--model",
+            "Qwen/Qwen2.5-0.5B-Instruct",
+            "--prompt-tokens",
+            "1000",
+        ],
+    );
+    assert!(
+        d["verdict"]["evidence"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["text"]
+                .as_str()
+                .unwrap()
+                .contains("the plan predicts this fits")),
+        "{d}"
+    );
+}
+
+#[test]
+fn reads_stdin_and_renders_text_and_markdown() {
+    let home = temp();
+    let log = std::fs::read(format!("{FIXTURES}/pytorch_load_weights.log")).unwrap();
+    let mut child = llm_oom(home.path())
+        .args(["explain", "-", "--markdown"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&log).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let md = String::from_utf8(out.stdout).unwrap();
+    assert!(md.starts_with("### ❌ llm-oom explain: `weights`"), "{md}");
+    assert!(md.contains("- line 12: asked for 24.2 GiB"), "{md}");
+    let text = run(
+        home.path(),
+        &["explain", &format!("{FIXTURES}/pytorch_load_weights.log")],
+    );
+    assert!(text.stdout.contains("✗ OOM — weights:"), "{}", text.stdout);
+    assert!(text.stdout.contains("BitsAndBytesConfig(load_in_4bit=True"));
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_code_two() {
+    let home = temp();
+    let empty = write(&home.path().join("empty.log"), "  \n");
+    let binary = home.path().join("model.bin");
+    std::fs::write(
+        &binary,
+        [0u8, 1, 2, 3, 0, 0, 0, 7, 0, 0, 255, 0].repeat(100),
+    )
+    .unwrap();
+    for (path, needle) in [
+        (empty.to_str().unwrap(), "the log is empty"),
+        (binary.to_str().unwrap(), "binary file"),
+        ("/no/such/file.log", "cannot read /no/such/file.log"),
+    ] {
+        let r = run(home.path(), &["explain", path]);
+        assert_eq!(r.code, 2, "{path}: {}", r.stderr);
+        assert!(
+            r.stderr.contains(needle) && r.stderr.trim().lines().count() == 1,
+            "{path}: {}",
+            r.stderr
+        );
+    }
+}
+
+#[test]
+fn a_large_log_with_garbage_is_read_to_the_end() {
+    let home = temp();
+    let mut log = Vec::new();
+    for i in 0..200_000 {
+        log.extend_from_slice(format!("step {i} \x1b[2mloss\x1b[0m 1.{i}\r").as_bytes());
+        log.extend_from_slice(b"\xff\n");
+    }
+    log.extend_from_slice(
+        std::fs::read(format!("{FIXTURES}/pytorch_eager.log"))
+            .unwrap()
+            .as_slice(),
+    );
+    let path = home.path().join("big.log");
+    std::fs::write(&path, &log).unwrap();
+    let r = run(home.path(), &["explain", path.to_str().unwrap(), "--json"]);
+    let j: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(j["verdict"]["cause"], "activations");
+    assert_eq!(j["findings"][0]["line"], 200_008);
+}

@@ -1,0 +1,364 @@
+//! `llm-oom plan` run as a user runs it: every output mode, every model source, every bad input.
+
+mod util;
+
+use serde_json::Value;
+use util::{run, temp, write, TINY_LLAMA};
+
+const MISTRAL: &str = "mistralai/Mistral-7B-Instruct-v0.2";
+
+fn json(out: &str) -> Value {
+    serde_json::from_str(out).unwrap_or_else(|e| panic!("not JSON ({e}):\n{out}"))
+}
+
+#[test]
+fn mistral_on_a_24_gib_card_in_all_three_modes() {
+    let home = temp();
+    let text = run(
+        home.path(),
+        &["plan", "--model", MISTRAL, "--vram", "24GiB"],
+    );
+    assert_eq!(text.code, 0, "{}", text.stderr);
+    assert!(text.stdout.contains("✓ FITS"), "{}", text.stdout);
+    assert!(text.stdout.contains("13.5 GiB") && text.stdout.contains("128 KiB"));
+    assert!(text.stdout.contains("Safe token budget"));
+    assert!(
+        !text.stdout.contains("\x1b["),
+        "no colour when not a terminal"
+    );
+
+    let j = json(
+        &run(
+            home.path(),
+            &["plan", "--model", MISTRAL, "--vram", "24GiB", "--json"],
+        )
+        .stdout,
+    );
+    assert_eq!(j["weights_bytes"], 14_483_464_192u64);
+    assert_eq!(j["kv_cache_bytes_per_token"], 131_072);
+    assert_eq!(j["budget"]["fits"], true);
+    assert_eq!(j["verdict"]["cause"], "none");
+    assert_eq!(j["budget"]["table"].as_array().unwrap().len(), 6);
+    assert!(j["budget"]["max_prompt_tokens"].as_u64().unwrap() > 2048);
+    assert!(j["budget"]["max_batch"].as_u64().unwrap() >= 1);
+    assert_eq!(
+        j["engine"]["calibration"]["measured"]["source"],
+        "docs/calibration/transformers-h200-2026-11-30.jsonl"
+    );
+
+    let md = run(
+        home.path(),
+        &["plan", "--model", MISTRAL, "--vram", "24GiB", "--markdown"],
+    );
+    assert!(
+        md.stdout.starts_with("### ✅ llm-oom plan"),
+        "{}",
+        md.stdout
+    );
+    assert!(md.stdout.contains("| weights | 13.5 GiB |"));
+    assert!(md
+        .stdout
+        .contains("<details><summary>Safe token budget</summary>"));
+}
+
+#[test]
+fn each_cause_is_named_with_exit_code_one() {
+    let home = temp();
+    let cause = |args: &[&str]| {
+        let mut a = vec!["plan", "--json"];
+        a.extend_from_slice(args);
+        let r = run(home.path(), &a);
+        assert_eq!(r.code, 1, "{args:?}: {}", r.stderr);
+        let j = json(&r.stdout);
+        assert!(
+            !j["remedies"].as_array().unwrap().is_empty(),
+            "{args:?} has remedies"
+        );
+        (j["verdict"]["cause"].as_str().unwrap().to_string(), j)
+    };
+    assert_eq!(
+        cause(&["--model", "meta-llama/Llama-2-13b-hf", "--vram", "24GiB"]).0,
+        "weights"
+    );
+    let (c, j) = cause(&[
+        "--model",
+        MISTRAL,
+        "--vram",
+        "24GiB",
+        "--prompt-tokens",
+        "40000",
+        "--max-new-tokens",
+        "256",
+    ]);
+    assert_eq!(c, "kv_cache");
+    assert!(j["notes"][0]
+        .as_str()
+        .unwrap()
+        .contains("trained for at most 32768 tokens"));
+    // The cheapest remedy that fits comes first, and it fits.
+    assert_eq!(j["remedies"][0]["new_budget"]["fits"], true);
+    assert!(j["remedies"][0]["saves_bytes"].as_i64().unwrap() > 0);
+    assert_eq!(
+        cause(&[
+            "--model",
+            MISTRAL,
+            "--vram",
+            "24GiB",
+            "--batch",
+            "48",
+            "--prompt-tokens",
+            "2048"
+        ])
+        .0,
+        "concurrency"
+    );
+    assert_eq!(
+        cause(&[
+            "--model",
+            MISTRAL,
+            "--vram",
+            "24GiB",
+            "--engine",
+            "transformers-eager",
+            "--prompt-tokens",
+            "16000"
+        ])
+        .0,
+        "activations"
+    );
+}
+
+#[test]
+fn a_13b_model_is_fixed_by_four_bit_weights() {
+    let home = temp();
+    let r = run(
+        home.path(),
+        &[
+            "plan",
+            "--model",
+            "meta-llama/Llama-2-13b-hf",
+            "--vram",
+            "16GiB",
+            "--json",
+        ],
+    );
+    let j = json(&r.stdout);
+    let nf4 = j["remedies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["change"]["value"] == "nf4")
+        .expect("an nf4 remedy");
+    assert_eq!(nf4["new_budget"]["fits"], true);
+    assert!(nf4["how"]
+        .as_str()
+        .unwrap()
+        .contains("BitsAndBytesConfig(load_in_4bit=True"));
+    let what_if = j["quantization"].as_array().unwrap();
+    // the checkpoint's own f16, then bf16, int8, nf4, q4_k_m
+    assert_eq!(what_if.len(), 5);
+    assert_eq!(what_if[0]["dtype"], "f16");
+    assert_eq!(what_if[4]["engine"], "llama.cpp");
+}
+
+#[test]
+fn local_directory_config_file_and_hf_cache_layout() {
+    let home = temp();
+    let dir = home.path().join("tiny");
+    let cfg = write(&dir.join("config.json"), TINY_LLAMA);
+    for model in [dir.to_str().unwrap(), cfg.to_str().unwrap()] {
+        let j = json(
+            &run(
+                home.path(),
+                &["plan", "--model", model, "--vram", "8GiB", "--json"],
+            )
+            .stdout,
+        );
+        assert_eq!(j["model"]["architecture"], "llama");
+        // 2 × 4 layers × 2 kv heads × 32 head_dim × 2 bytes
+        assert_eq!(j["kv_cache_bytes_per_token"], 1024);
+    }
+    // The Hugging Face cache layout: models--org--name/{refs/main, snapshots/<rev>/config.json}.
+    let repo = home.path().join("hf/hub/models--acme--tiny-llama");
+    write(&repo.join("refs/main"), "0123abcd");
+    write(&repo.join("snapshots/0123abcd/config.json"), TINY_LLAMA);
+    let j = json(
+        &run(
+            home.path(),
+            &[
+                "plan",
+                "--model",
+                "acme/tiny-llama",
+                "--vram",
+                "8GiB",
+                "--json",
+            ],
+        )
+        .stdout,
+    );
+    assert_eq!(j["model"]["source"]["kind"], "hf_cache");
+    // embeddings 2 × 1000 × 256 + 4 × (attention 163,840 + MLP 528,384 + norms 512) + final norm
+    assert_eq!(j["model"]["parameters"], 3_283_200);
+}
+
+#[test]
+fn a_gguf_file_is_priced_from_its_real_tensor_table() {
+    use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
+    use candle_core::{Device, Tensor};
+    let home = temp();
+    let path = home.path().join("tiny.Q8_0.gguf");
+    let dev = Device::Cpu;
+    let q = |shape: &[usize], dtype: GgmlDType| {
+        let t = Tensor::zeros(shape, candle_core::DType::F32, &dev).unwrap();
+        QTensor::quantize(&t, dtype).unwrap()
+    };
+    let tensors = [
+        ("token_embd.weight", q(&[1000, 256], GgmlDType::Q8_0)),
+        ("blk.0.attn_q.weight", q(&[256, 256], GgmlDType::Q8_0)),
+        ("blk.0.attn_v.weight", q(&[64, 256], GgmlDType::Q4K)),
+        ("blk.0.attn_norm.weight", q(&[256], GgmlDType::F32)),
+        ("output.weight", q(&[1000, 256], GgmlDType::Q6K)),
+    ];
+    let meta = [
+        (
+            "general.architecture",
+            gguf_file::Value::String("llama".into()),
+        ),
+        ("llama.block_count", gguf_file::Value::U32(1)),
+        ("llama.embedding_length", gguf_file::Value::U32(256)),
+        ("llama.feed_forward_length", gguf_file::Value::U32(688)),
+        ("llama.attention.head_count", gguf_file::Value::U32(8)),
+        ("llama.attention.head_count_kv", gguf_file::Value::U32(2)),
+        ("llama.context_length", gguf_file::Value::U32(2048)),
+        ("llama.vocab_size", gguf_file::Value::U32(1000)),
+        ("general.file_type", gguf_file::Value::U32(7)),
+    ];
+    let mut f = std::fs::File::create(&path).unwrap();
+    let meta_refs: Vec<(&str, &gguf_file::Value)> = meta.iter().map(|(k, v)| (*k, v)).collect();
+    let tensor_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (*k, v)).collect();
+    gguf_file::write(&mut f, &meta_refs, &tensor_refs).unwrap();
+    drop(f);
+
+    let j = json(
+        &run(
+            home.path(),
+            &[
+                "plan",
+                "--model",
+                path.to_str().unwrap(),
+                "--engine",
+                "llama.cpp",
+                "--vram",
+                "8GiB",
+                "--prompt-tokens",
+                "512",
+                "--json",
+            ],
+        )
+        .stdout,
+    );
+    // q8_0: 34 B / 32; q4_K: 144 B / 256; q6_K: 210 B / 256; f32: 4 B.
+    let expected =
+        256_000 / 32 * 34 + 65_536 / 32 * 34 + 16_384 / 256 * 144 + 256 * 4 + 256_000 / 256 * 210;
+    assert_eq!(j["weights_bytes"], expected);
+    assert_eq!(j["model"]["source"]["kind"], "gguf");
+    assert_eq!(j["model"]["max_position_embeddings"], 2048);
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_code_two() {
+    let home = temp();
+    let bad_json = write(&home.path().join("bad/config.json"), "{ not json");
+    let missing = write(
+        &home.path().join("missing/config.json"),
+        r#"{"model_type":"llama","hidden_size":64}"#,
+    );
+    let encoder = write(
+        &home.path().join("bert/config.json"),
+        r#"{"model_type":"bert","architectures":["BertModel"],"hidden_size":768}"#,
+    );
+    let broken_gguf = home.path().join("broken.gguf");
+    std::fs::write(
+        &broken_gguf,
+        b"GGUF\x03\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\x7f",
+    )
+    .unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--model", "nobody/no-such-model"], "not found offline"),
+        (
+            vec!["--model", bad_json.to_str().unwrap()],
+            "not valid JSON",
+        ),
+        (
+            vec!["--model", missing.to_str().unwrap()],
+            "has no `num_hidden_layers`",
+        ),
+        (
+            vec!["--model", encoder.to_str().unwrap()],
+            "architecture `bert`",
+        ),
+        (
+            vec!["--model", broken_gguf.to_str().unwrap()],
+            "not a readable GGUF file",
+        ),
+        (vec!["--model", "./no/such/dir"], "cannot read"),
+        (vec!["--vram", "24XB"], "not a memory size"),
+        (vec!["--vram", "-3GiB"], "not a memory size"),
+        (
+            vec!["--prompt-tokens", "0"],
+            "--prompt-tokens must be at least 1",
+        ),
+        (
+            vec!["--max-new-tokens", "-5"],
+            "--max-new-tokens must be at least 1",
+        ),
+        (vec!["--dtype", "int3"], "not a dtype"),
+        (vec!["--engine", "tgi"], "not an engine"),
+    ];
+    for (args, needle) in cases {
+        let mut a = vec!["plan"];
+        a.extend(args.iter());
+        if !args.contains(&"--vram") {
+            a.extend(["--vram", "24GiB"]);
+        }
+        let r = run(home.path(), &a);
+        assert_eq!(r.code, 2, "{args:?} → {}: {}", r.code, r.stderr);
+        assert!(r.stderr.contains(needle), "{args:?}: {}", r.stderr);
+        assert_eq!(
+            r.stderr.trim().lines().count(),
+            1,
+            "{args:?}: one line: {}",
+            r.stderr
+        );
+        assert!(!r.stderr.contains("panicked"));
+        assert!(r.stdout.is_empty());
+    }
+}
+
+#[test]
+fn help_version_completions_and_presets() {
+    let home = temp();
+    let h = run(home.path(), &["plan", "--help"]);
+    assert_eq!(h.code, 0);
+    assert!(h.stdout.contains("Examples:") && h.stdout.contains("--concurrency"));
+    assert!(run(home.path(), &["--version"])
+        .stdout
+        .starts_with("llm-oom "));
+    let c = run(home.path(), &["completions", "bash"]);
+    assert!(c.code == 0 && c.stdout.contains("llm-oom"));
+    let p = run(home.path(), &["plan", "--list-presets"]);
+    assert!(
+        p.stdout.contains("mistralai/Mistral-7B-Instruct-v0.2")
+            && p.stdout.contains("7,241,732,096")
+    );
+    assert_eq!(run(home.path(), &["frobnicate"]).code, 2);
+}
+
+#[test]
+fn diagnose_without_the_probe_says_so_and_plans() {
+    let home = temp();
+    let r = run(home.path(), &["diagnose", "--vram", "24GiB"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("probe is not built yet"));
+    assert!(r.stdout.contains("Qwen/Qwen2.5-0.5B-Instruct"));
+}

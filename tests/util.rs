@@ -1,0 +1,60 @@
+//! A small harness that runs the real `llm-oom` binary the way a user does (after ripgrep's
+//! tests/util.rs): a temp dir, a command builder, the output and exit code.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(o: Output) -> Self {
+        Run {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+/// The binary with a clean, offline Hugging Face environment rooted in `home`.
+pub fn llm_oom(home: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_llm-oom"));
+    c.env("HF_HOME", home.join("hf"))
+        .env_remove("HF_HUB_CACHE")
+        .env("HF_HUB_OFFLINE", "1")
+        .env("NO_COLOR", "1")
+        .env_remove("RUST_LOG");
+    c
+}
+
+pub fn run(home: &Path, args: &[&str]) -> Run {
+    llm_oom(home)
+        .args(args)
+        .output()
+        .expect("the binary runs")
+        .into()
+}
+
+pub fn temp() -> tempfile::TempDir {
+    tempfile::tempdir().expect("a temp dir")
+}
+
+/// Write a file, creating its folders.
+pub fn write(path: &Path, text: &str) -> PathBuf {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).expect("mkdir");
+    }
+    std::fs::write(path, text).expect("write");
+    path.to_path_buf()
+}
+
+/// A small llama config.json.
+pub const TINY_LLAMA: &str = r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":256,
+"intermediate_size":688,"num_hidden_layers":4,"num_attention_heads":8,"num_key_value_heads":2,
+"vocab_size":1000,"max_position_embeddings":4096,"tie_word_embeddings":false,"torch_dtype":"bfloat16"}"#;
