@@ -102,8 +102,14 @@ impl Remedy {
     }
 }
 
+/// A value of 0 means "the evidence gives no number": the remedy names the knob without one.
 fn describe(change: Change) -> String {
     match change {
+        Change::TruncatePrompt(0) => "truncate long prompts".into(),
+        Change::CapNewTokens(0) => "cap max_new_tokens".into(),
+        Change::LimitConcurrency(0) => "limit concurrent sequences and queue the rest".into(),
+        Change::ChunkedPrefill(0) => "prefill in chunks".into(),
+        Change::ReduceContext(0) => "size the context for the prompts you really send".into(),
         Change::TruncatePrompt(n) => format!("truncate the prompt to {} tokens", group(n)),
         Change::CapNewTokens(n) => format!("cap max_new_tokens at {}", group(n)),
         Change::LimitConcurrency(n) => {
@@ -131,6 +137,16 @@ fn describe(change: Change) -> String {
 fn how(change: Change, engine: Engine) -> String {
     use Engine::*;
     match (change, engine) {
+        (Change::TruncatePrompt(0), _) => "tokenizer(text, truncation=True, max_length=N); llm-oom plan finds N".into(),
+        (Change::CapNewTokens(0), Vllm) => "SamplingParams(max_tokens=N); llm-oom plan finds N".into(),
+        (Change::CapNewTokens(0), _) => "generate(..., max_new_tokens=N); llm-oom plan finds N".into(),
+        (Change::LimitConcurrency(0), Vllm) => "--max-num-seqs N; llm-oom plan --batch finds N".into(),
+        (Change::LimitConcurrency(0), _) => "a semaphore of N requests around generate(); llm-oom plan finds N".into(),
+        (Change::ChunkedPrefill(0), Vllm) => "--enable-chunked-prefill --max-num-batched-tokens 2048".into(),
+        (Change::ChunkedPrefill(0), _) => "feed the prompt in slices with past_key_values".into(),
+        (Change::ReduceContext(0), Vllm) => "--max-model-len N".into(),
+        (Change::ReduceContext(0), LlamaCpp) => "-c N (the context, shared by all -np slots)".into(),
+        (Change::ReduceContext(0), _) => "cap inputs and max_new_tokens".into(),
         (Change::TruncatePrompt(n), Vllm) => format!("--max-model-len {n} (plus max_tokens), or truncate inputs client-side"),
         (Change::TruncatePrompt(n), LlamaCpp) => format!("truncate inputs to {n} tokens before sending; -c sets the context"),
         (Change::TruncatePrompt(n), _) => format!("tokenizer(text, truncation=True, max_length={n})"),

@@ -185,7 +185,7 @@ pub fn classify(first: &Finding, all: &[Finding], ctx: &Context, asked: Engine) 
                         bytes.map(|b| b / 2),
                     ));
                     remedies.push(Remedy::advice(
-                        Change::ReduceContext(4096),
+                        Change::ReduceContext(0),
                         Engine::LlamaCpp,
                         None,
                     ));
@@ -198,7 +198,7 @@ pub fn classify(first: &Finding, all: &[Finding], ctx: &Context, asked: Engine) 
                         None,
                     ));
                     remedies.push(Remedy::advice(
-                        Change::ReduceContext(4096),
+                        Change::ReduceContext(0),
                         Engine::LlamaCpp,
                         None,
                     ));
@@ -231,7 +231,7 @@ pub fn classify(first: &Finding, all: &[Finding], ctx: &Context, asked: Engine) 
         }
         Event::TgiPrefill { tokens } => {
             remedies.push(Remedy::advice(
-                Change::ChunkedPrefill(tokens.map_or(2048, |t| t / 2)),
+                Change::ChunkedPrefill(tokens.map_or(0, |t| t / 2)),
                 engine,
                 None,
             ));
@@ -512,7 +512,7 @@ fn torch(
             engine,
             None,
         ));
-        remedies.push(Remedy::advice(Change::CapNewTokens(256), engine, None));
+        remedies.push(Remedy::advice(Change::CapNewTokens(0), engine, None));
         return (
             Cause::Concurrency,
             stage,
@@ -523,13 +523,13 @@ fn torch(
     }
     if near(&ctx.eager_attention_lines, f.line).is_some() {
         remedies.push(Remedy::advice(Change::UseSdpa, engine, None));
-        remedies.push(Remedy::advice(Change::TruncatePrompt(2048), engine, None));
+        remedies.push(Remedy::advice(Change::TruncatePrompt(0), engine, None));
         return (Cause::Activations, Stage::FirstToken, 0.75, format!("activations: eager attention materialises the full L × L score matrix; it asked for {}", Bytes(req)), e);
     }
     if near(&ctx.cache_lines, f.line).is_some() || batch.is_some_and(|(_, _, s)| s >= 4096) {
-        remedies.push(Remedy::advice(Change::CapNewTokens(256), engine, None));
+        remedies.push(Remedy::advice(Change::CapNewTokens(0), engine, None));
         remedies.push(Remedy::advice(
-            Change::TruncatePrompt(batch.map_or(4096, |b| (b.2 / 2).max(256))),
+            Change::TruncatePrompt(batch.map_or(0, |b| (b.2 / 2).max(256))),
             engine,
             None,
         ));
@@ -547,8 +547,8 @@ fn torch(
         );
     }
     if near(&ctx.activation_lines, f.line).is_some() {
-        remedies.push(Remedy::advice(Change::TruncatePrompt(2048), engine, None));
-        remedies.push(Remedy::advice(Change::ChunkedPrefill(2048), engine, None));
+        remedies.push(Remedy::advice(Change::TruncatePrompt(0), engine, None));
+        remedies.push(Remedy::advice(Change::ChunkedPrefill(0), engine, None));
         return (
             Cause::Activations,
             Stage::FirstToken,

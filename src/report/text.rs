@@ -288,6 +288,12 @@ pub fn explain(r: &crate::explain::ExplainReport, style: &Style) -> String {
         ));
     }
     remedies(&mut out, &r.remedies, style);
+    if r.plan.is_none()
+        && r.remedies.iter().any(|x| x.new_budget.is_none())
+        && r.verdict.cause != Cause::None
+    {
+        out.push_str(&style.dim("Pass --model and the workload (--prompt-tokens, --max-new-tokens, --batch) to price these in bytes.\n"));
+    }
     if let Some(d) = &r.to_decide {
         out.push_str(&format!("{} {d}\n", style.bold("To decide:")));
     }
