@@ -51,6 +51,8 @@ fn every_fixture_gets_its_verdict() {
         ("exit137.log", "host_memory", "unknown"),
         ("mixed.log", "other_process", "environment"),
         ("clean.log", "none", "unknown"),
+        ("bnb_load.log", "weights", "load"),
+        ("cuda_error.log", "unknown", "unknown"),
     ];
     let on_disk = std::fs::read_dir(FIXTURES).unwrap().count();
     assert_eq!(

@@ -277,7 +277,13 @@ pub fn classify(first: &Finding, all: &[Finding], ctx: &Context, asked: Engine) 
         | Event::CublasAllocFailed
         | Event::CudaErrorOom
         | Event::TensorrtOom { .. } => {
-            to_decide = Some(unknown_to_decide.clone());
+            to_decide = Some(match &first.event {
+                // A tiny or first allocation failing usually means the card was already full.
+                Event::CublasAllocFailed | Event::CudaErrorOom => format!(
+                    "run `nvidia-smi` while it fails: memory held by other processes makes it other_process; otherwise {unknown_to_decide}"
+                ),
+                _ => unknown_to_decide.clone(),
+            });
             let what = match &first.event {
                 Event::CublasAllocFailed => "cuBLAS could not allocate its workspace: the card was already full (an OOM in disguise)",
                 Event::CudaErrorOom => "a CUDA call returned out of memory without saying how much was asked",
