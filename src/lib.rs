@@ -17,5 +17,6 @@ pub mod model;
 pub mod plan;
 pub mod report;
 pub mod units;
+pub mod watch;
 
 pub use error::{Error, InputError, Result};

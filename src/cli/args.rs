@@ -18,6 +18,14 @@ Examples:
   llm-oom explain crash.log --model mistralai/Mistral-7B-Instruct-v0.2 --prompt-tokens 12000 --batch 4
   kubectl logs pod/llm-0 --previous | llm-oom explain --markdown";
 
+const WATCH_EXAMPLES: &str = "\
+Examples:
+  llm-oom watch -- python app.py
+  llm-oom watch --svg mem.svg -o report.md --markdown -- python serve.py --port 8000
+  llm-oom watch --fail-on-oom --json -o oom.json -- pytest tests/
+
+The program's input and output pass through unchanged; the report goes to standard error, or to -o.";
+
 const DIAGNOSE_EXAMPLES: &str = "\
 Examples:
   llm-oom diagnose
@@ -68,6 +76,9 @@ pub enum Command {
     /// Read a pasted OOM log (PyTorch, vLLM, llama.cpp, candle, TGI, dmesg…) and say what it means.
     #[command(after_help = EXPLAIN_EXAMPLES)]
     Explain(ExplainArgs),
+    /// Run your own program, watch the memory of its process tree, and explain how it ended.
+    #[command(after_help = WATCH_EXAMPLES)]
+    Watch(WatchArgs),
     /// Print a shell completion script.
     Completions {
         /// bash, zsh, fish, elvish or powershell
@@ -141,6 +152,31 @@ pub struct ExplainArgs {
     /// With --model (and the workload flags), remedies carry plan's exact bytes.
     #[command(flatten)]
     pub workload: WorkloadArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Sampling interval (20ms, 0.1s…).
+    #[arg(long, default_value = "20ms")]
+    pub interval: String,
+    /// Exit with 1 when an out-of-memory error was seen, even if the program survived it.
+    #[arg(long)]
+    pub fail_on_oom: bool,
+    /// Which GPU to read.
+    #[arg(long, default_value_t = 0)]
+    pub gpu: u32,
+    /// Whose knobs the remedies name: transformers, transformers-eager, vllm, llama.cpp
+    #[arg(long, default_value = "transformers")]
+    pub engine: String,
+    /// Write the report here instead of standard error (the program's own output keeps stdout).
+    #[arg(long, short = 'o')]
+    pub output: Option<std::path::PathBuf>,
+    /// Also draw the memory timeline, phases and OOM point as an SVG file.
+    #[arg(long)]
+    pub svg: Option<std::path::PathBuf>,
+    /// The program and its arguments, after --.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -15,10 +15,11 @@ use llm_oom::plan::{plan, PlanRequest};
 use llm_oom::report::text::Style;
 use llm_oom::report::{self, Format};
 use llm_oom::units::Bytes;
+use llm_oom::watch::{watch, WatchRequest};
 
 pub fn run(cli: Cli) -> Result<i32> {
     let format = format(&cli);
-    match cli.command {
+    match &cli.command {
         Command::Plan(args) => {
             if args.list_presets {
                 print(&list_presets(format)?)?;
@@ -60,9 +61,43 @@ pub fn run(cli: Cli) -> Result<i32> {
             print(&out)?;
             Ok(r.verdict.exit_code())
         }
+        Command::Watch(args) => {
+            let req = WatchRequest {
+                command: args.command.clone(),
+                interval: parse_interval(&args.interval)?,
+                gpu_index: args.gpu,
+                engine: args.engine.parse()?,
+            };
+            let r = watch(&req)?;
+            let text = match format {
+                Format::Json => report::json(&r)?,
+                Format::Markdown => report::markdown::watch(&r),
+                Format::Text { .. } => {
+                    let color = matches!(cli.color, ColorChoice::Always)
+                        || (matches!(cli.color, ColorChoice::Auto)
+                            && args.output.is_none()
+                            && std::io::stderr().is_terminal());
+                    report::text::watch(&r, &Style { color })
+                }
+            };
+            if let Some(svg) = &args.svg {
+                std::fs::write(svg, report::svg::watch(&r)).map_err(|source| InputError::Io {
+                    path: svg.clone(),
+                    source,
+                })?;
+            }
+            match &args.output {
+                Some(path) => std::fs::write(path, text).map_err(|source| InputError::Io {
+                    path: path.clone(),
+                    source,
+                })?,
+                None => eprint!("\n{text}"),
+            }
+            Ok(r.exit_code(args.fail_on_oom))
+        }
         Command::Completions { shell } => {
             let mut cmd = Cli::command();
-            clap_complete::generate(shell, &mut cmd, "llm-oom", &mut std::io::stdout());
+            clap_complete::generate(*shell, &mut cmd, "llm-oom", &mut std::io::stdout());
             Ok(0)
         }
     }
@@ -90,6 +125,28 @@ fn positive(what: &'static str, v: i64) -> Result<u64, InputError> {
         return Err(InputError::NotPositive { what, value: v });
     }
     Ok(v as u64)
+}
+
+/// `20ms`, `0.5s`, `2` (milliseconds).
+fn parse_interval(s: &str) -> Result<std::time::Duration, InputError> {
+    let t = s.trim();
+    let bad = || {
+        InputError::Usage(format!(
+            "`{s}` is not an interval; write it like 20ms or 0.5s"
+        ))
+    };
+    let (num, mult) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 1e-3)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else {
+        (t, 1e-3)
+    };
+    let v: f64 = num.trim().parse().map_err(|_| bad())?;
+    if !(v.is_finite() && v * mult >= 0.001 && v * mult <= 60.0) {
+        return Err(bad());
+    }
+    Ok(std::time::Duration::from_secs_f64(v * mult))
 }
 
 /// The log's bytes from a file or stdin; a missing file is bad input.

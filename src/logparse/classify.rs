@@ -359,21 +359,34 @@ fn torch(
     remedies: &mut Vec<Remedy>,
 ) -> Classified {
     let req = t.requested.unwrap_or(0);
-    let free = t.free.unwrap_or(0);
-    let total = t.total.unwrap_or(0);
+    // Under a memory cap (set_per_process_memory_fraction) the card is what is allowed.
+    let capped = t.allowed.is_some();
+    let total = t.allowed.or(t.total).unwrap_or(0);
+    let free = match (t.allowed, t.this_process) {
+        (Some(a), Some(used)) => a.saturating_sub(used),
+        (Some(a), None) => a.saturating_sub(
+            t.allocated_by_pytorch.unwrap_or(0) + t.reserved_unallocated.unwrap_or(0),
+        ),
+        _ => t.free.unwrap_or(0),
+    };
     let others = t.others();
     let unalloc = t.reserved_unallocated.unwrap_or(0);
     let short = req.saturating_sub(free);
     let mut e = vec![ev_bytes(
         f,
         format!(
-            "asked for {} with {} free of {}",
+            "asked for {} with {} free of {}{}",
             Bytes(req),
             Bytes(free),
             if total > 0 {
                 Bytes(total).to_string()
             } else {
                 "?".into()
+            },
+            if capped {
+                " allowed (a per-process memory cap)"
+            } else {
+                ""
             }
         ),
         req,
@@ -404,7 +417,14 @@ fn torch(
         .filter(|x| matches!(x.event, Event::TorchOom(_)))
         .count();
     let threads = ctx.thread_exceptions.len();
-    let batch = ctx.batch_seq.iter().rev().find(|b| b.0 <= f.line).copied();
+    // The seeds' check line belongs to the nearest OOM (stdout and stderr interleave, so it may
+    // come just after the error in a captured log).
+    let batch = ctx
+        .batch_seq
+        .iter()
+        .filter(|b| b.0 <= f.line || b.0 - f.line <= 20)
+        .min_by_key(|b| b.0.abs_diff(f.line))
+        .copied();
     if let Some((line, b, s)) = batch {
         e.push(Evidence {
             text: format!(
@@ -527,54 +547,67 @@ fn torch(
             e,
         );
     }
-    if near(&ctx.eager_attention_lines, f.line).is_some() {
-        remedies.push(Remedy::advice(Change::UseSdpa, engine, None));
-        remedies.push(Remedy::advice(Change::TruncatePrompt(0), engine, None));
-        return (Cause::Activations, Stage::FirstToken, 0.75, format!("activations: eager attention materialises the full L × L score matrix; it asked for {}", Bytes(req)), e);
+    // The innermost frame before the error says what was being allocated.
+    let eager = near(&ctx.eager_attention_lines, f.line);
+    let act = near(&ctx.activation_lines, f.line);
+    let cache = near(&ctx.cache_lines, f.line);
+    let innermost = [(eager, 0), (act, 1), (cache, 2)]
+        .into_iter()
+        .filter_map(|(l, k)| l.map(|l| (l, k)))
+        .max();
+    let long_context = batch.is_some_and(|(_, _, s)| s >= 4096);
+    match innermost.map(|x| x.1) {
+        Some(0) => {
+            remedies.push(Remedy::advice(Change::UseSdpa, engine, None));
+            remedies.push(Remedy::advice(Change::TruncatePrompt(0), engine, None));
+            return (Cause::Activations, Stage::FirstToken, 0.75, format!("activations: eager attention materialises the full L × L score matrix; it asked for {}", Bytes(req)), e);
+        }
+        Some(1) => {
+            if long_context {
+                let seq = batch.map_or(0, |b| b.2);
+                contributing.push(Contributing {
+                    cause: Cause::KvCache,
+                    evidence: Evidence {
+                        text: format!(
+                            "the KV cache of a {}-token context fills the card alongside",
+                            group(seq)
+                        ),
+                        bytes: None,
+                        line: batch.map(|b| b.0),
+                    },
+                });
+            }
+            remedies.push(Remedy::advice(Change::TruncatePrompt(0), engine, None));
+            remedies.push(Remedy::advice(Change::ChunkedPrefill(0), engine, None));
+            return (
+                Cause::Activations,
+                Stage::FirstToken,
+                0.65,
+                format!(
+                    "activations: the prefill's MLP / logits buffers asked for {} in one piece",
+                    Bytes(req)
+                ),
+                e,
+            );
+        }
+        Some(_) => {}
+        None if long_context => {}
+        None => {
+            return (Cause::Unknown, stage, 0.3, format!("unknown: PyTorch ran out asking for {} with {} free; the log does not say what grew", Bytes(req), Bytes(free)), e);
+        }
     }
-    if near(&ctx.cache_lines, f.line).is_some() || batch.is_some_and(|(_, _, s)| s >= 4096) {
-        remedies.push(Remedy::advice(Change::CapNewTokens(0), engine, None));
-        remedies.push(Remedy::advice(
-            Change::TruncatePrompt(batch.map_or(0, |b| (b.2 / 2).max(256))),
-            engine,
-            None,
-        ));
-        remedies.push(Remedy::advice(
-            Change::QuantizeKv(KvDtype::Q4_0),
-            engine,
-            None,
-        ));
-        return (
-            Cause::KvCache,
-            Stage::LongGeneration,
-            0.65,
-            "kv_cache: the KV cache grew past the card while generating".into(),
-            e,
-        );
-    }
-    if near(&ctx.activation_lines, f.line).is_some() {
-        remedies.push(Remedy::advice(Change::TruncatePrompt(0), engine, None));
-        remedies.push(Remedy::advice(Change::ChunkedPrefill(0), engine, None));
-        return (
-            Cause::Activations,
-            Stage::FirstToken,
-            0.6,
-            format!(
-                "activations: the prefill's MLP / logits buffers asked for {}",
-                Bytes(req)
-            ),
-            e,
-        );
-    }
+    remedies.push(Remedy::advice(Change::CapNewTokens(0), engine, None));
+    remedies.push(Remedy::advice(Change::TruncatePrompt(0), engine, None));
+    remedies.push(Remedy::advice(
+        Change::QuantizeKv(KvDtype::Q4_0),
+        engine,
+        None,
+    ));
     (
-        Cause::Unknown,
-        stage,
-        0.3,
-        format!(
-            "unknown: PyTorch ran out asking for {} with {} free; the log does not say what grew",
-            Bytes(req),
-            Bytes(free)
-        ),
+        Cause::KvCache,
+        Stage::LongGeneration,
+        0.65,
+        "kv_cache: the KV cache grew past the card while generating".into(),
         e,
     )
 }

@@ -75,3 +75,52 @@ mod tests {
         }
     }
 }
+
+/// NVML kept open for repeated samples (init costs milliseconds; a sampler calls this every 20 ms).
+pub struct GpuSampler {
+    nvml: Nvml,
+    index: u32,
+}
+
+/// One reading: the device's used and total memory, and what the given pids hold on it.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct GpuReading {
+    pub device_used: u64,
+    pub device_total: u64,
+    pub tree: u64,
+    pub others: u64,
+}
+
+impl GpuSampler {
+    pub fn open(index: u32) -> Result<GpuSampler, String> {
+        let nvml = Nvml::init().map_err(|e| {
+            format!("NVML not available ({e}): GPU memory is not sampled, host memory only")
+        })?;
+        nvml.device_by_index(index)
+            .map_err(|e| format!("NVML sees no GPU {index} ({e}): host memory only"))?;
+        Ok(GpuSampler { nvml, index })
+    }
+
+    pub fn read(&self, pids: &[u32]) -> Option<GpuReading> {
+        let device = self.nvml.device_by_index(self.index).ok()?;
+        let mem = device.memory_info().ok()?;
+        let (mut tree, mut others) = (0, 0);
+        for p in device.running_compute_processes().unwrap_or_default() {
+            let bytes = match p.used_gpu_memory {
+                UsedGpuMemory::Used(b) => b,
+                UsedGpuMemory::Unavailable => 0,
+            };
+            if pids.contains(&p.pid) {
+                tree += bytes;
+            } else {
+                others += bytes;
+            }
+        }
+        Some(GpuReading {
+            device_used: mem.used,
+            device_total: mem.total,
+            tree,
+            others,
+        })
+    }
+}

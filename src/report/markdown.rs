@@ -164,3 +164,53 @@ pub fn explain(r: &crate::explain::ExplainReport) -> String {
     ));
     out
 }
+
+pub fn watch(r: &crate::watch::WatchReport) -> String {
+    let mut out = String::new();
+    verdict_block(&mut out, "llm-oom watch", &r.verdict);
+    out.push_str("| | |\n|---|---|\n");
+    out.push_str(&format!(
+        "| command | `{}` |\n",
+        r.argv.join(" ").replace('|', "\\|")
+    ));
+    let how = match r.exit.signal {
+        Some(s) => format!("killed by signal {s}"),
+        None => format!("exit code {}", r.exit.code),
+    };
+    out.push_str(&format!(
+        "| ended | {how} after {:.1} s |\n",
+        r.duration_ms as f64 / 1000.0
+    ));
+    out.push_str(&format!(
+        "| peak GPU | {} |\n",
+        r.peak_gpu_bytes
+            .map_or("not sampled".into(), |b| Bytes(b).to_string())
+    ));
+    out.push_str(&format!("| peak host | {} |\n\n", Bytes(r.peak_host_bytes)));
+    if !r.phases.is_empty() {
+        out.push_str("| phase | from | to | memory |\n|---|--:|--:|---|\n");
+        for p in &r.phases {
+            out.push_str(&format!(
+                "| {} | {:.2} s | {:.2} s | {} → {} |\n",
+                format!("{:?}", p.kind).to_lowercase(),
+                p.start_ms as f64 / 1000.0,
+                p.end_ms as f64 / 1000.0,
+                Bytes(p.from_bytes),
+                Bytes(p.to_bytes)
+            ));
+        }
+        out.push('\n');
+    }
+    if let Some(f) = r.findings.first() {
+        out.push_str(&format!(
+            "First out-of-memory line:\n\n```\n{}\n```\n\n",
+            f.quote
+        ));
+    }
+    remedies(&mut out, &r.remedies);
+    out.push_str(&format!(
+        "<sub>llm-oom {} · `llm-oom watch` · {}</sub>\n",
+        r.version, r.gpu_note
+    ));
+    out
+}

@@ -2,6 +2,7 @@
 //! (the contract CI parses) or Markdown made for pasting into an issue.
 
 pub mod markdown;
+pub mod svg;
 pub mod text;
 
 use serde::Serialize;

@@ -299,3 +299,77 @@ pub fn explain(r: &crate::explain::ExplainReport, style: &Style) -> String {
     }
     out
 }
+
+pub fn watch(r: &crate::watch::WatchReport, style: &Style) -> String {
+    let mut out = String::new();
+    let how = match r.exit.signal {
+        Some(s) => format!("killed by signal {s}"),
+        None => format!("exit code {}", r.exit.code),
+    };
+    out.push_str(&format!(
+        "{} `{}` · {:.1} s · {how}\n\n",
+        style.bold("llm-oom watch"),
+        r.argv.join(" "),
+        r.duration_ms as f64 / 1000.0
+    ));
+    out.push_str(&verdict_line(&r.verdict, style, "NO OOM", "OOM"));
+    out.push('\n');
+    if r.verdict.cause != Cause::None {
+        out.push_str(&style.dim(&format!(
+            "  cause {} · stage {} · confidence {:.2}\n",
+            r.verdict.cause, r.verdict.stage, r.verdict.confidence
+        )));
+    }
+    out.push('\n');
+    let gpu = r
+        .peak_gpu_bytes
+        .map_or("not sampled".to_string(), |b| Bytes(b).to_string());
+    let card = r
+        .gpu_total_bytes
+        .map_or(String::new(), |b| format!(" of {}", Bytes(b)));
+    out.push_str(&format!(
+        "Peak GPU {gpu}{card} · peak host {} · sampled every {} ms\n",
+        Bytes(r.peak_host_bytes),
+        r.interval_ms
+    ));
+    if let Some(o) = r.peak_other_processes_bytes.filter(|o| *o > 0) {
+        out.push_str(&format!(
+            "Other processes on the GPU held up to {}\n",
+            Bytes(o)
+        ));
+    }
+    out.push_str(&style.dim(&format!("{}\n\n", r.gpu_note)));
+    if !r.phases.is_empty() {
+        out.push_str(&style.bold("Phases"));
+        out.push('\n');
+        let mut t = table(&["phase", "from", "to", "memory"], 1);
+        for p in &r.phases {
+            t.add_row(vec![
+                format!("{:?}", p.kind).to_lowercase(),
+                format!("{:.2} s", p.start_ms as f64 / 1000.0),
+                format!("{:.2} s", p.end_ms as f64 / 1000.0),
+                format!("{} → {}", Bytes(p.from_bytes), Bytes(p.to_bytes)),
+            ]);
+        }
+        out.push_str(&format!("{t}\n\n"));
+    }
+    if let Some(f) = r.findings.first() {
+        let at = r
+            .oom_at_ms
+            .map_or(String::new(), |t| format!(" at {:.2} s", t as f64 / 1000.0));
+        out.push_str(&format!(
+            "{}\n  {}\n\n",
+            style.bold(&format!("First out-of-memory line{at}")),
+            f.quote
+        ));
+    }
+    remedies(&mut out, &r.remedies, style);
+    if r.output_kept_bytes < r.output_bytes {
+        out.push_str(&style.dim(&format!(
+            "kept {} of {} of output for analysis\n",
+            Bytes(r.output_kept_bytes),
+            Bytes(r.output_bytes)
+        )));
+    }
+    out
+}

@@ -1,0 +1,441 @@
+//! `llm-oom watch -- <command>`: run the user's own program, pass its input and output through,
+//! record the memory of its whole process tree, and when it ends say where the memory went.
+
+pub mod capture;
+pub mod timeline;
+pub mod tree;
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::diagnosis::remedy::Change;
+use crate::diagnosis::{Cause, Evidence, Remedy, Stage, Verdict};
+use crate::error::{Error, InputError, Result};
+use crate::estimate::Engine;
+use crate::explain::{explain, ExplainRequest};
+use crate::logparse::Finding;
+use crate::meter::gpu::GpuSampler;
+use crate::units::Bytes;
+use capture::Capture;
+use timeline::{phases, Phase, PhaseKind, Sample, Timeline};
+
+#[derive(Debug, Clone)]
+pub struct WatchRequest {
+    pub command: Vec<String>,
+    pub interval: Duration,
+    pub gpu_index: u32,
+    pub engine: Engine,
+}
+
+/// How the program ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Exit {
+    /// The exit code, or 128 + signal number for a signal (as a shell reports it).
+    pub code: i32,
+    pub signal: Option<i32>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct WatchReport {
+    pub command: &'static str,
+    pub version: &'static str,
+    pub verdict: Verdict,
+    pub remedies: Vec<Remedy>,
+    pub argv: Vec<String>,
+    pub exit: Exit,
+    pub duration_ms: u64,
+    pub peak_host_bytes: u64,
+    pub peak_gpu_bytes: Option<u64>,
+    pub peak_other_processes_bytes: Option<u64>,
+    pub gpu_total_bytes: Option<u64>,
+    /// How GPU memory was read ("nvml") or why it was not.
+    pub gpu_note: String,
+    pub phases: Vec<Phase>,
+    pub oom_at_ms: Option<u64>,
+    pub findings: Vec<Finding>,
+    pub output_bytes: u64,
+    pub output_kept_bytes: u64,
+    /// Up to 400 samples (maxima kept when thinned).
+    pub timeline: Vec<Sample>,
+    pub interval_ms: u64,
+}
+
+impl WatchReport {
+    /// The process exit code: the program's own, or 1 with `--fail-on-oom` when an OOM was seen.
+    pub fn exit_code(&self, fail_on_oom: bool) -> i32 {
+        if fail_on_oom && self.verdict.cause != Cause::None && self.exit.code == 0 {
+            1
+        } else {
+            self.exit.code
+        }
+    }
+}
+
+fn tee(
+    mut from: impl Read + Send + 'static,
+    to_stderr: bool,
+    cap: Arc<Mutex<Capture>>,
+    start: Instant,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 * 1024];
+        // The copy for analysis takes whole lines, so stdout and stderr never splice mid-line.
+        let mut pending: Vec<u8> = Vec::new();
+        loop {
+            let n = match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            // The user sees their program as always; a closed terminal does not stop the copy.
+            let _ = if to_stderr {
+                std::io::stderr()
+                    .write_all(&buf[..n])
+                    .and_then(|_| std::io::stderr().flush())
+            } else {
+                std::io::stdout()
+                    .write_all(&buf[..n])
+                    .and_then(|_| std::io::stdout().flush())
+            };
+            pending.extend_from_slice(&buf[..n]);
+            if let Some(end) = pending.iter().rposition(|&b| b == b'\n') {
+                let lines: Vec<u8> = pending.drain(..=end).collect();
+                if let Ok(mut c) = cap.lock() {
+                    c.add(&lines, start.elapsed().as_millis() as u64);
+                }
+            } else if pending.len() > 1 << 20 {
+                // A megabyte without a newline (a progress bar): keep it as it is.
+                if let Ok(mut c) = cap.lock() {
+                    c.add(&pending, start.elapsed().as_millis() as u64);
+                }
+                pending.clear();
+            }
+        }
+        if !pending.is_empty() {
+            pending.push(b'\n');
+            if let Ok(mut c) = cap.lock() {
+                c.add(&pending, start.elapsed().as_millis() as u64);
+            }
+        }
+    })
+}
+
+pub fn watch(req: &WatchRequest) -> Result<WatchReport> {
+    let Some((program, args)) = req.command.split_first() else {
+        return Err(InputError::Usage(
+            "nothing to watch: put the command after --, as in `llm-oom watch -- python app.py`"
+                .into(),
+        )
+        .into());
+    };
+    // Orphans of the program (it forked and exited) become our children, so the tree stays whole.
+    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes plain integer arguments and changes only
+    // this process's own attribute.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
+    let start = Instant::now();
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            InputError::Usage(format!(
+                "cannot start `{program}`: {e}; check the command after --"
+            ))
+        })?;
+    let root = child.id();
+
+    // Signals sent to llm-oom go to the program. (Ctrl-C in a terminal reaches the whole
+    // foreground group, the program first among them, so SIGINT is not sent twice.)
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+        signal_hook::consts::SIGINT,
+    ])
+    .map_err(|e| Error::Internal(format!("cannot install signal handlers: {e}")))?;
+    let sig_handle = signals.handle();
+    let forwarder = std::thread::spawn(move || {
+        for sig in signals.forever() {
+            if sig != signal_hook::consts::SIGINT {
+                // SAFETY: kill(2) with a pid we spawned and a valid signal number.
+                unsafe {
+                    libc::kill(root as libc::pid_t, sig);
+                }
+            }
+        }
+    });
+
+    let cap = Arc::new(Mutex::new(Capture::default()));
+    let out = child
+        .stdout
+        .take()
+        .map(|s| tee(s, false, Arc::clone(&cap), start));
+    let err = child
+        .stderr
+        .take()
+        .map(|s| tee(s, true, Arc::clone(&cap), start));
+
+    let (gpu, gpu_note) = match GpuSampler::open(req.gpu_index) {
+        Ok(g) => (
+            Some(g),
+            "GPU memory read through NVML, per process".to_string(),
+        ),
+        Err(note) => (None, note),
+    };
+    let timeline = Arc::new(Mutex::new(Timeline::new(20_000)));
+    let done = Arc::new(AtomicBool::new(false));
+    let gpu_total = Arc::new(Mutex::new(None));
+    let sampler = {
+        let (timeline, done, gpu_total) = (
+            Arc::clone(&timeline),
+            Arc::clone(&done),
+            Arc::clone(&gpu_total),
+        );
+        let interval = req.interval;
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                let pids = tree::descendants_of_us(root);
+                let host: u64 = pids.iter().map(|&p| tree::rss_bytes(p)).sum();
+                let reading = gpu.as_ref().and_then(|g| g.read(&pids));
+                if let (Some(r), Ok(mut t)) = (reading, gpu_total.lock()) {
+                    *t = Some(r.device_total);
+                }
+                if let Ok(mut t) = timeline.lock() {
+                    t.push(Sample {
+                        t_ms: start.elapsed().as_millis() as u64,
+                        host_bytes: host,
+                        gpu_bytes: reading.map(|r| r.tree),
+                        device_used: reading.map(|r| r.device_used),
+                        others_bytes: reading.map(|r| r.others),
+                        processes: pids.len() as u32,
+                    });
+                }
+                std::thread::sleep(interval);
+            }
+        })
+    };
+
+    let status = child
+        .wait()
+        .map_err(|e| Error::Internal(format!("waiting for the program: {e}")))?;
+    // Descendants that outlived the program were reparented to us: wait for them too.
+    reap_orphans();
+    for t in [out, err].into_iter().flatten() {
+        let _ = t.join();
+    }
+    done.store(true, Ordering::Relaxed);
+    let _ = sampler.join();
+    sig_handle.close();
+    let _ = forwarder.join();
+
+    use std::os::unix::process::ExitStatusExt;
+    let exit = match (status.code(), status.signal()) {
+        (Some(c), _) => Exit {
+            code: c,
+            signal: None,
+        },
+        (None, Some(s)) => Exit {
+            code: 128 + s,
+            signal: Some(s),
+        },
+        (None, None) => Exit {
+            code: 1,
+            signal: None,
+        },
+    };
+    let duration_ms = start.elapsed().as_millis() as u64;
+    let timeline = timeline
+        .lock()
+        .map(|t| t.clone())
+        .unwrap_or_else(|_| Timeline::new(4));
+    let capture = cap
+        .lock()
+        .map(|c| (c.text(), c.total, c.kept(), c.oom_at_ms))
+        .unwrap_or_default();
+    let gpu_total = gpu_total.lock().ok().and_then(|g| *g);
+    Ok(report(
+        req,
+        exit,
+        duration_ms,
+        &timeline,
+        capture,
+        gpu_total,
+        gpu_note,
+    ))
+}
+
+/// Wait for every process that was reparented to us, so none is left behind.
+fn reap_orphans() {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid(-1) on our own children; status is a valid out-pointer.
+        let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if pid <= 0 {
+            break;
+        }
+    }
+}
+
+fn report(
+    req: &WatchRequest,
+    exit: Exit,
+    duration_ms: u64,
+    timeline: &Timeline,
+    (text, total, kept, oom_at_ms): (Vec<u8>, u64, u64, Option<u64>),
+    gpu_total: Option<u64>,
+    gpu_note: String,
+) -> WatchReport {
+    let phases = phases(&timeline.series());
+    let explained = if text.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        explain(
+            &text,
+            &ExplainRequest {
+                plan: None,
+                engine: req.engine,
+            },
+        )
+        .ok()
+    };
+    let (mut verdict, mut remedies, findings) = match explained {
+        Some(e) => (e.verdict, e.remedies, e.findings),
+        None => (
+            Verdict {
+                cause: Cause::None,
+                stage: Stage::Unknown,
+                confidence: 0.7,
+                summary: String::new(),
+                evidence: Vec::new(),
+                contributing: Vec::new(),
+            },
+            Vec::new(),
+            Vec::new(),
+        ),
+    };
+    let peak_gpu = timeline.peak_gpu().filter(|b| *b > 0);
+    let peak_host = timeline.peak_host();
+
+    // Killed by SIGKILL with no GPU error in the output: the OOM killer is the usual sender.
+    if verdict.cause == Cause::None && exit.signal == Some(libc::SIGKILL) {
+        verdict.cause = Cause::HostMemory;
+        verdict.stage = Stage::Unknown;
+        verdict.confidence = 0.6;
+        verdict.summary = format!(
+            "host_memory: the program was killed with SIGKILL at {} resident — what the Linux OOM killer sends (dmesg says for sure)",
+            Bytes(peak_host)
+        );
+        remedies.push(Remedy::advice(Change::MoreHostMemory, req.engine, None));
+    }
+    // An OOM the text could not place: let the curve decide.
+    if verdict.cause == Cause::Unknown {
+        if let Some((cause, stage, why)) = from_curve(&phases, oom_at_ms) {
+            verdict.cause = cause;
+            verdict.stage = stage;
+            verdict.confidence = 0.55;
+            verdict.summary = format!(
+                "{cause}: {why} (from the memory timeline; the output alone did not decide)"
+            );
+        }
+    }
+    if verdict.cause == Cause::None {
+        verdict.summary = match exit.code {
+            0 => format!(
+                "no out-of-memory: the program exited cleanly after {:.1} s",
+                duration_ms as f64 / 1000.0
+            ),
+            c => format!("no out-of-memory in the output; the program exited with code {c}"),
+        };
+    }
+    if let Some(g) = peak_gpu {
+        verdict.evidence.push(Evidence::bytes(
+            format!("peak GPU memory of the process tree: {}", Bytes(g)),
+            g,
+        ));
+    }
+    verdict.evidence.push(Evidence::bytes(
+        format!("peak host memory of the process tree: {}", Bytes(peak_host)),
+        peak_host,
+    ));
+    for p in &phases {
+        if p.kind != PhaseKind::Steady {
+            verdict.evidence.push(Evidence::text(format!(
+                "{} phase from {:.1} s to {:.1} s: {} → {}",
+                format!("{:?}", p.kind).to_lowercase(),
+                p.start_ms as f64 / 1000.0,
+                p.end_ms as f64 / 1000.0,
+                Bytes(p.from_bytes),
+                Bytes(p.to_bytes)
+            )));
+        }
+    }
+    WatchReport {
+        command: "watch",
+        version: env!("CARGO_PKG_VERSION"),
+        verdict,
+        remedies,
+        argv: req.command.clone(),
+        exit,
+        duration_ms,
+        peak_host_bytes: peak_host,
+        peak_gpu_bytes: peak_gpu,
+        peak_other_processes_bytes: timeline.peak_others(),
+        gpu_total_bytes: gpu_total,
+        gpu_note,
+        phases,
+        oom_at_ms,
+        findings,
+        output_bytes: total,
+        output_kept_bytes: kept,
+        timeline: timeline.thinned(400),
+        interval_ms: req.interval.as_millis() as u64,
+    }
+}
+
+/// What the shape of the curve says about an OOM at `oom_at_ms`: a death during the first climb is
+/// the weights; during a steady climb, the KV cache; right after a jump, the prefill's activations.
+fn from_curve(phases: &[Phase], oom_at_ms: Option<u64>) -> Option<(Cause, Stage, String)> {
+    let at = oom_at_ms?;
+    // The last climb before the error; a flat stretch after it (the process idling into its
+    // error) does not change what filled the memory.
+    let last = phases
+        .iter()
+        .rev()
+        .find(|p| p.start_ms <= at && p.kind != PhaseKind::Steady)?;
+    Some(match last.kind {
+        PhaseKind::Load => (
+            Cause::Weights,
+            Stage::Load,
+            format!(
+                "it died while memory was still climbing to the model's size ({})",
+                Bytes(last.to_bytes)
+            ),
+        ),
+        PhaseKind::Growth => (
+            Cause::KvCache,
+            Stage::LongGeneration,
+            format!(
+                "memory grew steadily from {} to {} before it died",
+                Bytes(last.from_bytes),
+                Bytes(last.to_bytes)
+            ),
+        ),
+        PhaseKind::Spike => (
+            Cause::Activations,
+            Stage::FirstToken,
+            format!(
+                "memory jumped from {} to {} just before it died",
+                Bytes(last.from_bytes),
+                Bytes(last.to_bytes)
+            ),
+        ),
+        PhaseKind::Steady => return None,
+    })
+}

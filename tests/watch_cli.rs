@@ -1,0 +1,207 @@
+//! `llm-oom watch` around real child processes: growing memory, an OOM message, a kill, a clean
+//! exit, children, an early-exiting parent, megabytes of output, signals.
+
+mod util;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+use util::{llm_oom, run, temp};
+
+/// Run `watch --json -o report.json -- <args>`; return (exit code, stdout, report).
+fn watch(args: &[&str], extra: &[&str]) -> (i32, String, Value) {
+    let home = temp();
+    let report = home.path().join("report.json");
+    let mut a = vec!["watch", "--json", "-o", report.to_str().unwrap()];
+    a.extend_from_slice(extra);
+    a.push("--");
+    a.extend_from_slice(args);
+    let r = run(home.path(), &a);
+    let text = std::fs::read_to_string(&report)
+        .unwrap_or_else(|e| panic!("no report ({e}): {}", r.stderr));
+    (r.code, r.stdout, serde_json::from_str(&text).unwrap())
+}
+
+const GROW_THEN_OOM: &str = r#"
+import sys, time
+model = b"w" * (400 << 20)           # the load: 400 MiB at once
+time.sleep(0.3)
+cache = []
+for i in range(50):                  # steady growth: 8 MiB every 20 ms
+    cache.append(b"k" * (8 << 20))
+    time.sleep(0.02)
+print("batch= 1 seq= 16384", flush=True)
+print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 64.00 MiB. GPU 0 has a total capacity of 23.65 GiB of which 12.00 MiB is free. Including non-PyTorch memory, this process has 23.62 GiB memory in use. Of the allocated memory 23.01 GiB is allocated by PyTorch, and 80.00 MiB is reserved by PyTorch but unallocated.", file=sys.stderr, flush=True)
+sys.exit(1)
+"#;
+
+#[test]
+fn a_growing_program_that_runs_out() {
+    let (code, stdout, j) = watch(&["python3", "-c", GROW_THEN_OOM], &[]);
+    assert_eq!(code, 1, "the program's own exit code");
+    assert_eq!(
+        stdout, "batch= 1 seq= 16384\n",
+        "output passes through unchanged"
+    );
+    assert_eq!(j["verdict"]["cause"], "kv_cache", "{}", j["verdict"]);
+    let peak = j["peak_host_bytes"].as_u64().unwrap();
+    assert!(peak >= 750 << 20, "400 MiB + 400 MiB: {peak}");
+    let kinds: Vec<&str> = j["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["kind"].as_str().unwrap())
+        .collect();
+    let load = kinds
+        .iter()
+        .position(|k| *k == "load")
+        .unwrap_or_else(|| panic!("a load phase: {kinds:?}"));
+    assert!(
+        kinds[load..].contains(&"growth"),
+        "growth after the load: {kinds:?}"
+    );
+    assert!(j["oom_at_ms"].as_u64().unwrap() >= 1000);
+    assert!(j["timeline"].as_array().unwrap().len() >= 20);
+}
+
+#[test]
+fn a_killed_program_is_host_memory_and_exit_137() {
+    let (code, _, j) = watch(&["sh", "-c", "kill -9 $$"], &[]);
+    assert_eq!(code, 137);
+    assert_eq!(j["exit"]["signal"], 9);
+    assert_eq!(j["verdict"]["cause"], "host_memory");
+}
+
+#[test]
+fn a_clean_exit_is_none_and_zero() {
+    let (code, stdout, j) = watch(&["sh", "-c", "echo hello; echo warn >&2"], &[]);
+    assert_eq!((code, stdout.as_str()), (0, "hello\n"));
+    assert_eq!(j["verdict"]["cause"], "none");
+    assert_eq!(j["output_bytes"], 11);
+}
+
+#[test]
+fn children_and_orphans_are_part_of_the_tree() {
+    // Two children at once.
+    let (_, _, j) = watch(
+        &["sh", "-c", "python3 -c 'import time; x=b\"a\"*(300<<20); time.sleep(1)' & python3 -c 'import time; y=b\"b\"*(200<<20); time.sleep(1)'; wait"],
+        &[],
+    );
+    assert!(
+        j["peak_host_bytes"].as_u64().unwrap() >= 480 << 20,
+        "{}",
+        j["peak_host_bytes"]
+    );
+    assert!(j["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["processes"].as_u64().unwrap() >= 3));
+    // The parent exits at once; its child lives on and is still watched.
+    let (code, _, j) = watch(
+        &[
+            "sh",
+            "-c",
+            "python3 -c 'import time; x=b\"a\"*(200<<20); time.sleep(1)' & exit 0",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0);
+    assert!(
+        j["peak_host_bytes"].as_u64().unwrap() >= 190 << 20,
+        "{}",
+        j["peak_host_bytes"]
+    );
+    assert!(j["duration_ms"].as_u64().unwrap() >= 900);
+}
+
+#[test]
+fn megabytes_of_output_pass_through_and_a_bounded_copy_is_kept() {
+    let (code, stdout, j) = watch(
+        &[
+            "python3",
+            "-c",
+            "import sys\nfor _ in range(20000): sys.stdout.write('x' * 999 + '\\n')",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0);
+    assert_eq!(stdout.len(), 20_000_000);
+    assert_eq!(j["output_bytes"], 20_000_000);
+    assert!(j["output_kept_bytes"].as_u64().unwrap() <= 7 << 20);
+}
+
+#[test]
+fn fail_on_oom_catches_a_survived_oom() {
+    let survive = "echo 'Exception in thread Thread-2 (worker):' >&2; echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which 100.00 MiB is free.' >&2; exit 0";
+    assert_eq!(watch(&["sh", "-c", survive], &[]).0, 0);
+    let (code, _, j) = watch(&["sh", "-c", survive], &["--fail-on-oom"]);
+    assert_eq!(code, 1);
+    assert_eq!(j["verdict"]["cause"], "concurrency");
+}
+
+#[test]
+fn svg_markdown_and_a_program_that_cannot_start() {
+    let home = temp();
+    let svg = home.path().join("mem.svg");
+    let r = run(
+        home.path(),
+        &[
+            "watch",
+            "--markdown",
+            "--svg",
+            svg.to_str().unwrap(),
+            "--",
+            "python3",
+            "-c",
+            GROW_THEN_OOM,
+        ],
+    );
+    assert_eq!(r.code, 1);
+    assert!(
+        r.stderr.contains("### ❌ llm-oom watch: `kv_cache`"),
+        "{}",
+        r.stderr
+    );
+    let drawing = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        drawing.starts_with("<svg")
+            && drawing.contains(">OOM</text>")
+            && drawing.contains("polyline")
+    );
+    let bad = run(home.path(), &["watch", "--", "/no/such/program"]);
+    assert_eq!(bad.code, 2);
+    assert!(
+        bad.stderr.contains("cannot start `/no/such/program`")
+            && bad.stderr.trim().lines().count() == 1,
+        "{}",
+        bad.stderr
+    );
+}
+
+#[test]
+fn sigterm_reaches_the_program() {
+    let home = temp();
+    let child = "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: (print('child got SIGTERM', flush=True), sys.exit(3)))\nprint('ready', flush=True)\ntime.sleep(10)";
+    let mut p = llm_oom(home.path())
+        .args(["watch", "--", "python3", "-c", child])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    // SAFETY: kill(2) on the pid of a process this test spawned.
+    unsafe {
+        libc::kill(p.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let _ = &mut p;
+    let out = p.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("child got SIGTERM"));
+}
