@@ -59,6 +59,12 @@ fn every_fixture_gets_its_verdict() {
             "activations",
             "first_token",
         ),
+        // The same with a second process holding 10.6 GiB: under the cap it is not the cause.
+        (
+            "transformers_h200_prefill_oom_other_process.log",
+            "activations",
+            "first_token",
+        ),
         ("cuda_error.log", "unknown", "unknown"),
     ];
     let on_disk = std::fs::read_dir(FIXTURES).unwrap().count();

@@ -439,7 +439,8 @@ fn torch(
         near(&ctx.cache_lines, f.line).is_some() || batch.is_some_and(|(_, _, s)| s >= 4096);
 
     // Another process holds what was missing.
-    if others > 0 && others >= short && others * 20 >= total {
+    // (Under a per-process cap, other processes do not shrink this one's allowance.)
+    if !capped && others > 0 && others >= short && others * 20 >= total {
         remedies.push(Remedy::advice(
             Change::FreeOtherProcesses,
             engine,

@@ -51,11 +51,14 @@ pub struct TorchOom {
 
 impl TorchOom {
     /// Memory other processes hold on the card.
+    /// PyTorch lists processes on the card, this one among them or not (seen both ways); when
+    /// its own figure is not in the list, every listed process is another.
     pub fn others(&self) -> u64 {
         let all: u64 = self.processes.iter().map(|p| p.1).sum();
         match self.this_process {
             Some(me) if self.processes.iter().any(|p| p.1 == me) => all - me,
-            Some(_) | None => 0,
+            Some(_) => all,
+            None => 0,
         }
     }
 }
@@ -647,6 +650,18 @@ mod tests {
         assert_eq!(t.others(), g(9.80));
         assert_eq!(t.reserved_unallocated, Some(g(2.05)));
         assert_eq!(t.allocated_by_pytorch, Some(g(10.01)));
+    }
+
+    #[test]
+    fn a_process_list_without_this_process_is_all_others() {
+        // transformers 5.17 on the H200 with a second process holding 10.6 GiB (docs/gpu-runs.md).
+        let log = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.07 GiB. GPU 0 has a total capacity of 139.80 GiB of which 104.60 GiB is free. Process 412 has 10.60 GiB memory in use. Including non-PyTorch memory, this process has 24.59 GiB memory in use. 24.00 GiB allowed; Of the allocated memory 21.63 GiB is allocated by PyTorch, and 2.29 GiB is reserved by PyTorch but unallocated.";
+        let (f, _) = scan(&lines(log));
+        let Event::TorchOom(t) = &f[0].event else {
+            panic!()
+        };
+        assert_eq!(t.others(), (10.60 * (1u64 << 30) as f64) as u64);
+        assert_eq!(t.allowed, Some(24 << 30));
     }
 
     #[test]

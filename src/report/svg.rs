@@ -24,7 +24,7 @@ pub fn watch(r: &WatchReport) -> String {
     let y_max = [
         r.peak_gpu_bytes.unwrap_or(0),
         r.peak_host_bytes,
-        r.gpu_total_bytes.unwrap_or(0),
+        r.limit_bytes.unwrap_or(0),
     ]
     .into_iter()
     .max()
@@ -97,15 +97,20 @@ pub fn watch(r: &WatchReport) -> String {
         H - 12.0,
         t_max / 1000.0
     );
-    if let Some(total) = r.gpu_total_bytes {
+    if let Some(limit) = r.limit_bytes {
+        let what = if r.limit_bytes == r.gpu_total_bytes {
+            "card"
+        } else {
+            "allowed"
+        };
         let _ = write!(
             s,
-            r##"<line x1="{LEFT}" y1="{0:.1}" x2="{1}" y2="{0:.1}" stroke="#c00" stroke-dasharray="6 4"/><text x="{2}" y="{3:.1}" fill="#c00">card {4}</text>"##,
-            y(total),
+            r##"<line x1="{LEFT}" y1="{0:.1}" x2="{1}" y2="{0:.1}" stroke="#c00" stroke-dasharray="6 4"/><text x="{2}" y="{3:.1}" fill="#c00">{what} {4}</text>"##,
+            y(limit),
             W - RIGHT,
             LEFT + 4.0,
-            y(total) - 4.0,
-            Bytes(total)
+            y(limit) - 4.0,
+            Bytes(limit)
         );
     }
     let line = |points: Vec<(u64, u64)>, color: &str, label: &str, s: &mut String, row: f64| {

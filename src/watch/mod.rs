@@ -53,6 +53,9 @@ pub struct WatchReport {
     pub peak_gpu_bytes: Option<u64>,
     pub peak_other_processes_bytes: Option<u64>,
     pub gpu_total_bytes: Option<u64>,
+    /// The limit the program ran into: a per-process cap PyTorch printed ("24.00 GiB allowed"),
+    /// else the card.
+    pub limit_bytes: Option<u64>,
     /// How GPU memory was read ("nvml") or why it was not.
     pub gpu_note: String,
     pub phases: Vec<Phase>,
@@ -388,6 +391,13 @@ fn report(
         peak_gpu_bytes: peak_gpu,
         peak_other_processes_bytes: timeline.peak_others(),
         gpu_total_bytes: gpu_total,
+        limit_bytes: findings
+            .iter()
+            .find_map(|f| match &f.event {
+                crate::logparse::Event::TorchOom(t) => t.allowed,
+                _ => None,
+            })
+            .or(gpu_total),
         gpu_note,
         phases,
         oom_at_ms,
