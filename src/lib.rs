@@ -16,6 +16,7 @@ pub mod meter;
 pub mod model;
 pub mod plan;
 pub mod report;
+pub mod runtime;
 pub mod units;
 pub mod watch;
 

@@ -79,6 +79,9 @@ pub enum Command {
     /// Run your own program, watch the memory of its process tree, and explain how it ended.
     #[command(after_help = WATCH_EXAMPLES)]
     Watch(WatchArgs),
+    /// Run a model with the runtime the probe uses and print timings and memory (for developers).
+    #[command(hide = true)]
+    Run(RunArgs),
     /// Print a shell completion script.
     Completions {
         /// bash, zsh, fish, elvish or powershell
@@ -177,6 +180,33 @@ pub struct WatchArgs {
     /// The program and its arguments, after --.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[arg(long, short = 'm', default_value = llm_oom::model::presets::DEFAULT_MODEL)]
+    pub model: String,
+    /// cpu, cuda, cuda:N
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// f32, f16 or bf16
+    #[arg(long, default_value = "bf16")]
+    pub dtype: String,
+    #[arg(long, default_value_t = 512)]
+    pub prompt_tokens: usize,
+    #[arg(long, default_value_t = 32)]
+    pub max_new_tokens: usize,
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    /// Query slice of chunked attention; 0 = eager (full score matrix).
+    #[arg(long, default_value_t = 512)]
+    pub attention_chunk: usize,
+    /// Prefill the prompt in slices of this many tokens.
+    #[arg(long)]
+    pub prefill_chunk: Option<usize>,
+    /// Grow the KV cache by concatenation instead of preallocating it.
+    #[arg(long)]
+    pub concat_cache: bool,
 }
 
 #[derive(Debug, Args)]

@@ -95,6 +95,21 @@ pub fn run(cli: Cli) -> Result<i32> {
             }
             Ok(r.exit_code(args.fail_on_oom))
         }
+        Command::Run(args) => {
+            let r = llm_oom::runtime::run::run(&llm_oom::runtime::run::RunRequest {
+                model: args.model.clone(),
+                device: args.device.clone(),
+                dtype: args.dtype.clone(),
+                prompt_tokens: args.prompt_tokens,
+                new_tokens: args.max_new_tokens,
+                batch: args.batch,
+                attention_chunk: args.attention_chunk,
+                prefill_chunk: args.prefill_chunk,
+                concat_cache: args.concat_cache,
+            })?;
+            print(&report::json(&r)?)?;
+            Ok(0)
+        }
         Command::Completions { shell } => {
             let mut cmd = Cli::command();
             clap_complete::generate(*shell, &mut cmd, "llm-oom", &mut std::io::stdout());

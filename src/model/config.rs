@@ -217,6 +217,14 @@ impl Reader<'_> {
                 2
             },
             fused_projections: family == Family::Phi3,
+            rope_theta: self
+                .get("rope_theta")
+                .and_then(Value::as_f64)
+                .unwrap_or(10_000.0),
+            rms_norm_eps: self
+                .get("rms_norm_eps")
+                .and_then(Value::as_f64)
+                .unwrap_or(1e-6),
             native_dtype,
             gguf: None,
             notes,

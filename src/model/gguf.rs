@@ -129,6 +129,16 @@ fn spec_from_content(c: &Content, path: &Path, name: &str) -> Result<Spec, Input
             2
         },
         fused_projections: arch == "phi3",
+        rope_theta: c
+            .metadata
+            .get(&format!("{arch}.rope.freq_base"))
+            .and_then(|v| v.to_f32().ok())
+            .map_or(10_000.0, f64::from),
+        rms_norm_eps: c
+            .metadata
+            .get(&format!("{arch}.attention.layer_norm_rms_epsilon"))
+            .and_then(|v| v.to_f32().ok())
+            .map_or(1e-6, f64::from),
         native_dtype: match file_type.as_deref() {
             Some("MOSTLY_Q8_0") => WeightDtype::Gguf(GgufMix::Q8_0),
             Some("MOSTLY_Q6_K") => WeightDtype::Gguf(GgufMix::Q6K),

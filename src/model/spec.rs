@@ -32,6 +32,9 @@ pub struct Spec {
     pub norms_per_layer: u64,
     /// q/k/v and gate/up each computed as one matmul (phi3): the fused outputs stay alive.
     pub fused_projections: bool,
+    /// RoPE base and RMSNorm epsilon: irrelevant to memory, needed to run the model.
+    pub rope_theta: f64,
+    pub rms_norm_eps: f64,
     /// The dtype the checkpoint is stored and loaded in by default (`torch_dtype`, quantization_config).
     pub native_dtype: WeightDtype,
     /// Exact tensor bytes when the source is a GGUF file.

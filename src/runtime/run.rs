@@ -1,0 +1,128 @@
+//! One measured generation: load (random weights of the model's exact shapes), prefill, decode,
+//! with the time of each and the memory the driver reports for this process. The probe's stages
+//! are built from this.
+
+use std::time::Instant;
+
+use candle_core::DType;
+use serde::Serialize;
+
+use super::generate::{generate, GenerateConfig, GenerateStats};
+use super::{parse_device, Attention, CacheMode, RuntimeError};
+use crate::dtype::{KvDtype, WeightDtype};
+use crate::error::{Error, InputError, Result};
+use crate::estimate::{kv_bytes, weight_bytes};
+use crate::meter::gpu::GpuSampler;
+use crate::model::resolve;
+use crate::runtime::weights::Weights;
+
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    pub model: String,
+    pub device: String,
+    pub dtype: String,
+    pub prompt_tokens: usize,
+    pub new_tokens: usize,
+    pub batch: usize,
+    pub attention_chunk: usize,
+    pub prefill_chunk: Option<usize>,
+    pub concat_cache: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    pub model: String,
+    pub device: String,
+    pub dtype: String,
+    pub prompt_tokens: usize,
+    pub new_tokens: usize,
+    pub batch: usize,
+    pub load_seconds: f64,
+    pub prefill_seconds: f64,
+    pub prefill_tokens_per_second: f64,
+    pub decode_seconds: f64,
+    pub decode_tokens_per_second: f64,
+    pub weights_bytes: u64,
+    pub weights_bytes_estimated: u64,
+    pub kv_cache_bytes: u64,
+    pub kv_cache_bytes_estimated: u64,
+    /// What NVML says this process holds, after loading and after generating (None without NVML).
+    pub gpu_bytes_after_load: Option<u64>,
+    pub gpu_bytes_after_generate: Option<u64>,
+}
+
+fn runtime_err(e: RuntimeError) -> Error {
+    match e {
+        e @ (RuntimeError::Device(_) | RuntimeError::Unsupported(_)) => {
+            InputError::Usage(e.to_string()).into()
+        }
+        other => Error::Internal(other.to_string()),
+    }
+}
+
+pub fn run(req: &RunRequest) -> Result<RunReport> {
+    let spec = resolve(&req.model)?.spec;
+    let device = parse_device(&req.device).map_err(runtime_err)?;
+    let (dtype, wd, kd) = match req.dtype.as_str() {
+        "f32" => (DType::F32, WeightDtype::F32, KvDtype::F32),
+        "f16" => (DType::F16, WeightDtype::F16, KvDtype::F16),
+        "bf16" => (DType::BF16, WeightDtype::Bf16, KvDtype::Bf16),
+        other => return Err(InputError::Dtype(other.to_string()).into()),
+    };
+    if req.prompt_tokens == 0 || req.batch == 0 {
+        return Err(
+            InputError::Usage("--prompt-tokens and --batch must be at least 1".into()).into(),
+        );
+    }
+    let gpu = GpuSampler::open(0).ok();
+    let me = [std::process::id()];
+    let read = || gpu.as_ref().and_then(|g| g.read(&me)).map(|r| r.tree);
+
+    let _ = device.synchronize();
+    let t0 = Instant::now();
+    let weights = Weights::random(&spec, dtype, &device, 42).map_err(runtime_err)?;
+    let _ = device.synchronize();
+    let load_seconds = t0.elapsed().as_secs_f64();
+    let after_load = read();
+
+    let cfg = GenerateConfig {
+        prompt_tokens: req.prompt_tokens,
+        new_tokens: req.new_tokens,
+        batch: req.batch,
+        prefill_chunk: req.prefill_chunk,
+        attention: if req.attention_chunk == 0 {
+            Attention::Eager
+        } else {
+            Attention::Chunked(req.attention_chunk)
+        },
+        cache: if req.concat_cache {
+            CacheMode::Concatenated
+        } else {
+            CacheMode::Preallocated
+        },
+    };
+    let s: GenerateStats = generate(&spec, &weights, &cfg, &device).map_err(runtime_err)?;
+    let after = read();
+    let total = (req.prompt_tokens + req.new_tokens) as u64;
+    let held = if req.concat_cache { total - 1 } else { total };
+    Ok(RunReport {
+        model: spec.name.clone(),
+        device: req.device.clone(),
+        dtype: req.dtype.clone(),
+        prompt_tokens: req.prompt_tokens,
+        new_tokens: req.new_tokens,
+        batch: req.batch,
+        load_seconds,
+        prefill_seconds: s.prefill_seconds,
+        prefill_tokens_per_second: (req.prompt_tokens * req.batch) as f64
+            / s.prefill_seconds.max(1e-9),
+        decode_seconds: s.decode_seconds,
+        decode_tokens_per_second: s.decode_tokens_per_second,
+        weights_bytes: s.weights_bytes,
+        weights_bytes_estimated: weight_bytes(&spec, wd),
+        kv_cache_bytes: s.kv_cache_bytes,
+        kv_cache_bytes_estimated: kv_bytes(&spec, kd, held, req.batch as u64, false),
+        gpu_bytes_after_load: after_load,
+        gpu_bytes_after_generate: after,
+    })
+}

@@ -1,0 +1,74 @@
+//! The runtime the probe measures with, through the hidden `run` command: on the CPU, on a tiny
+//! llama written as a config.json, the weights and the KV cache hold exactly the estimated bytes.
+
+mod util;
+
+use serde_json::Value;
+use util::{run, temp, write, TINY_LLAMA};
+
+#[test]
+fn weights_and_kv_cache_are_the_estimated_bytes() {
+    let home = temp();
+    let dir = home.path().join("tiny");
+    write(&dir.join("config.json"), TINY_LLAMA);
+    for extra in [
+        &[][..],
+        &["--concat-cache"][..],
+        &["--attention-chunk", "0", "--prefill-chunk", "7"][..],
+    ] {
+        let mut args = vec![
+            "run",
+            "--model",
+            dir.to_str().unwrap(),
+            "--dtype",
+            "f32",
+            "--prompt-tokens",
+            "24",
+            "--max-new-tokens",
+            "3",
+            "--batch",
+            "2",
+        ];
+        args.extend_from_slice(extra);
+        let r = run(home.path(), &args);
+        assert_eq!(r.code, 0, "{extra:?}: {}", r.stderr);
+        let j: Value = serde_json::from_str(&r.stdout).unwrap();
+        assert_eq!(
+            j["weights_bytes"], j["weights_bytes_estimated"],
+            "{extra:?}"
+        );
+        assert_eq!(j["weights_bytes"], 3_283_200u64 * 4);
+        assert_eq!(
+            j["kv_cache_bytes"], j["kv_cache_bytes_estimated"],
+            "{extra:?}"
+        );
+        assert!(j["decode_tokens_per_second"].as_f64().unwrap() > 0.0);
+    }
+}
+
+#[test]
+fn unsupported_models_and_devices_are_bad_input() {
+    let home = temp();
+    let r = run(
+        home.path(),
+        &[
+            "run",
+            "--model",
+            "google/gemma-2-9b-it",
+            "--prompt-tokens",
+            "4",
+        ],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("does not run `gemma2` models yet"),
+        "{}",
+        r.stderr
+    );
+    let r = run(
+        home.path(),
+        &["run", "--device", "tpu", "--prompt-tokens", "4"],
+    );
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("not a device"), "{}", r.stderr);
+}
