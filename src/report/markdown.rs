@@ -192,7 +192,7 @@ pub fn watch(r: &crate::watch::WatchReport) -> String {
         for p in &r.phases {
             out.push_str(&format!(
                 "| {} | {:.2} s | {:.2} s | {} → {} |\n",
-                format!("{:?}", p.kind).to_lowercase(),
+                p.kind.as_str(),
                 p.start_ms as f64 / 1000.0,
                 p.end_ms as f64 / 1000.0,
                 Bytes(p.from_bytes),

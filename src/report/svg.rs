@@ -64,7 +64,7 @@ pub fn watch(r: &WatchReport) -> String {
             r##"<text x="{:.1}" y="{:.1}" fill="#555">{}</text>"##,
             x0 + 3.0,
             TOP + 14.0,
-            format!("{:?}", p.kind).to_lowercase()
+            p.kind.as_str()
         );
     }
     // axes and a few byte ticks

@@ -58,6 +58,18 @@ pub fn verdict_line(v: &Verdict, style: &Style, fits_word: &str, oom_word: &str)
     format!("{mark} {word} — {}", v.summary)
 }
 
+/// The verdict line, then cause · stage · confidence when something ran out.
+fn verdict_header(out: &mut String, v: &Verdict, style: &Style, fits_word: &str, oom_word: &str) {
+    out.push_str(&verdict_line(v, style, fits_word, oom_word));
+    out.push('\n');
+    if v.cause != Cause::None {
+        out.push_str(&style.dim(&format!(
+            "  cause {} · stage {} · confidence {:.2}\n",
+            v.cause, v.stage, v.confidence
+        )));
+    }
+}
+
 pub fn remedies(out: &mut String, remedies: &[Remedy], style: &Style) {
     if remedies.is_empty() {
         return;
@@ -101,14 +113,7 @@ pub fn plan(r: &PlanReport, style: &Style) -> String {
             other => other.to_string(),
         }
     ));
-    out.push_str(&verdict_line(&r.verdict, style, "FITS", "WOULD OOM"));
-    out.push('\n');
-    if r.verdict.cause != Cause::None {
-        out.push_str(&style.dim(&format!(
-            "  cause {} · stage {} · confidence {:.2}\n",
-            r.verdict.cause, r.verdict.stage, r.verdict.confidence
-        )));
-    }
+    verdict_header(&mut out, &r.verdict, style, "FITS", "WOULD OOM");
     out.push('\n');
     out.push_str(&format!(
         "Model     {} · {:.2} B params · {} layers · {} heads / {} KV heads × {} · vocab {}{}\n",
@@ -256,14 +261,7 @@ pub fn explain(r: &crate::explain::ExplainReport, style: &Style) -> String {
         r.lines,
         r.findings.len()
     ));
-    out.push_str(&verdict_line(&r.verdict, style, "NO OOM", "OOM"));
-    out.push('\n');
-    if r.verdict.cause != Cause::None {
-        out.push_str(&style.dim(&format!(
-            "  cause {} · stage {} · confidence {:.2}\n",
-            r.verdict.cause, r.verdict.stage, r.verdict.confidence
-        )));
-    }
+    verdict_header(&mut out, &r.verdict, style, "NO OOM", "OOM");
     out.push('\n');
     if !r.verdict.evidence.is_empty() {
         out.push_str(&style.bold("Evidence"));
@@ -312,14 +310,7 @@ pub fn watch(r: &crate::watch::WatchReport, style: &Style) -> String {
         r.argv.join(" "),
         r.duration_ms as f64 / 1000.0
     ));
-    out.push_str(&verdict_line(&r.verdict, style, "NO OOM", "OOM"));
-    out.push('\n');
-    if r.verdict.cause != Cause::None {
-        out.push_str(&style.dim(&format!(
-            "  cause {} · stage {} · confidence {:.2}\n",
-            r.verdict.cause, r.verdict.stage, r.verdict.confidence
-        )));
-    }
+    verdict_header(&mut out, &r.verdict, style, "NO OOM", "OOM");
     out.push('\n');
     let gpu = r
         .peak_gpu_bytes
@@ -345,7 +336,7 @@ pub fn watch(r: &crate::watch::WatchReport, style: &Style) -> String {
         let mut t = table(&["phase", "from", "to", "memory"], 1);
         for p in &r.phases {
             t.add_row(vec![
-                format!("{:?}", p.kind).to_lowercase(),
+                p.kind.as_str().to_string(),
                 format!("{:.2} s", p.start_ms as f64 / 1000.0),
                 format!("{:.2} s", p.end_ms as f64 / 1000.0),
                 format!("{} → {}", Bytes(p.from_bytes), Bytes(p.to_bytes)),

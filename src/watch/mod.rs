@@ -371,7 +371,7 @@ fn report(
         if p.kind != PhaseKind::Steady {
             verdict.evidence.push(Evidence::text(format!(
                 "{} phase from {:.1} s to {:.1} s: {} → {}",
-                format!("{:?}", p.kind).to_lowercase(),
+                p.kind.as_str(),
                 p.start_ms as f64 / 1000.0,
                 p.end_ms as f64 / 1000.0,
                 Bytes(p.from_bytes),

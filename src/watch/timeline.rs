@@ -43,6 +43,19 @@ fn merge(a: &Sample, b: &Sample) -> Sample {
     }
 }
 
+/// Half as many samples: neighbours merged, maxima kept.
+fn halve(v: &[Sample]) -> Vec<Sample> {
+    v.chunks(2)
+        .map(|c| {
+            if c.len() == 2 {
+                merge(&c[0], &c[1])
+            } else {
+                c[0]
+            }
+        })
+        .collect()
+}
+
 impl Timeline {
     pub fn new(cap: usize) -> Timeline {
         Timeline {
@@ -53,17 +66,7 @@ impl Timeline {
 
     pub fn push(&mut self, s: Sample) {
         if self.samples.len() >= self.cap {
-            self.samples = self
-                .samples
-                .chunks(2)
-                .map(|c| {
-                    if c.len() == 2 {
-                        merge(&c[0], &c[1])
-                    } else {
-                        c[0]
-                    }
-                })
-                .collect();
+            self.samples = halve(&self.samples);
         }
         self.samples.push(s);
     }
@@ -72,16 +75,7 @@ impl Timeline {
     pub fn thinned(&self, n: usize) -> Vec<Sample> {
         let mut v = self.samples.clone();
         while v.len() > n.max(2) {
-            v = v
-                .chunks(2)
-                .map(|c| {
-                    if c.len() == 2 {
-                        merge(&c[0], &c[1])
-                    } else {
-                        c[0]
-                    }
-                })
-                .collect();
+            v = halve(&v);
         }
         v
     }
@@ -130,6 +124,17 @@ pub enum PhaseKind {
     Growth,
     /// Flat.
     Steady,
+}
+
+impl PhaseKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PhaseKind::Load => "load",
+            PhaseKind::Spike => "spike",
+            PhaseKind::Growth => "growth",
+            PhaseKind::Steady => "steady",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
