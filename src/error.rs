@@ -7,6 +7,9 @@ use std::path::PathBuf;
 pub enum Error {
     #[error(transparent)]
     Input(#[from] InputError),
+    /// The device ran out of memory: a finding, not a failure (exit code 1).
+    #[error("{0}")]
+    OutOfMemory(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -16,6 +19,7 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Input(_) => 2,
+            Error::OutOfMemory(_) => 1,
             Error::Internal(_) => 3,
         }
     }

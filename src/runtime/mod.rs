@@ -19,8 +19,12 @@ pub use kv_cache::{CacheMode, KvCache};
 /// so the probe can tell "out of memory" from "broken".
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("out of memory on {device}: {message}")]
-    OutOfMemory { device: String, message: String },
+    #[error("out of memory on {device}{}: {message}", requested.map_or(String::new(), |b| format!(" allocating {}", crate::units::Bytes(b))))]
+    OutOfMemory {
+        device: String,
+        message: String,
+        requested: Option<u64>,
+    },
     #[error(
         "the runtime does not run `{0}` models yet (llama, mistral and qwen2 shapes are supported)"
     )]
@@ -46,9 +50,26 @@ impl RuntimeError {
             RuntimeError::OutOfMemory {
                 device: device_name(device),
                 message,
+                requested: None,
             }
         } else {
             RuntimeError::Candle(message)
+        }
+    }
+}
+
+impl RuntimeError {
+    /// Attach the size of the allocation that failed, where the caller knows it.
+    pub fn requesting(self, bytes: u64) -> RuntimeError {
+        match self {
+            RuntimeError::OutOfMemory {
+                device, message, ..
+            } => RuntimeError::OutOfMemory {
+                device,
+                message,
+                requested: Some(bytes),
+            },
+            other => other,
         }
     }
 }
@@ -96,4 +117,18 @@ pub fn device_name(d: &Device) -> String {
 /// Bytes of one element of a candle dtype.
 pub fn dtype_bytes(d: DType) -> u64 {
     d.size_in_bytes() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_out_of_memory_carries_what_was_asked() {
+        let e = candle_core::Error::Msg("DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")\n   0: backtrace".into());
+        let r = RuntimeError::from_candle(e, &Device::Cpu).requesting(3 << 30);
+        assert_eq!(r.to_string(), "out of memory on cpu allocating 3.00 GiB: DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")");
+        let other = RuntimeError::from_candle(candle_core::Error::Msg("shape mismatch".into()), &Device::Cpu);
+        assert!(matches!(other.requesting(1), RuntimeError::Candle(_)));
+    }
 }

@@ -56,7 +56,8 @@ impl Weights {
         let w = |rows: usize, cols: usize| -> Result<Tensor> {
             Tensor::randn(0f32, 0.02, (rows, cols), device)
                 .and_then(|t| t.to_dtype(dtype))
-                .map_err(err)
+                // drawn in f32, then converted: the f32 draw is the largest allocation
+                .map_err(|e| err(e).requesting((rows * cols * 4) as u64))
         };
         let ones = |n: usize| -> Result<Tensor> { Tensor::ones(n, dtype, device).map_err(err) };
         let bias = |n: usize| -> Result<Tensor> {
