@@ -45,9 +45,11 @@ impl KvCache {
         for _ in 0..layers {
             let (k, val) = match mode {
                 CacheMode::Preallocated => {
+                    let bytes =
+                        (batch * kv_heads * capacity * head_dim * dtype.size_in_bytes()) as u64;
                     let z = || {
                         Tensor::zeros((batch, kv_heads, capacity, head_dim), dtype, device)
-                            .map_err(|e| RuntimeError::from_candle(e, device))
+                            .map_err(|e| RuntimeError::from_candle(e, device).requesting(bytes))
                     };
                     (Some(z()?), Some(z()?))
                 }

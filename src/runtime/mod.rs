@@ -125,10 +125,15 @@ mod tests {
 
     #[test]
     fn an_out_of_memory_carries_what_was_asked() {
-        let e = candle_core::Error::Msg("DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")\n   0: backtrace".into());
+        let e = candle_core::Error::Msg(
+            "DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")\n   0: backtrace".into(),
+        );
         let r = RuntimeError::from_candle(e, &Device::Cpu).requesting(3 << 30);
         assert_eq!(r.to_string(), "out of memory on cpu allocating 3.00 GiB: DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")");
-        let other = RuntimeError::from_candle(candle_core::Error::Msg("shape mismatch".into()), &Device::Cpu);
+        let other = RuntimeError::from_candle(
+            candle_core::Error::Msg("shape mismatch".into()),
+            &Device::Cpu,
+        );
         assert!(matches!(other.requesting(1), RuntimeError::Candle(_)));
     }
 }

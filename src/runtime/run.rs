@@ -56,6 +56,7 @@ fn runtime_err(e: RuntimeError) -> Error {
         e @ (RuntimeError::Device(_) | RuntimeError::Unsupported(_)) => {
             InputError::Usage(e.to_string()).into()
         }
+        e @ RuntimeError::OutOfMemory { .. } => Error::OutOfMemory(e.to_string()),
         other => Error::Internal(other.to_string()),
     }
 }
@@ -125,4 +126,26 @@ pub fn run(req: &RunRequest) -> Result<RunReport> {
         gpu_bytes_after_load: after_load,
         gpu_bytes_after_generate: after,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_out_of_memory_is_a_finding_and_bad_devices_are_bad_input() {
+        let oom = RuntimeError::OutOfMemory {
+            device: "cuda".into(),
+            message: "DriverError(CUDA_ERROR_OUT_OF_MEMORY)".into(),
+            requested: Some(4 << 30),
+        };
+        let e = runtime_err(oom);
+        assert_eq!(e.exit_code(), 1);
+        assert!(e.to_string().contains("allocating 4.00 GiB"), "{e}");
+        assert_eq!(runtime_err(RuntimeError::Device("x".into())).exit_code(), 2);
+        assert_eq!(
+            runtime_err(RuntimeError::Candle("shape".into())).exit_code(),
+            3
+        );
+    }
 }
