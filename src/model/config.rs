@@ -242,6 +242,7 @@ impl Reader<'_> {
                 .iter()
                 .filter(|t| t.as_str() == Some("sliding_attention"))
                 .count() as u64;
+            let n = n.min(layers);
             return Ok((Some(window).filter(|_| n > 0), n));
         }
         let n = match family {
@@ -372,5 +373,81 @@ impl Family {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(json: &str) -> Result<Spec, InputError> {
+        parse_config(json, Path::new("config.json"), "m")
+    }
+
+    #[test]
+    fn gemma3_text_config_and_layer_types() {
+        let s = parse(r#"{"model_type":"gemma3","architectures":["Gemma3ForConditionalGeneration"],"text_config":{"model_type":"gemma3_text",
+            "hidden_size":2560,"intermediate_size":10240,"num_hidden_layers":34,"num_attention_heads":8,"num_key_value_heads":4,"head_dim":256,
+            "vocab_size":262208,"sliding_window":1024,"sliding_window_pattern":6}}"#).unwrap();
+        assert_eq!(
+            (
+                s.head_dim,
+                s.sliding_layers,
+                s.sliding_window,
+                s.norms_per_layer,
+                s.qk_norm,
+                s.tie_word_embeddings
+            ),
+            (256, 29, Some(1024), 4, true, true)
+        );
+        // More layer types than layers cannot make the count of full-attention layers negative.
+        let t = parse(r#"{"model_type":"qwen3","hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":10,
+            "sliding_window":8,"layer_types":["sliding_attention","sliding_attention","sliding_attention"]}"#).unwrap();
+        assert_eq!((t.sliding_layers, t.full_attention_layers()), (2, 0));
+    }
+
+    #[test]
+    fn quantization_configs_and_moe() {
+        let nf4 = parse(r#"{"model_type":"llama","hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":10,
+            "quantization_config":{"quant_method":"bitsandbytes","load_in_4bit":true,"bnb_4bit_quant_type":"nf4","bnb_4bit_use_double_quant":true}}"#).unwrap();
+        assert_eq!(nf4.native_dtype, WeightDtype::Nf4 { double_quant: true });
+        let awq = parse(r#"{"model_type":"mistral","hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":10,
+            "quantization_config":{"quant_method":"awq","w_bit":4,"q_group_size":64}}"#).unwrap();
+        assert_eq!(
+            awq.native_dtype,
+            WeightDtype::Awq {
+                bits: 4,
+                group_size: 64
+            }
+        );
+        let moe = parse(r#"{"model_type":"qwen3_moe","hidden_size":64,"intermediate_size":128,"moe_intermediate_size":32,"num_hidden_layers":4,
+            "num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"vocab_size":10,"num_experts":8,"num_experts_per_tok":2}"#).unwrap();
+        let e = moe.experts.unwrap();
+        assert_eq!(
+            (e.count, e.active, e.intermediate_size, e.sparse_layers),
+            (8, 2, 32, 4)
+        );
+        assert!(moe.qk_norm && !moe.qkv_bias);
+        let unknown = parse(r#"{"model_type":"llama","hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":10,
+            "quantization_config":{"quant_method":"fp8"}}"#).unwrap();
+        assert!(unknown.notes[0].contains("`fp8` is not priced yet"));
+    }
+
+    #[test]
+    fn encoders_and_bad_fields_are_refused() {
+        assert!(matches!(
+            parse(r#"{"model_type":"t5","d_model":512}"#),
+            Err(InputError::UnknownArchitecture { .. })
+        ));
+        assert!(matches!(
+            parse(
+                r#"{"model_type":"llama","hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":3,"vocab_size":10}"#
+            ),
+            Err(InputError::BadField { .. })
+        ));
+        assert!(matches!(
+            parse(r#"[1,2]"#),
+            Err(InputError::BadField { .. })
+        ));
     }
 }

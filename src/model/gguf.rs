@@ -62,7 +62,7 @@ fn spec_from_content(c: &Content, path: &Path, name: &str) -> Result<Spec, Input
         .or_else(|| {
             c.tensor_infos
                 .get("token_embd.weight")
-                .map(|t| t.shape.dims()[0] as u64)
+                .and_then(|t| t.shape.dims().first().map(|&d| d as u64))
         })
         .ok_or_else(|| missing(format!("{arch}.vocab_size")))?;
     let expert_count = num("expert_count").unwrap_or(0);

@@ -172,6 +172,6 @@ impl Spec {
 
     /// Layers whose KV cache keeps every token (the rest keep at most `sliding_window`).
     pub fn full_attention_layers(&self) -> u64 {
-        self.num_layers - self.sliding_layers
+        self.num_layers.saturating_sub(self.sliding_layers)
     }
 }

@@ -46,7 +46,7 @@ pub fn descendants(root: u32) -> Vec<u32> {
 /// The parent pid from /proc/PID/stat (the command name may hold spaces and parentheses).
 fn read_ppid(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = &stat[stat.rfind(')')? + 2..];
+    let after = stat.get(stat.rfind(')')? + 2..)?;
     after.split_whitespace().nth(1)?.parse().ok()
 }
 
