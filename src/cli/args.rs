@@ -207,6 +207,9 @@ pub struct RunArgs {
     /// Grow the KV cache by concatenation instead of preallocating it.
     #[arg(long)]
     pub concat_cache: bool,
+    /// Random weights of the model's shapes even when its safetensors are there.
+    #[arg(long)]
+    pub random_weights: bool,
 }
 
 #[derive(Debug, Args)]

@@ -106,6 +106,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 attention_chunk: args.attention_chunk,
                 prefill_chunk: args.prefill_chunk,
                 concat_cache: args.concat_cache,
+                random_weights: args.random_weights,
             })?;
             print(&report::json(&r)?)?;
             Ok(0)

@@ -31,6 +31,9 @@ pub enum RuntimeError {
     Unsupported(String),
     #[error("{0}")]
     Device(String),
+    /// A checkpoint that cannot be read as the config describes it.
+    #[error("{0}")]
+    Checkpoint(String),
     #[error("{0}")]
     Candle(String),
 }

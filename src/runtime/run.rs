@@ -13,7 +13,7 @@ use crate::dtype::{KvDtype, WeightDtype};
 use crate::error::{Error, InputError, Result};
 use crate::estimate::{kv_bytes, weight_bytes};
 use crate::meter::gpu::GpuSampler;
-use crate::model::resolve;
+use crate::model::{resolve, SourceKind};
 use crate::runtime::weights::Weights;
 
 #[derive(Debug, Clone)]
@@ -27,11 +27,15 @@ pub struct RunRequest {
     pub attention_chunk: usize,
     pub prefill_chunk: Option<usize>,
     pub concat_cache: bool,
+    /// Draw random weights even when the checkpoint's safetensors are there.
+    pub random_weights: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct RunReport {
     pub model: String,
+    /// `checkpoint` (read from safetensors) or `random` (the exact shapes, drawn on the device).
+    pub weights: &'static str,
     pub device: String,
     pub dtype: String,
     pub prompt_tokens: usize,
@@ -53,16 +57,36 @@ pub struct RunReport {
 
 fn runtime_err(e: RuntimeError) -> Error {
     match e {
-        e @ (RuntimeError::Device(_) | RuntimeError::Unsupported(_)) => {
-            InputError::Usage(e.to_string()).into()
-        }
+        e @ (RuntimeError::Device(_)
+        | RuntimeError::Unsupported(_)
+        | RuntimeError::Checkpoint(_)) => InputError::Usage(e.to_string()).into(),
         e @ RuntimeError::OutOfMemory { .. } => Error::OutOfMemory(e.to_string()),
         other => Error::Internal(other.to_string()),
     }
 }
 
 pub fn run(req: &RunRequest) -> Result<RunReport> {
-    let spec = resolve(&req.model)?.spec;
+    let resolved = resolve(&req.model)?;
+    let spec = resolved.spec;
+    // Where a checkpoint's weights would be: beside its config.json.
+    let folder = match resolved.source.kind {
+        SourceKind::Directory | SourceKind::ConfigFile | SourceKind::HfCache | SourceKind::Hub => {
+            resolved
+                .source
+                .path
+                .as_deref()
+                .and_then(std::path::Path::parent)
+                .map(std::path::Path::to_path_buf)
+        }
+        SourceKind::Preset | SourceKind::Gguf => None,
+    };
+    let checkpoint = match &folder {
+        Some(dir) if !req.random_weights => {
+            let files = crate::runtime::weights::checkpoint_files(dir).map_err(runtime_err)?;
+            (!files.is_empty()).then(|| dir.clone())
+        }
+        _ => None,
+    };
     let device = parse_device(&req.device).map_err(runtime_err)?;
     let (dtype, wd, kd) = match req.dtype.as_str() {
         "f32" => (DType::F32, WeightDtype::F32, KvDtype::F32),
@@ -81,7 +105,11 @@ pub fn run(req: &RunRequest) -> Result<RunReport> {
 
     let _ = device.synchronize();
     let t0 = Instant::now();
-    let weights = Weights::random(&spec, dtype, &device, 42).map_err(runtime_err)?;
+    let weights = match &checkpoint {
+        Some(dir) => Weights::load(&spec, dir, dtype, &device),
+        None => Weights::random(&spec, dtype, &device, 42),
+    }
+    .map_err(runtime_err)?;
     let _ = device.synchronize();
     let load_seconds = t0.elapsed().as_secs_f64();
     let after_load = read();
@@ -108,6 +136,11 @@ pub fn run(req: &RunRequest) -> Result<RunReport> {
     let held = if req.concat_cache { total - 1 } else { total };
     Ok(RunReport {
         model: spec.name.clone(),
+        weights: if checkpoint.is_some() {
+            "checkpoint"
+        } else {
+            "random"
+        },
         device: req.device.clone(),
         dtype: req.dtype.clone(),
         prompt_tokens: req.prompt_tokens,
