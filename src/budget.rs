@@ -91,6 +91,13 @@ impl Planner<'_> {
             .min(TOKEN_CEILING)
     }
 
+    /// Largest batch that fits at the lengths of `w` (`None`: not even one sequence).
+    pub fn max_batch(&self, w: &Workload) -> Option<u64> {
+        largest(1, BATCH_CEILING, |b| {
+            self.fits(&Workload { batch: b, ..*w })
+        })
+    }
+
     /// Largest total tokens per request at `batch`, split at the ratio of `w`.
     pub fn max_total(&self, w: &Workload, batch: u64) -> (u64, Limit) {
         let limit = self.context_limit();
@@ -144,9 +151,7 @@ impl Planner<'_> {
                     ..*w
                 })
             }),
-            max_batch: largest(1, BATCH_CEILING, |b| {
-                self.fits(&Workload { batch: b, ..*w })
-            }),
+            max_batch: self.max_batch(w),
             context_limit: self.spec.max_position_embeddings,
             table,
         }

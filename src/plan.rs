@@ -246,7 +246,7 @@ pub fn verdict(planner: &Planner, w: &Workload, est: &Estimate) -> Verdict {
         Evidence::bytes(
             format!(
                 "activations at the {} peak: {}",
-                phase_name(est.peak_phase),
+                est.peak_phase.describe(),
                 Bytes(est.activations)
             ),
             est.activations,
@@ -284,7 +284,7 @@ pub fn verdict(planner: &Planner, w: &Workload, est: &Estimate) -> Verdict {
         );
         (Cause::Weights, Stage::Load, s, 0.95)
     } else if w.batch > 1 && planner.fits(&Workload { batch: 1, ..*w }) {
-        let max = planner.budget_max_batch(w);
+        let max = planner.max_batch(w).unwrap_or(0);
         evidence.push(Evidence::text(format!(
             "one sequence fits; at most {max} fit at these lengths"
         )));
@@ -346,19 +346,6 @@ pub fn verdict(planner: &Planner, w: &Workload, est: &Estimate) -> Verdict {
         summary,
         evidence,
         contributing,
-    }
-}
-
-fn phase_name(p: Phase) -> &'static str {
-    match p {
-        Phase::Prefill => "prefill",
-        Phase::Decode => "last decode step",
-    }
-}
-
-impl Planner<'_> {
-    fn budget_max_batch(&self, w: &Workload) -> u64 {
-        crate::budget::largest(1, 65_536, |b| self.fits(&Workload { batch: b, ..*w })).unwrap_or(0)
     }
 }
 

@@ -70,6 +70,16 @@ pub fn safety_margin(vram: u64) -> u64 {
     ((vram as f64 * SAFETY_FRACTION) as u64).max(SAFETY_MIN)
 }
 
+impl Phase {
+    /// How reports name the moment: "the {describe()} peak".
+    pub fn describe(self) -> &'static str {
+        match self {
+            Phase::Prefill => "prefill",
+            Phase::Decode => "last decode step",
+        }
+    }
+}
+
 /// Peak memory of `w` on `spec` for a card of `vram` bytes (vram matters only for the engines that
 /// size themselves from the card, and for the margin).
 pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {

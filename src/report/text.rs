@@ -142,10 +142,7 @@ pub fn plan(r: &PlanReport, style: &Style) -> String {
         Bytes(r.weights_bytes)
     ));
 
-    let phase = match c.peak_phase {
-        crate::estimate::Phase::Prefill => "prefill",
-        crate::estimate::Phase::Decode => "last decode step",
-    };
+    let phase = c.peak_phase.describe();
     out.push_str(&style.bold(&format!("Where the memory goes (peak at the {phase})")));
     out.push('\n');
     let mut t = table(&["component", "bytes", "share"], 1);
