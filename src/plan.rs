@@ -361,7 +361,17 @@ pub fn remedies(planner: &Planner, w: &Workload, est: &Estimate) -> Vec<Remedy> 
         }
     };
     let fits = |alt: &Workload| planner.fits(alt);
-    if let Some(p) = crate::budget::largest(1, w.prompt_tokens.saturating_sub(1), |p| {
+    // A remedy never suggests more context than the model was trained for.
+    let context = planner.spec.max_position_embeddings.unwrap_or(u64::MAX);
+    let prompt_cap = w
+        .prompt_tokens
+        .saturating_sub(1)
+        .min(context.saturating_sub(w.max_new_tokens));
+    let new_cap = w
+        .max_new_tokens
+        .saturating_sub(1)
+        .min(context.saturating_sub(w.prompt_tokens));
+    if let Some(p) = crate::budget::largest(1, prompt_cap, |p| {
         fits(&Workload {
             prompt_tokens: p,
             ..*w
@@ -375,7 +385,7 @@ pub fn remedies(planner: &Planner, w: &Workload, est: &Estimate) -> Vec<Remedy> 
             },
         );
     }
-    if let Some(n) = crate::budget::largest(1, w.max_new_tokens.saturating_sub(1), |n| {
+    if let Some(n) = crate::budget::largest(1, new_cap, |n| {
         fits(&Workload {
             max_new_tokens: n,
             ..*w

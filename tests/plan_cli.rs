@@ -95,6 +95,17 @@ fn each_cause_is_named_with_exit_code_one() {
         .as_str()
         .unwrap()
         .contains("trained for at most 32768 tokens"));
+    // The truncation it suggests stays inside the model's context (32,768 − 256 new tokens).
+    let truncate = j["remedies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["change"]["kind"] == "truncate_prompt")
+        .expect("a truncation remedy");
+    assert!(
+        truncate["change"]["value"].as_u64().unwrap() <= 32_768 - 256,
+        "{truncate}"
+    );
     // The cheapest remedy that fits comes first, and it fits.
     assert_eq!(j["remedies"][0]["new_budget"]["fits"], true);
     assert!(j["remedies"][0]["saves_bytes"].as_i64().unwrap() > 0);
