@@ -22,7 +22,7 @@ fn bench(c: &mut Criterion) {
     c.bench_function("estimate (Mistral-7B, one workload)", |b| {
         b.iter(|| estimate(std::hint::black_box(&spec), std::hint::black_box(&w), vram))
     });
-    let planner = Planner { spec: &spec, vram };
+    let planner = Planner::new(&spec, vram);
     c.bench_function("budget (limits + 6-row table)", |b| {
         b.iter(|| planner.budget(std::hint::black_box(&w)))
     });

@@ -22,10 +22,7 @@ fn main() -> anyhow::Result<()> {
         engine: engine.parse()?,
     };
     let vram: llm_oom::units::Bytes = vram.parse()?;
-    let planner = Planner {
-        spec: &spec,
-        vram: vram.0,
-    };
+    let planner = Planner::new(&spec, vram.0);
     let p = largest(1, 1_000_000, |p| {
         planner.fits(&Workload {
             prompt_tokens: p,

@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use crate::dtype::WeightDtype;
-use crate::estimate::{estimate, Engine, Estimate, Workload};
+use crate::estimate::{estimate, Engine, Estimate, MeasuredModel, Workload};
 use crate::model::Spec;
 
 /// Rows of the safe token budget table.
@@ -73,11 +73,30 @@ pub fn largest(lo: u64, hi: u64, ok: impl Fn(u64) -> bool) -> Option<u64> {
 pub struct Planner<'a> {
     pub spec: &'a Spec,
     pub vram: u64,
+    /// Peaks from the probe's measurements instead of the engine profile.
+    pub measured: Option<&'a MeasuredModel>,
 }
 
-impl Planner<'_> {
+impl<'a> Planner<'a> {
+    /// A planner from the engine profiles.
+    pub fn new(spec: &'a Spec, vram: u64) -> Planner<'a> {
+        Planner {
+            spec,
+            vram,
+            measured: None,
+        }
+    }
+
+    /// The same model of peaks on another card size.
+    pub fn on_card(&self, vram: u64) -> Planner<'a> {
+        Planner { vram, ..*self }
+    }
+
     pub fn estimate(&self, w: &Workload) -> Estimate {
-        estimate(self.spec, w, self.vram)
+        match self.measured {
+            Some(m) => m.estimate(self.spec, w, self.vram),
+            None => estimate(self.spec, w, self.vram),
+        }
     }
 
     pub fn fits(&self, w: &Workload) -> bool {
@@ -253,7 +272,7 @@ mod tests {
     #[test]
     fn the_limits_are_edges_of_the_estimate() {
         let (spec, vram) = planner_for("mistralai/Mistral-7B-Instruct-v0.2", 24 << 30);
-        let pl = Planner { spec: &spec, vram };
+        let pl = Planner::new(&spec, vram);
         let w = work(2048, 256, 4);
         let b = pl.budget(&w);
         let p = b.max_prompt_tokens.unwrap();
@@ -292,7 +311,7 @@ mod tests {
     #[test]
     fn a_model_too_big_for_the_card_fits_nothing() {
         let (spec, vram) = planner_for("meta-llama/Llama-2-13b-hf", 24 << 30);
-        let pl = Planner { spec: &spec, vram };
+        let pl = Planner::new(&spec, vram);
         let b = pl.budget(&work(512, 128, 1));
         assert!(!b.fits);
         assert_eq!(b.max_prompt_tokens, None);
@@ -302,7 +321,7 @@ mod tests {
     #[test]
     fn the_context_limit_caps_the_table() {
         let (spec, vram) = planner_for("Qwen/Qwen2.5-0.5B-Instruct", 80 << 30);
-        let pl = Planner { spec: &spec, vram };
+        let pl = Planner::new(&spec, vram);
         let b = pl.budget(&work(1000, 100, 1));
         assert_eq!(b.table[0].max_total_tokens, 32_768);
         assert_eq!(b.table[0].limited_by, Limit::Context);

@@ -6,6 +6,7 @@
 //! and prints.
 
 pub mod budget;
+pub mod diagnose;
 pub mod diagnosis;
 pub mod dtype;
 pub mod error;
@@ -15,9 +16,15 @@ pub mod logparse;
 pub mod meter;
 pub mod model;
 pub mod plan;
+pub mod probe;
 pub mod report;
 pub mod runtime;
 pub mod units;
 pub mod watch;
 
 pub use error::{Error, InputError, Result};
+
+// The lib's own unit tests measure with the counting allocator, as the binary does.
+#[cfg(test)]
+#[global_allocator]
+static ALLOC: meter::host::CountingAlloc = meter::host::CountingAlloc;

@@ -2,6 +2,11 @@
 
 mod cli;
 
+/// Every heap byte is counted: the probe's CPU stages are measured exactly and `--vram-limit`
+/// is emulated on the host (see `llm_oom::meter::host`).
+#[global_allocator]
+static ALLOC: llm_oom::meter::host::CountingAlloc = llm_oom::meter::host::CountingAlloc;
+
 use std::process::ExitCode;
 
 use clap::Parser;

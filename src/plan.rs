@@ -131,7 +131,7 @@ pub fn plan_for(req: &PlanRequest, resolved: ResolvedModel) -> Result<PlanReport
     }
     let device = device_facts(req, &mut notes);
     let vram = device.vram_bytes;
-    let planner = Planner { spec: &spec, vram };
+    let planner = Planner::new(&spec, vram);
     let est = planner.estimate(&w);
     let budget = planner.budget(&w);
     let verdict = verdict(&planner, &w, &est);
@@ -200,7 +200,7 @@ fn device_facts(req: &PlanRequest, notes: &mut Vec<String>) -> DeviceFacts {
     }
 }
 
-fn facts(spec: &Spec, source: ModelSource) -> ModelFacts {
+pub fn facts(spec: &Spec, source: ModelSource) -> ModelFacts {
     ModelFacts {
         name: spec.name.clone(),
         architecture: spec.architecture.clone(),
@@ -483,10 +483,10 @@ pub fn remedies(planner: &Planner, w: &Workload, est: &Estimate) -> Vec<Remedy> 
     if est.total > vram {
         if let Some(gib) = CARDS_GIB.iter().copied().find(|g| {
             let card = g * GIB;
-            card > vram && crate::estimate::estimate(planner.spec, w, card).total <= card
+            card > vram && planner.on_card(card).fits(w)
         }) {
             let card = gib * GIB;
-            let new = crate::estimate::estimate(planner.spec, w, card).total;
+            let new = planner.on_card(card).estimate(w).total;
             out.push(Remedy::new(
                 Change::LargerGpu(card),
                 w.engine,

@@ -156,10 +156,7 @@ fn the_safe_budget_is_safe_and_tight() {
         // The harness gave torch 24 GiB minus the CUDA context: a 24 GiB card.
         let card = u(r, "torch_cap") + context;
         assert_eq!(card, 24 * GIB);
-        let planner = Planner {
-            spec: &s,
-            vram: card,
-        };
+        let planner = Planner::new(&s, card);
         let base = Workload {
             prompt_tokens: 1,
             max_new_tokens: u(r, "new"),

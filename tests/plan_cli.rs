@@ -364,12 +364,3 @@ fn help_version_completions_and_presets() {
     );
     assert_eq!(run(home.path(), &["frobnicate"]).code, 2);
 }
-
-#[test]
-fn diagnose_without_the_probe_says_so_and_plans() {
-    let home = temp();
-    let r = run(home.path(), &["diagnose", "--vram", "24GiB"]);
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(r.stderr.contains("probe is not built yet"));
-    assert!(r.stdout.contains("Qwen/Qwen2.5-0.5B-Instruct"));
-}

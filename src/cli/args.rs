@@ -82,6 +82,8 @@ pub enum Command {
     /// Run a model with the runtime the probe uses and print timings and memory (for developers).
     #[command(hide = true)]
     Run(RunArgs),
+    #[command(hide = true, name = "__probe")]
+    Probe(ProbeArgs),
     /// Print a shell completion script.
     Completions {
         /// bash, zsh, fish, elvish or powershell
@@ -102,14 +104,9 @@ pub struct WorkloadArgs {
     /// KV-cache dtype: f32, f16, bf16, fp8, q8_0, q4_0 [default: the compute dtype]
     #[arg(long)]
     pub kv_dtype: Option<String>,
-    /// Prompt length in tokens.
-    #[arg(
-        long,
-        short = 'p',
-        default_value = "2048",
-        allow_negative_numbers = true
-    )]
-    pub prompt_tokens: i64,
+    /// Prompt length in tokens [default: 2048; diagnose without --model on the CPU: 512]
+    #[arg(long, short = 'p', allow_negative_numbers = true)]
+    pub prompt_tokens: Option<i64>,
     /// Tokens to generate per sequence.
     #[arg(
         long,
@@ -118,15 +115,14 @@ pub struct WorkloadArgs {
         allow_negative_numbers = true
     )]
     pub max_new_tokens: i64,
-    /// Sequences at once: batch size or concurrent requests.
+    /// Sequences at once: batch size or concurrent requests [default: 1; diagnose without --model: 2]
     #[arg(
         long,
         short = 'b',
         visible_alias = "concurrency",
-        default_value = "1",
         allow_negative_numbers = true
     )]
-    pub batch: i64,
+    pub batch: Option<i64>,
     /// The card to plan for (24GiB, 80GB…) [default: the detected GPU's free memory]
     #[arg(long, allow_hyphen_values = true)]
     pub vram: Option<String>,
@@ -216,4 +212,33 @@ pub struct RunArgs {
 pub struct DiagnoseArgs {
     #[command(flatten)]
     pub workload: WorkloadArgs,
+    /// cpu, cuda, cuda:N [default: cuda when built with it and a GPU is present, else cpu]
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Emulate a smaller card (24GiB…): a ballast allocation on CUDA, the allocator's limit on
+    /// the CPU. `--vram` means the same here.
+    #[arg(long, allow_hyphen_values = true)]
+    pub vram_limit: Option<String>,
+    /// Also find the largest prompt (batch 1) and batch that really run, by trial.
+    #[arg(long)]
+    pub find_limits: bool,
+    /// Re-run the failing workload with the top remedy the probe can apply, and say if it fits.
+    #[arg(long)]
+    pub verify: bool,
+    /// Random weights of the model's shapes even when its safetensors are there (memory is the same).
+    #[arg(long)]
+    pub random_weights: bool,
+    /// Give up on a stage that takes longer than this many seconds.
+    #[arg(long, default_value_t = 300)]
+    pub stage_timeout: u64,
+    /// Also draw memory by stage as an SVG file.
+    #[arg(long)]
+    pub svg: Option<std::path::PathBuf>,
+}
+
+/// The probe's child process (internal): runs stages for `diagnose` and answers in JSON lines.
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    #[arg(long)]
+    pub setup: String,
 }

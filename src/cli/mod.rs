@@ -1,6 +1,7 @@
 //! The binary's side: flags → validated requests → library → rendered report → exit code.
 
 pub mod args;
+mod diagnose;
 
 use std::io::{IsTerminal, Write};
 
@@ -30,17 +31,13 @@ pub fn run(cli: Cli) -> Result<i32> {
             print(&render_plan(&r, format)?)?;
             Ok(r.verdict.exit_code())
         }
-        Command::Diagnose(args) => {
-            let req = plan_request(&args.workload)?;
-            let r = plan(&req)?;
-            if !matches!(format, Format::Json) {
-                eprintln!(
-                    "llm-oom: the measured GPU probe is not built yet; showing the prediction for {} instead.",
-                    r.model.name
-                );
-            }
-            print(&render_plan(&r, format)?)?;
-            Ok(r.verdict.exit_code())
+        Command::Diagnose(args) => diagnose::run(args, format),
+        Command::Probe(args) => {
+            let setup: llm_oom::probe::Setup = serde_json::from_str(&args.setup)
+                .map_err(|e| InputError::Usage(format!("__probe --setup: {e}")))?;
+            let stdin = std::io::stdin().lock();
+            llm_oom::probe::child::serve(&setup, stdin, std::io::stdout().lock())?;
+            Ok(0)
         }
         Command::Explain(args) => {
             let raw = read_input(&args.input)?;
@@ -136,7 +133,7 @@ fn format(cli: &Cli) -> Format {
     }
 }
 
-fn positive(what: &'static str, v: i64) -> Result<u64, InputError> {
+pub(crate) fn positive(what: &'static str, v: i64) -> Result<u64, InputError> {
     if v < 1 {
         return Err(InputError::NotPositive { what, value: v });
     }
@@ -193,9 +190,9 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, InputError> {
             .unwrap_or_else(|| llm_oom::model::presets::DEFAULT_MODEL.to_string()),
         dtype: a.dtype.as_deref().map(str::parse).transpose()?,
         kv_dtype: a.kv_dtype.as_deref().map(str::parse).transpose()?,
-        prompt_tokens: positive("--prompt-tokens", a.prompt_tokens)?,
+        prompt_tokens: positive("--prompt-tokens", a.prompt_tokens.unwrap_or(2048))?,
         max_new_tokens: positive("--max-new-tokens", a.max_new_tokens)?,
-        batch: positive("--batch", a.batch)?,
+        batch: positive("--batch", a.batch.unwrap_or(1))?,
         engine: a.engine.parse()?,
         vram: a
             .vram
@@ -242,7 +239,7 @@ fn list_presets(format: Format) -> Result<String> {
 }
 
 /// Print, treating a closed pipe (`llm-oom plan | head`) as a normal end.
-fn print(s: &str) -> Result<()> {
+pub(crate) fn print(s: &str) -> Result<()> {
     let mut out = std::io::stdout().lock();
     match out.write_all(s.as_bytes()).and_then(|_| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),

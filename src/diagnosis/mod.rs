@@ -1,6 +1,7 @@
 //! The shared vocabulary of causes and the verdict every command ends with (`plan` predicts it,
 //! `diagnose` measures it, `explain` reads it from a log).
 
+pub mod measured;
 pub mod remedy;
 
 use std::fmt;
@@ -73,7 +74,7 @@ impl fmt::Display for Cause {
 }
 
 /// The moments of a generation where memory can run out (also the probe's stage names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Stage {
     Environment,

@@ -3,12 +3,14 @@
 
 pub mod engine;
 pub mod kv;
+pub mod measured;
 pub mod weights;
 
 use serde::Serialize;
 
 pub use engine::{Calibration, Engine, KvLayout, LogitPositions, Profile};
 pub use kv::{kv_bytes, kv_bytes_per_token};
+pub use measured::MeasuredModel;
 pub use weights::weight_bytes;
 
 use crate::dtype::{KvDtype, WeightDtype};

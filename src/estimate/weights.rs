@@ -133,6 +133,7 @@ mod tests {
             ("microsoft/Phi-3-mini-4k-instruct", 3_821_079_552),
             ("mistralai/Mixtral-8x7B-Instruct-v0.1", 46_702_792_704),
             ("TinyLlama/TinyLlama-1.1B-Chat-v1.0", 1_100_048_384),
+            ("HuggingFaceTB/SmolLM2-135M-Instruct", 134_515_008),
         ] {
             assert_eq!(preset(id).parameters(), params, "{id}");
         }

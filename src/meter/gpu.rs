@@ -15,7 +15,7 @@ pub struct GpuInfo {
     pub processes: Vec<GpuProcess>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct GpuProcess {
     pub pid: u32,
     pub name: String,

@@ -1,6 +1,8 @@
 //! Meters: what the machine says about its memory. NVML is loaded at run time; a machine without
 //! an NVIDIA driver is a normal case that yields a one-line note, never an error.
 
+pub mod device;
 pub mod gpu;
+pub mod host;
 
 pub use gpu::{GpuInfo, GpuProcess};

@@ -54,10 +54,18 @@ pub const PRESETS: &[(&str, &str)] = &[
         "TinyLlama/TinyLlama-1.1B-Chat-v1.0",
         include_str!("../../presets/tinyllama-1.1b-chat-v1.0.json"),
     ),
+    (
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+        include_str!("../../presets/smollm2-135m-instruct.json"),
+    ),
 ];
 
-/// The model `llm-oom diagnose` and `plan` use when none is named: small enough for a CPU probe.
+/// The model `llm-oom plan` uses when none is named.
 pub const DEFAULT_MODEL: &str = "Qwen/Qwen2.5-0.5B-Instruct";
+
+/// The model `llm-oom diagnose` probes when none is named: a real model's shape (134.5 M
+/// parameters) whose whole staged probe runs in seconds even on a laptop CPU.
+pub const DIAGNOSE_DEFAULT_MODEL: &str = "HuggingFaceTB/SmolLM2-135M-Instruct";
 
 /// Find a preset by its id, case-insensitively; the id without its organisation also matches
 /// (`Mistral-7B-Instruct-v0.2`). Models differing only in weights share shapes

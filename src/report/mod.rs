@@ -1,6 +1,7 @@
 //! Rendering: every command builds one report value; these turn it into a terminal table, JSON
 //! (the contract CI parses) or Markdown made for pasting into an issue.
 
+pub mod diagnose;
 pub mod markdown;
 pub mod svg;
 pub mod text;

@@ -161,7 +161,7 @@ pub fn watch(r: &WatchReport) -> String {
     s
 }
 
-fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

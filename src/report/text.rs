@@ -4,8 +4,9 @@ use comfy_table::presets::UTF8_FULL_CONDENSED;
 use comfy_table::{CellAlignment, ContentArrangement, Table};
 
 use super::percent;
-use crate::budget::Limit;
+use crate::budget::{Budget, Limit};
 use crate::diagnosis::{Cause, Remedy, Verdict};
+use crate::estimate::Workload;
 use crate::plan::PlanReport;
 use crate::units::{group, Bytes};
 
@@ -170,35 +171,7 @@ pub fn plan(r: &PlanReport, style: &Style) -> String {
 
     remedies(&mut out, &r.remedies, style);
 
-    out.push_str(&style.bold(&format!(
-        "Safe token budget (per request, prompt : new = {} : {})",
-        group(w.prompt_tokens),
-        group(w.max_new_tokens)
-    )));
-    out.push('\n');
-    let mut t = table(
-        &["concurrency", "max tokens", "prompt", "new", "limited by"],
-        1,
-    );
-    for row in &r.budget.table {
-        t.add_row(vec![
-            row.concurrency.to_string(),
-            group(row.max_total_tokens),
-            group(row.prompt_tokens),
-            group(row.new_tokens),
-            limit_word(row.limited_by).to_string(),
-        ]);
-    }
-    out.push_str(&t.to_string());
-    out.push('\n');
-    let opt = |v: Option<u64>| v.map_or("none".to_string(), group);
-    out.push_str(&format!(
-        "At batch {}: largest prompt {} · largest max_new_tokens {} · largest batch {}\n\n",
-        w.batch,
-        opt(r.budget.max_prompt_tokens),
-        opt(r.budget.max_new_tokens),
-        opt(r.budget.max_batch)
-    ));
+    budget_table(&mut out, &r.budget, w, "Safe token budget", style);
 
     out.push_str(&style.bold("Quantization what-if"));
     out.push('\n');
@@ -240,6 +213,39 @@ pub fn plan(r: &PlanReport, style: &Style) -> String {
     }
     out.push_str(&style.dim(&format!("engine profile: {}\n", r.engine.note)));
     out
+}
+
+/// The safe token budget: one row per concurrency, then the limits at the asked batch.
+pub fn budget_table(out: &mut String, b: &Budget, w: &Workload, title: &str, style: &Style) {
+    out.push_str(&style.bold(&format!(
+        "{title} (per request, prompt : new = {} : {})",
+        group(w.prompt_tokens),
+        group(w.max_new_tokens)
+    )));
+    out.push('\n');
+    let mut t = table(
+        &["concurrency", "max tokens", "prompt", "new", "limited by"],
+        1,
+    );
+    for row in &b.table {
+        t.add_row(vec![
+            row.concurrency.to_string(),
+            group(row.max_total_tokens),
+            group(row.prompt_tokens),
+            group(row.new_tokens),
+            limit_word(row.limited_by).to_string(),
+        ]);
+    }
+    out.push_str(&t.to_string());
+    out.push('\n');
+    let opt = |v: Option<u64>| v.map_or("none".to_string(), group);
+    out.push_str(&format!(
+        "At batch {}: largest prompt {} · largest max_new_tokens {} · largest batch {}\n\n",
+        w.batch,
+        opt(b.max_prompt_tokens),
+        opt(b.max_new_tokens),
+        opt(b.max_batch)
+    ));
 }
 
 pub fn limit_word(l: Limit) -> &'static str {

@@ -26,6 +26,11 @@ pub struct Decoder<'a> {
     device: Device,
     cos: Tensor,
     sin: Tensor,
+    /// 0, 1, … max_len − 1 on the device (u32), for the causal mask.
+    positions: Tensor,
+    /// Asked after every layer; `true` stops the forward pass with an error (the probe's emulated
+    /// out-of-memory on the CPU stops at the layer that crossed the limit, not minutes later).
+    pub interrupt: Option<fn() -> bool>,
 }
 
 struct Linear<'a>(&'a Tensor);
@@ -54,8 +59,9 @@ impl<'a> Decoder<'a> {
             .map(|i| 1.0 / (spec.rope_theta.powf(2.0 * i as f64 / spec.head_dim as f64)) as f32)
             .collect();
         let inv = Tensor::from_vec(inv, (1, half), device).map_err(err)?;
-        let pos = Tensor::arange(0u32, max_len as u32, device)
-            .and_then(|t| t.to_dtype(DType::F32))
+        let positions = Tensor::arange(0u32, max_len as u32, device).map_err(err)?;
+        let pos = positions
+            .to_dtype(DType::F32)
             .and_then(|t| t.reshape((max_len, 1)))
             .map_err(err)?;
         let freqs = pos.broadcast_mul(&inv).map_err(err)?;
@@ -74,6 +80,8 @@ impl<'a> Decoder<'a> {
             device: device.clone(),
             cos,
             sin,
+            positions,
+            interrupt: None,
         })
     }
 
@@ -101,6 +109,9 @@ impl<'a> Decoder<'a> {
             let gate = Linear(&layer.gate).forward(&h)?.silu()?;
             let up = Linear(&layer.up).forward(&h)?;
             x = (x + Linear(&layer.down).forward(&(gate * up)?)?)?;
+            if self.interrupt.is_some_and(|stop| stop()) {
+                candle_core::bail!("interrupted after layer {i}");
+            }
         }
         cache.advance(l);
         let last = candle_nn::ops::rms_norm(&x.narrow(1, l - 1, 1)?.contiguous()?, &w.norm, eps)?;
@@ -169,6 +180,11 @@ impl<'a> Decoder<'a> {
     /// Scaled dot-product attention of queries `q` (b, heads, n, hd) at absolute positions
     /// `first..first + n` over keys/values (b, kv_heads, t, hd), causal, GQA without copying K/V:
     /// the queries of the heads sharing one KV head are stacked into one matmul.
+    ///
+    /// Memory: each step replaces the scores before the next is made, so at most two copies of
+    /// the n × t scores are alive per head (one f32 being replaced by the next; a bf16 and an f32
+    /// during casts), plus the (n, t) mask shared by the heads: [`score_bytes`] per (query, key).
+    /// The probe's budget relies on this figure; `tests/runtime_memory.rs` measures it.
     fn attend(
         &self,
         q: &Tensor,
@@ -179,30 +195,37 @@ impl<'a> Decoder<'a> {
         let (b, heads, n, hd) = q.dims4()?;
         let (_, kv_heads, t, _) = k.dims4()?;
         let rep = heads / kv_heads;
-        let q = q.reshape((b, kv_heads, rep * n, hd))?;
-        let scale = 1.0 / (hd as f64).sqrt();
-        let scores = (q.matmul(&k.t()?.contiguous()?)? * scale)?.to_dtype(DType::F32)?;
-        // Causal mask: query at position first + r sees keys 0..=first + r.
-        let mask: Vec<f32> = (0..n)
-            .flat_map(|r| {
-                (0..t).map(move |c| {
-                    if c <= first + r {
-                        0.0
-                    } else {
-                        f32::NEG_INFINITY
-                    }
-                })
-            })
-            .collect();
-        let mask = Tensor::from_vec(mask, (n, t), q.device())?;
-        let scores = scores
-            .reshape((b, kv_heads, rep, n, t))?
-            .broadcast_add(&mask)?;
-        let probs = candle_nn::ops::softmax_last_dim(&scores)?
-            .to_dtype(v.dtype())?
-            .reshape((b, kv_heads, rep * n, t))?;
+        // Scale the queries (n × hd values), not the scores (n × t).
+        let q = (q.reshape((b, kv_heads, rep * n, hd))? * (1.0 / (hd as f64).sqrt()))?;
+        let kt = k.t()?.contiguous()?;
+        let mut s = q.matmul(&kt)?;
+        drop((q, kt));
+        s = s.to_dtype(DType::F32)?.reshape((b, kv_heads, rep, n, t))?;
+        // Causal mask, built on the device from the position table: query at position first + r
+        // sees keys 0..=first + r. A slice whose every query sees every key needs none.
+        if first + 1 < t {
+            // One (n, t) additive mask per slice, shared by every head through broadcasting.
+            let keys = self.positions.narrow(0, 0, t)?.reshape((1, t))?;
+            let queries = self.positions.narrow(0, first, n)?.reshape((n, 1))?;
+            let visible = keys.broadcast_le(&queries)?;
+            let zero = Tensor::new(0f32, s.device())?.broadcast_as((n, t))?;
+            let hidden = Tensor::new(f32::NEG_INFINITY, s.device())?.broadcast_as((n, t))?;
+            let mask = visible.where_cond(&zero, &hidden)?;
+            drop(visible);
+            s = s.broadcast_add(&mask)?;
+        }
+        s = candle_nn::ops::softmax_last_dim(&s)?;
+        let probs = s.to_dtype(v.dtype())?.reshape((b, kv_heads, rep * n, t))?;
+        drop(s);
         probs.matmul(&v.contiguous()?)?.reshape((b, heads, n, hd))
     }
+}
+
+/// Bytes alive per (query, key) pair of one sequence at the peak of [`Decoder::attend`]: two f32
+/// score copies per head while one replaces the other and the 4-byte mask; or, while the mask is
+/// built (on the CPU its broadcast operands are materialised), one copy per head and 13 bytes.
+pub fn score_bytes(heads: u64) -> u64 {
+    (8 * heads + 4).max(4 * heads + 13)
 }
 
 /// Greedy choice of the next token per sequence.

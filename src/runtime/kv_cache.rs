@@ -114,6 +114,22 @@ impl KvCache {
         }
     }
 
+    /// Move a preallocated cache to hold `len` tokens without computing them: the slots between
+    /// are the zeros it was allocated with. The probe uses this to measure the last steps of a
+    /// long generation without decoding every token before them (memory is the same).
+    pub fn skip_to(&mut self, len: usize) -> candle_core::Result<()> {
+        if self.mode != CacheMode::Preallocated || len > self.capacity || len < self.len {
+            candle_core::bail!(
+                "cannot skip a {:?} cache of {} tokens (capacity {}) to {len}",
+                self.mode,
+                self.len,
+                self.capacity
+            );
+        }
+        self.len = len;
+        Ok(())
+    }
+
     pub fn advance(&mut self, tokens: usize) {
         self.len += tokens;
     }

@@ -79,6 +79,25 @@ impl RuntimeError {
 
 pub type Result<T> = std::result::Result<T, RuntimeError>;
 
+/// Check a device name (`cpu`, `cuda`, `cuda:N`) without opening it (no CUDA context is made).
+pub fn validate_device(s: &str) -> Result<()> {
+    let bad = || RuntimeError::Device(format!("`{s}` is not a device; use cpu, cuda or cuda:N"));
+    match s.trim() {
+        "cpu" => Ok(()),
+        d if d == "cuda" || d.starts_with("cuda:") => {
+            if let Some(i) = d.strip_prefix("cuda:") {
+                i.parse::<usize>().map_err(|_| bad())?;
+            }
+            if cfg!(feature = "cuda") {
+                Ok(())
+            } else {
+                cuda_device(0).map(|_| ())
+            }
+        }
+        _ => Err(bad()),
+    }
+}
+
 /// `cpu`, `cuda`, `cuda:1`.
 pub fn parse_device(s: &str) -> Result<Device> {
     match s.trim() {

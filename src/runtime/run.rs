@@ -55,7 +55,7 @@ pub struct RunReport {
     pub gpu_bytes_after_generate: Option<u64>,
 }
 
-fn runtime_err(e: RuntimeError) -> Error {
+pub fn runtime_err(e: RuntimeError) -> Error {
     match e {
         e @ (RuntimeError::Device(_)
         | RuntimeError::Unsupported(_)
@@ -65,9 +65,12 @@ fn runtime_err(e: RuntimeError) -> Error {
     }
 }
 
-pub fn run(req: &RunRequest) -> Result<RunReport> {
-    let resolved = resolve(&req.model)?;
-    let spec = resolved.spec;
+/// The checkpoint folder whose safetensors to read, or `None` to draw random weights (asked for,
+/// or no weights beside the config).
+pub fn checkpoint_dir(
+    resolved: &crate::model::ResolvedModel,
+    random_weights: bool,
+) -> Result<Option<std::path::PathBuf>> {
     // Where a checkpoint's weights would be: beside its config.json.
     let folder = match resolved.source.kind {
         SourceKind::Directory | SourceKind::ConfigFile | SourceKind::HfCache | SourceKind::Hub => {
@@ -80,20 +83,36 @@ pub fn run(req: &RunRequest) -> Result<RunReport> {
         }
         SourceKind::Preset | SourceKind::Gguf => None,
     };
-    let checkpoint = match &folder {
-        Some(dir) if !req.random_weights => {
+    Ok(match &folder {
+        Some(dir) if !random_weights => {
             let files = crate::runtime::weights::checkpoint_files(dir).map_err(runtime_err)?;
             (!files.is_empty()).then(|| dir.clone())
         }
         _ => None,
-    };
-    let device = parse_device(&req.device).map_err(runtime_err)?;
-    let (dtype, wd, kd) = match req.dtype.as_str() {
+    })
+}
+
+/// The runtime's dtypes by name: `f32`, `f16`, `bf16`.
+pub fn runtime_dtype(name: &str) -> Result<(DType, WeightDtype, KvDtype)> {
+    Ok(match name {
         "f32" => (DType::F32, WeightDtype::F32, KvDtype::F32),
         "f16" => (DType::F16, WeightDtype::F16, KvDtype::F16),
         "bf16" => (DType::BF16, WeightDtype::Bf16, KvDtype::Bf16),
-        other => return Err(InputError::Dtype(other.to_string()).into()),
-    };
+        other => {
+            return Err(InputError::Usage(format!(
+                "the probe runs f32, f16 or bf16 weights, not `{other}`; pass --dtype bf16 (quantized dtypes are priced by `llm-oom plan`)"
+            ))
+            .into())
+        }
+    })
+}
+
+pub fn run(req: &RunRequest) -> Result<RunReport> {
+    let resolved = resolve(&req.model)?;
+    let checkpoint = checkpoint_dir(&resolved, req.random_weights)?;
+    let spec = resolved.spec;
+    let device = parse_device(&req.device).map_err(runtime_err)?;
+    let (dtype, wd, kd) = runtime_dtype(&req.dtype)?;
     if req.prompt_tokens == 0 || req.batch == 0 {
         return Err(
             InputError::Usage("--prompt-tokens and --batch must be at least 1".into()).into(),

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The GPU checks of issues #4, #5 and #7, in one call on the H200 machine (see docs/gpu-runs.md).
+# Usage: scripts/gpu/diagnose-h200.sh <part> ; binaries in dist/ (built here with --features cuda).
+# Logs go to $OUT (or ./gpu-out).
+set -u
+export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
+FINAL=${OUT:-./gpu-out}
+OUT=$(mktemp -d)
+trap 'tar czf "$FINAL/$1.tgz" -C "$OUT" . ; cp "$OUT/summary.txt" "$FINAL/summary-$1.txt" 2>/dev/null' EXIT
+mkdir -p "$FINAL"
+B=dist/llm-oom-cuda
+M7=mistralai/Mistral-7B-Instruct-v0.2
+timed() { # name, then the command: JSON to $OUT/name.json, stderr and wall time to $OUT/name.log
+  local name=$1; shift
+  local t0=$(date +%s%N)
+  "$@" > "$OUT/$name.json" 2> "$OUT/$name.log"
+  local rc=$?
+  local t1=$(date +%s%N)
+  echo "$name rc=$rc wall=$(( (t1 - t0) / 1000000 )) ms" | tee -a "$OUT/summary.txt"
+}
+case "${1:-all}" in
+meters)
+  nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv | tee "$OUT/gpu.txt"
+  timeout 300 dist/meters_gpu > "$OUT/meters.jsonl" 2> "$OUT/meters.log"; echo "meters rc=$?" | tee -a "$OUT/summary.txt"
+  ;;
+verdicts)
+  timed default            $B diagnose --json
+  timed mistral-default    $B diagnose --json -m $M7
+  timed mistral-default-2  $B diagnose --json -m $M7
+  timed llama13b-24g       $B diagnose --json -m meta-llama/Llama-2-13b-hf --vram-limit 24GiB
+  timed mistral-fits-24g   $B diagnose --json -m $M7 --vram-limit 24GiB -p 2048 -n 256
+  timed mistral-40k-24g    $B diagnose --json -m $M7 --vram-limit 24GiB -p 40000 -n 256
+  timed mistral-48x-24g    $B diagnose --json -m $M7 --vram-limit 24GiB -p 2048 -n 256 -b 48 --verify
+  timed llama13b-default   $B diagnose --json -m meta-llama/Llama-2-13b-hf
+  $B diagnose -m $M7 --vram-limit 24GiB -p 2048 -n 256 -b 48 --svg "$OUT/mistral-48x.svg" --markdown > "$OUT/mistral-48x.md" 2>/dev/null
+  ;;
+limits)
+  timed mistral-limits-24g $B diagnose --json -m $M7 --vram-limit 24GiB -p 2048 -n 256 -b 8 --find-limits
+  ;;
+esac
+nvidia-smi --query-compute-apps=pid,used_memory --format=csv > "$OUT/apps-after.txt" 2>&1

@@ -1,0 +1,118 @@
+//! `llm-oom diagnose`: flags → request (with the embedded default when no model is named) →
+//! the staged probe, with a spinner on a terminal → report → exit code.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use anyhow::Result;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::args::DiagnoseArgs;
+use super::{positive, print};
+use llm_oom::diagnose::{diagnose, DiagnoseRequest};
+use llm_oom::error::InputError;
+use llm_oom::model::presets::DIAGNOSE_DEFAULT_MODEL;
+use llm_oom::report::text::Style;
+use llm_oom::report::{self, Format};
+use llm_oom::units::Bytes;
+
+pub fn run(args: &DiagnoseArgs, format: Format) -> Result<i32> {
+    let w = &args.workload;
+    let device = match &args.device {
+        Some(d) => d.clone(),
+        None => best_device(),
+    };
+    llm_oom::runtime::validate_device(&device).map_err(|e| InputError::Usage(e.to_string()))?;
+    let embedded = w.model.is_none();
+    let on_cpu = device == "cpu";
+    let prompt = w
+        .prompt_tokens
+        .unwrap_or(if embedded && on_cpu { 512 } else { 2048 });
+    let batch = w.batch.unwrap_or(if embedded { 2 } else { 1 });
+    let size = |s: &Option<String>| {
+        s.as_deref()
+            .map(|v| v.parse::<Bytes>().map(|b| b.0))
+            .transpose()
+    };
+    let vram_limit = size(&args.vram_limit)?.or(size(&w.vram)?);
+    if w.kv_dtype.is_some() {
+        return Err(InputError::Usage(
+            "the probe keeps the KV cache in the weights' dtype; price --kv-dtype with `llm-oom plan`"
+                .into(),
+        )
+        .into());
+    }
+    let exe = std::env::current_exe().map_err(|e| {
+        llm_oom::Error::Internal(format!(
+            "cannot find the llm-oom binary to run the probe: {e}"
+        ))
+    })?;
+    let req = DiagnoseRequest {
+        model: w
+            .model
+            .clone()
+            .unwrap_or_else(|| DIAGNOSE_DEFAULT_MODEL.to_string()),
+        dtype: w.dtype.clone(),
+        prompt_tokens: positive("--prompt-tokens", prompt)?,
+        max_new_tokens: positive("--max-new-tokens", w.max_new_tokens)?,
+        batch: positive("--batch", batch)?,
+        engine: w.engine.parse()?,
+        device: device.clone(),
+        vram_limit,
+        find_limits: args.find_limits,
+        verify: args.verify,
+        random_weights: args.random_weights,
+        exe,
+        stage_timeout: Duration::from_secs(args.stage_timeout.max(1)),
+    };
+    let interactive = !matches!(format, Format::Json) && std::io::stderr().is_terminal();
+    if !matches!(format, Format::Json) {
+        eprintln!(
+            "llm-oom: probing {} on {}{}",
+            req.model,
+            device,
+            vram_limit.map_or(String::new(), |l| format!(" as a {} card", Bytes(l)))
+        );
+    }
+    let spinner = interactive.then(|| {
+        let pb = ProgressBar::new_spinner();
+        if let Ok(style) = ProgressStyle::with_template("{spinner} {elapsed:>3} {msg}") {
+            pb.set_style(style);
+        }
+        pb.enable_steady_tick(Duration::from_millis(100));
+        pb
+    });
+    let mut progress = |what: &str| {
+        if let Some(pb) = &spinner {
+            pb.set_message(what.to_string());
+        }
+    };
+    let result = diagnose(&req, &mut progress);
+    if let Some(pb) = spinner {
+        pb.finish_and_clear();
+    }
+    let r = result?;
+    if let Some(path) = &args.svg {
+        std::fs::write(path, report::diagnose::svg(&r)).map_err(|source| InputError::Io {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    let out = match format {
+        Format::Json => report::json(&r)?,
+        Format::Markdown => report::diagnose::markdown(&r),
+        Format::Text { color } => report::diagnose::text(&r, &Style { color }),
+    };
+    print(&out)?;
+    Ok(r.exit_code())
+}
+
+/// CUDA when this binary was built with it and NVML sees a GPU; else the CPU. (No CUDA context is
+/// created here: the probe's child does that.)
+fn best_device() -> String {
+    if cfg!(feature = "cuda") && llm_oom::meter::gpu::read_gpu(0).is_ok() {
+        "cuda".into()
+    } else {
+        "cpu".into()
+    }
+}

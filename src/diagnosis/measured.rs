@@ -1,0 +1,612 @@
+//! The verdict from measured stages: which stage ran out of memory, what was being allocated, and
+//! how the bytes held at that moment split into weights, KV cache, activations and the rest. Pure
+//! arithmetic on recorded meter states, so every rule is tested without a device.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Cause, Contributing, Evidence, Stage, Verdict};
+use crate::meter::gpu::GpuProcess;
+use crate::meter::host::Part;
+use crate::probe::protocol::{FragmentationFacts, OomFacts};
+use crate::units::Bytes;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageOutcome {
+    Ok,
+    Oom,
+    Skipped,
+    Error,
+}
+
+/// Device bytes the probe held, base included.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageMemory {
+    pub before: u64,
+    pub peak: u64,
+    pub after: u64,
+}
+
+/// The peak of a stage, by component.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Components {
+    pub weights: u64,
+    pub kv_cache: u64,
+    pub activations: u64,
+    /// CUDA context and libraries (the heap's baseline on the CPU).
+    pub other: u64,
+}
+
+impl Components {
+    pub fn total(&self) -> u64 {
+        self.weights + self.kv_cache + self.activations + self.other
+    }
+}
+
+/// One stage of the probe, as the report and the JSON contract show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageRecord {
+    pub name: Stage,
+    pub outcome: StageOutcome,
+    pub memory: StageMemory,
+    pub components: Components,
+    pub seconds: f64,
+    /// What ran: "prefill 2,048 tokens", "2,048 + 256 tokens × 8 sequences".
+    pub detail: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u64>,
+    /// Time to first token (first_token), decode tokens/s (long_generation, concurrency).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_seconds: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_second: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom: Option<OomFacts>,
+    /// Why it was skipped, or how it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fragmentation: Option<FragmentationFacts>,
+    /// Bytes the allocator held beyond live tensors at the stage's peak (CUDA's pool).
+    #[serde(default)]
+    pub allocator_slack: u64,
+}
+
+impl StageRecord {
+    pub fn skipped(name: Stage, reason: impl Into<String>) -> StageRecord {
+        StageRecord {
+            name,
+            outcome: StageOutcome::Skipped,
+            memory: StageMemory::default(),
+            components: Components::default(),
+            seconds: 0.0,
+            detail: String::new(),
+            prompt_tokens: None,
+            new_tokens: None,
+            batch: None,
+            ttft_seconds: None,
+            tokens_per_second: None,
+            oom: None,
+            reason: Some(reason.into()),
+            fragmentation: None,
+            allocator_slack: 0,
+        }
+    }
+}
+
+/// What the probe knows about the card beyond the stages.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CardFacts {
+    /// The card the stages ran against (the limit, or what the device had).
+    pub capacity: u64,
+    /// Set when `--vram-limit` emulated a smaller card: other processes are then not the question.
+    pub emulated_limit: Option<u64>,
+    /// Other processes holding memory on the GPU.
+    pub others: Vec<GpuProcess>,
+    /// The model's weights in the probed dtype, exact from the shapes.
+    pub weights_bytes: u64,
+}
+
+/// Activations are named the cause only when they clearly outweigh the KV cache at the failing
+/// moment: both grow with the prompt, but the cache stays for the whole generation.
+const ACTIVATION_DOMINANCE: f64 = 1.5;
+/// Free memory of which more than this share is not in the largest block is called fragmented.
+const FRAGMENTED: f64 = 0.25;
+
+/// One primary cause from the stages, with the numbers behind it.
+pub fn classify(stages: &[StageRecord], card: &CardFacts) -> Verdict {
+    let fragmentation = stages.iter().find_map(|s| s.fragmentation.clone());
+    let Some(failed) = stages.iter().find(|s| s.outcome == StageOutcome::Oom) else {
+        if let Some(broken) = stages.iter().find(|s| s.outcome == StageOutcome::Error) {
+            let why = broken.reason.clone().unwrap_or_else(|| "it failed".into());
+            return Verdict {
+                cause: Cause::Unknown,
+                stage: broken.name,
+                confidence: 0.0,
+                summary: format!(
+                    "the probe failed at {} before any out-of-memory: {why}",
+                    broken.name
+                ),
+                evidence: vec![Evidence::text(why)],
+                contributing: Vec::new(),
+            };
+        }
+        return fits(stages, card, fragmentation.as_ref());
+    };
+    let oom = failed.oom.clone().unwrap_or(OomFacts {
+        requested: None,
+        held: failed.memory.peak,
+        part: Part::Other,
+        message: "out of memory".into(),
+        free: None,
+        largest_block: None,
+        cached: None,
+        emulated: false,
+    });
+    let c = failed.components;
+    let requested = oom.requested.unwrap_or(0);
+    let need = oom.held.max(failed.memory.peak) + requested;
+    let fixed = c.weights + c.other;
+    let kv = c.kv_cache;
+    let act_need = need.saturating_sub(fixed + kv);
+    let mut evidence = vec![
+        Evidence::text(format!(
+            "{} ran out of memory{}: {}",
+            failed.name,
+            match oom.requested {
+                Some(r) => format!(" allocating {} for the {}", Bytes(r), part_name(oom.part)),
+                None => String::new(),
+            },
+            oom.message
+        )),
+        Evidence::bytes(
+            format!("held at that moment: {}", Bytes(oom.held)),
+            oom.held,
+        ),
+        Evidence::bytes(format!("weights: {}", Bytes(c.weights)), c.weights),
+        Evidence::bytes(format!("KV cache: {}", Bytes(kv)), kv),
+        Evidence::bytes(
+            format!("activations needed: at least {}", Bytes(act_need)),
+            act_need,
+        ),
+        Evidence::bytes(
+            format!("CUDA context and libraries: {}", Bytes(c.other)),
+            c.other,
+        ),
+        Evidence::bytes(
+            format!("the card for the probe: {}", Bytes(card.capacity)),
+            card.capacity,
+        ),
+    ];
+    let others: u64 = card.others.iter().filter_map(|p| p.bytes).sum();
+    // Fragmentation only when what the stage must hold at least would fit the card: weights that
+    // are simply too large, or a cache too long, stay the cause however the pool looks.
+    let must_hold = match failed.name {
+        Stage::Load => card.weights_bytes + c.other,
+        _ => {
+            let kv_need = if oom.part == Part::KvCache {
+                kv + requested
+            } else {
+                kv
+            };
+            card.weights_bytes.max(c.weights) + c.other + kv_need
+        }
+    };
+    let frag_at_failure = oom.requested.filter(|&r| {
+        need <= card.capacity
+            && must_hold + r <= card.capacity
+            && (oom.cached.is_some_and(|c| c >= r)
+                || (oom.free.is_some_and(|f| f >= r) && oom.largest_block.is_some_and(|l| l < r)))
+    });
+
+    let by_stage = stage_cause(failed.name, oom.part, kv, act_need);
+    let (cause, summary) = if card.emulated_limit.is_none()
+        && others > 0
+        && need <= card.capacity + others
+    {
+        for p in &card.others {
+            evidence.push(Evidence::bytes(
+                format!(
+                    "process {} ({}) holds {}",
+                    p.pid,
+                    p.name,
+                    p.bytes
+                        .map_or("an unknown amount".into(), |b| Bytes(b).to_string())
+                ),
+                p.bytes.unwrap_or(0),
+            ));
+        }
+        (
+            Cause::OtherProcess,
+            format!(
+                "other_process: {} needed {} at {}; other processes hold {} of this GPU, without them it would fit",
+                failed.name,
+                Bytes(need),
+                failed.detail,
+                Bytes(others)
+            ),
+        )
+    } else if let Some(r) = frag_at_failure {
+        (
+            Cause::Fragmentation,
+            format!(
+                "fragmentation: a {} request failed with {} free and {} cached, but no block that large",
+                Bytes(r),
+                Bytes(oom.free.unwrap_or(0)),
+                Bytes(oom.cached.unwrap_or(0))
+            ),
+        )
+    } else {
+        let s = match by_stage {
+            Cause::Weights => format!(
+                "weights: the model's {} of weights (and {} more while loading) do not fit the {} card beside {} of CUDA context",
+                Bytes(card.weights_bytes),
+                Bytes(need.saturating_sub(c.other + card.weights_bytes)),
+                Bytes(card.capacity),
+                Bytes(c.other)
+            ),
+            Cause::Concurrency => format!(
+                "concurrency: one sequence fits, {} do not: {} needs {} on the {} card",
+                failed.batch.unwrap_or(0),
+                failed.detail,
+                Bytes(need),
+                Bytes(card.capacity)
+            ),
+            Cause::Activations => format!(
+                "activations: {} needs at least {} of activations beside a {} KV cache, past the {} card",
+                failed.detail,
+                Bytes(act_need),
+                Bytes(kv),
+                Bytes(card.capacity)
+            ),
+            _ => format!(
+                "kv_cache: {} needs a {} KV cache beside {} of weights, past the {} card",
+                failed.detail,
+                Bytes(kv.max(if oom.part == Part::KvCache { requested } else { 0 })),
+                Bytes(c.weights),
+                Bytes(card.capacity)
+            ),
+        };
+        (by_stage, s)
+    };
+    let mut contributing = Vec::new();
+    let mut add = |cause_: Cause, bytes: u64, what: String| {
+        if cause_ != cause && bytes > 0 && bytes * 10 >= need {
+            contributing.push(Contributing {
+                cause: cause_,
+                evidence: Evidence::bytes(format!("{what}: {}", Bytes(bytes)), bytes),
+            });
+        }
+    };
+    add(Cause::Weights, c.weights, "weights".into());
+    add(Cause::KvCache, kv, "KV cache".into());
+    if failed.name != Stage::Load {
+        add(Cause::Activations, act_need, "activations".into());
+    }
+    if failed.name == Stage::Concurrency {
+        add(
+            Cause::Concurrency,
+            kv + act_need,
+            format!(
+                "{} sequences' KV cache and activations",
+                failed.batch.unwrap_or(0)
+            ),
+        );
+    }
+    if cause == Cause::OtherProcess {
+        add(by_stage, need, format!("what {} needed", failed.name));
+    }
+    Verdict {
+        cause,
+        stage: failed.name,
+        confidence: if oom.emulated { 0.9 } else { 0.95 },
+        summary,
+        evidence,
+        contributing,
+    }
+}
+
+/// The cause a failing stage points to, before other processes and fragmentation are considered.
+fn stage_cause(stage: Stage, part: Part, kv: u64, act_need: u64) -> Cause {
+    match stage {
+        Stage::Load => Cause::Weights,
+        Stage::Concurrency => Cause::Concurrency,
+        _ if part == Part::Weights => Cause::Weights,
+        _ if part == Part::KvCache => Cause::KvCache,
+        _ if act_need as f64 > ACTIVATION_DOMINANCE * kv as f64 => Cause::Activations,
+        _ => Cause::KvCache,
+    }
+}
+
+fn part_name(p: Part) -> &'static str {
+    match p {
+        Part::Weights => "weights",
+        Part::KvCache => "KV cache",
+        Part::Activations => "activations",
+        Part::Other => "runtime",
+    }
+}
+
+fn fits(stages: &[StageRecord], card: &CardFacts, frag: Option<&FragmentationFacts>) -> Verdict {
+    let peak = stages
+        .iter()
+        .filter(|s| s.outcome == StageOutcome::Ok)
+        .max_by_key(|s| s.memory.peak);
+    let mut evidence = Vec::new();
+    let mut contributing = Vec::new();
+    let summary = match peak {
+        Some(s) => {
+            evidence.push(Evidence::bytes(
+                format!(
+                    "highest stage: {} at {} ({})",
+                    s.name,
+                    Bytes(s.memory.peak),
+                    s.detail
+                ),
+                s.memory.peak,
+            ));
+            format!(
+                "peak {} of {} at {} ({} spare)",
+                Bytes(s.memory.peak),
+                Bytes(card.capacity),
+                s.name,
+                Bytes(card.capacity.saturating_sub(s.memory.peak))
+            )
+        }
+        None => "no stage ran".into(),
+    };
+    if let Some(f) = frag.filter(|f| f.free > 0) {
+        let ratio = 1.0 - f.largest_block as f64 / f.free as f64;
+        evidence.push(Evidence::bytes(
+            format!(
+                "largest free block {} of {} free ({:.0} % fragmented)",
+                Bytes(f.largest_block),
+                Bytes(f.free),
+                ratio * 100.0
+            ),
+            f.largest_block,
+        ));
+        if ratio > FRAGMENTED {
+            contributing.push(Contributing {
+                cause: Cause::Fragmentation,
+                evidence: Evidence::bytes(
+                    format!(
+                        "only {} of {} free is in one piece",
+                        Bytes(f.largest_block),
+                        Bytes(f.free)
+                    ),
+                    f.free - f.largest_block,
+                ),
+            });
+        }
+    }
+    Verdict {
+        cause: if peak.is_some() {
+            Cause::None
+        } else {
+            Cause::Unknown
+        },
+        stage: peak.map_or(Stage::Unknown, |s| s.name),
+        confidence: 0.95,
+        summary,
+        evidence,
+        contributing,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    fn stage(
+        name: Stage,
+        outcome: StageOutcome,
+        c: Components,
+        oom: Option<OomFacts>,
+    ) -> StageRecord {
+        StageRecord {
+            name,
+            outcome,
+            memory: StageMemory {
+                before: c.weights + c.other,
+                peak: c.total(),
+                after: c.weights + c.other,
+            },
+            components: c,
+            seconds: 0.1,
+            detail: "test".into(),
+            prompt_tokens: None,
+            new_tokens: None,
+            batch: Some(8),
+            ttft_seconds: None,
+            tokens_per_second: None,
+            oom,
+            reason: None,
+            fragmentation: None,
+            allocator_slack: 0,
+        }
+    }
+
+    fn oom(requested: u64, held: u64, part: Part) -> OomFacts {
+        OomFacts {
+            requested: Some(requested),
+            held,
+            part,
+            message: "CUDA_ERROR_OUT_OF_MEMORY".into(),
+            free: Some(GIB / 2),
+            largest_block: Some(GIB / 2),
+            cached: Some(0),
+            emulated: false,
+        }
+    }
+
+    fn card(others: Vec<GpuProcess>, emulated: bool) -> CardFacts {
+        CardFacts {
+            capacity: 24 * GIB,
+            emulated_limit: emulated.then_some(24 * GIB),
+            others,
+            weights_bytes: 13 * GIB,
+        }
+    }
+
+    fn comp(w: u64, kv: u64, act: u64) -> Components {
+        Components {
+            weights: w,
+            kv_cache: kv,
+            activations: act,
+            other: GIB / 2,
+        }
+    }
+
+    #[test]
+    fn each_failing_stage_names_its_cause() {
+        let ok = stage(Stage::Load, StageOutcome::Ok, comp(13 * GIB, 0, 0), None);
+        let c = card(vec![], true);
+        let load = stage(
+            Stage::Load,
+            StageOutcome::Oom,
+            comp(20 * GIB, 0, 0),
+            Some(oom(GIB, 23 * GIB, Part::Weights)),
+        );
+        assert_eq!(classify(&[load], &c).cause, Cause::Weights);
+        // A long context: the cache allocation itself fails.
+        let kv = stage(
+            Stage::FirstToken,
+            StageOutcome::Oom,
+            comp(13 * GIB, 0, 0),
+            Some(oom(11 * GIB, 14 * GIB, Part::KvCache)),
+        );
+        let v = classify(&[ok.clone(), kv], &c);
+        assert_eq!((v.cause, v.stage), (Cause::KvCache, Stage::FirstToken));
+        // The cache fits, the prefill's activations are about as large: still the KV cache.
+        let close = stage(
+            Stage::LongGeneration,
+            StageOutcome::Oom,
+            comp(13 * GIB, 5 * GIB, 0),
+            Some(oom(2 * GIB, 22 * GIB, Part::Activations)),
+        );
+        assert_eq!(classify(&[ok.clone(), close], &c).cause, Cause::KvCache);
+        // Eager scores dwarf a small cache.
+        let eager = stage(
+            Stage::FirstToken,
+            StageOutcome::Oom,
+            comp(13 * GIB, GIB, 0),
+            Some(oom(8 * GIB, 16 * GIB, Part::Activations)),
+        );
+        let v = classify(&[ok.clone(), eager], &c);
+        assert_eq!(v.cause, Cause::Activations);
+        assert!(v.contributing.iter().any(|x| x.cause == Cause::Weights));
+        let conc = stage(
+            Stage::Concurrency,
+            StageOutcome::Oom,
+            comp(13 * GIB, 8 * GIB, 0),
+            Some(oom(2 * GIB, 23 * GIB, Part::KvCache)),
+        );
+        let v = classify(&[ok.clone(), conc], &c);
+        assert_eq!(v.cause, Cause::Concurrency);
+        assert!(v.summary.contains("8 do not"), "{}", v.summary);
+    }
+
+    #[test]
+    fn other_processes_and_fragmentation_come_from_the_meters() {
+        let ok = stage(Stage::Load, StageOutcome::Ok, comp(13 * GIB, 0, 0), None);
+        let failed = stage(
+            Stage::FirstToken,
+            StageOutcome::Oom,
+            comp(13 * GIB, GIB, 0),
+            Some(oom(2 * GIB, 15 * GIB, Part::Activations)),
+        );
+        let notebook = GpuProcess {
+            pid: 4121,
+            name: "python".into(),
+            bytes: Some(10 * GIB),
+        };
+        // Without a limit, 10 GiB held by a notebook is why 17 GiB do not fit on what is left.
+        let shared = CardFacts {
+            capacity: 14 * GIB,
+            emulated_limit: None,
+            others: vec![notebook.clone()],
+            weights_bytes: 13 * GIB,
+        };
+        let v = classify(&[ok.clone(), failed.clone()], &shared);
+        assert_eq!(v.cause, Cause::OtherProcess);
+        assert!(v
+            .evidence
+            .iter()
+            .any(|e| e.text.contains("process 4121 (python) holds 10.0 GiB")));
+        // Under an emulated card, other processes are not the question.
+        let emulated = CardFacts {
+            emulated_limit: Some(14 * GIB),
+            ..shared
+        };
+        assert_ne!(
+            classify(&[ok.clone(), failed.clone()], &emulated).cause,
+            Cause::OtherProcess
+        );
+        // 3 GiB free in total, the largest block 1 GiB: a 2 GiB request failed for want of a piece.
+        let mut frag = failed;
+        frag.oom = Some(OomFacts {
+            free: Some(3 * GIB),
+            largest_block: Some(GIB),
+            ..oom(2 * GIB, 15 * GIB, Part::Activations)
+        });
+        let v = classify(&[ok.clone(), frag.clone()], &card(vec![], true));
+        assert_eq!(v.cause, Cause::Fragmentation);
+        // The pool had the bytes cached but not in one piece.
+        frag.oom = Some(OomFacts {
+            cached: Some(3 * GIB),
+            ..oom(2 * GIB, 15 * GIB, Part::Activations)
+        });
+        assert_eq!(
+            classify(&[ok, frag], &card(vec![], true)).cause,
+            Cause::Fragmentation
+        );
+    }
+
+    #[test]
+    fn a_pool_with_cached_blocks_does_not_hide_weights_that_are_too_large() {
+        // Llama-2-13B on a 24 GiB card (measured on the H200): the load failed for 270 MiB with
+        // 1.25 GiB cached in the pool, but 24.2 GiB of weights never fit.
+        let mut load = stage(Stage::Load, StageOutcome::Oom, comp(22 * GIB, 0, 0), None);
+        load.oom = Some(OomFacts {
+            free: Some(245 << 20),
+            largest_block: Some(245 << 20),
+            cached: Some(1280 << 20),
+            ..oom(270 << 20, 23 * GIB, Part::Weights)
+        });
+        let mut c = card(vec![], true);
+        c.weights_bytes = 24_826 << 20;
+        assert_eq!(classify(&[load], &c).cause, Cause::Weights);
+    }
+
+    #[test]
+    fn a_run_that_fits_says_so_and_notes_a_fragmented_card() {
+        let mut ok = stage(
+            Stage::LongGeneration,
+            StageOutcome::Ok,
+            comp(13 * GIB, GIB, GIB),
+            None,
+        );
+        ok.fragmentation = Some(FragmentationFacts {
+            free: 8 * GIB,
+            largest_block: 2 * GIB,
+            reserved: 0,
+            in_use: 0,
+        });
+        let v = classify(&[ok], &card(vec![], true));
+        assert_eq!(v.cause, Cause::None);
+        assert_eq!(v.exit_code(), 0);
+        assert!(
+            v.summary.starts_with("peak 15.5 GiB of 24.0 GiB"),
+            "{}",
+            v.summary
+        );
+        assert_eq!(v.contributing[0].cause, Cause::Fragmentation);
+    }
+}

@@ -1,0 +1,368 @@
+//! `llm-oom diagnose` end to end on the CPU: the real binary, its real child process, a tiny model
+//! written by the test, and an emulated card (`--vram-limit`, the counting allocator's limit) sized
+//! per case so each verdict is produced by a real out-of-memory at the stage that causes it.
+
+mod util;
+
+use serde_json::Value;
+use util::{llm_oom, temp, write, Run};
+
+/// 616 k parameters (2.5 MB in f32), 1 KiB of KV cache per token: fast even in a debug build.
+const TINY: &str = r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":128,
+"intermediate_size":344,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,
+"vocab_size":1000,"max_position_embeddings":65536,"tie_word_embeddings":false,"torch_dtype":"float32"}"#;
+
+struct Case {
+    home: tempfile::TempDir,
+    model: String,
+}
+
+fn case() -> Case {
+    let home = temp();
+    let model = write(&home.path().join("tiny/config.json"), TINY);
+    Case {
+        model: model
+            .parent()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+        home,
+    }
+}
+
+impl Case {
+    fn diagnose(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut c = llm_oom(self.home.path());
+        c.args(["diagnose", "--model", &self.model, "--device", "cpu"])
+            .args(args);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().expect("the binary runs").into()
+    }
+
+    fn json(&self, args: &[&str]) -> (i32, Value) {
+        let mut a = vec!["--json"];
+        a.extend_from_slice(args);
+        let r = self.diagnose(&a, &[]);
+        let v: Value = serde_json::from_str(&r.stdout)
+            .unwrap_or_else(|e| panic!("JSON ({e}): {}\n{}", r.stdout, r.stderr));
+        (r.code, v)
+    }
+}
+
+fn cause(v: &Value) -> (&str, &str) {
+    (
+        v["verdict"]["cause"].as_str().unwrap_or_default(),
+        v["verdict"]["stage"].as_str().unwrap_or_default(),
+    )
+}
+
+fn stage<'a>(v: &'a Value, name: &str) -> &'a Value {
+    v["stages"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["name"] == name))
+        .unwrap_or_else(|| panic!("stage {name} in {v}"))
+}
+
+/// The contract of ARCHITECTURE.md: names CI users parse.
+fn check_contract(v: &Value) {
+    assert_eq!(v["command"], "diagnose");
+    let verdict = &v["verdict"];
+    for k in ["cause", "stage", "confidence", "evidence", "contributing"] {
+        assert!(!verdict[k].is_null(), "verdict.{k} in {verdict}");
+    }
+    let stages = v["stages"].as_array().expect("stages[]");
+    let names: Vec<&str> = stages.iter().filter_map(|s| s["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "load",
+            "first_token",
+            "long_generation",
+            "concurrency",
+            "fragmentation"
+        ]
+    );
+    for s in stages {
+        assert!(["ok", "oom", "skipped", "error"].contains(&s["outcome"].as_str().unwrap_or("")));
+        for k in ["before", "peak", "after"] {
+            assert!(s["memory"][k].is_u64(), "memory.{k} in {s}");
+        }
+        for k in ["weights", "kv_cache", "activations", "other"] {
+            assert!(s["components"][k].is_u64(), "components.{k} in {s}");
+        }
+        assert!(s["seconds"].is_f64() || s["seconds"].is_u64());
+    }
+    for r in v["remedies"].as_array().expect("remedies[]") {
+        assert!(
+            r["action"].is_string()
+                && r.get("saves_bytes").is_some()
+                && r.get("new_budget").is_some()
+        );
+    }
+}
+
+#[test]
+fn a_workload_that_fits_is_measured_stage_by_stage() {
+    let c = case();
+    let (code, v) = c.json(&["-p", "64", "-n", "16", "-b", "2"]);
+    assert_eq!(code, 0, "{v}");
+    check_contract(&v);
+    assert_eq!(cause(&v).0, "none");
+    // Weights: measured by the counting allocator across the load, equal to the shapes' bytes.
+    let params = v["model"]["parameters"].as_u64().expect("parameters");
+    let load = stage(&v, "load");
+    assert_eq!(load["outcome"], "ok");
+    let weights = load["components"]["weights"].as_u64().unwrap_or(0);
+    assert!(
+        weights >= params * 4 && weights < params * 4 + 64 * 1024,
+        "{weights} vs {}",
+        params * 4
+    );
+    // KV cache: 1 KiB per token per sequence, exactly as the cache allocation measured it.
+    assert_eq!(v["kv_cache_bytes_per_token"], 1024);
+    assert_eq!(
+        stage(&v, "long_generation")["components"]["kv_cache"],
+        1024 * 80
+    );
+    assert_eq!(
+        stage(&v, "concurrency")["components"]["kv_cache"],
+        2 * 1024 * 80
+    );
+    assert_eq!(stage(&v, "fragmentation")["outcome"], "skipped");
+    // The budget comes from the measured model and is the plan contract's shape.
+    assert!(v["budget"]["table"]
+        .as_array()
+        .is_some_and(|t| t.len() == 6));
+    assert!(v["measured"]["kv_per_token"] == 1024);
+    assert_eq!(v["children"].as_array().map(Vec::len), Some(1));
+}
+
+#[test]
+fn each_cause_is_found_where_it_happens() {
+    let c = case();
+    // 2.5 MB of weights on a 1 MiB card.
+    let (code, v) = c.json(&["--vram-limit", "1MiB", "-p", "64", "-n", "16"]);
+    check_contract(&v);
+    assert_eq!((code, cause(&v)), (1, ("weights", "load")), "{v}");
+    assert_eq!(stage(&v, "first_token")["outcome"], "skipped");
+
+    // The first token fits; 30,064 tokens of cache (29 MiB) do not fit a 16 MiB card.
+    let (code, v) = c.json(&["--vram-limit", "16MiB", "-p", "64", "-n", "30000"]);
+    assert_eq!(
+        (code, cause(&v)),
+        (1, ("kv_cache", "long_generation")),
+        "{v}"
+    );
+    assert_eq!(stage(&v, "first_token")["outcome"], "ok");
+    let oom = &stage(&v, "long_generation")["oom"];
+    assert_eq!(oom["part"], "kv_cache");
+    assert!(
+        v["remedies"].as_array().is_some_and(|r| r
+            .iter()
+            .any(|r| r["change"]["kind"] == "cap_new_tokens" && r["new_budget"]["fits"] == true)),
+        "{}",
+        v["remedies"]
+    );
+
+    // One sequence fits; 200 of them hold 25 MiB of cache.
+    let (code, v) = c.json(&["--vram-limit", "16MiB", "-p", "64", "-n", "64", "-b", "200"]);
+    assert_eq!(
+        (code, cause(&v)),
+        (1, ("concurrency", "concurrency")),
+        "{v}"
+    );
+    assert_eq!(stage(&v, "long_generation")["outcome"], "ok");
+    assert!(v["remedies"]
+        .as_array()
+        .is_some_and(|r| r.iter().any(|r| r["change"]["kind"] == "limit_concurrency")));
+
+    // Eager attention materialises 4 × 1,024² scores (16 MiB a copy) beside a 1 MiB cache.
+    let (code, v) = c.json(&[
+        "--vram-limit",
+        "24MiB",
+        "-p",
+        "1024",
+        "-n",
+        "1",
+        "--engine",
+        "transformers-eager",
+    ]);
+    assert_eq!(
+        (code, cause(&v)),
+        (1, ("activations", "first_token")),
+        "{v}"
+    );
+    assert!(v["remedies"]
+        .as_array()
+        .is_some_and(|r| r.iter().any(|r| r["change"]["kind"] == "use_sdpa")));
+}
+
+#[test]
+fn verify_reruns_the_failing_workload_with_the_top_remedy() {
+    let c = case();
+    let (code, v) = c.json(&[
+        "--vram-limit",
+        "16MiB",
+        "-p",
+        "64",
+        "-n",
+        "30000",
+        "--verify",
+    ]);
+    assert_eq!(code, 1);
+    let verified: Vec<&Value> = v["remedies"]
+        .as_array()
+        .map(|r| r.iter().filter(|r| !r["verified"].is_null()).collect())
+        .unwrap_or_default();
+    assert_eq!(verified.len(), 1, "{}", v["remedies"]);
+    assert_eq!(verified[0]["verified"], true, "{}", verified[0]);
+    // The verification ran in the same child: still one process.
+    assert_eq!(v["children"].as_array().map(Vec::len), Some(1));
+}
+
+#[test]
+fn find_limits_never_claims_more_than_ran() {
+    let c = case();
+    let (_, v) = c.json(&[
+        "--vram-limit",
+        "16MiB",
+        "-p",
+        "64",
+        "-n",
+        "64",
+        "--find-limits",
+    ]);
+    let l = &v["limits"];
+    let ran = l["max_prompt_tokens"].as_u64().expect("a largest prompt");
+    let claimed = l["predicted_prompt_tokens"].as_u64().expect("a budget");
+    assert!(
+        claimed <= ran,
+        "the budget claims {claimed} tokens, {ran} ran"
+    );
+    assert!(
+        claimed * 10 >= ran * 8,
+        "the budget is timid: {claimed} of {ran}"
+    );
+    let batch = l["max_batch"].as_u64().expect("a largest batch");
+    let claimed = l["predicted_batch"].as_u64().expect("a batch budget");
+    assert!(
+        claimed <= batch,
+        "the budget claims {claimed} sequences, {batch} ran"
+    );
+}
+
+#[test]
+fn a_child_that_panics_aborts_or_hangs_gives_a_clean_report() {
+    let c = case();
+    let args = ["-p", "64", "-n", "16", "-b", "2"];
+    let r = c.diagnose(&args, &[("LLM_OOM_PROBE_FAULT", "panic:first_token")]);
+    assert_eq!(r.code, 3, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("the probe panicked"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("injected fault at first_token"),
+        "{}",
+        r.stdout
+    );
+
+    let mut a = args.to_vec();
+    a.push("--json");
+    let r = c.diagnose(&a, &[("LLM_OOM_PROBE_FAULT", "abort:long_generation")]);
+    assert_eq!(r.code, 3);
+    let v: Value = serde_json::from_str(&r.stdout).expect("JSON after an abort");
+    check_contract(&v);
+    assert_eq!(cause(&v), ("unknown", "long_generation"));
+    assert!(
+        stage(&v, "long_generation")["reason"]
+            .as_str()
+            .is_some_and(|s| s.contains("signal 6")),
+        "{v}"
+    );
+    assert_eq!(stage(&v, "first_token")["outcome"], "ok");
+
+    let mut a = args.to_vec();
+    a.extend(["--stage-timeout", "2"]);
+    let r = c.diagnose(&a, &[("LLM_OOM_PROBE_FAULT", "hang:first_token")]);
+    assert_eq!(r.code, 3);
+    assert!(r.stdout.contains("no answer after 2 s"), "{}", r.stdout);
+}
+
+/// Times, byte counts and the token counts derived from them vary with the machine (its thread
+/// count sets the matrix library's workspaces); the layout, words and verdict must not.
+fn normalise(md: &str) -> String {
+    let rules = [
+        (r"\d[\d.,]* (B|KiB|MiB|GiB)", "<bytes>"),
+        (r"\d+\.\d+ s", "<t> s"),
+        (r"/[^ `]*/tiny", "<dir>/tiny"),
+        (r"max_new_tokens( at |=)[\d,]+", "max_new_tokens$1<n>"),
+        (r"(?m)^\| (\d+) \|.*\|$", "| $1 | <row> |"),
+    ];
+    let mut md = md.to_string();
+    for (re, with) in rules {
+        md = regex::Regex::new(re)
+            .expect("regex")
+            .replace_all(&md, with)
+            .into_owned();
+    }
+    md.lines()
+        .filter(|l| !l.starts_with("<sub>llm-oom"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn markdown_matches_the_reviewed_snapshot() {
+    let c = case();
+    let r = c.diagnose(
+        &[
+            "--markdown",
+            "--vram-limit",
+            "16MiB",
+            "-p",
+            "64",
+            "-n",
+            "30000",
+        ],
+        &[],
+    );
+    assert_eq!(r.code, 1);
+    let got = normalise(&r.stdout);
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/diagnose-kv-cache.md");
+    if std::env::var_os("LLM_OOM_BLESS").is_some() {
+        std::fs::write(&path, &got).expect("write the snapshot");
+    }
+    let want =
+        std::fs::read_to_string(&path).expect("the reviewed snapshot (LLM_OOM_BLESS=1 writes it)");
+    assert_eq!(got, want);
+}
+
+#[test]
+fn bad_input_is_exit_2_with_one_line() {
+    let c = case();
+    let gemma = llm_oom(c.home.path())
+        .args([
+            "diagnose",
+            "--model",
+            "google/gemma-2-9b-it",
+            "--device",
+            "cpu",
+        ])
+        .output()
+        .expect("runs");
+    let r: Run = gemma.into();
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("does not run `gemma2`"), "{}", r.stderr);
+    let r = c.diagnose(&["--dtype", "nf4"], &[]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("f32, f16 or bf16"), "{}", r.stderr);
+    let r = c.diagnose(&["--vram-limit", "lots"], &[]);
+    assert_eq!(r.code, 2);
+    let r: Run = llm_oom(c.home.path())
+        .args(["diagnose", "--model", &c.model, "--device", "tpu"])
+        .output()
+        .expect("runs")
+        .into();
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+}
