@@ -34,6 +34,19 @@ verdicts)
   timed llama13b-default   $B diagnose --json -m meta-llama/Llama-2-13b-hf
   $B diagnose -m $M7 --vram-limit 24GiB -p 2048 -n 256 -b 48 --svg "$OUT/mistral-48x.svg" --markdown > "$OUT/mistral-48x.md" 2>/dev/null
   ;;
+speed)
+  timeout 200 python3 scripts/calibrate/decode_speed.py mistral-7b-instruct-v0.2:bfloat16 llama-2-13b:float16 > "$OUT/transformers-speed.jsonl" 2> "$OUT/transformers-speed.log"
+  timed run-mistral $B run -m $M7 --device cuda --dtype bf16 --prompt-tokens 2048 --max-new-tokens 129
+  timed run-llama13b $B run -m meta-llama/Llama-2-13b-hf --device cuda --dtype f16 --prompt-tokens 2048 --max-new-tokens 129
+  ;;
+readme)
+  $B diagnose --color never -m $M7 --vram-limit 24GiB -p 2048 -n 256 -b 48 --verify > "$OUT/mistral-48x.txt" 2>&1; echo "48x rc=$?" >> "$OUT/summary.txt"
+  $B diagnose -m $M7 --vram-limit 24GiB -p 2048 -n 256 -b 48 --markdown --svg "$OUT/mistral-48x.svg" > "$OUT/mistral-48x.md" 2>/dev/null
+  $B diagnose --color never -m $M7 --vram-limit 24GiB -p 40000 -n 256 > "$OUT/mistral-40k.txt" 2>&1; echo "40k rc=$?" >> "$OUT/summary.txt"
+  timed mistral-default    $B diagnose --json -m $M7
+  $B diagnose --color never -m $M7 > "$OUT/mistral-default.txt" 2>&1
+  timed llama13b-24g       $B diagnose --json -m meta-llama/Llama-2-13b-hf --vram-limit 24GiB
+  ;;
 limits)
   timed mistral-limits-24g $B diagnose --json -m $M7 --vram-limit 24GiB -p 2048 -n 256 -b 8 --find-limits
   ;;

@@ -151,7 +151,12 @@ pub fn classify(stages: &[StageRecord], card: &CardFacts) -> Verdict {
     let requested = oom.requested.unwrap_or(0);
     let need = oom.held.max(failed.memory.peak) + requested;
     let fixed = c.weights + c.other;
-    let kv = c.kv_cache;
+    // A cache that failed part-way needed what it held plus the allocation that failed.
+    let kv = if oom.part == Part::KvCache {
+        c.kv_cache + requested
+    } else {
+        c.kv_cache
+    };
     let act_need = need.saturating_sub(fixed + kv);
     let mut evidence = vec![
         Evidence::text(format!(
@@ -188,11 +193,7 @@ pub fn classify(stages: &[StageRecord], card: &CardFacts) -> Verdict {
     let must_hold = match failed.name {
         Stage::Load => card.weights_bytes + c.other,
         _ => {
-            let kv_need = if oom.part == Part::KvCache {
-                kv + requested
-            } else {
-                kv
-            };
+            let kv_need = kv;
             card.weights_bytes.max(c.weights) + c.other + kv_need
         }
     };
@@ -250,7 +251,7 @@ pub fn classify(stages: &[StageRecord], card: &CardFacts) -> Verdict {
                 Bytes(c.other)
             ),
             Cause::Concurrency => format!(
-                "concurrency: one sequence fits, {} do not: {} needs {} on the {} card",
+                "concurrency: one sequence fits, {} do not: {} needs more than {} on the {} card",
                 failed.batch.unwrap_or(0),
                 failed.detail,
                 Bytes(need),
@@ -266,7 +267,7 @@ pub fn classify(stages: &[StageRecord], card: &CardFacts) -> Verdict {
             _ => format!(
                 "kv_cache: {} needs a {} KV cache beside {} of weights, past the {} card",
                 failed.detail,
-                Bytes(kv.max(if oom.part == Part::KvCache { requested } else { 0 })),
+                Bytes(kv),
                 Bytes(c.weights),
                 Bytes(card.capacity)
             ),
@@ -359,11 +360,16 @@ fn fits(stages: &[StageRecord], card: &CardFacts, frag: Option<&FragmentationFac
         }
         None => "no stage ran".into(),
     };
-    if let Some(f) = frag.filter(|f| f.free > 0) {
-        let ratio = 1.0 - f.largest_block as f64 / f.free as f64;
+    if let Some(f) = frag.filter(|f| f.free > 0 && f.searched_up_to > 0) {
+        let ratio = 1.0 - f.largest_block as f64 / f.free.min(f.searched_up_to) as f64;
         evidence.push(Evidence::bytes(
             format!(
-                "largest free block {} of {} free ({:.0} % fragmented)",
+                "largest free block {}{} of {} free ({:.0} % fragmented)",
+                if f.largest_block >= f.searched_up_to {
+                    "at least "
+                } else {
+                    ""
+                },
                 Bytes(f.largest_block),
                 Bytes(f.free),
                 ratio * 100.0
@@ -596,6 +602,7 @@ mod tests {
         ok.fragmentation = Some(FragmentationFacts {
             free: 8 * GIB,
             largest_block: 2 * GIB,
+            searched_up_to: 8 * GIB,
             reserved: 0,
             in_use: 0,
         });

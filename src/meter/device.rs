@@ -93,16 +93,18 @@ impl DeviceMeter {
         }
     }
 
-    /// The largest single block the device can allocate now, searched to `granularity` bytes with
-    /// every probe allocation freed at once (`None` on the CPU, where it means nothing).
-    pub fn largest_block(&self, granularity: u64) -> Option<u64> {
+    /// The largest single block the device can allocate now, up to `cap` bytes, searched to
+    /// `granularity` with every probe allocation freed at once (`None` on the CPU, where it means
+    /// nothing). Mapping a block of a whole large card takes the driver seconds: the cap keeps the
+    /// question to the sizes that matter.
+    pub fn largest_block(&self, granularity: u64, cap: u64) -> Option<u64> {
         match self {
             DeviceMeter::Host => {
-                let _ = granularity;
+                let _ = (granularity, cap);
                 None
             }
             #[cfg(feature = "cuda")]
-            DeviceMeter::Cuda(m) => Some(m.largest_block(granularity)),
+            DeviceMeter::Cuda(m) => Some(m.largest_block(granularity, cap)),
         }
     }
 }
@@ -241,9 +243,9 @@ mod cuda {
             Ok(ptr)
         }
 
-        pub fn largest_block(&self, granularity: u64) -> u64 {
+        pub fn largest_block(&self, granularity: u64, cap: u64) -> u64 {
             self.trim();
-            let free = self.read().free.unwrap_or(0);
+            let free = self.read().free.unwrap_or(0).min(cap);
             // Usually all of it is one piece (the driver maps pages where it likes): one try.
             if let Ok(p) = self.alloc_raw(free) {
                 free_raw(p);
@@ -287,7 +289,7 @@ mod tests {
         let r = m.read();
         assert!(r.peak >= before.in_use + (4 << 20), "{r:?} vs {before:?}");
         drop(t);
-        assert_eq!(m.largest_block(1 << 20), None);
+        assert_eq!(m.largest_block(1 << 20, 1 << 30), None);
         assert_eq!(Ballast::hold(&m, 1 << 30).map(|b| b.bytes), Ok(0));
     }
 }

@@ -20,8 +20,9 @@ use crate::runtime::run::{checkpoint_dir, runtime_dtype, runtime_err};
 use crate::runtime::weights::Weights;
 use crate::runtime::{parse_device, Attention, CacheMode, Decoder, KvCache, RuntimeError};
 
-/// Granularity of the largest-block search.
+/// Granularity of the largest-block search, and the largest block it tries.
 const BLOCK_STEP: u64 = 2 << 20;
+const SEARCH_CAP: u64 = 16 << 30;
 /// Query slice of the probe's memory-efficient attention: the score tile stays small beside the
 /// KV cache, as SDPA's does.
 pub const ATTENTION_CHUNK: usize = 256;
@@ -215,11 +216,12 @@ impl Child {
                 self.meter.settle();
                 let now = self.meter.read();
                 if let (Some(free), Some(largest)) =
-                    (now.free, self.meter.largest_block(BLOCK_STEP))
+                    (now.free, self.meter.largest_block(BLOCK_STEP, SEARCH_CAP))
                 {
                     r.fragmentation = Some(FragmentationFacts {
                         free,
                         largest_block: largest,
+                        searched_up_to: SEARCH_CAP.min(free),
                         reserved: now.reserved.unwrap_or(0),
                         in_use: now.in_use,
                     });
@@ -385,7 +387,9 @@ impl Child {
                     part,
                     message,
                     free: now.free,
-                    largest_block: self.meter.largest_block(BLOCK_STEP),
+                    largest_block: self
+                        .meter
+                        .largest_block(BLOCK_STEP, requested.unwrap_or(SEARCH_CAP)),
                     cached,
                     emulated: false,
                 })

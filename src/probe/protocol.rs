@@ -110,6 +110,8 @@ pub struct OomFacts {
 pub struct FragmentationFacts {
     pub free: u64,
     pub largest_block: u64,
+    /// The search tried blocks up to this size (a largest block equal to it means "at least").
+    pub searched_up_to: u64,
     pub reserved: u64,
     pub in_use: u64,
 }

@@ -130,12 +130,19 @@ pub fn text(r: &DiagnoseReport, style: &Style) -> String {
         ]);
     }
     out.push_str(&t.to_string());
-    out.push_str(&style.dim("\ncard: █ weights ▓ KV cache ▒ activations ░ CUDA context · free\n"));
+    out.push_str(&style.dim(
+        "\ncard: █ weights ▓ KV cache ▒ activations ░ context and library workspaces · free\n",
+    ));
     for s in &r.stages {
         if let Some(f) = &s.fragmentation {
             out.push_str(&format!(
-                "Free {} · largest block {} · pool holds {} unused\n",
+                "Free {} · largest block {}{} · pool holds {} unused\n",
                 Bytes(f.free),
+                if f.largest_block >= f.searched_up_to {
+                    "≥ "
+                } else {
+                    ""
+                },
                 Bytes(f.largest_block),
                 Bytes(f.reserved.saturating_sub(f.in_use))
             ));
