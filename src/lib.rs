@@ -24,7 +24,8 @@ pub mod watch;
 
 pub use error::{Error, InputError, Result};
 
-// The lib's own unit tests measure with the counting allocator, as the binary does.
+// The lib's own unit tests run with the counting allocator, as the binary does (the meters
+// themselves are tested in tests/meters.rs, where nothing else allocates meanwhile).
 #[cfg(test)]
 #[global_allocator]
 static ALLOC: meter::host::CountingAlloc = meter::host::CountingAlloc;

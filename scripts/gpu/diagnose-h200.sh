@@ -47,6 +47,29 @@ readme)
   $B diagnose --color never -m $M7 > "$OUT/mistral-default.txt" 2>&1
   timed llama13b-24g       $B diagnose --json -m meta-llama/Llama-2-13b-hf --vram-limit 24GiB
   ;;
+shared)
+  # Another process holds 120 GB and keeps allocating 2 GiB more; the probe must not squeeze it.
+  python3 -c "
+import torch, time
+x = torch.empty(int(120e9), dtype=torch.uint8, device='cuda')
+print('holding', flush=True)
+fails = 0; tries = 0; t0 = time.time()
+while time.time() - t0 < 45:
+    tries += 1
+    try:
+        y = torch.empty(2 << 30, dtype=torch.uint8, device='cuda'); del y; torch.cuda.empty_cache()
+    except RuntimeError:
+        fails += 1
+    time.sleep(0.02)
+print('other process: 2 GiB allocations tried', tries, 'failed', fails, flush=True)
+" > "$OUT/other-process.log" 2>&1 &
+  OTHER=$!
+  for i in $(seq 1 60); do grep -q holding "$OUT/other-process.log" && break; sleep 0.5; done
+  timed shared-b32 $B diagnose --json -m $M7 -p 2048 -n 256 -b 32
+  $B diagnose --color never -m $M7 -p 2048 -n 256 -b 32 > "$OUT/shared-b32.txt" 2>&1
+  timed shared-b1  $B diagnose --json -m $M7
+  wait $OTHER
+  ;;
 limits)
   timed mistral-limits-24g $B diagnose --json -m $M7 --vram-limit 24GiB -p 2048 -n 256 -b 8 --find-limits
   ;;

@@ -219,6 +219,8 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
         dtype: dtype_name.clone(),
         vram_limit: req.vram_limit,
         random_weights: req.random_weights,
+        shared_gpu_margin: (req.vram_limit.is_none() && !others.is_empty())
+            .then(|| crate::estimate::safety_margin(gpu.as_ref().map_or(0, |g| g.total_bytes))),
         eager,
         seed: 42,
     };
@@ -689,6 +691,7 @@ fn record(stage: Stage, r: &TaskResult, weights: u64, detail: &str) -> StageReco
         reason: r.error.clone(),
         fragmentation: None,
         allocator_slack: r.peak.saturating_sub(r.used.peak),
+        timeline: r.timeline.clone(),
     }
 }
 

@@ -74,6 +74,9 @@ pub struct StageRecord {
     /// Bytes the allocator held beyond live tensors at the stage's peak (CUDA's pool).
     #[serde(default)]
     pub allocator_slack: u64,
+    /// Memory sampled through the stage (host heap; GPU through NVML).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<crate::meter::sampler::MemorySnapshot>,
 }
 
 impl StageRecord {
@@ -94,6 +97,7 @@ impl StageRecord {
             reason: Some(reason.into()),
             fragmentation: None,
             allocator_slack: 0,
+            timeline: Vec::new(),
         }
     }
 }
@@ -276,7 +280,13 @@ pub fn classify(stages: &[StageRecord], card: &CardFacts) -> Verdict {
     };
     let mut contributing = Vec::new();
     let mut add = |cause_: Cause, bytes: u64, what: String| {
-        if cause_ != cause && bytes > 0 && bytes * 10 >= need {
+        if cause_ != cause
+            && bytes > 0
+            && bytes * 10 >= need
+            && !contributing
+                .iter()
+                .any(|c: &Contributing| c.cause == cause_)
+        {
             contributing.push(Contributing {
                 cause: cause_,
                 evidence: Evidence::bytes(format!("{what}: {}", Bytes(bytes)), bytes),
@@ -436,6 +446,7 @@ mod tests {
             reason: None,
             fragmentation: None,
             allocator_slack: 0,
+            timeline: Vec::new(),
         }
     }
 

@@ -4,5 +4,6 @@
 pub mod device;
 pub mod gpu;
 pub mod host;
+pub mod sampler;
 
 pub use gpu::{GpuInfo, GpuProcess};

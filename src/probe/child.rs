@@ -3,7 +3,7 @@
 //! An out-of-memory is an outcome; the child carries on with the next task.
 
 use std::io::{BufRead, Write};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use candle_core::{DType, Device};
 
@@ -11,8 +11,9 @@ use super::protocol::{
     FragmentationFacts, GenerateTask, Hello, OomFacts, Outcome, Setup, Task, TaskResult,
 };
 use crate::error::{Error, Result};
-use crate::meter::device::{Ballast, DeviceMeter};
+use crate::meter::device::{cap_pool, Ballast, DeviceMeter};
 use crate::meter::host::{self, Part};
+use crate::meter::sampler::Sampler;
 use crate::model::{resolve, Spec};
 use crate::runtime::decoder::argmax;
 use crate::runtime::generate::synthetic_prompt;
@@ -38,6 +39,10 @@ struct Child {
     outside: u64,
     weights: Option<Weights>,
     _ballast: Ballast,
+    /// The GPU NVML samples for this process (None on the CPU).
+    gpu_index: Option<u32>,
+    /// The memory pool's cap on a shared GPU: block searches stay below it too.
+    pool_cap: Option<u64>,
 }
 
 /// Run the child: write the hello, then answer every task line until standard input closes.
@@ -82,8 +87,34 @@ impl Child {
         crate::runtime::weights::check_supported(&spec).map_err(runtime_err)?;
         let (dtype, _, _) = runtime_dtype(&setup.dtype)?;
         let device = parse_device(&setup.device).map_err(runtime_err)?;
-        let meter = DeviceMeter::for_device(&device).map_err(Error::Internal)?;
         let mut notes = Vec::new();
+        // A shared GPU without a limit: cap the memory pool at what is free less the margin, so
+        // the probe runs out before the other processes do.
+        let mut pool_cap = None;
+        if let (None, Some(margin)) = (setup.vram_limit, setup.shared_gpu_margin) {
+            let free = DeviceMeter::for_device(&device)
+                .map_err(Error::Internal)?
+                .read()
+                .free;
+            if let Some(free) = free {
+                let cap = free.saturating_sub(margin);
+                match cap_pool(&device, cap) {
+                    Ok(()) => {
+                        notes.push(format!(
+                            "other processes use this GPU: the probe's memory pool was capped at {} (free {} less a {} margin), so it cannot squeeze them",
+                            crate::units::Bytes(cap),
+                            crate::units::Bytes(free),
+                            crate::units::Bytes(margin)
+                        ));
+                        pool_cap = Some(cap);
+                    }
+                    Err(e) => notes.push(format!(
+                        "other processes use this GPU and the probe's pool could not be capped ({e}); pass --vram-limit to keep the probe below what they need"
+                    )),
+                }
+            }
+        }
+        let meter = DeviceMeter::for_device(&device).map_err(Error::Internal)?;
         let r = meter.read();
         let (outside, base, capacity, ballast) = match (r.free, r.total) {
             (Some(free), Some(total)) => {
@@ -100,7 +131,7 @@ impl Child {
                         (own + free, 0)
                     }
                     Some(limit) => (limit, free - (limit - own.min(limit))),
-                    None => (own + free, 0),
+                    None => (own + pool_cap.unwrap_or(free).min(free), 0),
                 };
                 (outside, own, capacity, ballast)
             }
@@ -146,6 +177,11 @@ impl Child {
                 outside,
                 weights: None,
                 _ballast: ballast,
+                pool_cap,
+                gpu_index: setup
+                    .device
+                    .strip_prefix("cuda")
+                    .map(|rest| rest.trim_start_matches(':').parse().unwrap_or(0)),
             },
             hello,
         ))
@@ -186,6 +222,7 @@ impl Child {
         };
         r.before = self.held();
         r.used.before = self.held_used();
+        let sampler = Sampler::start(Duration::from_millis(10), self.gpu_index);
         let outcome = match task {
             Task::Load => self.load(&mut r),
             Task::Warmup { prompt_tokens } => {
@@ -215,13 +252,14 @@ impl Child {
             Task::Fragmentation => {
                 self.meter.settle();
                 let now = self.meter.read();
+                let cap = self.search_cap(SEARCH_CAP);
                 if let (Some(free), Some(largest)) =
-                    (now.free, self.meter.largest_block(BLOCK_STEP, SEARCH_CAP))
+                    (now.free, self.meter.largest_block(BLOCK_STEP, cap))
                 {
                     r.fragmentation = Some(FragmentationFacts {
                         free,
                         largest_block: largest,
-                        searched_up_to: SEARCH_CAP.min(free),
+                        searched_up_to: cap.min(free),
                         reserved: now.reserved.unwrap_or(0),
                         in_use: now.in_use,
                     });
@@ -230,6 +268,7 @@ impl Child {
             }
         };
         host::set_part(Part::Other);
+        r.timeline = sampler.finish();
         r.peak = self.peak().max(r.before);
         r.used.peak = self.peak_used().max(r.used.before);
         r.reserved_peak = self.meter.read().reserved_peak.map(|b| b + self.outside);
@@ -249,6 +288,14 @@ impl Child {
         r.weights_bytes = self.weights.as_ref().map_or(0, Weights::bytes);
         r.seconds = t0.elapsed().as_secs_f64();
         r
+    }
+
+    /// The largest block a search may try: on a shared GPU, no more than the pool may still take.
+    fn search_cap(&self, want: u64) -> u64 {
+        match self.pool_cap {
+            Some(cap) => want.min(cap.saturating_sub(self.meter.read().reserved.unwrap_or(0))),
+            None => want,
+        }
     }
 
     fn load(&mut self, r: &mut TaskResult) -> std::result::Result<(), Failure> {
@@ -387,9 +434,10 @@ impl Child {
                     part,
                     message,
                     free: now.free,
-                    largest_block: self
-                        .meter
-                        .largest_block(BLOCK_STEP, requested.unwrap_or(SEARCH_CAP)),
+                    largest_block: self.meter.largest_block(
+                        BLOCK_STEP,
+                        self.search_cap(requested.unwrap_or(SEARCH_CAP)),
+                    ),
                     cached,
                     emulated: false,
                 })

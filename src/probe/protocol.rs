@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::meter::host::Part;
+use crate::meter::sampler::MemorySnapshot;
 
 /// How the child is configured, for all its tasks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -18,6 +19,10 @@ pub struct Setup {
     /// Emulate a card of this many bytes (ballast on CUDA, the counting allocator's limit on CPU).
     pub vram_limit: Option<u64>,
     pub random_weights: bool,
+    /// Other processes use the GPU and no limit was asked: keep this many bytes of what is free
+    /// out of the probe's reach (its memory pool is capped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_gpu_margin: Option<u64>,
     /// Materialised attention scores (transformers' eager) instead of sliced attention.
     pub eager: bool,
     pub seed: u64,
@@ -165,6 +170,9 @@ pub struct TaskResult {
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fragmentation: Option<FragmentationFacts>,
+    /// Memory sampled every 10 ms through the task (bounded: see `meter::sampler`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<MemorySnapshot>,
 }
 
 impl TaskResult {
@@ -188,6 +196,7 @@ impl TaskResult {
             oom: None,
             error: None,
             fragmentation: None,
+            timeline: Vec::new(),
         }
     }
 }
