@@ -519,6 +519,21 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
             _ => {}
         }
         remedies.extend(crate::plan::remedies(pricing, &workload, &est));
+        // What the measurements name but cannot price on this runtime, after the priced ones.
+        match verdict.cause {
+            Cause::Activations => {
+                remedies.push(Remedy::advice(Change::ChunkedPrefill(0), req.engine, None))
+            }
+            Cause::Weights => remedies.push(Remedy::advice(Change::CpuOffload, req.engine, None)),
+            Cause::KvCache if req.engine != Engine::Vllm && req.engine != Engine::LlamaCpp => {
+                remedies.push(Remedy::advice(
+                    Change::QuantizeKv(crate::dtype::KvDtype::Q4_0),
+                    req.engine,
+                    None,
+                ))
+            }
+            _ => {}
+        }
     }
 
     let mut limits = None;

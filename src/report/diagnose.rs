@@ -59,16 +59,16 @@ fn limit_text(r: &DiagnoseReport) -> String {
 pub fn text(r: &DiagnoseReport, style: &Style) -> String {
     let mut out = String::new();
     let d = &r.device;
-    out.push_str(&format!(
-        "{} {} · {} · card {} · {}\n\n",
-        style.bold("llm-oom diagnose"),
+    // The verdict first: a person reads it, a log grep finds it.
+    out.push_str(&verdict_line(&r.verdict, style, "NO OOM", "OUT OF MEMORY"));
+    out.push('\n');
+    out.push_str(&style.dim(&format!(
+        "  {} · {} · card {} · {}\n",
         r.model.name,
         d.name,
         Bytes(d.capacity_bytes),
         limit_text(r)
-    ));
-    out.push_str(&verdict_line(&r.verdict, style, "NO OOM", "OUT OF MEMORY"));
-    out.push('\n');
+    )));
     if r.verdict.cause != Cause::None {
         out.push_str(&style.dim(&format!(
             "  cause {} · stage {} · confidence {:.2}\n",
@@ -202,10 +202,13 @@ pub fn text(r: &DiagnoseReport, style: &Style) -> String {
         out.push_str(&style.dim(&format!("note: {n}\n")));
     }
     out.push_str(&style.dim(&format!(
-        "{} probe process(es), {} · {:.1} s in all\n",
+        "{} probe process(es), {} · {:.1} s in all{}\n",
         r.children.len(),
         leftover_text(r),
-        r.seconds
+        r.seconds,
+        r.warmup_seconds.map_or(String::new(), |w| format!(
+            ", of which {w:.1} s warm-up (kernels compiled on a machine's first run, workspaces)"
+        ))
     )));
     out
 }
