@@ -366,3 +366,24 @@ fn bad_input_is_exit_2_with_one_line() {
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
 }
+
+#[test]
+fn a_prompt_file_sets_the_prompt_with_the_models_tokenizer() {
+    let c = case();
+    let tokenizer = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],
+"normalizer":null,"pre_tokenizer":{"type":"Whitespace"},"post_processor":null,"decoder":null,
+"model":{"type":"WordLevel","vocab":{"[UNK]":0,"hello":1},"unk_token":"[UNK]"}}"#;
+    write(
+        &std::path::Path::new(&c.model).join("tokenizer.json"),
+        tokenizer,
+    );
+    let prompt = write(
+        &c.home.path().join("prompt.txt"),
+        &"hello there ".repeat(50),
+    );
+    let p = prompt.display().to_string();
+    let (code, v) = c.json(&["--prompt-file", &p, "-n", "8"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["workload"]["prompt_tokens"], 100);
+    assert_eq!(stage(&v, "first_token")["prompt_tokens"], 100);
+}

@@ -364,3 +364,91 @@ fn help_version_completions_and_presets() {
     );
     assert_eq!(run(home.path(), &["frobnicate"]).code, 2);
 }
+
+/// A word-level tokenizer.json: "hello", "world", everything else [UNK].
+const TOKENIZER: &str = r#"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],
+"normalizer":null,"pre_tokenizer":{"type":"Whitespace"},"post_processor":null,"decoder":null,
+"model":{"type":"WordLevel","vocab":{"[UNK]":0,"hello":1,"world":2},"unk_token":"[UNK]"}}"#;
+
+#[test]
+fn a_prompt_file_is_counted_with_the_models_tokenizer() {
+    let home = temp();
+    let dir = home.path().join("ckpt");
+    write(&dir.join("config.json"), TINY_LLAMA);
+    write(&dir.join("tokenizer.json"), TOKENIZER);
+    let prompt = write(
+        &home.path().join("prompt.txt"),
+        "hello world, hello there\nworld",
+    );
+    let dir_s = dir.display().to_string();
+    let prompt_s = prompt.display().to_string();
+    let r = run(
+        home.path(),
+        &[
+            "plan",
+            "--model",
+            &dir_s,
+            "--prompt-file",
+            &prompt_s,
+            "--json",
+            "--vram",
+            "24GiB",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).expect("json");
+    // hello · world · , · hello · there · world
+    assert_eq!(v["workload"]["prompt_tokens"], 6);
+    assert!(r.stderr.contains("is 6 tokens with"), "{}", r.stderr);
+
+    // A preset has no tokenizer: say what to do, exit 2.
+    let r = run(
+        home.path(),
+        &[
+            "plan",
+            "--model",
+            "mistralai/Mistral-7B-Instruct-v0.2",
+            "--prompt-file",
+            &prompt_s,
+        ],
+    );
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr
+            .contains("needs mistralai/Mistral-7B-Instruct-v0.2's tokenizer.json"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+    // A prompt file that is not there, and both flags at once.
+    assert_eq!(
+        run(
+            home.path(),
+            &[
+                "plan",
+                "--model",
+                &dir_s,
+                "--prompt-file",
+                "/nonexistent.txt"
+            ]
+        )
+        .code,
+        2
+    );
+    assert_eq!(
+        run(
+            home.path(),
+            &[
+                "plan",
+                "--model",
+                &dir_s,
+                "--prompt-file",
+                &prompt_s,
+                "-p",
+                "5"
+            ]
+        )
+        .code,
+        2
+    );
+}

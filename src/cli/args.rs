@@ -105,8 +105,16 @@ pub struct WorkloadArgs {
     #[arg(long)]
     pub kv_dtype: Option<String>,
     /// Prompt length in tokens [default: 2048; diagnose without --model on the CPU: 512]
-    #[arg(long, short = 'p', allow_negative_numbers = true)]
+    #[arg(
+        long,
+        short = 'p',
+        allow_negative_numbers = true,
+        conflicts_with = "prompt_file"
+    )]
     pub prompt_tokens: Option<i64>,
+    /// Your real prompt: its length is counted with the model's tokenizer.json.
+    #[arg(long)]
+    pub prompt_file: Option<std::path::PathBuf>,
     /// Tokens to generate per sequence.
     #[arg(
         long,

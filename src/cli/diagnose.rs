@@ -25,8 +25,12 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<i32> {
     llm_oom::runtime::validate_device(&device).map_err(|e| InputError::Usage(e.to_string()))?;
     let embedded = w.model.is_none();
     let on_cpu = device == "cpu";
-    let prompt = w
-        .prompt_tokens
+    let model = w
+        .model
+        .clone()
+        .unwrap_or_else(|| DIAGNOSE_DEFAULT_MODEL.to_string());
+    let prompt = super::prompt_from_file(&model, w)?
+        .or(w.prompt_tokens)
         .unwrap_or(if embedded && on_cpu { 512 } else { 2048 });
     let batch = w.batch.unwrap_or(if embedded { 2 } else { 1 });
     let size = |s: &Option<String>| {
@@ -48,10 +52,7 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<i32> {
         ))
     })?;
     let req = DiagnoseRequest {
-        model: w
-            .model
-            .clone()
-            .unwrap_or_else(|| DIAGNOSE_DEFAULT_MODEL.to_string()),
+        model,
         dtype: w.dtype.clone(),
         prompt_tokens: positive("--prompt-tokens", prompt)?,
         max_new_tokens: positive("--max-new-tokens", w.max_new_tokens)?,

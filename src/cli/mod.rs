@@ -182,15 +182,37 @@ fn read_input(input: &str) -> Result<Vec<u8>, InputError> {
     Ok(raw)
 }
 
-pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, InputError> {
+/// `--prompt-file`: the prompt's length with the model's tokenizer, said on stderr.
+pub(crate) fn prompt_from_file(
+    model: &str,
+    a: &WorkloadArgs,
+) -> Result<Option<i64>, anyhow::Error> {
+    let Some(path) = &a.prompt_file else {
+        return Ok(None);
+    };
+    let resolved = llm_oom::model::resolve(model)?;
+    let (n, tokenizer) = llm_oom::model::tokenizer::count_prompt_tokens(&resolved, path)?;
+    eprintln!(
+        "llm-oom: {} is {n} tokens with {}",
+        path.display(),
+        tokenizer.display()
+    );
+    Ok(Some(n as i64))
+}
+
+pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
+    let model = a
+        .model
+        .clone()
+        .unwrap_or_else(|| llm_oom::model::presets::DEFAULT_MODEL.to_string());
+    let prompt = prompt_from_file(&model, a)?
+        .or(a.prompt_tokens)
+        .unwrap_or(2048);
     Ok(PlanRequest {
-        model: a
-            .model
-            .clone()
-            .unwrap_or_else(|| llm_oom::model::presets::DEFAULT_MODEL.to_string()),
+        model,
         dtype: a.dtype.as_deref().map(str::parse).transpose()?,
         kv_dtype: a.kv_dtype.as_deref().map(str::parse).transpose()?,
-        prompt_tokens: positive("--prompt-tokens", a.prompt_tokens.unwrap_or(2048))?,
+        prompt_tokens: positive("--prompt-tokens", prompt)?,
         max_new_tokens: positive("--max-new-tokens", a.max_new_tokens)?,
         batch: positive("--batch", a.batch.unwrap_or(1))?,
         engine: a.engine.parse()?,

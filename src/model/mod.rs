@@ -5,6 +5,7 @@ pub mod gguf;
 pub mod presets;
 pub mod source;
 pub mod spec;
+pub mod tokenizer;
 
 pub use source::{resolve, ModelSource, ResolvedModel, SourceKind};
 pub use spec::{Experts, Role, Spec, TensorGroup};
