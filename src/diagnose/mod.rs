@@ -190,14 +190,10 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
 
     // Stage 0: the environment, before the probe takes anything.
     progress.stage("environment");
-    let on_gpu = req.device.starts_with("cuda");
-    let gpu_index = req
-        .device
-        .strip_prefix("cuda:")
-        .and_then(|i| i.parse().ok())
-        .unwrap_or(0);
-    let gpu = if on_gpu {
-        read_gpu(gpu_index).map_err(|why| notes.push(why)).ok()
+    let gpu_index = crate::runtime::gpu_ordinal(&req.device);
+    let on_gpu = gpu_index.is_some();
+    let gpu = if let Some(index) = gpu_index {
+        read_gpu(index).map_err(|why| notes.push(why)).ok()
     } else {
         None
     };
@@ -588,7 +584,8 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
         verdict.summary = format!("unknown: {}", verdict.summary);
     }
 
-    let user = Planner::new(&spec, capacity);
+    // plan's prediction for the user's engine on the same card: the profile planner above.
+    let user = &profile_planner;
     let user_est = user.estimate(&workload);
     let prediction = Prediction {
         engine: req.engine,

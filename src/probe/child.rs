@@ -19,7 +19,9 @@ use crate::runtime::decoder::argmax;
 use crate::runtime::generate::synthetic_prompt;
 use crate::runtime::run::{checkpoint_dir, runtime_dtype, runtime_err};
 use crate::runtime::weights::Weights;
-use crate::runtime::{parse_device, Attention, CacheMode, Decoder, KvCache, RuntimeError};
+use crate::runtime::{
+    gpu_ordinal, parse_device, Attention, CacheMode, Decoder, KvCache, RuntimeError,
+};
 
 /// Granularity of the largest-block search, and the largest block it tries.
 const BLOCK_STEP: u64 = 2 << 20;
@@ -178,10 +180,7 @@ impl Child {
                 weights: None,
                 _ballast: ballast,
                 pool_cap,
-                gpu_index: setup
-                    .device
-                    .strip_prefix("cuda")
-                    .map(|rest| rest.trim_start_matches(':').parse().unwrap_or(0)),
+                gpu_index: gpu_ordinal(&setup.device),
             },
             hello,
         ))
@@ -484,11 +483,7 @@ fn fault_hook(label: &str) {
 
 /// This process's own bytes on its GPU as NVML counts them (context included).
 fn own_gpu_bytes(device: &str) -> Option<u64> {
-    let index = device
-        .strip_prefix("cuda:")
-        .map_or(Ok(0), str::parse)
-        .ok()?;
-    let gpu = crate::meter::gpu::read_gpu(index).ok()?;
+    let gpu = crate::meter::gpu::read_gpu(gpu_ordinal(device)?).ok()?;
     gpu.processes
         .iter()
         .find(|p| p.pid == std::process::id())

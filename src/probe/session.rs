@@ -65,11 +65,7 @@ const STDERR_KEEP: usize = 64 << 10;
 impl Session {
     /// `exe` is the llm-oom binary (the CLI passes its own path).
     pub fn new(exe: PathBuf, setup: Setup, timeout: Duration) -> Session {
-        let gpu_index = setup.device.strip_prefix("cuda").map(|rest| {
-            rest.strip_prefix(':')
-                .and_then(|i| i.parse().ok())
-                .unwrap_or(0)
-        });
+        let gpu_index = crate::runtime::gpu_ordinal(&setup.device);
         Session {
             exe,
             setup,

@@ -39,6 +39,14 @@ pub fn bar(s: &StageRecord, capacity: u64) -> String {
     out
 }
 
+/// What a stage ran, or why it did not.
+fn ran(s: &StageRecord) -> String {
+    match (s.outcome, &s.reason) {
+        (StageOutcome::Skipped, Some(why)) => why.clone(),
+        _ => s.detail.clone(),
+    }
+}
+
 fn outcome_word(s: &StageRecord) -> &'static str {
     match s.outcome {
         StageOutcome::Ok => "ok",
@@ -101,10 +109,7 @@ pub fn text(r: &DiagnoseReport, style: &Style) -> String {
                 Bytes(b).to_string()
             }
         };
-        let ran = match (s.outcome, &s.reason) {
-            (StageOutcome::Skipped, Some(why)) => why.clone(),
-            _ => s.detail.clone(),
-        };
+        let ran = ran(s);
         let mut time = if s.outcome == StageOutcome::Skipped {
             String::new()
         } else {
@@ -257,10 +262,7 @@ pub fn markdown(r: &DiagnoseReport) -> String {
     ));
     out.push_str("#### Stages\n\n| stage | ran | outcome | peak | weights | KV cache | activations | context | time |\n|---|---|---|--:|--:|--:|--:|--:|--:|\n");
     for s in &r.stages {
-        let ran = match (s.outcome, &s.reason) {
-            (StageOutcome::Skipped, Some(why)) => why.clone(),
-            _ => s.detail.clone(),
-        };
+        let ran = ran(s);
         if s.outcome == StageOutcome::Skipped {
             out.push_str(&format!("| {} | {ran} | skipped | | | | | | |\n", s.name));
             continue;

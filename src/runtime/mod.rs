@@ -98,6 +98,16 @@ pub fn validate_device(s: &str) -> Result<()> {
     }
 }
 
+/// The GPU a device name points at, for NVML: `cuda` → 0, `cuda:N` → N, the CPU → `None`. Use
+/// after [`validate_device`] or [`parse_device`]; a malformed ordinal reads as 0.
+pub fn gpu_ordinal(device: &str) -> Option<u32> {
+    device.trim().strip_prefix("cuda").map(|rest| {
+        rest.strip_prefix(':')
+            .and_then(|i| i.parse().ok())
+            .unwrap_or(0)
+    })
+}
+
 /// `cpu`, `cuda`, `cuda:1`.
 pub fn parse_device(s: &str) -> Result<Device> {
     match s.trim() {
@@ -144,6 +154,13 @@ pub fn dtype_bytes(d: DType) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn device_names_point_at_a_gpu_ordinal() {
+        assert_eq!(gpu_ordinal("cpu"), None);
+        assert_eq!(gpu_ordinal("cuda"), Some(0));
+        assert_eq!(gpu_ordinal("cuda:3"), Some(3));
+    }
 
     #[test]
     fn an_out_of_memory_carries_what_was_asked() {
