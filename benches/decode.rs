@@ -15,7 +15,7 @@ fn bench(c: &mut Criterion) {
         return;
     };
     let dev = Device::Cpu;
-    let Ok(w) = Weights::random(&spec, DType::F32, &dev, 1) else {
+    let Ok(w) = Weights::random(&spec, DType::F32, &dev, 1, None) else {
         return;
     };
     let Ok(decoder) = Decoder::new(&spec, &w, Attention::Chunked(64), 1024, &dev) else {

@@ -49,22 +49,37 @@ fn weights_and_kv_cache_are_the_estimated_bytes() {
 #[test]
 fn unsupported_models_and_devices_are_bad_input() {
     let home = temp();
+    // a causal LM plan sizes like llama, but whose blocks the runtime does not know
+    let dir = home.path().join("olmo");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("config.json"),
+        r#"{"model_type":"olmo","architectures":["OlmoForCausalLM"],"hidden_size":64,"intermediate_size":128,
+            "num_hidden_layers":2,"num_attention_heads":4,"vocab_size":97}"#,
+    )
+    .unwrap();
     let r = run(
         home.path(),
         &[
             "run",
             "--model",
-            "google/gemma-2-9b-it",
+            dir.to_str().unwrap(),
             "--prompt-tokens",
             "4",
         ],
     );
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(
-        r.stderr.contains("does not run `gemma2` models yet"),
+        r.stderr.contains("does not run `olmo` models yet"),
         "{}",
         r.stderr
     );
+    let r = run(
+        home.path(),
+        &["run", "--quantize", "q3", "--prompt-tokens", "4"],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("use q8_0 or q4k"), "{}", r.stderr);
     let r = run(
         home.path(),
         &["run", "--device", "tpu", "--prompt-tokens", "4"],

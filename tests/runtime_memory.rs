@@ -23,7 +23,7 @@ fn the_cache_is_the_formula_and_the_scores_cost_what_the_budget_assumes() {
         "rms_norm_eps":1e-5,"rope_theta":10000.0,"tie_word_embeddings":false}"#;
     let spec = parse_config(json, std::path::Path::new("tiny"), "tiny").expect("config");
     let dev = Device::Cpu;
-    let w = Weights::random(&spec, DType::F32, &dev, 1).expect("weights");
+    let w = Weights::random(&spec, DType::F32, &dev, 1, None).expect("weights");
 
     // The cache: its tensors are the formula's bytes; the heap grows by that plus a little
     // bookkeeping (the per-layer vector).

@@ -38,11 +38,11 @@ fn tokens(s: &llm_oom::model::Spec, w: &Weights) -> Vec<Vec<u32>> {
 fn a_saved_checkpoint_loads_into_the_same_model() {
     let home = temp();
     let s = spec(TINY_LLAMA);
-    let w = Weights::random(&s, DType::F32, &Device::Cpu, 5).unwrap();
+    let w = Weights::random(&s, DType::F32, &Device::Cpu, 5, None).unwrap();
     let dir = home.path().join("one");
     write(&dir.join("config.json"), TINY_LLAMA);
     candle_core::safetensors::save(&tensors(&w), dir.join("model.safetensors")).unwrap();
-    let loaded = Weights::load(&s, &dir, DType::F32, &Device::Cpu).unwrap();
+    let loaded = Weights::load(&s, &dir, DType::F32, &Device::Cpu, None).unwrap();
     assert_eq!(loaded.bytes(), w.bytes());
     assert_eq!(tokens(&s, &loaded), tokens(&s, &w));
 
@@ -71,7 +71,7 @@ fn a_saved_checkpoint_loads_into_the_same_model() {
         &sharded.join("model.safetensors.index.json"),
         &serde_json::json!({ "weight_map": map }).to_string(),
     );
-    let from_shards = Weights::load(&s, &sharded, DType::F32, &Device::Cpu).unwrap();
+    let from_shards = Weights::load(&s, &sharded, DType::F32, &Device::Cpu, None).unwrap();
     assert_eq!(tokens(&s, &from_shards), tokens(&s, &w));
 
     // The Hugging Face cache layout, through the binary, offline.
@@ -131,7 +131,7 @@ fn a_saved_checkpoint_loads_into_the_same_model() {
 fn broken_checkpoints_are_one_line_errors() {
     let home = temp();
     let s = spec(TINY_LLAMA);
-    let w = Weights::random(&s, DType::F32, &Device::Cpu, 9).unwrap();
+    let w = Weights::random(&s, DType::F32, &Device::Cpu, 9, None).unwrap();
     let case = |name: &str, edit: &dyn Fn(&Path, HashMap<String, Tensor>)| {
         let dir = home.path().join(name);
         write(&dir.join("config.json"), TINY_LLAMA);
@@ -188,7 +188,7 @@ fn broken_checkpoints_are_one_line_errors() {
         ),
         (
             mismatch,
-            "has shape [688, 256] in the checkpoint but config.json implies [512, 256]",
+            "has shape [688, 256] in the checkpoint but the config implies [512, 256]",
         ),
         (unlisted, "which is missing; the download is incomplete"),
     ] {

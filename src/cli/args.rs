@@ -214,6 +214,9 @@ pub struct RunArgs {
     /// Random weights of the model's shapes even when its safetensors are there.
     #[arg(long)]
     pub random_weights: bool,
+    /// Quantize the linear layers at load: q8_0 or q4k (candle's QMatMul).
+    #[arg(long)]
+    pub quantize: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -236,6 +239,10 @@ pub struct DiagnoseArgs {
     /// Random weights of the model's shapes even when its safetensors are there (memory is the same).
     #[arg(long)]
     pub random_weights: bool,
+    /// Quantize the linear layers at load, q8_0 or q4k, to run the quantization remedy rather
+    /// than predict it.
+    #[arg(long)]
+    pub quantize: Option<String>,
     /// Give up on a stage that takes longer than this many seconds.
     #[arg(long, default_value_t = 300)]
     pub stage_timeout: u64,

@@ -63,6 +63,7 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<i32> {
         find_limits: args.find_limits,
         verify: args.verify,
         random_weights: args.random_weights,
+        quantize: args.quantize.clone(),
         exe,
         stage_timeout: Duration::from_secs(args.stage_timeout.max(1)),
     };

@@ -104,6 +104,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 prefill_chunk: args.prefill_chunk,
                 concat_cache: args.concat_cache,
                 random_weights: args.random_weights,
+                quantize: args.quantize.clone(),
             })?;
             print(&report::json(&r)?)?;
             Ok(0)

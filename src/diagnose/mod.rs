@@ -20,7 +20,7 @@ use crate::diagnosis::measured::{
 };
 use crate::diagnosis::remedy::Change;
 use crate::diagnosis::{Cause, Remedy, Stage, Verdict};
-use crate::dtype::WeightDtype;
+use crate::dtype::{GgufMix, WeightDtype};
 use crate::error::{Error, InputError, Result};
 use crate::estimate::{kv_bytes_per_token, Engine, MeasuredModel, Workload};
 use crate::meter::gpu::{read_gpu, GpuInfo, GpuProcess};
@@ -29,7 +29,10 @@ use crate::model::resolve;
 use crate::plan::{facts, ModelFacts};
 use crate::probe::protocol::{GenerateTask, Outcome, Setup, Task, TaskResult};
 use crate::probe::session::{ChildRecord, Reply, Session};
-use crate::runtime::run::{runtime_dtype, runtime_err};
+use crate::runtime::run::{
+    parse_quantize, runtime_dtype, runtime_err, runtime_weight_bytes, weight_source,
+};
+use crate::runtime::weights::{Quantize, WeightSource};
 use crate::units::{group, Bytes};
 
 use fit::{fit, FitInput, LongPoint, PrefillPoint};
@@ -51,6 +54,8 @@ pub struct DiagnoseRequest {
     pub find_limits: bool,
     pub verify: bool,
     pub random_weights: bool,
+    /// Quantize the linear layers at load (`q8_0`, `q4k`), to run the quantization remedy.
+    pub quantize: Option<String>,
     /// The llm-oom binary that runs the stages (`__probe`).
     pub exe: PathBuf,
     pub stage_timeout: Duration,
@@ -150,12 +155,23 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
     let resolved = resolve(&req.model)?;
     let spec = resolved.spec.clone();
     crate::runtime::weights::check_supported(&spec).map_err(runtime_err)?;
+    let source = weight_source(&resolved, req.random_weights)?;
+    let quantize = parse_quantize(req.quantize.as_deref())?;
+    let gguf = matches!(source, WeightSource::Gguf(_));
     let dtype_name = match &req.dtype {
         Some(d) => d.clone(),
         None => match spec.native_dtype {
             WeightDtype::F32 => "f32".into(),
             WeightDtype::F16 => "f16".into(),
             WeightDtype::Bf16 => "bf16".into(),
+            // a GGUF file's activations run in the device's usual compute dtype
+            _ if spec.gguf.is_some() => {
+                if crate::runtime::gpu_ordinal(&req.device).is_some() {
+                    "bf16".into()
+                } else {
+                    "f32".into()
+                }
+            }
             other => {
                 return Err(InputError::Usage(format!(
                     "the checkpoint is {other}-quantized; the probe runs f32, f16 or bf16 weights — pass --dtype bf16 to probe the unquantized shape, or use `llm-oom plan`"
@@ -164,7 +180,15 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
             }
         },
     };
-    let (_, weight_dtype, kv_dtype) = runtime_dtype(&dtype_name)?;
+    let (_, dense_dtype, kv_dtype) = runtime_dtype(&dtype_name)?;
+    // What the weights are priced as: the GGUF file's types, the --quantize block type, or dense.
+    let weight_dtype = match (gguf, quantize) {
+        (true, _) => spec.native_dtype,
+        (false, Some(Quantize::Q8_0)) => WeightDtype::Gguf(GgufMix::Q8_0),
+        (false, Some(Quantize::Q4K)) => WeightDtype::Gguf(GgufMix::Q4KM),
+        (false, None) => dense_dtype,
+    };
+    let expected_weights = runtime_weight_bytes(&spec, dense_dtype, &source, quantize);
     let workload = Workload {
         prompt_tokens: req.prompt_tokens,
         max_new_tokens: req.max_new_tokens,
@@ -215,6 +239,7 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
         dtype: dtype_name.clone(),
         vram_limit: req.vram_limit,
         random_weights: req.random_weights,
+        quantize: req.quantize.clone(),
         shared_gpu_margin: (req.vram_limit.is_none() && !others.is_empty())
             .then(|| crate::estimate::safety_margin(gpu.as_ref().map_or(0, |g| g.total_bytes))),
         eager,
@@ -442,7 +467,7 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
         capacity: hello.capacity_bytes,
         emulated_limit: req.vram_limit,
         others: others.clone(),
-        weights_bytes: crate::estimate::weight_bytes(&spec, weight_dtype),
+        weights_bytes: expected_weights,
     };
     let mut verdict = classify(&stages, &card);
 

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use super::spec::{Experts, Spec};
+use super::spec::{Activation, Experts, Numerics, RopeScaling, Spec};
 use crate::dtype::WeightDtype;
 use crate::error::InputError;
 
@@ -225,10 +225,59 @@ impl Reader<'_> {
                 .get("rms_norm_eps")
                 .and_then(Value::as_f64)
                 .unwrap_or(1e-6),
+            numerics: self.numerics(family, &arch),
             native_dtype,
             gguf: None,
             notes,
         })
+    }
+
+    /// What the runtime needs to compute the model's outputs (nothing here changes its memory).
+    fn numerics(&self, family: Family, arch: &str) -> Numerics {
+        let f = |key: &str| self.get(key).and_then(Value::as_f64);
+        let gemma = matches!(family, Family::Gemma | Family::Gemma2 | Family::Gemma3);
+        let act = self
+            .str("hidden_activation")
+            .or_else(|| self.str("hidden_act"))
+            .unwrap_or(if gemma { "gelu_pytorch_tanh" } else { "silu" });
+        let rope_scaling = self
+            .get("rope_scaling")
+            .and_then(Value::as_object)
+            .and_then(|r| {
+                let g = |k: &str| r.get(k).and_then(Value::as_f64);
+                let kind = r
+                    .get("rope_type")
+                    .or_else(|| r.get("type"))
+                    .and_then(Value::as_str)?;
+                let factor = g("factor")?;
+                match kind {
+                    "linear" => Some(RopeScaling::Linear { factor }),
+                    "llama3" => Some(RopeScaling::Llama3 {
+                        factor,
+                        low_freq_factor: g("low_freq_factor").unwrap_or(1.0),
+                        high_freq_factor: g("high_freq_factor").unwrap_or(4.0),
+                        original_max_position_embeddings: g("original_max_position_embeddings")
+                            .unwrap_or(8192.0),
+                    }),
+                    _ => None,
+                }
+            });
+        Numerics {
+            activation: if act.starts_with("gelu") {
+                Activation::GeluTanh
+            } else {
+                Activation::Silu
+            },
+            rope_scaling,
+            rope_interleaved: false,
+            query_scale: f("query_pre_attn_scalar").map(|s| s.powf(-0.5)),
+            attention_softcap: f("attn_logit_softcapping"),
+            final_softcap: f("final_logit_softcapping"),
+            gemma_norms: gemma,
+            norm_topk_prob: self
+                .bool("norm_topk_prob")
+                .unwrap_or(arch == "mixtral" || arch == "qwen3_moe"),
+        }
     }
 
     /// Which layers attend through a sliding window, following each family's transformers code.

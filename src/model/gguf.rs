@@ -7,8 +7,9 @@ use std::io::BufReader;
 use std::path::Path;
 
 use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::quantized::GgmlDType;
 
-use super::spec::{Experts, GgufWeights, Spec};
+use super::spec::{Experts, GgufWeights, Numerics, Spec};
 use crate::dtype::{GgufMix, WeightDtype};
 use crate::error::InputError;
 
@@ -85,10 +86,19 @@ fn spec_from_content(c: &Content, path: &Path, name: &str) -> Result<Spec, Input
     // Exact bytes: each tensor's elements over its block size, times the block's bytes.
     let mut by_type: BTreeMap<String, u64> = BTreeMap::new();
     let (mut total, mut params) = (0u64, 0u64);
-    for info in c.tensor_infos.values() {
+    let (mut widened_elements, mut widened_file_bytes) = (0u64, 0u64);
+    for (name, info) in &c.tensor_infos {
         let elems = info.shape.elem_count() as u64;
         let block = info.ggml_dtype.block_size() as u64;
         let bytes = elems.div_ceil(block) * info.ggml_dtype.type_size() as u64;
+        let wide = matches!(
+            info.ggml_dtype,
+            GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16
+        );
+        if name == "token_embd.weight" || info.shape.rank() == 1 || wide {
+            widened_elements += elems;
+            widened_file_bytes += bytes;
+        }
         *by_type
             .entry(format!("{:?}", info.ggml_dtype).to_ascii_lowercase())
             .or_default() += bytes;
@@ -139,6 +149,11 @@ fn spec_from_content(c: &Content, path: &Path, name: &str) -> Result<Spec, Input
             .get(&format!("{arch}.attention.layer_norm_rms_epsilon"))
             .and_then(|v| v.to_f32().ok())
             .map_or(1e-6, f64::from),
+        numerics: Numerics {
+            // llama.cpp permutes llama's q/k rows for GPT-J style (interleaved) RoPE.
+            rope_interleaved: arch == "llama",
+            ..Numerics::default()
+        },
         native_dtype: match file_type.as_deref() {
             Some("MOSTLY_Q8_0") => WeightDtype::Gguf(GgufMix::Q8_0),
             Some("MOSTLY_Q6_K") => WeightDtype::Gguf(GgufMix::Q6K),
@@ -155,6 +170,8 @@ fn spec_from_content(c: &Content, path: &Path, name: &str) -> Result<Spec, Input
             parameters: params,
             file_type,
             by_type,
+            widened_elements,
+            widened_file_bytes,
         }),
         notes: Vec::new(),
     })

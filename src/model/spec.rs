@@ -35,6 +35,10 @@ pub struct Spec {
     /// RoPE base and RMSNorm epsilon: irrelevant to memory, needed to run the model.
     pub rope_theta: f64,
     pub rms_norm_eps: f64,
+    /// The rest of what running the model needs and memory does not (activation, soft-capping,
+    /// RoPE scaling…); the runtime reads it, the estimate does not.
+    #[serde(skip)]
+    pub numerics: Numerics,
     /// The dtype the checkpoint is stored and loaded in by default (`torch_dtype`, quantization_config).
     pub native_dtype: WeightDtype,
     /// Exact tensor bytes when the source is a GGUF file.
@@ -43,6 +47,47 @@ pub struct Spec {
     /// Things the reader noticed that the user should know (an ignored quantization method…).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+}
+
+/// Facts that change a model's outputs but not its memory.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Numerics {
+    pub activation: Activation,
+    pub rope_scaling: Option<RopeScaling>,
+    /// RoPE pairs dimension 2i with 2i+1 (GGUF's llama q/k are permuted for that) instead of i
+    /// with i + head_dim/2 (Hugging Face layout).
+    pub rope_interleaved: bool,
+    /// Queries are scaled by this instead of 1/√head_dim (gemma2's `query_pre_attn_scalar`^-½).
+    pub query_scale: Option<f64>,
+    /// tanh soft-capping of the attention scores and of the final logits (gemma2).
+    pub attention_softcap: Option<f64>,
+    pub final_softcap: Option<f64>,
+    /// Gemma: embeddings times √hidden, RMSNorm weights applied as 1 + w.
+    pub gemma_norms: bool,
+    /// MoE: the chosen experts' routing weights renormalised to sum to 1.
+    pub norm_topk_prob: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Activation {
+    #[default]
+    Silu,
+    /// GELU with the tanh approximation (`gelu_pytorch_tanh`).
+    GeluTanh,
+}
+
+/// How RoPE frequencies are stretched for long contexts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RopeScaling {
+    /// Positions divided by `factor`.
+    Linear { factor: f64 },
+    /// Llama 3.1's frequency-dependent scaling.
+    Llama3 {
+        factor: f64,
+        low_freq_factor: f64,
+        high_freq_factor: f64,
+        original_max_position_embeddings: f64,
+    },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -66,6 +111,10 @@ pub struct GgufWeights {
     pub file_type: Option<String>,
     /// Bytes by block type, largest first.
     pub by_type: Vec<(String, u64)>,
+    /// The tensors a runtime widens to its compute dtype when it loads the file (embeddings,
+    /// 1-D norms and biases, and 16/32-bit matrices): their elements and their bytes in the file.
+    pub widened_elements: u64,
+    pub widened_file_bytes: u64,
 }
 
 /// What a weight matrix is for: decides whether a quantizer touches it and at which precision.
@@ -173,5 +222,22 @@ impl Spec {
     /// Layers whose KV cache keeps every token (the rest keep at most `sliding_window`).
     pub fn full_attention_layers(&self) -> u64 {
         self.num_layers.saturating_sub(self.sliding_layers)
+    }
+
+    /// Whether layer `i` attends through the sliding window, following each family's layout:
+    /// gemma2 slides on even layers, gemma3 on all but every sixth, qwen2 on the last
+    /// `sliding_layers`, the rest on all of them.
+    pub fn is_sliding(&self, i: u64) -> bool {
+        if self.sliding_window.is_none() || self.sliding_layers == 0 {
+            return false;
+        }
+        if self.sliding_layers >= self.num_layers {
+            return true;
+        }
+        match self.architecture.as_str() {
+            "gemma2" => i % 2 == 0,
+            "gemma3" | "gemma3_text" => (i + 1) % 6 != 0,
+            _ => i >= self.num_layers - self.sliding_layers,
+        }
     }
 }

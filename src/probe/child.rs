@@ -17,7 +17,7 @@ use crate::meter::sampler::Sampler;
 use crate::model::{resolve, Spec};
 use crate::runtime::decoder::argmax;
 use crate::runtime::generate::synthetic_prompt;
-use crate::runtime::run::{checkpoint_dir, runtime_dtype, runtime_err};
+use crate::runtime::run::{parse_quantize, runtime_dtype, runtime_err, weight_source};
 use crate::runtime::weights::Weights;
 use crate::runtime::{
     gpu_ordinal, parse_device, Attention, CacheMode, Decoder, KvCache, RuntimeError,
@@ -33,7 +33,8 @@ pub const ATTENTION_CHUNK: usize = 256;
 struct Child {
     setup: Setup,
     spec: Spec,
-    checkpoint: Option<std::path::PathBuf>,
+    source: crate::runtime::weights::WeightSource,
+    quantize: Option<crate::runtime::weights::Quantize>,
     device: Device,
     dtype: DType,
     meter: DeviceMeter,
@@ -84,7 +85,8 @@ fn die_with_parent() {
 impl Child {
     fn open(setup: &Setup) -> Result<(Child, Hello)> {
         let resolved = resolve(&setup.model)?;
-        let checkpoint = checkpoint_dir(&resolved, setup.random_weights)?;
+        let source = weight_source(&resolved, setup.random_weights)?;
+        let quantize = parse_quantize(setup.quantize.as_deref())?;
         let spec = resolved.spec;
         crate::runtime::weights::check_supported(&spec).map_err(runtime_err)?;
         let (dtype, _, _) = runtime_dtype(&setup.dtype)?;
@@ -172,7 +174,8 @@ impl Child {
             Child {
                 setup: setup.clone(),
                 spec,
-                checkpoint,
+                source,
+                quantize,
                 device,
                 dtype,
                 meter,
@@ -303,10 +306,13 @@ impl Child {
         r.before = self.held();
         r.used.before = self.held_used();
         host::set_part(Part::Weights);
-        let w = match &self.checkpoint {
-            Some(dir) => Weights::load(&self.spec, dir, self.dtype, &self.device),
-            None => Weights::random(&self.spec, self.dtype, &self.device, self.setup.seed),
-        };
+        let w = self.source.load(
+            &self.spec,
+            self.dtype,
+            &self.device,
+            self.setup.seed,
+            self.quantize,
+        );
         let w = w.map_err(|e| self.failure(e, Part::Weights))?;
         self.limit_check()?;
         let _ = self.device.synchronize();

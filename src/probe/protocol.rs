@@ -19,6 +19,9 @@ pub struct Setup {
     /// Emulate a card of this many bytes (ballast on CUDA, the counting allocator's limit on CPU).
     pub vram_limit: Option<u64>,
     pub random_weights: bool,
+    /// Quantize the linear layers at load (`q8_0`, `q4k`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantize: Option<String>,
     /// Other processes use the GPU and no limit was asked: keep this many bytes of what is free
     /// out of the probe's reach (its memory pool is capped).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -188,7 +188,7 @@ mod tests {
     #[test]
     fn chunked_prefill_and_chunked_attention_match_one_pass() {
         let spec = tiny();
-        let w = Weights::random(&spec, DType::F32, &Device::Cpu, 7).unwrap();
+        let w = Weights::random(&spec, DType::F32, &Device::Cpu, 7, None).unwrap();
         let one = logits_after_prompt(&spec, &w, Attention::Eager, None, 2);
         assert!(
             close(
@@ -213,7 +213,7 @@ mod tests {
     #[test]
     fn batch_rows_equal_single_sequences() {
         let spec = tiny();
-        let w = Weights::random(&spec, DType::F32, &Device::Cpu, 11).unwrap();
+        let w = Weights::random(&spec, DType::F32, &Device::Cpu, 11, None).unwrap();
         let both = generate(
             &spec,
             &w,
@@ -240,7 +240,7 @@ mod tests {
     #[test]
     fn kv_cache_bytes_equal_the_formula() {
         let spec = tiny();
-        let w = Weights::random(&spec, DType::F32, &Device::Cpu, 3).unwrap();
+        let w = Weights::random(&spec, DType::F32, &Device::Cpu, 3, None).unwrap();
         for batch in [1, 3] {
             let s = generate(
                 &spec,
@@ -273,9 +273,9 @@ mod tests {
     #[test]
     fn unsupported_families_say_so() {
         let mut spec = tiny();
-        spec.architecture = "gemma2".into();
+        spec.architecture = "gemma3".into();
         assert!(matches!(
-            Weights::random(&spec, DType::F32, &Device::Cpu, 1),
+            Weights::random(&spec, DType::F32, &Device::Cpu, 1, None),
             Err(RuntimeError::Unsupported(_))
         ));
     }

@@ -26,7 +26,7 @@ pub enum RuntimeError {
         requested: Option<u64>,
     },
     #[error(
-        "the runtime does not run `{0}` models yet (llama, mistral and qwen2 shapes are supported)"
+        "the runtime does not run `{0}` models yet (it runs llama, mistral, qwen2, qwen3, phi3, gemma2, mixtral and qwen2/3-moe; `llm-oom plan` prices the rest)"
     )]
     Unsupported(String),
     #[error("{0}")]

@@ -14,7 +14,7 @@ use crate::error::{Error, InputError, Result};
 use crate::estimate::{kv_bytes, weight_bytes};
 use crate::meter::gpu::GpuSampler;
 use crate::model::{resolve, SourceKind};
-use crate::runtime::weights::Weights;
+use crate::runtime::weights::{Quantize, WeightSource};
 
 #[derive(Debug, Clone)]
 pub struct RunRequest {
@@ -29,13 +29,19 @@ pub struct RunRequest {
     pub concat_cache: bool,
     /// Draw random weights even when the checkpoint's safetensors are there.
     pub random_weights: bool,
+    /// Quantize the linear layers at load: `q8_0` or `q4k`.
+    pub quantize: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct RunReport {
     pub model: String,
-    /// `checkpoint` (read from safetensors) or `random` (the exact shapes, drawn on the device).
+    /// `checkpoint` (read from safetensors), `gguf`, or `random` (the exact shapes, drawn on the
+    /// device).
     pub weights: &'static str,
+    /// The block type the linear layers were quantized to at load, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quantize: Option<String>,
     pub device: String,
     pub dtype: String,
     pub prompt_tokens: usize,
@@ -65,31 +71,48 @@ pub fn runtime_err(e: RuntimeError) -> Error {
     }
 }
 
-/// The checkpoint folder whose safetensors to read, or `None` to draw random weights (asked for,
-/// or no weights beside the config).
-pub fn checkpoint_dir(
+/// Where the weights come from: the checkpoint's safetensors or GGUF file, or a random draw of
+/// its shapes (asked for, or no weights beside the config).
+pub fn weight_source(
     resolved: &crate::model::ResolvedModel,
     random_weights: bool,
-) -> Result<Option<std::path::PathBuf>> {
-    // Where a checkpoint's weights would be: beside its config.json.
-    let folder = match resolved.source.kind {
+) -> Result<WeightSource> {
+    if random_weights {
+        return Ok(WeightSource::Random);
+    }
+    let path = resolved.source.path.as_deref();
+    Ok(match resolved.source.kind {
         SourceKind::Directory | SourceKind::ConfigFile | SourceKind::HfCache | SourceKind::Hub => {
-            resolved
-                .source
-                .path
-                .as_deref()
-                .and_then(std::path::Path::parent)
-                .map(std::path::Path::to_path_buf)
+            // A checkpoint's weights are beside its config.json.
+            match path.and_then(std::path::Path::parent) {
+                Some(dir) => {
+                    let files =
+                        crate::runtime::weights::checkpoint_files(dir).map_err(runtime_err)?;
+                    if files.is_empty() {
+                        WeightSource::Random
+                    } else {
+                        WeightSource::Safetensors(dir.to_path_buf())
+                    }
+                }
+                None => WeightSource::Random,
+            }
         }
-        SourceKind::Preset | SourceKind::Gguf => None,
-    };
-    Ok(match &folder {
-        Some(dir) if !random_weights => {
-            let files = crate::runtime::weights::checkpoint_files(dir).map_err(runtime_err)?;
-            (!files.is_empty()).then(|| dir.clone())
-        }
-        _ => None,
+        SourceKind::Gguf => path.map_or(WeightSource::Random, |p| WeightSource::Gguf(p.into())),
+        SourceKind::Preset => WeightSource::Random,
     })
+}
+
+/// `--quantize q8_0|q4k`, checked.
+pub fn parse_quantize(q: Option<&str>) -> Result<Option<Quantize>> {
+    q.map(|s| {
+        Quantize::parse(s).ok_or_else(|| {
+            InputError::Usage(format!(
+                "`--quantize {s}` is not a block type the runtime quantizes to; use q8_0 or q4k"
+            ))
+            .into()
+        })
+    })
+    .transpose()
 }
 
 /// The runtime's dtypes by name: `f32`, `f16`, `bf16`.
@@ -107,9 +130,45 @@ pub fn runtime_dtype(name: &str) -> Result<(DType, WeightDtype, KvDtype)> {
     })
 }
 
+/// The bytes the runtime's weights take: the estimate's for dense weights; for `--quantize`, each
+/// linear layer at its block type (embeddings, norms and the output head stay dense); for a GGUF
+/// file, its tensors' exact bytes with the embeddings widened to the compute dtype.
+pub fn runtime_weight_bytes(
+    spec: &crate::model::Spec,
+    dtype: WeightDtype,
+    source: &WeightSource,
+    quantize: Option<Quantize>,
+) -> u64 {
+    use crate::model::spec::Role;
+    let width = dtype.compute_kv_dtype().elem_bytes().as_f64();
+    if let (WeightSource::Gguf(_), Some(g)) = (source, &spec.gguf) {
+        return g.total_bytes - g.widened_file_bytes + (g.widened_elements as f64 * width) as u64;
+    }
+    let Some(q) = quantize else {
+        return weight_bytes(spec, dtype);
+    };
+    spec.tensors()
+        .iter()
+        .map(|t| {
+            let dense = (t.params() as f64 * width) as u64;
+            if !t.role.is_linear() || t.role == Role::Router {
+                return dense;
+            }
+            match q.for_columns(t.cols as usize) {
+                Some(b) => {
+                    crate::runtime::weights::quantized_bytes(b, t.rows as usize, t.cols as usize)
+                        * t.count
+                }
+                None => dense,
+            }
+        })
+        .sum()
+}
+
 pub fn run(req: &RunRequest) -> Result<RunReport> {
     let resolved = resolve(&req.model)?;
-    let checkpoint = checkpoint_dir(&resolved, req.random_weights)?;
+    let source = weight_source(&resolved, req.random_weights)?;
+    let quantize = parse_quantize(req.quantize.as_deref())?;
     let spec = resolved.spec;
     let device = parse_device(&req.device).map_err(runtime_err)?;
     let (dtype, wd, kd) = runtime_dtype(&req.dtype)?;
@@ -124,11 +183,9 @@ pub fn run(req: &RunRequest) -> Result<RunReport> {
 
     let _ = device.synchronize();
     let t0 = Instant::now();
-    let weights = match &checkpoint {
-        Some(dir) => Weights::load(&spec, dir, dtype, &device),
-        None => Weights::random(&spec, dtype, &device, 42),
-    }
-    .map_err(runtime_err)?;
+    let weights = source
+        .load(&spec, dtype, &device, 42, quantize)
+        .map_err(runtime_err)?;
     let _ = device.synchronize();
     let load_seconds = t0.elapsed().as_secs_f64();
     let after_load = read();
@@ -155,11 +212,8 @@ pub fn run(req: &RunRequest) -> Result<RunReport> {
     let held = if req.concat_cache { total - 1 } else { total };
     Ok(RunReport {
         model: spec.name.clone(),
-        weights: if checkpoint.is_some() {
-            "checkpoint"
-        } else {
-            "random"
-        },
+        weights: source.name(),
+        quantize: quantize.map(|_| req.quantize.clone().unwrap_or_default()),
         device: req.device.clone(),
         dtype: req.dtype.clone(),
         prompt_tokens: req.prompt_tokens,
@@ -172,7 +226,7 @@ pub fn run(req: &RunRequest) -> Result<RunReport> {
         decode_seconds: s.decode_seconds,
         decode_tokens_per_second: s.decode_tokens_per_second,
         weights_bytes: s.weights_bytes,
-        weights_bytes_estimated: weight_bytes(&spec, wd),
+        weights_bytes_estimated: runtime_weight_bytes(&spec, wd, &source, quantize),
         kv_cache_bytes: s.kv_cache_bytes,
         kv_cache_bytes_estimated: kv_bytes(&spec, kd, held, req.batch as u64, false),
         gpu_bytes_after_load: after_load,

@@ -1,26 +1,157 @@
-//! The decoder's weights: drawn at random on the device (`random`: every tensor in place, so a 7B
-//! model never passes through host memory and is ready in about a second; memory is what real
-//! weights would take), or read from a checkpoint's safetensors files (`load`).
+//! The decoder's weights, from one of three places: drawn at random on the device (`random`:
+//! every tensor in place, so a 7B model never passes through host memory; memory is what real
+//! weights would take), read from a checkpoint's safetensors (`load`), or from a GGUF file's
+//! quantized tensors (`load_gguf`). Linear layers are dense or quantized ([`Linear`]); with
+//! `--quantize` the dense ones are quantized at load, as llama.cpp and candle's quantized models
+//! hold them.
+//!
+//! Every tensor is asked for by its Hugging Face name; the GGUF source maps it to llama.cpp's.
 
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
+use candle_core::quantized::{gguf_file, GgmlDType, QMatMul, QStorage, QTensor};
 use candle_core::safetensors::MmapedSafetensors;
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device, Module, Tensor};
 
 use super::{Result, RuntimeError};
 use crate::model::Spec;
 
+/// The block types `--quantize` offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quantize {
+    Q8_0,
+    Q4K,
+}
+
+impl Quantize {
+    pub fn parse(s: &str) -> Option<Quantize> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "q8_0" | "q8" => Some(Quantize::Q8_0),
+            "q4k" | "q4_k" | "q4_k_m" => Some(Quantize::Q4K),
+            _ => None,
+        }
+    }
+
+    /// The block type a `rows × cols` linear layer gets: the one asked for when its rows split
+    /// into whole blocks, else Q8_0 (32 values) when they do, else none (it stays dense). llama.cpp
+    /// falls back the same way for shapes k-quants cannot take.
+    pub fn for_columns(self, cols: usize) -> Option<GgmlDType> {
+        let want = match self {
+            Quantize::Q8_0 => GgmlDType::Q8_0,
+            Quantize::Q4K => GgmlDType::Q4K,
+        };
+        [want, GgmlDType::Q8_0]
+            .into_iter()
+            .find(|t| cols % t.block_size() == 0)
+    }
+}
+
+/// Bytes a `rows × cols` matrix takes in block type `t` (rows are quantized independently).
+pub fn quantized_bytes(t: GgmlDType, rows: usize, cols: usize) -> u64 {
+    (rows * (cols / t.block_size()) * t.type_size()) as u64
+}
+
+/// A linear layer's weight: dense (out × in, the runtime dtype) or quantized blocks.
+pub enum Linear {
+    Dense(Tensor),
+    Quantized {
+        matmul: QMatMul,
+        bytes: u64,
+        rows: usize,
+    },
+}
+
+impl Linear {
+    /// `x` (b, l, in) → (b, l, out). Quantized layers take and give f32 (what candle's quantized
+    /// kernels work in); the result is cast back to `x`'s dtype.
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let (b, l, d) = x.dims3()?;
+        match self {
+            Linear::Dense(w) => x.reshape((b * l, d))?.matmul(&w.t()?)?.reshape((b, l, ())),
+            Linear::Quantized { matmul, .. } => {
+                let dtype = x.dtype();
+                matmul
+                    .forward(&x.to_dtype(DType::F32)?.reshape((b * l, d))?)?
+                    .to_dtype(dtype)?
+                    .reshape((b, l, ()))
+            }
+        }
+    }
+
+    pub fn bytes(&self) -> u64 {
+        match self {
+            Linear::Dense(t) => tensor_bytes(t),
+            Linear::Quantized { bytes, .. } => *bytes,
+        }
+    }
+
+    /// Output features.
+    pub fn rows(&self) -> usize {
+        match self {
+            Linear::Dense(t) => t.dims().first().copied().unwrap_or(0),
+            Linear::Quantized { rows, .. } => *rows,
+        }
+    }
+
+    /// The dense weight, if this layer is dense (tests compare them).
+    pub fn dense(&self) -> Option<&Tensor> {
+        match self {
+            Linear::Dense(t) => Some(t),
+            Linear::Quantized { .. } => None,
+        }
+    }
+}
+
+/// q, k and v as three matmuls, or one fused `qkv_proj` (phi3) whose output is split.
+pub enum Qkv {
+    Split { q: Linear, k: Linear, v: Linear },
+    Fused(Linear),
+}
+
+/// A gated MLP: gate and up as two matmuls or one fused `gate_up_proj` (phi3).
+pub enum GateUp {
+    Split { gate: Linear, up: Linear },
+    Fused(Linear),
+}
+
+pub struct Ffn {
+    pub gate_up: GateUp,
+    pub down: Linear,
+}
+
+/// Mixture of experts: every expert resident, `active` of them run per token.
+pub struct Moe {
+    pub router: Linear,
+    pub experts: Vec<Ffn>,
+    /// qwen2-moe's always-on expert and its sigmoid gate (hidden → 1).
+    pub shared: Option<(Ffn, Linear)>,
+    pub active: usize,
+    /// Mixtral's tensor names (`block_sparse_moe`, `w1/w3/w2`) rather than qwen-moe's.
+    pub mixtral_names: bool,
+}
+
+pub enum Mlp {
+    Dense(Ffn),
+    Moe(Moe),
+}
+
 pub struct LayerWeights {
-    pub q: Tensor,
-    pub k: Tensor,
-    pub v: Tensor,
-    pub o: Tensor,
+    pub qkv: Qkv,
+    pub o: Linear,
     pub qkv_bias: Option<(Tensor, Tensor, Tensor)>,
-    pub gate: Tensor,
-    pub up: Tensor,
-    pub down: Tensor,
+    /// Per-head RMSNorm of q and k (qwen3).
+    pub qk_norm: Option<(Tensor, Tensor)>,
+    pub mlp: Mlp,
     pub input_norm: Tensor,
+    /// Before the MLP (llama), or on the attention's output (gemma2, which then has the next two).
     pub post_attention_norm: Tensor,
+    /// gemma2: before and after the MLP.
+    pub ffn_norms: Option<(Tensor, Tensor)>,
 }
 
 pub struct Weights {
@@ -28,115 +159,416 @@ pub struct Weights {
     pub layers: Vec<LayerWeights>,
     pub norm: Tensor,
     /// `None` when the embeddings are tied to the output.
-    pub lm_head: Option<Tensor>,
+    pub lm_head: Option<Linear>,
     pub dtype: DType,
 }
 
-/// The families the decoder runs as written: llama-style blocks (RMSNorm, RoPE, GQA, SwiGLU).
+/// The families the decoder runs: llama-style blocks (RMSNorm, RoPE, GQA, gated MLP) with the
+/// variants of mistral, qwen2/3 (biases, q/k norms), phi3 (fused projections), gemma2 (four norms,
+/// GELU, soft-capping) and mixtral / qwen-moe (experts).
 pub fn check_supported(spec: &Spec) -> Result<()> {
-    let ok = matches!(spec.architecture.as_str(), "llama" | "mistral" | "qwen2")
-        && spec.experts.is_none()
-        && !spec.fused_projections;
-    if ok {
+    const RUNS: [&str; 9] = [
+        "llama",
+        "mistral",
+        "qwen2",
+        "qwen3",
+        "phi3",
+        "gemma2",
+        "mixtral",
+        "qwen2_moe",
+        "qwen3_moe",
+    ];
+    if RUNS.contains(&spec.architecture.as_str()) {
         Ok(())
     } else {
         Err(RuntimeError::Unsupported(spec.architecture.clone()))
     }
 }
 
-impl Weights {
-    /// Every tensor drawn from N(0, 0.02²) on `device` (norms are ones), `seed` fixing the draw.
-    pub fn random(spec: &Spec, dtype: DType, device: &Device, seed: u64) -> Result<Weights> {
-        check_supported(spec)?;
-        let _ = device.set_seed(seed);
-        let err = |e| RuntimeError::from_candle(e, device);
-        let (h, i, v) = (
-            spec.hidden_size as usize,
-            spec.intermediate_size as usize,
-            spec.vocab_size as usize,
-        );
-        let (q, kv) = (spec.q_dim() as usize, spec.kv_dim() as usize);
-        let w = |rows: usize, cols: usize| -> Result<Tensor> {
-            Tensor::randn(0f32, 0.02, (rows, cols), device)
-                .and_then(|t| t.to_dtype(dtype))
-                // drawn in f32, then converted: the f32 draw is the largest allocation
-                .map_err(|e| err(e).requesting((rows * cols * 4) as u64))
+fn tensor_bytes(t: &Tensor) -> u64 {
+    (t.elem_count() * t.dtype().size_in_bytes()) as u64
+}
+
+/// Where tensors come from.
+enum Source<'a> {
+    Random {
+        /// One quantized random draw per shape, uploaded for every layer that has the shape
+        /// (quantizing each layer's own draw on the host would take minutes for a 7B model; the
+        /// bytes on the device are the same).
+        quantized: RefCell<HashMap<(usize, usize, usize), Vec<u8>>>,
+    },
+    Safetensors {
+        st: MmapedSafetensors,
+        dir: &'a Path,
+    },
+    Gguf {
+        content: gguf_file::Content,
+        reader: RefCell<BufReader<File>>,
+        path: &'a Path,
+    },
+}
+
+struct Loader<'a> {
+    spec: &'a Spec,
+    dtype: DType,
+    device: &'a Device,
+    quantize: Option<Quantize>,
+    source: Source<'a>,
+}
+
+impl Loader<'_> {
+    fn err(&self, e: candle_core::Error) -> RuntimeError {
+        RuntimeError::from_candle(e, self.device)
+    }
+
+    fn missing(&self, name: &str) -> RuntimeError {
+        let place = match &self.source {
+            Source::Safetensors { dir, .. } => dir.display().to_string(),
+            Source::Gguf { path, .. } => path.display().to_string(),
+            Source::Random { .. } => "the random draw".into(),
         };
-        let ones = |n: usize| -> Result<Tensor> { Tensor::ones(n, dtype, device).map_err(err) };
-        let bias = |n: usize| -> Result<Tensor> {
-            Tensor::randn(0f32, 0.02, n, device)
-                .and_then(|t| t.to_dtype(dtype))
-                .map_err(err)
-        };
-        let mut layers = Vec::with_capacity(spec.num_layers as usize);
-        for _ in 0..spec.num_layers {
-            layers.push(LayerWeights {
-                q: w(q, h)?,
-                k: w(kv, h)?,
-                v: w(kv, h)?,
-                o: w(h, q)?,
-                qkv_bias: if spec.qkv_bias {
-                    Some((bias(q)?, bias(kv)?, bias(kv)?))
-                } else {
-                    None
-                },
-                gate: w(i, h)?,
-                up: w(i, h)?,
-                down: w(h, i)?,
-                input_norm: ones(h)?,
-                post_attention_norm: ones(h)?,
-            });
+        RuntimeError::Checkpoint(format!(
+            "{place} has no tensor `{name}`: the weights do not match the model's config"
+        ))
+    }
+
+    fn check_shape(&self, name: &str, got: &[usize], want: &[usize]) -> Result<()> {
+        if got == want {
+            Ok(())
+        } else {
+            Err(RuntimeError::Checkpoint(format!(
+                "`{name}` has shape {got:?} in the checkpoint but the config implies {want:?}: the two do not belong together"
+            )))
         }
-        Ok(Weights {
-            embed: w(v, h)?,
-            layers,
-            norm: ones(h)?,
-            lm_head: if spec.tie_word_embeddings {
-                None
-            } else {
-                Some(w(v, h)?)
-            },
-            dtype,
+    }
+
+    /// A GGUF file's tensor, by its Hugging Face name.
+    fn gguf_tensor(&self, hf: &str, shape: &[usize]) -> Result<QTensor> {
+        let Source::Gguf {
+            content,
+            reader,
+            path,
+        } = &self.source
+        else {
+            return Err(RuntimeError::Candle("not a GGUF source".into()));
+        };
+        let name = gguf_name(hf).ok_or_else(|| self.missing(hf))?;
+        if !content.tensor_infos.contains_key(&name) {
+            return Err(self.missing(&name));
+        }
+        let t = content
+            .tensor(&mut *reader.borrow_mut(), &name, self.device)
+            .map_err(|e| {
+                let why = e.to_string();
+                if why.contains("OUT_OF_MEMORY") || why.contains("out of memory") {
+                    self.err(e)
+                } else {
+                    RuntimeError::Checkpoint(format!(
+                        "cannot read `{name}` from {} ({}); the file is damaged or incomplete",
+                        path.display(),
+                        why.lines().next().unwrap_or_default()
+                    ))
+                }
+            })?;
+        self.check_shape(&name, t.shape().dims(), shape)?;
+        Ok(t)
+    }
+
+    /// A dense tensor in the runtime dtype; `fill` is what a random draw holds.
+    fn dense(&self, name: &str, shape: &[usize], fill: Fill) -> Result<Tensor> {
+        let t = match &self.source {
+            Source::Random { .. } => {
+                let n: usize = shape.iter().product();
+                match fill {
+                    Fill::Ones => Tensor::ones(shape, self.dtype, self.device),
+                    Fill::Zeros => Tensor::zeros(shape, self.dtype, self.device),
+                    Fill::Normal => Tensor::randn(0f32, 0.02, shape, self.device)
+                        .and_then(|t| t.to_dtype(self.dtype)),
+                }
+                // drawn in f32, then converted: the f32 draw is the largest allocation
+                .map_err(|e| self.err(e).requesting((n * 4) as u64))?
+            }
+            Source::Safetensors { st, .. } => {
+                let t = st.load(name, self.device).map_err(|e| {
+                    if e.to_string().contains("cannot find tensor") {
+                        self.missing(name)
+                    } else {
+                        self.err(e)
+                    }
+                })?;
+                self.check_shape(name, t.dims(), shape)?;
+                t.to_dtype(self.dtype).map_err(|e| self.err(e))?
+            }
+            Source::Gguf { .. } => self
+                .gguf_tensor(name, shape)?
+                .dequantize(self.device)
+                .and_then(|t| t.to_dtype(self.dtype))
+                .map_err(|e| self.err(e))?,
+        };
+        Ok(t)
+    }
+
+    /// An RMSNorm weight as the checkpoint stores it. Gemma applies `1 + w` (the decoder adds
+    /// the one), so its random norms are zeros.
+    fn norm(&self, name: &str, n: usize) -> Result<Tensor> {
+        let fill = if self.spec.numerics.gemma_norms {
+            Fill::Zeros
+        } else {
+            Fill::Ones
+        };
+        self.dense(name, &[n], fill)
+    }
+
+    /// A linear layer `rows × cols` (out × in), quantized when the source is or `--quantize` asks.
+    fn linear(&self, name: &str, rows: usize, cols: usize) -> Result<Linear> {
+        self.linear_as(name, rows, cols, self.quantize)
+    }
+
+    fn linear_as(
+        &self,
+        name: &str,
+        rows: usize,
+        cols: usize,
+        quantize: Option<Quantize>,
+    ) -> Result<Linear> {
+        let quant = quantize.and_then(|q| q.for_columns(cols));
+        match (&self.source, quant) {
+            (Source::Gguf { .. }, _) => {
+                let t = self.gguf_tensor(name, &[rows, cols])?;
+                match t.dtype() {
+                    GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16 => t
+                        .dequantize(self.device)
+                        .and_then(|t| t.to_dtype(self.dtype))
+                        .map(Linear::Dense)
+                        .map_err(|e| self.err(e)),
+                    _ => self.quantized(t, rows),
+                }
+            }
+            (_, None) => Ok(Linear::Dense(self.dense(
+                name,
+                &[rows, cols],
+                Fill::Normal,
+            )?)),
+            (Source::Random { quantized }, Some(q)) => {
+                let key = (rows, cols, q.type_size());
+                let mut cache = quantized.borrow_mut();
+                if !cache.contains_key(&key) {
+                    let host = Tensor::randn(0f32, 0.02, (rows, cols), &Device::Cpu)
+                        .and_then(|t| QTensor::quantize(&t, q))
+                        .and_then(|t| t.data().map(Cow::into_owned))
+                        .map_err(|e| self.err(e))?;
+                    cache.insert(key, host);
+                }
+                let data = cache.get(&key).map(Vec::as_slice).unwrap_or_default();
+                let t = QStorage::from_data(Cow::Borrowed(data), self.device, q)
+                    .and_then(|s| QTensor::new(s, (rows, cols)))
+                    .map_err(|e| self.err(e).requesting(data.len() as u64))?;
+                self.quantized(t, rows)
+            }
+            (Source::Safetensors { st, .. }, Some(q)) => {
+                // Quantize on the host, from the mapped file: the dense copy never reaches the card.
+                let t = st
+                    .load(name, &Device::Cpu)
+                    .map_err(|_| self.missing(name))?;
+                self.check_shape(name, t.dims(), &[rows, cols])?;
+                let t = QTensor::quantize_onto(&t, q, self.device).map_err(|e| self.err(e))?;
+                self.quantized(t, rows)
+            }
+        }
+    }
+
+    fn quantized(&self, t: QTensor, rows: usize) -> Result<Linear> {
+        let bytes = t.storage_size_in_bytes() as u64;
+        let matmul = QMatMul::from_qtensor(t).map_err(|e| self.err(e))?;
+        Ok(Linear::Quantized {
+            matmul,
+            bytes,
+            rows,
         })
     }
 
-    /// Every tensor with its Hugging Face name (the names `load` reads).
-    pub fn named(&self) -> Vec<(String, &Tensor)> {
-        let mut v: Vec<(String, &Tensor)> = vec![
-            ("model.embed_tokens.weight".into(), &self.embed),
-            ("model.norm.weight".into(), &self.norm),
-        ];
-        if let Some(h) = &self.lm_head {
-            v.push(("lm_head.weight".into(), h));
-        }
-        for (i, l) in self.layers.iter().enumerate() {
-            let p = format!("model.layers.{i}");
-            for (name, t) in [
-                ("self_attn.q_proj.weight", &l.q),
-                ("self_attn.k_proj.weight", &l.k),
-                ("self_attn.v_proj.weight", &l.v),
-                ("self_attn.o_proj.weight", &l.o),
-                ("mlp.gate_proj.weight", &l.gate),
-                ("mlp.up_proj.weight", &l.up),
-                ("mlp.down_proj.weight", &l.down),
-                ("input_layernorm.weight", &l.input_norm),
-                ("post_attention_layernorm.weight", &l.post_attention_norm),
-            ] {
-                v.push((format!("{p}.{name}"), t));
+    fn ffn(&self, p: &str, inter: usize, names: FfnNames) -> Result<Ffn> {
+        let h = self.spec.hidden_size as usize;
+        let gate_up = if self.spec.fused_projections {
+            GateUp::Fused(self.linear(&format!("{p}.gate_up_proj.weight"), 2 * inter, h)?)
+        } else {
+            GateUp::Split {
+                gate: self.linear(&format!("{p}.{}.weight", names.0), inter, h)?,
+                up: self.linear(&format!("{p}.{}.weight", names.1), inter, h)?,
             }
-            if let Some((bq, bk, bv)) = &l.qkv_bias {
-                v.push((format!("{p}.self_attn.q_proj.bias"), bq));
-                v.push((format!("{p}.self_attn.k_proj.bias"), bk));
-                v.push((format!("{p}.self_attn.v_proj.bias"), bv));
+        };
+        Ok(Ffn {
+            gate_up,
+            down: self.linear(&format!("{p}.{}.weight", names.2), h, inter)?,
+        })
+    }
+
+    fn layer(&self, n: u64) -> Result<LayerWeights> {
+        let s = self.spec;
+        let (h, hd) = (s.hidden_size as usize, s.head_dim as usize);
+        let (q, kv) = (s.q_dim() as usize, s.kv_dim() as usize);
+        let p = format!("model.layers.{n}");
+        let a = format!("{p}.self_attn");
+        let qkv = if s.fused_projections {
+            Qkv::Fused(self.linear(&format!("{a}.qkv_proj.weight"), q + 2 * kv, h)?)
+        } else {
+            Qkv::Split {
+                q: self.linear(&format!("{a}.q_proj.weight"), q, h)?,
+                k: self.linear(&format!("{a}.k_proj.weight"), kv, h)?,
+                v: self.linear(&format!("{a}.v_proj.weight"), kv, h)?,
             }
+        };
+        let qkv_bias = if s.qkv_bias {
+            Some((
+                self.dense(&format!("{a}.q_proj.bias"), &[q], Fill::Normal)?,
+                self.dense(&format!("{a}.k_proj.bias"), &[kv], Fill::Normal)?,
+                self.dense(&format!("{a}.v_proj.bias"), &[kv], Fill::Normal)?,
+            ))
+        } else {
+            None
+        };
+        let qk_norm = if s.qk_norm {
+            Some((
+                self.norm(&format!("{a}.q_norm.weight"), hd)?,
+                self.norm(&format!("{a}.k_norm.weight"), hd)?,
+            ))
+        } else {
+            None
+        };
+        let mlp = match &s.experts {
+            Some(e) if n >= s.num_layers - e.sparse_layers.min(s.num_layers) => {
+                let mixtral = s.architecture == "mixtral";
+                let (base, names) = if mixtral {
+                    (format!("{p}.block_sparse_moe"), FfnNames("w1", "w3", "w2"))
+                } else {
+                    (format!("{p}.mlp"), LLAMA_FFN)
+                };
+                // routers stay in the compute dtype under --quantize (small, and precision-bound)
+                let router =
+                    self.linear_as(&format!("{base}.gate.weight"), e.count as usize, h, None)?;
+                let experts = (0..e.count)
+                    .map(|j| {
+                        self.ffn(
+                            &format!("{base}.experts.{j}"),
+                            e.intermediate_size as usize,
+                            names,
+                        )
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let shared = if e.shared_intermediate_size > 0 {
+                    Some((
+                        self.ffn(
+                            &format!("{base}.shared_expert"),
+                            e.shared_intermediate_size as usize,
+                            LLAMA_FFN,
+                        )?,
+                        self.linear_as(&format!("{base}.shared_expert_gate.weight"), 1, h, None)?,
+                    ))
+                } else {
+                    None
+                };
+                Mlp::Moe(Moe {
+                    router,
+                    experts,
+                    shared,
+                    active: e.active as usize,
+                    mixtral_names: mixtral,
+                })
+            }
+            _ => Mlp::Dense(self.ffn(
+                &format!("{p}.mlp"),
+                s.intermediate_size as usize,
+                LLAMA_FFN,
+            )?),
+        };
+        let ffn_norms = if s.norms_per_layer >= 4 {
+            Some((
+                self.norm(&format!("{p}.pre_feedforward_layernorm.weight"), h)?,
+                self.norm(&format!("{p}.post_feedforward_layernorm.weight"), h)?,
+            ))
+        } else {
+            None
+        };
+        Ok(LayerWeights {
+            qkv,
+            o: self.linear(&format!("{a}.o_proj.weight"), h, q)?,
+            qkv_bias,
+            qk_norm,
+            mlp,
+            input_norm: self.norm(&format!("{p}.input_layernorm.weight"), h)?,
+            post_attention_norm: self.norm(&format!("{p}.post_attention_layernorm.weight"), h)?,
+            ffn_norms,
+        })
+    }
+
+    fn weights(&self) -> Result<Weights> {
+        let s = self.spec;
+        let (h, v) = (s.hidden_size as usize, s.vocab_size as usize);
+        let layers = (0..s.num_layers)
+            .map(|n| self.layer(n))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Weights {
+            embed: self.dense("model.embed_tokens.weight", &[v, h], Fill::Normal)?,
+            layers,
+            norm: self.norm("model.norm.weight", h)?,
+            lm_head: if s.tie_word_embeddings {
+                None
+            } else {
+                // The output projection stays in the runtime dtype under --quantize, as the
+                // embeddings do (what candle's and most GGUF quantizations keep wider).
+                Some(self.linear_as("lm_head.weight", v, h, None)?)
+            },
+            dtype: self.dtype,
+        })
+    }
+}
+
+/// Names of gate, up and down within an expert or MLP.
+#[derive(Clone, Copy)]
+struct FfnNames(&'static str, &'static str, &'static str);
+const LLAMA_FFN: FfnNames = FfnNames("gate_proj", "up_proj", "down_proj");
+
+#[derive(Clone, Copy)]
+enum Fill {
+    Ones,
+    Zeros,
+    Normal,
+}
+
+impl Weights {
+    /// Every tensor drawn from N(0, 0.02²) on `device` (norms are ones), `seed` fixing the draw;
+    /// linear layers quantized when `quantize` is given.
+    pub fn random(
+        spec: &Spec,
+        dtype: DType,
+        device: &Device,
+        seed: u64,
+        quantize: Option<Quantize>,
+    ) -> Result<Weights> {
+        check_supported(spec)?;
+        let _ = device.set_seed(seed);
+        Loader {
+            spec,
+            dtype,
+            device,
+            quantize,
+            source: Source::Random {
+                quantized: RefCell::default(),
+            },
         }
-        v
+        .weights()
     }
 
     /// Read a checkpoint folder's safetensors (one file or the shards of
     /// `model.safetensors.index.json`), check every tensor against the shapes `spec` gives, and
-    /// convert to `dtype` on `device`.
-    pub fn load(spec: &Spec, dir: &Path, dtype: DType, device: &Device) -> Result<Weights> {
+    /// convert to `dtype` (or quantize) on `device`.
+    pub fn load(
+        spec: &Spec,
+        dir: &Path,
+        dtype: DType,
+        device: &Device,
+        quantize: Option<Quantize>,
+    ) -> Result<Weights> {
         check_supported(spec)?;
         let files = checkpoint_files(dir)?;
         // SAFETY: the files are memory-mapped read-only; like every safetensors reader, this
@@ -148,99 +580,230 @@ impl Weights {
                 first_line(&e)
             ))
         })?;
-        let get = |name: &str, shape: &[usize]| -> Result<Tensor> {
-            let t = st.load(name, device).map_err(|e| {
-                let why = first_line(&e);
-                if why.contains("cannot find tensor") {
-                    RuntimeError::Checkpoint(format!(
-                        "{} has no tensor `{name}`: the checkpoint does not match its config.json",
-                        dir.display()
-                    ))
-                } else {
-                    RuntimeError::from_candle(e, device)
-                }
-            })?;
-            if t.dims() != shape {
-                return Err(RuntimeError::Checkpoint(format!(
-                    "`{name}` has shape {:?} in the checkpoint but config.json implies {shape:?}: the two do not belong together",
-                    t.dims()
-                )));
-            }
-            t.to_dtype(dtype)
-                .map_err(|e| RuntimeError::from_candle(e, device))
-        };
-        let (h, i, v) = (
-            spec.hidden_size as usize,
-            spec.intermediate_size as usize,
-            spec.vocab_size as usize,
-        );
-        let (q, kv) = (spec.q_dim() as usize, spec.kv_dim() as usize);
-        let mut layers = Vec::with_capacity(spec.num_layers as usize);
-        for n in 0..spec.num_layers {
-            let p = format!("model.layers.{n}");
-            let qkv_bias = if spec.qkv_bias {
-                Some((
-                    get(&format!("{p}.self_attn.q_proj.bias"), &[q])?,
-                    get(&format!("{p}.self_attn.k_proj.bias"), &[kv])?,
-                    get(&format!("{p}.self_attn.v_proj.bias"), &[kv])?,
-                ))
-            } else {
-                None
-            };
-            layers.push(LayerWeights {
-                q: get(&format!("{p}.self_attn.q_proj.weight"), &[q, h])?,
-                k: get(&format!("{p}.self_attn.k_proj.weight"), &[kv, h])?,
-                v: get(&format!("{p}.self_attn.v_proj.weight"), &[kv, h])?,
-                o: get(&format!("{p}.self_attn.o_proj.weight"), &[h, q])?,
-                qkv_bias,
-                gate: get(&format!("{p}.mlp.gate_proj.weight"), &[i, h])?,
-                up: get(&format!("{p}.mlp.up_proj.weight"), &[i, h])?,
-                down: get(&format!("{p}.mlp.down_proj.weight"), &[h, i])?,
-                input_norm: get(&format!("{p}.input_layernorm.weight"), &[h])?,
-                post_attention_norm: get(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
-            });
-        }
-        Ok(Weights {
-            embed: get("model.embed_tokens.weight", &[v, h])?,
-            layers,
-            norm: get("model.norm.weight", &[h])?,
-            lm_head: if spec.tie_word_embeddings {
-                None
-            } else {
-                Some(get("lm_head.weight", &[v, h])?)
-            },
+        Loader {
+            spec,
             dtype,
-        })
+            device,
+            quantize,
+            source: Source::Safetensors { st, dir },
+        }
+        .weights()
+    }
+
+    /// Read a GGUF file's tensors onto `device`: quantized linear layers stay quantized (candle's
+    /// QMatMul); embeddings, norms and 16/32-bit tensors become `dtype`.
+    pub fn load_gguf(spec: &Spec, path: &Path, dtype: DType, device: &Device) -> Result<Weights> {
+        check_supported(spec)?;
+        if !GGUF_RUNS.contains(&spec.architecture.as_str()) {
+            return Err(RuntimeError::Unsupported(format!(
+                "{} (as GGUF; the runtime reads GGUF files of {})",
+                spec.architecture,
+                GGUF_RUNS.join(", ")
+            )));
+        }
+        let bad = |why: String| {
+            RuntimeError::Checkpoint(format!("cannot read {} ({why})", path.display()))
+        };
+        let file = File::open(path).map_err(|e| bad(e.to_string()))?;
+        let mut reader = BufReader::new(file);
+        let content = gguf_file::Content::read(&mut reader).map_err(|e| bad(first_line(&e)))?;
+        Loader {
+            spec,
+            dtype,
+            device,
+            quantize: None,
+            source: Source::Gguf {
+                content,
+                reader: RefCell::new(reader),
+                path,
+            },
+        }
+        .weights()
+    }
+
+    /// Every dense tensor with its Hugging Face name (what `load` reads back; tests save them).
+    pub fn named(&self) -> Vec<(String, &Tensor)> {
+        let mut v: Vec<(String, &Tensor)> = vec![
+            ("model.embed_tokens.weight".into(), &self.embed),
+            ("model.norm.weight".into(), &self.norm),
+        ];
+        fn lin<'a>(v: &mut Vec<(String, &'a Tensor)>, name: String, l: &'a Linear) {
+            if let Some(t) = l.dense() {
+                v.push((name, t));
+            }
+        }
+        if let Some(h) = &self.lm_head {
+            lin(&mut v, "lm_head.weight".into(), h);
+        }
+        for (i, l) in self.layers.iter().enumerate() {
+            let p = format!("model.layers.{i}");
+            match &l.qkv {
+                Qkv::Split { q, k, v: vv } => {
+                    lin(&mut v, format!("{p}.self_attn.q_proj.weight"), q);
+                    lin(&mut v, format!("{p}.self_attn.k_proj.weight"), k);
+                    lin(&mut v, format!("{p}.self_attn.v_proj.weight"), vv);
+                }
+                Qkv::Fused(f) => lin(&mut v, format!("{p}.self_attn.qkv_proj.weight"), f),
+            }
+            lin(&mut v, format!("{p}.self_attn.o_proj.weight"), &l.o);
+            fn ffn<'a>(v: &mut Vec<(String, &'a Tensor)>, p: &str, f: &'a Ffn, n: FfnNames) {
+                match &f.gate_up {
+                    GateUp::Split { gate, up } => {
+                        lin(v, format!("{p}.{}.weight", n.0), gate);
+                        lin(v, format!("{p}.{}.weight", n.1), up);
+                    }
+                    GateUp::Fused(g) => lin(v, format!("{p}.gate_up_proj.weight"), g),
+                }
+                lin(v, format!("{p}.{}.weight", n.2), &f.down);
+            }
+            match &l.mlp {
+                Mlp::Dense(f) => ffn(&mut v, &format!("{p}.mlp"), f, LLAMA_FFN),
+                Mlp::Moe(m) => {
+                    let (base, names) = if m.mixtral_names {
+                        (format!("{p}.block_sparse_moe"), FfnNames("w1", "w3", "w2"))
+                    } else {
+                        (format!("{p}.mlp"), LLAMA_FFN)
+                    };
+                    lin(&mut v, format!("{base}.gate.weight"), &m.router);
+                    for (j, e) in m.experts.iter().enumerate() {
+                        ffn(&mut v, &format!("{base}.experts.{j}"), e, names);
+                    }
+                    if let Some((f, g)) = &m.shared {
+                        ffn(&mut v, &format!("{base}.shared_expert"), f, LLAMA_FFN);
+                        lin(&mut v, format!("{base}.shared_expert_gate.weight"), g);
+                    }
+                }
+            }
+            v.push((format!("{p}.input_layernorm.weight"), &l.input_norm));
+            v.push((
+                format!("{p}.post_attention_layernorm.weight"),
+                &l.post_attention_norm,
+            ));
+            if let Some((bq, bk, bv)) = &l.qkv_bias {
+                v.push((format!("{p}.self_attn.q_proj.bias"), bq));
+                v.push((format!("{p}.self_attn.k_proj.bias"), bk));
+                v.push((format!("{p}.self_attn.v_proj.bias"), bv));
+            }
+            if let Some((qn, kn)) = &l.qk_norm {
+                v.push((format!("{p}.self_attn.q_norm.weight"), qn));
+                v.push((format!("{p}.self_attn.k_norm.weight"), kn));
+            }
+            if let Some((pre, post)) = &l.ffn_norms {
+                v.push((format!("{p}.pre_feedforward_layernorm.weight"), pre));
+                v.push((format!("{p}.post_feedforward_layernorm.weight"), post));
+            }
+        }
+        v
     }
 
     /// Bytes the weight tensors occupy.
     pub fn bytes(&self) -> u64 {
-        let t = |t: &Tensor| (t.elem_count() * t.dtype().size_in_bytes()) as u64;
+        let ffn = |f: &Ffn| {
+            f.down.bytes()
+                + match &f.gate_up {
+                    GateUp::Split { gate, up } => gate.bytes() + up.bytes(),
+                    GateUp::Fused(g) => g.bytes(),
+                }
+        };
         let layers: u64 = self
             .layers
             .iter()
             .map(|l| {
-                [
-                    &l.q,
-                    &l.k,
-                    &l.v,
-                    &l.o,
-                    &l.gate,
-                    &l.up,
-                    &l.down,
-                    &l.input_norm,
-                    &l.post_attention_norm,
-                ]
-                .iter()
-                .map(|x| t(x))
-                .sum::<u64>()
-                    + l.qkv_bias
-                        .as_ref()
-                        .map_or(0, |(a, b, c)| t(a) + t(b) + t(c))
+                let qkv = match &l.qkv {
+                    Qkv::Split { q, k, v } => q.bytes() + k.bytes() + v.bytes(),
+                    Qkv::Fused(f) => f.bytes(),
+                };
+                let mlp = match &l.mlp {
+                    Mlp::Dense(f) => ffn(f),
+                    Mlp::Moe(m) => {
+                        m.router.bytes()
+                            + m.experts.iter().map(ffn).sum::<u64>()
+                            + m.shared.as_ref().map_or(0, |(f, g)| ffn(f) + g.bytes())
+                    }
+                };
+                let vectors = [&l.input_norm, &l.post_attention_norm]
+                    .into_iter()
+                    .chain(l.qkv_bias.iter().flat_map(|(a, b, c)| [a, b, c]))
+                    .chain(l.qk_norm.iter().flat_map(|(a, b)| [a, b]))
+                    .chain(l.ffn_norms.iter().flat_map(|(a, b)| [a, b]))
+                    .map(tensor_bytes)
+                    .sum::<u64>();
+                qkv + l.o.bytes() + mlp + vectors
             })
             .sum();
-        layers + t(&self.embed) + t(&self.norm) + self.lm_head.as_ref().map_or(0, t)
+        layers
+            + tensor_bytes(&self.embed)
+            + tensor_bytes(&self.norm)
+            + self.lm_head.as_ref().map_or(0, Linear::bytes)
     }
+}
+
+/// Where a run's weights come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WeightSource {
+    /// The model's exact shapes drawn on the device.
+    Random,
+    /// A checkpoint folder's safetensors.
+    Safetensors(PathBuf),
+    /// A GGUF file's (quantized) tensors.
+    Gguf(PathBuf),
+}
+
+impl WeightSource {
+    pub fn load(
+        &self,
+        spec: &Spec,
+        dtype: DType,
+        device: &Device,
+        seed: u64,
+        quantize: Option<Quantize>,
+    ) -> Result<Weights> {
+        match self {
+            WeightSource::Random => Weights::random(spec, dtype, device, seed, quantize),
+            WeightSource::Safetensors(dir) => Weights::load(spec, dir, dtype, device, quantize),
+            WeightSource::Gguf(path) => Weights::load_gguf(spec, path, dtype, device),
+        }
+    }
+
+    /// `random`, `checkpoint` or `gguf`, as reports name it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            WeightSource::Random => "random",
+            WeightSource::Safetensors(_) => "checkpoint",
+            WeightSource::Gguf(_) => "gguf",
+        }
+    }
+}
+
+/// Architectures whose GGUF tensors the runtime maps (llama.cpp's names and layouts).
+const GGUF_RUNS: [&str; 3] = ["llama", "qwen2", "qwen3"];
+
+/// llama.cpp's name for a Hugging Face tensor name.
+pub fn gguf_name(hf: &str) -> Option<String> {
+    match hf {
+        "model.embed_tokens.weight" => return Some("token_embd.weight".into()),
+        "model.norm.weight" => return Some("output_norm.weight".into()),
+        "lm_head.weight" => return Some("output.weight".into()),
+        _ => {}
+    }
+    let rest = hf.strip_prefix("model.layers.")?;
+    let (n, name) = rest.split_once('.')?;
+    let (stem, kind) = name.rsplit_once('.')?;
+    let g = match stem {
+        "self_attn.q_proj" => "attn_q",
+        "self_attn.k_proj" => "attn_k",
+        "self_attn.v_proj" => "attn_v",
+        "self_attn.o_proj" => "attn_output",
+        "self_attn.q_norm" => "attn_q_norm",
+        "self_attn.k_norm" => "attn_k_norm",
+        "mlp.gate_proj" => "ffn_gate",
+        "mlp.up_proj" => "ffn_up",
+        "mlp.down_proj" => "ffn_down",
+        "input_layernorm" => "attn_norm",
+        "post_attention_layernorm" => "ffn_norm",
+        _ => return None,
+    };
+    Some(format!("blk.{n}.{g}.{kind}"))
 }
 
 fn first_line(e: &candle_core::Error) -> String {
@@ -288,4 +851,35 @@ pub fn checkpoint_files(dir: &Path) -> Result<Vec<PathBuf>> {
         .unwrap_or_default();
     files.sort();
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantize_falls_back_where_blocks_do_not_fit() {
+        assert_eq!(Quantize::Q4K.for_columns(4096), Some(GgmlDType::Q4K));
+        assert_eq!(Quantize::Q4K.for_columns(576), Some(GgmlDType::Q8_0));
+        assert_eq!(Quantize::Q8_0.for_columns(100), None);
+        assert_eq!(quantized_bytes(GgmlDType::Q8_0, 2, 64), 2 * 2 * 34);
+        assert_eq!(quantized_bytes(GgmlDType::Q4K, 1, 4096), 16 * 144);
+    }
+
+    #[test]
+    fn hugging_face_names_map_to_llama_cpp_names() {
+        assert_eq!(
+            gguf_name("model.layers.3.self_attn.q_proj.bias").as_deref(),
+            Some("blk.3.attn_q.bias")
+        );
+        assert_eq!(
+            gguf_name("model.layers.0.post_attention_layernorm.weight").as_deref(),
+            Some("blk.0.ffn_norm.weight")
+        );
+        assert_eq!(
+            gguf_name("lm_head.weight").as_deref(),
+            Some("output.weight")
+        );
+        assert_eq!(gguf_name("model.layers.0.mlp.experts.0.w1.weight"), None);
+    }
 }
