@@ -340,19 +340,31 @@ fn markdown_matches_the_reviewed_snapshot() {
 #[test]
 fn bad_input_is_exit_2_with_one_line() {
     let c = case();
-    let gemma = llm_oom(c.home.path())
+    // a causal LM `plan` sizes like llama, with blocks the runtime does not know
+    let olmo = c.home.path().join("olmo");
+    std::fs::create_dir_all(&olmo).expect("dir");
+    std::fs::write(
+        olmo.join("config.json"),
+        r#"{"model_type":"olmo","architectures":["OlmoForCausalLM"],"hidden_size":64,"intermediate_size":128,
+            "num_hidden_layers":2,"num_attention_heads":4,"vocab_size":97}"#,
+    )
+    .expect("config");
+    let r: Run = llm_oom(c.home.path())
         .args([
             "diagnose",
             "--model",
-            "google/gemma-2-9b-it",
+            olmo.to_str().expect("utf-8"),
             "--device",
             "cpu",
         ])
         .output()
-        .expect("runs");
-    let r: Run = gemma.into();
+        .expect("runs")
+        .into();
     assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.contains("does not run `gemma2`"), "{}", r.stderr);
+    assert!(r.stderr.contains("does not run `olmo`"), "{}", r.stderr);
+    let r = c.diagnose(&["--quantize", "int3"], &[]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("use q8_0 or q4k"), "{}", r.stderr);
     let r = c.diagnose(&["--dtype", "nf4"], &[]);
     assert_eq!(r.code, 2);
     assert!(r.stderr.contains("f32, f16 or bf16"), "{}", r.stderr);

@@ -1,6 +1,7 @@
 //! The estimate: bytes on the device for a model, a workload and an engine, split into the
 //! components the vocabulary of causes names.
 
+pub mod candle;
 pub mod engine;
 pub mod kv;
 pub mod measured;

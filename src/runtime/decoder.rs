@@ -141,7 +141,7 @@ impl<'a> Decoder<'a> {
         };
         let logits = logits.reshape((b, ()))?.to_dtype(DType::F32)?;
         match self.spec.numerics.final_softcap {
-            Some(cap) => softcap(&logits, cap),
+            Some(cap) => softcap(logits, cap),
             None => Ok(logits),
         }
     }
@@ -155,11 +155,15 @@ impl<'a> Decoder<'a> {
                 (gu.narrow(2, 0, half)?, gu.narrow(2, half, half)?)
             }
         };
-        let gate = match self.spec.numerics.activation {
+        // Each step frees what it consumed: at most three intermediate-size tensors are alive
+        // (two and the next), four with a fused gate_up whose views keep it whole.
+        let act = match self.spec.numerics.activation {
             Activation::Silu => gate.silu()?,
             Activation::GeluTanh => gate.gelu()?,
         };
-        f.down.forward(&(gate * up)?)
+        drop(gate);
+        let product = (act * up)?;
+        f.down.forward(&product)
     }
 
     fn mlp(&self, mlp: &Mlp, x: &Tensor) -> candle_core::Result<Tensor> {
@@ -263,9 +267,21 @@ impl<'a> Decoder<'a> {
         } else {
             candle_nn::rotary_emb::rope
         };
-        let q = rope(&q, &cos, &sin)?;
-        let k = rope(&k, &cos, &sin)?;
-        let (k, v) = cache.append(i, &k, &v)?;
+        let q = {
+            let r = rope(&q, &cos, &sin)?;
+            drop(q);
+            r
+        };
+        let k = {
+            let r = rope(&k, &cos, &sin)?;
+            drop(k);
+            r
+        };
+        // The cache keeps its own copy: this layer's new K and V are freed.
+        let (k, v) = {
+            let (new_k, new_v) = (k, v);
+            cache.append(i, &new_k, &new_v)?
+        };
         let window = s
             .sliding_window
             .filter(|_| s.is_sliding(i as u64))
@@ -289,8 +305,13 @@ impl<'a> Decoder<'a> {
             )?);
             start += n;
         }
+        drop((q, k, v));
         let o = Tensor::cat(&outs, 2)?; // (b, heads, l, hd)
-        let o = o.transpose(1, 2)?.reshape((b, l, heads * hd))?;
+        drop(outs);
+        let o = {
+            let cat = o;
+            cat.transpose(1, 2)?.reshape((b, l, heads * hd))?
+        };
         w.o.forward(&o)
     }
 
@@ -325,7 +346,7 @@ impl<'a> Decoder<'a> {
         drop((q, kt));
         s = s.to_dtype(DType::F32)?.reshape((b, kv_heads, rep, n, t))?;
         if let Some(cap) = self.spec.numerics.attention_softcap {
-            s = softcap(&s, cap)?;
+            s = softcap(s, cap)?;
         }
         // Causal mask, built on the device from the position table: query at position first + r
         // sees keys 0..=first + r (and, in a sliding-window layer, only the last `window` of
@@ -357,8 +378,13 @@ impl<'a> Decoder<'a> {
 }
 
 /// tanh soft-capping: `cap · tanh(x / cap)`.
-fn softcap(x: &Tensor, cap: f64) -> candle_core::Result<Tensor> {
-    (x / cap)?.tanh()? * cap
+fn softcap(x: Tensor, cap: f64) -> candle_core::Result<Tensor> {
+    // one copy replaces the other, as the scores' other steps do
+    let scaled = (&x / cap)?;
+    drop(x);
+    let t = scaled.tanh()?;
+    drop(scaled);
+    t * cap
 }
 
 /// A RoPE frequency after the model's long-context scaling.
@@ -385,12 +411,7 @@ fn scaled_frequency(f: f64, scaling: Option<RopeScaling>) -> f64 {
     }
 }
 
-/// Bytes alive per (query, key) pair of one sequence at the peak of [`Decoder::attend`]: two f32
-/// score copies per head while one replaces the other and the 4-byte mask; or, while the mask is
-/// built (on the CPU its broadcast operands are materialised), one copy per head and 13 bytes.
-pub fn score_bytes(heads: u64) -> u64 {
-    (8 * heads + 4).max(4 * heads + 13)
-}
+pub use crate::estimate::candle::score_bytes;
 
 /// Greedy choice of the next token per sequence.
 pub fn argmax(logits: &Tensor) -> candle_core::Result<Tensor> {

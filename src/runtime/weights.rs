@@ -352,14 +352,15 @@ impl Loader<'_> {
             (Source::Random { quantized }, Some(q)) => {
                 let key = (rows, cols, q.type_size());
                 let mut cache = quantized.borrow_mut();
-                if !cache.contains_key(&key) {
-                    let host = Tensor::randn(0f32, 0.02, (rows, cols), &Device::Cpu)
-                        .and_then(|t| QTensor::quantize(&t, q))
-                        .and_then(|t| t.data().map(Cow::into_owned))
-                        .map_err(|e| self.err(e))?;
-                    cache.insert(key, host);
-                }
-                let data = cache.get(&key).map(Vec::as_slice).unwrap_or_default();
+                let data = match cache.entry(key) {
+                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(e) => e.insert(
+                        Tensor::randn(0f32, 0.02, (rows, cols), &Device::Cpu)
+                            .and_then(|t| QTensor::quantize(&t, q))
+                            .and_then(|t| t.data().map(Cow::into_owned))
+                            .map_err(|e| self.err(e))?,
+                    ),
+                };
                 let t = QStorage::from_data(Cow::Borrowed(data), self.device, q)
                     .and_then(|s| QTensor::new(s, (rows, cols)))
                     .map_err(|e| self.err(e).requesting(data.len() as u64))?;
