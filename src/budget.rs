@@ -190,6 +190,8 @@ impl<'a> Planner<'a> {
             .map(|dtype| {
                 // GGUF mixes run in llama.cpp; the others in the user's engine.
                 let engine = match dtype {
+                    // candle runs GGUF blocks itself
+                    WeightDtype::Gguf(_) if w.engine == Engine::Candle => Engine::Candle,
                     WeightDtype::Gguf(_) => Engine::LlamaCpp,
                     _ if w.engine == Engine::LlamaCpp => Engine::Transformers,
                     _ => w.engine,

@@ -123,7 +123,7 @@ pub fn plan_for(req: &PlanRequest, resolved: ResolvedModel) -> Result<PlanReport
             notes.push(warning.to_string());
         }
     }
-    if spec.gguf.is_some() && req.engine != Engine::LlamaCpp {
+    if spec.gguf.is_some() && !matches!(req.engine, Engine::LlamaCpp | Engine::Candle) {
         notes.push(format!(
             "a GGUF file runs in llama.cpp; planning with the {} profile as asked",
             req.engine
@@ -442,10 +442,10 @@ pub fn remedies(planner: &Planner, w: &Workload, est: &Estimate) -> Vec<Remedy> 
         ),
         _ => {}
     }
-    let quants: &[&str] = if w.engine == Engine::LlamaCpp {
-        &["q4_k_m"]
-    } else {
-        &["int8", "nf4"]
+    let quants: &[&str] = match w.engine {
+        Engine::LlamaCpp => &["q4_k_m"],
+        Engine::Candle => &["q8_0", "q4_k_m"],
+        _ => &["int8", "nf4"],
     };
     for q in quants {
         if let Ok(d) = q.parse::<WeightDtype>() {

@@ -134,7 +134,7 @@ pub struct WorkloadArgs {
     /// The card to plan for (24GiB, 80GB…) [default: the detected GPU's free memory]
     #[arg(long, allow_hyphen_values = true)]
     pub vram: Option<String>,
-    /// Which engine's memory behaviour: transformers, transformers-eager, vllm, llama.cpp
+    /// Which engine's memory behaviour: transformers, transformers-eager, vllm, llama.cpp, candle
     #[arg(long, default_value = "transformers")]
     pub engine: String,
     /// Which GPU to read when --vram is not given.

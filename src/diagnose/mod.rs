@@ -22,6 +22,7 @@ use crate::diagnosis::remedy::Change;
 use crate::diagnosis::{Cause, Remedy, Stage, Verdict};
 use crate::dtype::{GgufMix, WeightDtype};
 use crate::error::{Error, InputError, Result};
+use crate::estimate::candle::Compute;
 use crate::estimate::{kv_bytes_per_token, Engine, MeasuredModel, Workload};
 use crate::meter::gpu::{read_gpu, GpuInfo, GpuProcess};
 use crate::meter::host::host_memory;
@@ -316,7 +317,7 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
                 // Live bytes before the clean run, less the weights: context and workspaces.
                 held_base = r.used.before.saturating_sub(weights_tensors).max(base);
                 slack = slack.max(r.peak.saturating_sub(r.used.peak));
-                prefill_points.push(prefill_point(&r, 16));
+                prefill_points.push(prefill_point(&r, 16, 18));
             }
         }
     }
@@ -369,7 +370,7 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
             session.run(&Task::Generate(gen("first_token_half", p / 2, 1, 1, 0)))?
         {
             if r.outcome == Outcome::Ok {
-                prefill_points.push(prefill_point(&r, p / 2));
+                prefill_points.push(prefill_point(&r, p / 2, p / 2 + 1));
             }
         }
     }
@@ -383,6 +384,7 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
     if first.outcome == StageOutcome::Ok {
         prefill_points.push(PrefillPoint {
             tokens: p as u64,
+            total_tokens: p as u64 + 1,
             activations: first.components.activations,
         });
     }
@@ -486,6 +488,11 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
     });
     let measured = if loaded {
         fit(&FitInput {
+            spec: &spec,
+            compute: Compute {
+                d: dense_dtype.compute_kv_dtype().elem_bytes().as_f64(),
+                quantized: gguf || quantize.is_some(),
+            },
             base: held_base,
             weights: weights_tensors,
             allocator_slack: stages
@@ -497,7 +504,6 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
             kv_elem_bytes: kv_dtype.elem_bytes().as_f64(),
             eager,
             attention_chunk: (!eager).then_some(crate::probe::child::ATTENTION_CHUNK as u64),
-            score_bytes: crate::runtime::decoder::score_bytes(spec.num_heads) as f64,
             prefill: &prefill_points,
             long: long_point,
         })
@@ -672,9 +678,10 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
 }
 
 /// Activations of a prefill: live bytes at its peak above those before it and the cache.
-fn prefill_point(r: &TaskResult, tokens: usize) -> PrefillPoint {
+fn prefill_point(r: &TaskResult, tokens: usize, total: usize) -> PrefillPoint {
     PrefillPoint {
         tokens: tokens as u64,
+        total_tokens: total as u64,
         activations: r
             .used
             .prefill_peak

@@ -137,6 +137,9 @@ fn describe(change: Change) -> String {
 fn how(change: Change, engine: Engine) -> String {
     use Engine::*;
     match (change, engine) {
+        (Change::QuantizeWeights(d), Candle) => format!("quantize the linear layers at load (candle's QMatMul, e.g. QTensor::quantize to {d}); `llm-oom diagnose --quantize {}` runs it", if d.to_string().starts_with("q8") { "q8_0" } else { "q4k" }),
+        (Change::HalfPrecision(_), Candle) => "load the safetensors with DType::BF16 (--dtype bf16)".into(),
+        (Change::ChunkedPrefill(n), Candle) if n > 0 => format!("forward the prompt in slices of {n} tokens into the KV cache"),
         (Change::TruncatePrompt(0), _) => "tokenizer(text, truncation=True, max_length=N); llm-oom plan finds N".into(),
         (Change::CapNewTokens(0), Vllm) => "SamplingParams(max_tokens=N); llm-oom plan finds N".into(),
         (Change::CapNewTokens(0), _) => "generate(..., max_new_tokens=N); llm-oom plan finds N".into(),

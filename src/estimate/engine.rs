@@ -22,14 +22,18 @@ pub enum Engine {
     /// llama.cpp (`llama-server`, `llama-cli`): KV cache sized by `-c` up front, compute buffer by `-ub`.
     #[serde(rename = "llama.cpp")]
     LlamaCpp,
+    /// llm-oom's own candle runtime (what `diagnose` probes with): preallocated cache, attention
+    /// in query slices, activations read off its code (`estimate::candle`).
+    Candle,
 }
 
 impl Engine {
-    pub const ALL: [Engine; 4] = [
+    pub const ALL: [Engine; 5] = [
         Engine::Transformers,
         Engine::TransformersEager,
         Engine::Vllm,
         Engine::LlamaCpp,
+        Engine::Candle,
     ];
 }
 
@@ -41,9 +45,10 @@ impl FromStr for Engine {
             "transformers-eager" | "eager" => Engine::TransformersEager,
             "vllm" => Engine::Vllm,
             "llama.cpp" | "llamacpp" | "llama-cpp" | "gguf" | "ollama" => Engine::LlamaCpp,
+            "candle" | "llm-oom" => Engine::Candle,
             _ => {
                 return Err(InputError::Usage(format!(
-                    "`{s}` is not an engine llm-oom has a profile for; use transformers, transformers-eager, vllm or llama.cpp"
+                    "`{s}` is not an engine llm-oom has a profile for; use transformers, transformers-eager, vllm, llama.cpp or candle"
                 )))
             }
         })
@@ -57,9 +62,14 @@ impl fmt::Display for Engine {
             Engine::TransformersEager => "transformers-eager",
             Engine::Vllm => "vllm",
             Engine::LlamaCpp => "llama.cpp",
+            Engine::Candle => "candle",
         })
     }
 }
+
+/// What llm-oom's candle runtime holds on the GPU before its first tensor: the CUDA context (614
+/// MiB measured by examples/meters_gpu.rs on the H200) and cuBLAS's workspace.
+pub const CANDLE_RUNTIME_OVERHEAD: u64 = 652 * MIB;
 
 /// Where a profile's constants come from, printed in every report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -180,6 +190,18 @@ impl Profile {
                 kv_slack: 0.0,
                 activation_slack: 0.0,
                 caps_sliding_window: true,
+                ..transformers
+            },
+            // llm-oom's runtime: activations from `estimate::candle` (its code, measured by
+            // tests/runtime_activations.rs on the CPU and by `diagnose` on the H200); the
+            // constants here are the CUDA context and the libraries' workspaces.
+            Engine::Candle => Profile {
+                calibration: Calibration::Derived,
+                runtime_overhead: CANDLE_RUNTIME_OVERHEAD,
+                kv_layout: KvLayout::Preallocated,
+                kv_slack: 0.0,
+                activation_slack: 0.0,
+                caps_sliding_window: false,
                 ..transformers
             },
             Engine::LlamaCpp => Profile {

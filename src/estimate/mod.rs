@@ -98,7 +98,18 @@ pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
     let kv_prompt = kv_bytes(spec, w.kv_dtype, kv_tokens(w.prompt_tokens), w.batch, trim);
     let kv_full = kv_bytes(spec, w.kv_dtype, kv_tokens(w.total_tokens()), w.batch, trim);
 
-    let (prefill_act, decode_act) = activations(spec, &p, w, d, kv_full);
+    let (prefill_act, decode_act) = if w.engine == Engine::Candle {
+        candle::generation_activations(
+            spec,
+            &candle::Compute::of(w.weight_dtype),
+            w.batch,
+            w.prompt_tokens,
+            w.total_tokens(),
+            Some(candle::ATTENTION_SLICE),
+        )
+    } else {
+        activations(spec, &p, w, d, kv_full)
+    };
     // vLLM and llama.cpp hold the whole cache from the start; transformers grows it.
     let (prefill, decode) = match p.kv_layout {
         KvLayout::Concatenated => (kv_prompt + prefill_act, kv_full + decode_act),

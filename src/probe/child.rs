@@ -28,7 +28,7 @@ const BLOCK_STEP: u64 = 2 << 20;
 const SEARCH_CAP: u64 = 16 << 30;
 /// Query slice of the probe's memory-efficient attention: the score tile stays small beside the
 /// KV cache, as SDPA's does.
-pub const ATTENTION_CHUNK: usize = 256;
+pub const ATTENTION_CHUNK: usize = crate::estimate::candle::ATTENTION_SLICE as usize;
 
 struct Child {
     setup: Setup,

@@ -116,7 +116,9 @@ impl<'a> Decoder<'a> {
             x = match &layer.ffn_norms {
                 // gemma2: the attention's and the MLP's outputs are normed before each residual
                 Some((pre, post)) => {
-                    let x = (x + norm(&a, &layer.post_attention_norm)?)?;
+                    let normed = norm(&a, &layer.post_attention_norm)?;
+                    drop(a);
+                    let x = (x + normed)?;
                     let m = self.mlp(&layer.mlp, &norm(&x, pre)?)?;
                     (x + norm(&m, post)?)?
                 }
