@@ -165,6 +165,28 @@ fn a_gguf_file_computes_the_model_it_was_converted_from() {
     let j: Json = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(j["weights"], "gguf");
     assert_eq!(j["weights_bytes"], j["weights_bytes_estimated"]);
+
+    // diagnose probes the GGUF's own blocks; its weights are what the runtime's formula says
+    let r = run(
+        home.path(),
+        &[
+            "diagnose",
+            "--json",
+            "--model",
+            q8.to_str().unwrap(),
+            "--device",
+            "cpu",
+            "-p",
+            "32",
+            "-n",
+            "8",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j: Json = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(j["verdict"]["cause"], "none", "{}", j["verdict"]);
+    assert_eq!(j["measured"]["weights"], g.bytes());
+    assert_eq!(j["measured"]["compute"]["quantized"], true);
 }
 
 #[test]

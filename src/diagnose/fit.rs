@@ -32,6 +32,8 @@ pub struct FitInput<'a> {
     pub spec: &'a Spec,
     /// How the probe computed (activation width, quantized linear layers).
     pub compute: Compute,
+    /// The device allocates from a caching pool (CUDA).
+    pub pool: bool,
     pub base: u64,
     /// The allocator's most slack beyond live tensors at a measured peak.
     pub allocator_slack: u64,
@@ -94,6 +96,7 @@ pub fn fit(input: &FitInput) -> Option<MeasuredModel> {
         eager: input.eager,
         residual,
         formula_error,
+        pool: input.pool,
         allocator_slack: input.allocator_slack,
     })
 }
@@ -116,6 +119,7 @@ mod tests {
         FitInput {
             spec,
             compute: Compute::of(WeightDtype::Bf16),
+            pool: true,
             base: 0,
             allocator_slack: 0,
             weights: 0,

@@ -17,7 +17,10 @@ pub struct Trial {
     pub new_tokens: u64,
     pub batch: u64,
     pub fits: bool,
+    /// What the device held at the peak (the pool's reservation and what is outside it), and the
+    /// bytes in live tensors then.
     pub peak_bytes: u64,
+    pub used_peak_bytes: u64,
     pub seconds: f64,
 }
 
@@ -74,14 +77,19 @@ fn run(
         decode_steps: (new as usize).saturating_sub(1).min(1),
         eager: None,
     };
-    let (fits, peak, seconds) = match session.run(&Task::Generate(task))? {
+    let (fits, peak, used, seconds) = match session.run(&Task::Generate(task))? {
         Reply::Done(r) => (
             r.outcome == Outcome::Ok,
             r.prefill_peak.unwrap_or(0).max(r.peak),
+            r.used.prefill_peak.unwrap_or(0).max(r.used.peak),
             r.seconds,
         ),
-        _ => (false, 0, 0.0),
+        _ => (false, 0, 0, 0.0),
     };
+    if !fits {
+        // the next trial runs in a fresh process, as the user's would
+        session.retire();
+    }
     trials.push(Trial {
         search,
         prompt_tokens: prompt,
@@ -89,6 +97,7 @@ fn run(
         batch,
         fits,
         peak_bytes: peak,
+        used_peak_bytes: used,
         seconds,
     });
     Ok(fits)

@@ -61,7 +61,6 @@ pub fn forward_activations(
     let qx = |inp: f64, out: f64| if c.quantized { 4.0 * (inp + out) } else { 0.0 };
     let b = batch as f64;
     let t = b * new as f64;
-    let ctx = (past + new) as f64;
     // The residual stream and the block's normed input live through each block.
     let stream = 2.0 * h;
     // q, k, v after their projections, reshaped; RoPE makes the rotated copy of q before the
@@ -129,6 +128,17 @@ fn mlp_bytes(spec: &Spec, t: f64, c: &Compute) -> f64 {
             (router + 2.0 * t * h * d + expert.max(shared)).max(dense_layers)
         }
         _ => t * dense(spec.intermediate_size as f64),
+    }
+}
+
+/// What the device's memory pool holds beyond live tensors during a sliced prefill: each slice's
+/// scores are larger than the last slice's (it sees more keys), so the freed block of the previous
+/// slice cannot serve the next request and stays reserved beside it. One f32 score block of the
+/// worst slice; nothing when the prompt fits in one slice. docs/accuracy.md has the H200 runs.
+pub fn growth_headroom(spec: &Spec, batch: u64, new: u64, past: u64, slice: Slice) -> u64 {
+    match slice {
+        Some(c) if new > c => batch * c * (past + new) * 4 * spec.num_heads,
+        _ => 0,
     }
 }
 

@@ -67,9 +67,10 @@ impl fmt::Display for Engine {
     }
 }
 
-/// What llm-oom's candle runtime holds on the GPU before its first tensor: the CUDA context (614
-/// MiB measured by examples/meters_gpu.rs on the H200) and cuBLAS's workspace.
-pub const CANDLE_RUNTIME_OVERHEAD: u64 = 652 * MIB;
+/// What llm-oom's candle runtime holds on the GPU besides tensors: the CUDA context with the
+/// kernels and cuBLAS loaded (615,383,040 B, the same in every `diagnose` on the H200) and the
+/// least the memory pool kept beyond live tensors at a peak (256 MiB; docs/accuracy.md).
+pub const CANDLE_RUNTIME_OVERHEAD: u64 = 615_383_040 + 256 * MIB;
 
 /// Where a profile's constants come from, printed in every report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use super::candle::{generation_activations, Compute, ATTENTION_SLICE};
+use super::candle::{generation_activations, growth_headroom, Compute, ATTENTION_SLICE};
 use super::{weight_bytes, Engine, Estimate, Phase, Workload};
 use crate::dtype::WeightDtype;
 use crate::model::Spec;
@@ -33,6 +33,8 @@ pub struct MeasuredModel {
     /// How far the prediction was from the measured activations, relative, at the largest prompt
     /// measured (positive: the prediction was above).
     pub formula_error: f64,
+    /// The device allocates from a caching pool (CUDA), which holds freed blocks it cannot reuse.
+    pub pool: bool,
     /// What the allocator held beyond live tensors at the measured peaks (CUDA's pool: blocks it
     /// cannot hand back or reuse), the most seen in any stage.
     pub allocator_slack: u64,
@@ -77,10 +79,16 @@ impl MeasuredModel {
             slice,
         );
         let (prefill, decode) = (prefill + self.residual, decode + self.residual);
-        let (peak_phase, activations) = if prefill >= decode {
-            (Phase::Prefill, prefill)
+        // a caching pool (CUDA) keeps the growing slices' freed blocks; the host heap does not
+        let growth = if self.pool {
+            growth_headroom(spec, w.batch, w.prompt_tokens, 0, slice)
         } else {
-            (Phase::Decode, decode)
+            0
+        };
+        let (peak_phase, activations, allocator) = if prefill + growth >= decode {
+            (Phase::Prefill, prefill, self.allocator_slack + growth)
+        } else {
+            (Phase::Decode, decode, self.allocator_slack)
         };
         let margin = measured_margin(vram);
         Estimate {
@@ -88,10 +96,10 @@ impl MeasuredModel {
             kv_cache: kv_full,
             kv_cache_full: kv_full,
             activations,
-            allocator: self.allocator_slack,
+            allocator,
             runtime: self.base,
             margin,
-            total: weights + kv_full + activations + self.allocator_slack + self.base + margin,
+            total: weights + kv_full + activations + allocator + self.base + margin,
             peak_phase,
         }
     }

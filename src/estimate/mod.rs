@@ -124,7 +124,16 @@ pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
         } else {
             (Phase::Decode, decode_kv, decode_act)
         };
-    let allocator = slack(kv_cache, activations);
+    let mut allocator = slack(kv_cache, activations);
+    if w.engine == Engine::Candle && peak_phase == Phase::Prefill {
+        allocator += candle::growth_headroom(
+            spec,
+            w.batch,
+            w.prompt_tokens,
+            0,
+            Some(candle::ATTENTION_SLICE),
+        );
+    }
     let reserved = ((1.0 - p.memory_fraction) * vram as f64) as u64;
     let margin = reserved + safety_margin(vram);
     let runtime = p.runtime_overhead;

@@ -41,7 +41,7 @@ struct Child {
     /// Device bytes outside the meter (CUDA context); 0 on the CPU, whose heap counts everything.
     outside: u64,
     weights: Option<Weights>,
-    _ballast: Ballast,
+    ballast: Ballast,
     /// The GPU NVML samples for this process (None on the CPU).
     gpu_index: Option<u32>,
     /// The memory pool's cap on a shared GPU: block searches stay below it too.
@@ -181,7 +181,7 @@ impl Child {
                 meter,
                 outside,
                 weights: None,
-                _ballast: ballast,
+                ballast,
                 pool_cap,
                 gpu_index: gpu_ordinal(&setup.device),
             },
@@ -211,9 +211,24 @@ impl Child {
         self.outside + self.meter.read().peak
     }
 
+    /// What this process holds outside the pool and the ballast grows after the hello: the
+    /// kernels' modules and the libraries' workspaces load on first use (NVML's per-process bytes,
+    /// less the pool's reservation and the ballast). Counted from then on, so the budget sees them.
+    fn refresh_outside(&mut self) {
+        if self.gpu_index.is_none() {
+            return;
+        }
+        if let Some(own) = own_gpu_bytes(&self.setup.device) {
+            let pool = self.meter.read().reserved.unwrap_or(0);
+            let outside = own.saturating_sub(pool + self.ballast.bytes);
+            self.outside = self.outside.max(outside);
+        }
+    }
+
     fn run(&mut self, task: &Task) -> TaskResult {
         host::clear_crossing();
         self.meter.settle();
+        self.refresh_outside();
         self.meter.reset_peak();
         let t0 = Instant::now();
         let mut r = match task {
