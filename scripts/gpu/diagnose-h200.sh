@@ -3,12 +3,7 @@
 # Usage: scripts/gpu/diagnose-h200.sh <part> ; binaries in dist/ (built here with --features cuda).
 # Logs go to $OUT (or ./gpu-out).
 set -u
-export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
-FINAL=${OUT:-./gpu-out}
-OUT=$(mktemp -d)
-trap 'tar czf "$FINAL/$1.tgz" -C "$OUT" . ; cp "$OUT/summary.txt" "$FINAL/summary-$1.txt" 2>/dev/null' EXIT
-mkdir -p "$FINAL"
-B=dist/llm-oom-cuda
+source "$(dirname "$0")/common.sh"
 M7=mistralai/Mistral-7B-Instruct-v0.2
 timed() { # name, then the command: JSON to $OUT/name.json, stderr and wall time to $OUT/name.log
   local name=$1; shift
@@ -74,4 +69,3 @@ limits)
   timed mistral-limits-24g $B diagnose --json -m $M7 --vram-limit 24GiB -p 2048 -n 256 -b 8 --find-limits
   ;;
 esac
-nvidia-smi --query-compute-apps=pid,used_memory --format=csv > "$OUT/apps-after.txt" 2>&1

@@ -4,20 +4,7 @@
 # Usage: scripts/gpu/runtime-h200.sh <families|limits-a|limits-b> ; the binary in dist/ (built
 # here with --features cuda). Logs go to $OUT (or ./gpu-out) as <part>.tgz.
 set -u
-export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
-FINAL=${OUT:-./gpu-out}
-OUT=$(mktemp -d)
-trap 'nvidia-smi --query-compute-apps=pid,used_memory --format=csv > "$OUT/apps-after.txt" 2>&1; tar czf "$FINAL/$1.tgz" -C "$OUT" . ; cp "$OUT/summary.txt" "$FINAL/summary-$1.txt" 2>/dev/null' EXIT
-mkdir -p "$FINAL"
-B=dist/llm-oom-cuda
-timed() { # name, then the command: stdout to $OUT/name.json, stderr to $OUT/name.log
-  local name=$1; shift
-  local t0=$(date +%s%N)
-  "$@" > "$OUT/$name.json" 2> "$OUT/$name.log"
-  local rc=$?
-  local t1=$(date +%s%N)
-  echo "$name rc=$rc wall=$(( (t1 - t0) / 1000000 )) ms" | tee -a "$OUT/summary.txt"
-}
+source "$(dirname "$0")/common.sh"
 run() { # name model dtype [more args]: load, prefill 2,048, decode 64
   local name=$1 model=$2 dtype=$3; shift 3
   timed "$name" $B run -m "$model" --device cuda --dtype "$dtype" --prompt-tokens 2048 --max-new-tokens 65 "$@"

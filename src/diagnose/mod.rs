@@ -508,7 +508,7 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
             kv_per_token: kv_bytes_per_token(&spec, kv_dtype),
             kv_elem_bytes: kv_dtype.elem_bytes().as_f64(),
             eager,
-            attention_chunk: (!eager).then_some(crate::probe::child::ATTENTION_CHUNK as u64),
+            attention_chunk: (!eager).then_some(crate::estimate::candle::ATTENTION_SLICE),
             prefill: &prefill_points,
             long: long_point,
         })

@@ -11,6 +11,9 @@ use super::protocol::{
     FragmentationFacts, GenerateTask, Hello, OomFacts, Outcome, Setup, Task, TaskResult,
 };
 use crate::error::{Error, Result};
+// The query slice of the probe's memory-efficient attention (the score tile stays small beside the
+// KV cache, as SDPA's does): the one `estimate::candle` prices.
+use crate::estimate::candle::ATTENTION_SLICE;
 use crate::meter::device::{cap_pool, Ballast, DeviceMeter};
 use crate::meter::host::{self, Part};
 use crate::meter::sampler::Sampler;
@@ -26,9 +29,6 @@ use crate::runtime::{
 /// Granularity of the largest-block search, and the largest block it tries.
 const BLOCK_STEP: u64 = 2 << 20;
 const SEARCH_CAP: u64 = 16 << 30;
-/// Query slice of the probe's memory-efficient attention: the score tile stays small beside the
-/// KV cache, as SDPA's does.
-pub const ATTENTION_CHUNK: usize = crate::estimate::candle::ATTENTION_SLICE as usize;
 
 struct Child {
     setup: Setup,
@@ -253,7 +253,7 @@ impl Child {
                     decode_steps: 1,
                     eager: None,
                 };
-                let first = g((*prompt_tokens).clamp(16, ATTENTION_CHUNK));
+                let first = g((*prompt_tokens).clamp(16, ATTENTION_SLICE as usize));
                 self.generate(&first, &mut r).and_then(|()| {
                     self.meter.settle();
                     self.meter.reset_peak();
@@ -347,7 +347,7 @@ impl Child {
         let attention = if eager {
             Attention::Eager
         } else {
-            Attention::Chunked(ATTENTION_CHUNK)
+            Attention::Chunked(ATTENTION_SLICE as usize)
         };
         host::set_part(Part::Activations);
         let mut decoder = Decoder::new(&self.spec, weights, attention, total, &self.device)

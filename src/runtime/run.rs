@@ -213,7 +213,7 @@ pub fn run(req: &RunRequest) -> Result<RunReport> {
     Ok(RunReport {
         model: spec.name.clone(),
         weights: source.name(),
-        quantize: quantize.map(|_| req.quantize.clone().unwrap_or_default()),
+        quantize: quantize.and(req.quantize.clone()),
         device: req.device.clone(),
         dtype: req.dtype.clone(),
         prompt_tokens: req.prompt_tokens,

@@ -242,6 +242,25 @@ impl Loader<'_> {
         }
     }
 
+    /// A checkpoint's tensor on `device`, checked against the shape the config implies.
+    fn safetensor(
+        &self,
+        st: &MmapedSafetensors,
+        name: &str,
+        shape: &[usize],
+        device: &Device,
+    ) -> Result<Tensor> {
+        let t = st.load(name, device).map_err(|e| {
+            if e.to_string().contains("cannot find tensor") {
+                self.missing(name)
+            } else {
+                self.err(e)
+            }
+        })?;
+        self.check_shape(name, t.dims(), shape)?;
+        Ok(t)
+    }
+
     /// A GGUF file's tensor, by its Hugging Face name.
     fn gguf_tensor(&self, hf: &str, shape: &[usize]) -> Result<QTensor> {
         let Source::Gguf {
@@ -288,17 +307,10 @@ impl Loader<'_> {
                 // drawn in f32, then converted: the f32 draw is the largest allocation
                 .map_err(|e| self.err(e).requesting((n * 4) as u64))?
             }
-            Source::Safetensors { st, .. } => {
-                let t = st.load(name, self.device).map_err(|e| {
-                    if e.to_string().contains("cannot find tensor") {
-                        self.missing(name)
-                    } else {
-                        self.err(e)
-                    }
-                })?;
-                self.check_shape(name, t.dims(), shape)?;
-                t.to_dtype(self.dtype).map_err(|e| self.err(e))?
-            }
+            Source::Safetensors { st, .. } => self
+                .safetensor(st, name, shape, self.device)?
+                .to_dtype(self.dtype)
+                .map_err(|e| self.err(e))?,
             Source::Gguf { .. } => self
                 .gguf_tensor(name, shape)?
                 .dequantize(self.device)
@@ -368,10 +380,7 @@ impl Loader<'_> {
             }
             (Source::Safetensors { st, .. }, Some(q)) => {
                 // Quantize on the host, from the mapped file: the dense copy never reaches the card.
-                let t = st
-                    .load(name, &Device::Cpu)
-                    .map_err(|_| self.missing(name))?;
-                self.check_shape(name, t.dims(), &[rows, cols])?;
+                let t = self.safetensor(st, name, &[rows, cols], &Device::Cpu)?;
                 let t = QTensor::quantize_onto(&t, q, self.device).map_err(|e| self.err(e))?;
                 self.quantized(t, rows)
             }

@@ -1,0 +1,17 @@
+# Shared by the GPU scripts (source it; the part name is the script's $1): the CUDA 13.0 libraries
+# on the path, logs gathered in a temporary folder and tarred into $OUT (or ./gpu-out) as
+# <part>.tgz on exit, with the GPU's processes afterwards, and `timed` for one command.
+export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
+FINAL=${OUT:-./gpu-out}
+OUT=$(mktemp -d)
+trap 'nvidia-smi --query-compute-apps=pid,used_memory --format=csv > "$OUT/apps-after.txt" 2>&1; tar czf "$FINAL/$1.tgz" -C "$OUT" . ; cp "$OUT/summary.txt" "$FINAL/summary-$1.txt" 2>/dev/null' EXIT
+mkdir -p "$FINAL"
+B=dist/llm-oom-cuda
+timed() { # name, then the command: stdout to $OUT/name.json, stderr to $OUT/name.log, wall time to the summary
+  local name=$1; shift
+  local t0=$(date +%s%N)
+  "$@" > "$OUT/$name.json" 2> "$OUT/$name.log"
+  local rc=$?
+  local t1=$(date +%s%N)
+  echo "$name rc=$rc wall=$(( (t1 - t0) / 1000000 )) ms" | tee -a "$OUT/summary.txt"
+}
