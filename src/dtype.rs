@@ -255,3 +255,72 @@ mod tests {
         assert!("q2".parse::<KvDtype>().is_err());
     }
 }
+
+/// The dtype the runtime and the probes compute in. Parsed once at the CLI edge; serialised by
+/// name (`f32`, `f16`, `bf16`) in the probe's protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ComputeDtype {
+    F32,
+    F16,
+    Bf16,
+}
+
+impl ComputeDtype {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ComputeDtype::F32 => "f32",
+            ComputeDtype::F16 => "f16",
+            ComputeDtype::Bf16 => "bf16",
+        }
+    }
+
+    /// The weights' dtype when they are held dense in this dtype.
+    pub fn weights(self) -> WeightDtype {
+        match self {
+            ComputeDtype::F32 => WeightDtype::F32,
+            ComputeDtype::F16 => WeightDtype::F16,
+            ComputeDtype::Bf16 => WeightDtype::Bf16,
+        }
+    }
+
+    /// The KV cache's dtype: the compute dtype.
+    pub fn kv(self) -> KvDtype {
+        match self {
+            ComputeDtype::F32 => KvDtype::F32,
+            ComputeDtype::F16 => KvDtype::F16,
+            ComputeDtype::Bf16 => KvDtype::Bf16,
+        }
+    }
+
+    /// A dense dtype's compute dtype; `None` for quantized weights (the probe cannot run them
+    /// dense without being told a dtype).
+    pub fn of_weights(w: WeightDtype) -> Option<ComputeDtype> {
+        match w {
+            WeightDtype::F32 => Some(ComputeDtype::F32),
+            WeightDtype::F16 => Some(ComputeDtype::F16),
+            WeightDtype::Bf16 => Some(ComputeDtype::Bf16),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ComputeDtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ComputeDtype {
+    type Err = InputError;
+    fn from_str(s: &str) -> Result<ComputeDtype, InputError> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "f32" | "fp32" | "float32" => Ok(ComputeDtype::F32),
+            "f16" | "fp16" | "float16" => Ok(ComputeDtype::F16),
+            "bf16" | "bfloat16" => Ok(ComputeDtype::Bf16),
+            other => Err(InputError::Usage(format!(
+                "the probe runs f32, f16 or bf16 weights, not `{other}`; pass --dtype bf16 (quantized dtypes are priced by `llm-oom plan`)"
+            ))),
+        }
+    }
+}

@@ -10,6 +10,7 @@ static ALLOC: llm_oom::meter::host::CountingAlloc = llm_oom::meter::host::Counti
 use std::process::ExitCode;
 
 use clap::Parser;
+use llm_oom::ExitStatus;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -27,16 +28,16 @@ fn main() -> ExitCode {
         .without_time()
         .init();
 
-    match cli::run(args) {
-        Ok(code) => ExitCode::from(code as u8),
+    let status = match cli::run(args) {
+        Ok(status) => status,
         Err(err) => {
             eprintln!("llm-oom: {err}");
-            let code = match err.downcast_ref::<llm_oom::Error>() {
-                Some(e) => e.exit_code(),
-                None if err.downcast_ref::<llm_oom::InputError>().is_some() => 2,
-                None => 3,
-            };
-            ExitCode::from(code as u8)
+            match err.downcast_ref::<llm_oom::Error>() {
+                Some(e) => ExitStatus::from(e),
+                None if err.downcast_ref::<llm_oom::InputError>().is_some() => ExitStatus::BadInput,
+                None => ExitStatus::Failure,
+            }
         }
-    }
+    };
+    ExitCode::from(status.code())
 }

@@ -58,7 +58,7 @@ fn crossing_the_limit_is_recorded_with_its_size_and_part() {
 
 fn the_cpu_device_meter_reads_the_counting_allocator() {
     let m = DeviceMeter::for_device(&Device::Cpu).expect("installed in this binary");
-    assert_eq!(m.source(), "host-allocator");
+    assert_eq!(m.source().as_str(), "host-allocator");
     m.reset_peak();
     let before = m.read();
     let t = Tensor::zeros((1024, 1024), DType::F32, &Device::Cpu).expect("4 MiB");

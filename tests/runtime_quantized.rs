@@ -13,7 +13,7 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
 use llm_oom::model::config::parse_config;
 use llm_oom::model::Spec;
-use llm_oom::runtime::run::runtime_weight_bytes;
+use llm_oom::runtime::setup::runtime_weight_bytes;
 use llm_oom::runtime::weights::{Quantize, WeightSource, Weights};
 use llm_oom::runtime::{Attention, CacheMode, Decoder, KvCache};
 use serde_json::Value as Json;

@@ -9,22 +9,23 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::args::DiagnoseArgs;
 use super::{positive, print};
-use llm_oom::diagnose::{diagnose, DiagnoseRequest};
+use llm_oom::commands::diagnose::{diagnose, DiagnoseRequest};
 use llm_oom::error::InputError;
 use llm_oom::model::presets::DIAGNOSE_DEFAULT_MODEL;
-use llm_oom::report::text::Style;
-use llm_oom::report::{self, Format};
+use llm_oom::report::{render, Format, Render};
+use llm_oom::request::Device;
 use llm_oom::units::Bytes;
+use llm_oom::ExitStatus;
 
-pub fn run(args: &DiagnoseArgs, format: Format) -> Result<i32> {
+pub fn run(args: &DiagnoseArgs, format: Format) -> Result<ExitStatus> {
     let w = &args.workload;
     let device = match &args.device {
-        Some(d) => d.clone(),
+        Some(d) => d.parse::<Device>()?,
         None => best_device(),
     };
-    llm_oom::runtime::validate_device(&device).map_err(|e| InputError::Usage(e.to_string()))?;
+    llm_oom::runtime::check_device(device).map_err(|e| InputError::Usage(e.to_string()))?;
     let embedded = w.model.is_none();
-    let on_cpu = device == "cpu";
+    let on_cpu = device == Device::Cpu;
     let model = w
         .model
         .clone()
@@ -53,17 +54,17 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<i32> {
     })?;
     let req = DiagnoseRequest {
         model,
-        dtype: w.dtype.clone(),
+        dtype: w.dtype.as_deref().map(str::parse).transpose()?,
         prompt_tokens: positive("--prompt-tokens", prompt)?,
         max_new_tokens: positive("--max-new-tokens", w.max_new_tokens)?,
         batch: positive("--batch", batch)?,
         engine: w.engine.parse()?,
-        device: device.clone(),
+        device,
         vram_limit,
         find_limits: args.find_limits,
         verify: args.verify,
         random_weights: args.random_weights,
-        quantize: args.quantize.clone(),
+        quantize: args.quantize.as_deref().map(str::parse).transpose()?,
         exe,
         stage_timeout: Duration::from_secs(args.stage_timeout.max(1)),
     };
@@ -94,27 +95,19 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<i32> {
         pb.finish_and_clear();
     }
     let r = result?;
-    if let Some(path) = &args.svg {
-        std::fs::write(path, report::diagnose::svg(&r)).map_err(|source| InputError::Io {
-            path: path.clone(),
-            source,
-        })?;
+    if let (Some(path), Some(svg)) = (&args.svg, r.svg()) {
+        super::write_file(path, &svg)?;
     }
-    let out = match format {
-        Format::Json => report::json(&r)?,
-        Format::Markdown => report::diagnose::markdown(&r),
-        Format::Text { color } => report::diagnose::text(&r, &Style { color }),
-    };
-    print(&out)?;
-    Ok(r.exit_code())
+    print(&render(&r, format)?)?;
+    Ok(r.exit_status())
 }
 
 /// CUDA when this binary was built with it and NVML sees a GPU; else the CPU. (No CUDA context is
 /// created here: the probe's child does that.)
-fn best_device() -> String {
+fn best_device() -> Device {
     if cfg!(feature = "cuda") && llm_oom::meter::gpu::read_gpu(0).is_ok() {
-        "cuda".into()
+        Device::Cuda(0)
     } else {
-        "cpu".into()
+        Device::Cpu
     }
 }

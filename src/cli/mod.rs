@@ -9,27 +9,26 @@ use anyhow::Result;
 use clap::CommandFactory;
 
 use args::{Cli, ColorChoice, Command, WorkloadArgs};
+use llm_oom::commands::explain::{explain, ExplainRequest};
+use llm_oom::commands::plan::{plan, PlanRequest};
+use llm_oom::commands::watch::{watch, WatchRequest};
 use llm_oom::error::InputError;
-use llm_oom::explain::{explain, ExplainRequest};
 use llm_oom::model::presets::PRESETS;
-use llm_oom::plan::{plan, PlanRequest};
-use llm_oom::report::text::Style;
-use llm_oom::report::{self, Format};
+use llm_oom::report::{self, render, Format, Render};
 use llm_oom::units::Bytes;
-use llm_oom::watch::{watch, WatchRequest};
+use llm_oom::ExitStatus;
 
-pub fn run(cli: Cli) -> Result<i32> {
+pub fn run(cli: Cli) -> Result<ExitStatus> {
     let format = format(&cli);
     match &cli.command {
         Command::Plan(args) => {
             if args.list_presets {
                 print(&list_presets(format)?)?;
-                return Ok(0);
+                return Ok(ExitStatus::Fits);
             }
-            let req = plan_request(&args.workload)?;
-            let r = plan(&req)?;
-            print(&render_plan(&r, format)?)?;
-            Ok(r.verdict.exit_code())
+            let r = plan(&plan_request(&args.workload)?)?;
+            print(&render(&r, format)?)?;
+            Ok(ExitStatus::of(&r.verdict))
         }
         Command::Diagnose(args) => diagnose::run(args, format),
         Command::Probe(args) => {
@@ -37,7 +36,7 @@ pub fn run(cli: Cli) -> Result<i32> {
                 .map_err(|e| InputError::Usage(format!("__probe --setup: {e}")))?;
             let stdin = std::io::stdin().lock();
             llm_oom::probe::child::serve(&setup, stdin, std::io::stdout().lock())?;
-            Ok(0)
+            Ok(ExitStatus::Fits)
         }
         Command::Explain(args) => {
             let raw = read_input(&args.input)?;
@@ -50,13 +49,8 @@ pub fn run(cli: Cli) -> Result<i32> {
                 engine: args.workload.engine.parse()?,
             };
             let r = explain(&raw, &req)?;
-            let out = match format {
-                Format::Json => report::json(&r)?,
-                Format::Markdown => report::markdown::explain(&r),
-                Format::Text { color } => report::text::explain(&r, &Style { color }),
-            };
-            print(&out)?;
-            Ok(r.verdict.exit_code())
+            print(&render(&r, format)?)?;
+            Ok(ExitStatus::of(&r.verdict))
         }
         Command::Watch(args) => {
             let req = WatchRequest {
@@ -66,37 +60,31 @@ pub fn run(cli: Cli) -> Result<i32> {
                 engine: args.engine.parse()?,
             };
             let r = watch(&req)?;
-            let text = match format {
-                Format::Json => report::json(&r)?,
-                Format::Markdown => report::markdown::watch(&r),
-                Format::Text { .. } => {
-                    let color = matches!(cli.color, ColorChoice::Always)
+            // The report goes to stderr (the program's own output has stdout): colour follows it.
+            let format = match format {
+                Format::Text { .. } => Format::Text {
+                    color: matches!(cli.color, ColorChoice::Always)
                         || (matches!(cli.color, ColorChoice::Auto)
                             && args.output.is_none()
-                            && std::io::stderr().is_terminal());
-                    report::text::watch(&r, &Style { color })
-                }
+                            && std::io::stderr().is_terminal()),
+                },
+                other => other,
             };
-            if let Some(svg) = &args.svg {
-                std::fs::write(svg, report::svg::watch(&r)).map_err(|source| InputError::Io {
-                    path: svg.clone(),
-                    source,
-                })?;
+            let text = render(&r, format)?;
+            if let (Some(path), Some(svg)) = (&args.svg, r.svg()) {
+                write_file(path, &svg)?;
             }
             match &args.output {
-                Some(path) => std::fs::write(path, text).map_err(|source| InputError::Io {
-                    path: path.clone(),
-                    source,
-                })?,
+                Some(path) => write_file(path, &text)?,
                 None => eprint!("\n{text}"),
             }
-            Ok(r.exit_code(args.fail_on_oom))
+            Ok(r.exit_status(args.fail_on_oom))
         }
         Command::Run(args) => {
-            let r = llm_oom::runtime::run::run(&llm_oom::runtime::run::RunRequest {
+            let r = llm_oom::commands::run::run(&llm_oom::commands::run::RunRequest {
                 model: args.model.clone(),
-                device: args.device.clone(),
-                dtype: args.dtype.clone(),
+                device: args.device.parse()?,
+                dtype: args.dtype.parse()?,
                 prompt_tokens: args.prompt_tokens,
                 new_tokens: args.max_new_tokens,
                 batch: args.batch,
@@ -104,17 +92,25 @@ pub fn run(cli: Cli) -> Result<i32> {
                 prefill_chunk: args.prefill_chunk,
                 concat_cache: args.concat_cache,
                 random_weights: args.random_weights,
-                quantize: args.quantize.clone(),
+                quantize: args.quantize.as_deref().map(str::parse).transpose()?,
             })?;
             print(&report::json(&r)?)?;
-            Ok(0)
+            Ok(ExitStatus::Fits)
         }
         Command::Completions { shell } => {
             let mut cmd = Cli::command();
             clap_complete::generate(*shell, &mut cmd, "llm-oom", &mut std::io::stdout());
-            Ok(0)
+            Ok(ExitStatus::Fits)
         }
     }
+}
+
+/// Write a report file; a path that cannot be written is bad input.
+pub(crate) fn write_file(path: &std::path::Path, text: &str) -> Result<(), InputError> {
+    std::fs::write(path, text).map_err(|source| InputError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 fn format(cli: &Cli) -> Format {
@@ -223,14 +219,6 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
             .map(|s| s.parse::<Bytes>().map(|b| b.0))
             .transpose()?,
         gpu_index: a.gpu,
-    })
-}
-
-fn render_plan(r: &llm_oom::plan::PlanReport, format: Format) -> Result<String> {
-    Ok(match format {
-        Format::Json => report::json(r)?,
-        Format::Markdown => report::markdown::plan(r),
-        Format::Text { color } => report::text::plan(r, &Style { color }),
     })
 }
 

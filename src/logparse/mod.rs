@@ -1,11 +1,9 @@
-//! Reading pasted logs: clean the text, find every out-of-memory event with its numbers and line,
-//! and classify the first fatal one into the shared verdict.
+//! Reading pasted logs: clean the text and find every out-of-memory event with its numbers and
+//! line. Deciding the cause from them is the verdict wing's (`verdict::read`).
 
-pub mod classify;
 pub mod clean;
 pub mod parse;
 
-pub use classify::{classify, Reading};
 pub use clean::clean_lines;
 pub use parse::{scan, Context, Event, Finding, Source};
 
@@ -13,6 +11,7 @@ pub use parse::{scan, Context, Event, Finding, Source};
 mod tests {
     use super::*;
     use crate::estimate::Engine;
+    use crate::verdict::read::classify;
 
     /// No input makes the parser panic: fragments of real messages spliced with random bytes.
     #[test]

@@ -55,12 +55,12 @@ impl DeviceMeter {
         }
     }
 
-    /// `host-allocator` or `cuda-pool`: what the readings come from.
-    pub fn source(&self) -> &'static str {
+    /// What the readings come from.
+    pub fn source(&self) -> super::Meter {
         match self {
-            DeviceMeter::Host => "host-allocator",
+            DeviceMeter::Host => super::Meter::HostAllocator,
             #[cfg(feature = "cuda")]
-            DeviceMeter::Cuda(_) => "cuda-pool",
+            DeviceMeter::Cuda(_) => super::Meter::CudaPool,
         }
     }
 

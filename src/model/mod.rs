@@ -1,11 +1,13 @@
 //! What a model is, as far as memory is concerned: its `Spec`, and where `--model` finds it.
 
 pub mod config;
+pub mod facts;
 pub mod gguf;
 pub mod presets;
 pub mod source;
 pub mod spec;
 pub mod tokenizer;
 
+pub use facts::{facts, ModelFacts};
 pub use source::{resolve, ModelSource, ResolvedModel, SourceKind};
 pub use spec::{Experts, Role, Spec, TensorGroup};

@@ -20,11 +20,9 @@ use crate::meter::sampler::Sampler;
 use crate::model::{resolve, Spec};
 use crate::runtime::decoder::argmax;
 use crate::runtime::generate::synthetic_prompt;
-use crate::runtime::run::{parse_quantize, runtime_dtype, runtime_err, weight_source};
+use crate::runtime::setup::{candle_dtype, runtime_err, weight_source};
 use crate::runtime::weights::Weights;
-use crate::runtime::{
-    gpu_ordinal, parse_device, Attention, CacheMode, Decoder, KvCache, RuntimeError,
-};
+use crate::runtime::{open_device, Attention, CacheMode, Decoder, KvCache, RuntimeError};
 
 /// Granularity of the largest-block search, and the largest block it tries.
 const BLOCK_STEP: u64 = 2 << 20;
@@ -85,12 +83,12 @@ fn die_with_parent() {
 impl Child {
     fn open(setup: &Setup) -> Result<(Child, Hello)> {
         let resolved = resolve(&setup.model)?;
-        let source = weight_source(&resolved, setup.random_weights)?;
-        let quantize = parse_quantize(setup.quantize.as_deref())?;
+        let source = weight_source(&resolved.source, setup.random_weights)?;
+        let quantize = setup.quantize;
         let spec = resolved.spec;
         crate::runtime::weights::check_supported(&spec).map_err(runtime_err)?;
-        let (dtype, _, _) = runtime_dtype(&setup.dtype)?;
-        let device = parse_device(&setup.device).map_err(runtime_err)?;
+        let dtype = candle_dtype(setup.dtype);
+        let device = open_device(setup.device).map_err(runtime_err)?;
         let mut notes = Vec::new();
         // A shared GPU without a limit: cap the memory pool at what is free less the margin, so
         // the probe runs out before the other processes do.
@@ -123,7 +121,7 @@ impl Child {
         let (outside, base, capacity, ballast) = match (r.free, r.total) {
             (Some(free), Some(total)) => {
                 // CUDA: what this process holds before any tensor is its context and libraries.
-                let own = own_gpu_bytes(&setup.device).unwrap_or(total - free);
+                let own = own_gpu_bytes(setup.device).unwrap_or(total - free);
                 let outside = own.saturating_sub(r.reserved.unwrap_or(0));
                 let (capacity, ballast) = match setup.vram_limit {
                     Some(limit) if limit > own + free => {
@@ -161,8 +159,8 @@ impl Child {
         let after = meter.read();
         let hello = Hello {
             pid: std::process::id(),
-            device: setup.device.clone(),
-            meter: meter.source().to_string(),
+            device: setup.device,
+            meter: meter.source(),
             base_bytes: base,
             ballast_bytes: ballast.bytes,
             capacity_bytes: capacity,
@@ -183,7 +181,7 @@ impl Child {
                 weights: None,
                 ballast,
                 pool_cap,
-                gpu_index: gpu_ordinal(&setup.device),
+                gpu_index: setup.device.gpu(),
             },
             hello,
         ))
@@ -218,7 +216,7 @@ impl Child {
         if self.gpu_index.is_none() {
             return;
         }
-        if let Some(own) = own_gpu_bytes(&self.setup.device) {
+        if let Some(own) = own_gpu_bytes(self.setup.device) {
             let pool = self.meter.read().reserved.unwrap_or(0);
             let outside = own.saturating_sub(pool + self.ballast.bytes);
             self.outside = self.outside.max(outside);
@@ -330,7 +328,7 @@ impl Child {
         );
         let w = w.map_err(|e| self.failure(e, Part::Weights))?;
         self.limit_check()?;
-        let _ = self.device.synchronize();
+        self.sync(Part::Weights)?;
         self.weights = Some(w);
         Ok(())
     }
@@ -385,7 +383,7 @@ impl Child {
         let mut logits = decoder
             .forward(&prompt, &mut cache)
             .map_err(|e| self.failure(e, Part::Activations))?;
-        let _ = self.device.synchronize();
+        self.sync(Part::Activations)?;
         r.prefill_seconds = Some(t0.elapsed().as_secs_f64());
         self.limit_check()?;
         r.prefill_peak = Some(self.peak());
@@ -408,13 +406,21 @@ impl Child {
                     .map_err(|e| self.failure(e, Part::Activations))?;
                 self.limit_check()?;
             }
-            let _ = self.device.synchronize();
+            self.sync(Part::Activations)?;
             let dt = t1.elapsed().as_secs_f64();
             r.decode_peak = Some(self.peak());
             r.used.decode_peak = Some(self.peak_used());
             r.decode_tokens_per_second = Some((steps * b) as f64 / dt.max(1e-9));
         }
         Ok(())
+    }
+
+    /// Wait for the device's queued work: an asynchronous CUDA error (an out-of-memory inside a
+    /// kernel launch among them) belongs to the part that queued it.
+    fn sync(&self, part: Part) -> std::result::Result<(), Failure> {
+        self.device
+            .synchronize()
+            .map_err(|e| self.failure(RuntimeError::from_candle(e, &self.device), part))
     }
 
     /// On the CPU with a limit: the first allocation past it is this task's out-of-memory.
@@ -503,8 +509,8 @@ fn fault_hook(label: &str) {
 }
 
 /// This process's own bytes on its GPU as NVML counts them (context included).
-fn own_gpu_bytes(device: &str) -> Option<u64> {
-    let gpu = crate::meter::gpu::read_gpu(gpu_ordinal(device)?).ok()?;
+fn own_gpu_bytes(device: crate::request::Device) -> Option<u64> {
+    let gpu = crate::meter::gpu::read_gpu(device.gpu()?).ok()?;
     gpu.processes
         .iter()
         .find(|p| p.pid == std::process::id())

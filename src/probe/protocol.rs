@@ -5,23 +5,25 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::dtype::ComputeDtype;
 use crate::meter::host::Part;
 use crate::meter::sampler::MemorySnapshot;
+pub use crate::meter::Meter;
+use crate::request::Device;
+use crate::runtime::weights::Quantize;
 
 /// How the child is configured, for all its tasks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Setup {
     pub model: String,
-    /// `cpu`, `cuda`, `cuda:N`.
-    pub device: String,
-    /// `f32`, `f16`, `bf16`.
-    pub dtype: String,
+    pub device: Device,
+    pub dtype: ComputeDtype,
     /// Emulate a card of this many bytes (ballast on CUDA, the counting allocator's limit on CPU).
     pub vram_limit: Option<u64>,
     pub random_weights: bool,
-    /// Quantize the linear layers at load (`q8_0`, `q4k`).
+    /// Quantize the linear layers at load.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub quantize: Option<String>,
+    pub quantize: Option<Quantize>,
     /// Other processes use the GPU and no limit was asked: keep this many bytes of what is free
     /// out of the probe's reach (its memory pool is capped).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -66,9 +68,8 @@ pub struct GenerateTask {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Hello {
     pub pid: u32,
-    pub device: String,
-    /// `host-allocator` or `cuda-pool`.
-    pub meter: String,
+    pub device: Device,
+    pub meter: Meter,
     /// Device bytes this process holds before any tensor (CUDA context, libraries; on the CPU the
     /// heap's baseline).
     pub base_bytes: u64,
@@ -84,11 +85,14 @@ pub struct Hello {
     pub notes: Vec<String>,
 }
 
+/// How a task — and the stage built from it — ended. A child never reports `skipped`; the parent
+/// does, for a stage it did not run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     Ok,
     Oom,
+    Skipped,
     Error,
 }
 

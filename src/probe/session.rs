@@ -65,7 +65,7 @@ const STDERR_KEEP: usize = 64 << 10;
 impl Session {
     /// `exe` is the llm-oom binary (the CLI passes its own path).
     pub fn new(exe: PathBuf, setup: Setup, timeout: Duration) -> Session {
-        let gpu_index = crate::runtime::gpu_ordinal(&setup.device);
+        let gpu_index = setup.device.gpu();
         Session {
             exe,
             setup,

@@ -6,12 +6,25 @@ use std::fmt::Write;
 use super::markdown::{remedies as md_remedies, verdict_block};
 use super::svg::escape;
 use super::text::{budget_table, remedies, table, verdict_line, Style};
-use crate::diagnose::DiagnoseReport;
-use crate::diagnosis::measured::{StageOutcome, StageRecord};
-use crate::diagnosis::Cause;
+use super::Render;
+use crate::commands::diagnose::DiagnoseReport;
 use crate::units::{group, Bytes};
+use crate::verdict::measured::{StageOutcome, StageRecord};
+use crate::verdict::Cause;
 
 const BAR: usize = 24;
+
+impl Render for DiagnoseReport {
+    fn text(&self, style: &Style) -> String {
+        text(self, style)
+    }
+    fn markdown(&self) -> String {
+        markdown(self)
+    }
+    fn svg(&self) -> Option<String> {
+        Some(svg(self))
+    }
+}
 
 /// A bar of the card: weights █, KV cache ▓, activations ▒, context ░, free ·.
 pub fn bar(s: &StageRecord, capacity: u64) -> String {
@@ -64,7 +77,7 @@ fn limit_text(r: &DiagnoseReport) -> String {
     }
 }
 
-pub fn text(r: &DiagnoseReport, style: &Style) -> String {
+fn text(r: &DiagnoseReport, style: &Style) -> String {
     let mut out = String::new();
     let d = &r.device;
     // The verdict first: a person reads it, a log grep finds it.
@@ -236,7 +249,7 @@ fn leftover_text(r: &DiagnoseReport) -> String {
     }
 }
 
-pub fn markdown(r: &DiagnoseReport) -> String {
+fn markdown(r: &DiagnoseReport) -> String {
     let mut out = String::new();
     let d = &r.device;
     verdict_block(
@@ -316,7 +329,7 @@ pub fn markdown(r: &DiagnoseReport) -> String {
 }
 
 /// Memory by stage: one stacked bar per stage against the card.
-pub fn svg(r: &DiagnoseReport) -> String {
+fn svg(r: &DiagnoseReport) -> String {
     const W: f64 = 760.0;
     const H: f64 = 340.0;
     const LEFT: f64 = 80.0;

@@ -1,20 +1,45 @@
-//! Rendering: every command builds one report value; these turn it into a terminal table, JSON
-//! (the contract CI parses) or Markdown made for pasting into an issue.
+//! Rendering, one file per command's report: each report is one value, rendered by the [`Render`]
+//! trait as a terminal report, JSON (the contract CI parses, straight from serde), Markdown made
+//! for pasting into an issue, and an SVG where a picture helps. `text`, `markdown` and `svg` hold
+//! the pieces the renderers share.
 
 pub mod diagnose;
+pub mod explain;
 pub mod markdown;
+pub mod plan;
 pub mod svg;
 pub mod text;
+pub mod watch;
 
 use serde::Serialize;
 
 use crate::error::{Error, Result};
+pub use text::Style;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     Text { color: bool },
     Json,
     Markdown,
+}
+
+/// A report every command's renderer reads.
+pub trait Render: Serialize {
+    fn text(&self, style: &Style) -> String;
+    fn markdown(&self) -> String;
+    /// A picture of the report, for those that have one.
+    fn svg(&self) -> Option<String> {
+        None
+    }
+}
+
+/// The report in the format asked.
+pub fn render<R: Render>(report: &R, format: Format) -> Result<String> {
+    Ok(match format {
+        Format::Json => json(report)?,
+        Format::Markdown => report.markdown(),
+        Format::Text { color } => report.text(&Style { color }),
+    })
 }
 
 /// Pretty JSON with a trailing newline.

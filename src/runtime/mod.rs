@@ -6,7 +6,7 @@
 pub mod decoder;
 pub mod generate;
 pub mod kv_cache;
-pub mod run;
+pub mod setup;
 pub mod weights;
 
 use candle_core::{DType, Device};
@@ -79,51 +79,20 @@ impl RuntimeError {
 
 pub type Result<T> = std::result::Result<T, RuntimeError>;
 
-/// Check a device name (`cpu`, `cuda`, `cuda:N`) without opening it (no CUDA context is made).
-pub fn validate_device(s: &str) -> Result<()> {
-    let bad = || RuntimeError::Device(format!("`{s}` is not a device; use cpu, cuda or cuda:N"));
-    match s.trim() {
-        "cpu" => Ok(()),
-        d if d == "cuda" || d.starts_with("cuda:") => {
-            if let Some(i) = d.strip_prefix("cuda:") {
-                i.parse::<usize>().map_err(|_| bad())?;
-            }
-            if cfg!(feature = "cuda") {
-                Ok(())
-            } else {
-                cuda_device(0).map(|_| ())
-            }
-        }
-        _ => Err(bad()),
+/// Check that this build can open the device, without opening it (no CUDA context is made).
+pub fn check_device(d: crate::request::Device) -> Result<()> {
+    match d {
+        crate::request::Device::Cpu => Ok(()),
+        crate::request::Device::Cuda(_) if cfg!(feature = "cuda") => Ok(()),
+        crate::request::Device::Cuda(i) => cuda_device(i as usize).map(|_| ()),
     }
 }
 
-/// The GPU a device name points at, for NVML: `cuda` → 0, `cuda:N` → N, the CPU → `None`. Use
-/// after [`validate_device`] or [`parse_device`]; a malformed ordinal reads as 0.
-pub fn gpu_ordinal(device: &str) -> Option<u32> {
-    device.trim().strip_prefix("cuda").map(|rest| {
-        rest.strip_prefix(':')
-            .and_then(|i| i.parse().ok())
-            .unwrap_or(0)
-    })
-}
-
-/// `cpu`, `cuda`, `cuda:1`.
-pub fn parse_device(s: &str) -> Result<Device> {
-    match s.trim() {
-        "cpu" => Ok(Device::Cpu),
-        d if d == "cuda" || d.starts_with("cuda:") => {
-            let index: usize = d
-                .strip_prefix("cuda:")
-                .map_or(Ok(0), str::parse)
-                .map_err(|_| {
-                    RuntimeError::Device(format!("`{s}` is not a device; use cpu, cuda or cuda:N"))
-                })?;
-            cuda_device(index)
-        }
-        _ => Err(RuntimeError::Device(format!(
-            "`{s}` is not a device; use cpu, cuda or cuda:N"
-        ))),
+/// Open the device for candle (a CUDA context on the GPU).
+pub fn open_device(d: crate::request::Device) -> Result<Device> {
+    match d {
+        crate::request::Device::Cpu => Ok(Device::Cpu),
+        crate::request::Device::Cuda(i) => cuda_device(i as usize),
     }
 }
 
@@ -154,13 +123,6 @@ pub fn dtype_bytes(d: DType) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn device_names_point_at_a_gpu_ordinal() {
-        assert_eq!(gpu_ordinal("cpu"), None);
-        assert_eq!(gpu_ordinal("cuda"), Some(0));
-        assert_eq!(gpu_ordinal("cuda:3"), Some(3));
-    }
 
     #[test]
     fn an_out_of_memory_carries_what_was_asked() {

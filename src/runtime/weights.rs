@@ -21,11 +21,25 @@ use candle_core::{DType, Device, Module, Tensor};
 use super::{Result, RuntimeError};
 use crate::model::Spec;
 
-/// The block types `--quantize` offers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The block types `--quantize` offers (serialised as `q8_0`, `q4k` in the probe's protocol).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Quantize {
+    #[serde(rename = "q8_0")]
     Q8_0,
+    #[serde(rename = "q4k")]
     Q4K,
+}
+
+impl std::str::FromStr for Quantize {
+    type Err = crate::error::InputError;
+    /// `--quantize q8_0|q4k`, checked.
+    fn from_str(s: &str) -> std::result::Result<Quantize, Self::Err> {
+        Quantize::parse(s).ok_or_else(|| {
+            crate::error::InputError::Usage(format!(
+                "`--quantize {s}` is not a block type the runtime quantizes to; use q8_0 or q4k"
+            ))
+        })
+    }
 }
 
 impl Quantize {

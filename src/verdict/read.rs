@@ -1,12 +1,82 @@
-//! From what a log says to a verdict: one primary cause, its stage, the evidence quoted with line
-//! numbers, and remedies in the engine's words.
+//! The road to a verdict from what a log says (`explain`, and `watch` on the program's output):
+//! one primary cause, its stage, the evidence quoted with line numbers, and remedies in the
+//! engine's words.
 
-use super::parse::{Context, Event, Finding, LlamaBuffer, Source, TorchOom};
-use crate::diagnosis::remedy::Change;
-use crate::diagnosis::{Cause, Contributing, Evidence, Remedy, Stage, Verdict};
+use super::remedy::Change;
+use super::{Cause, Contributing, Evidence, Remedy, Stage, Verdict};
 use crate::dtype::KvDtype;
+use crate::error::{InputError, Result};
 use crate::estimate::Engine;
+use crate::logparse::parse::{Context, Event, Finding, LlamaBuffer, Source, TorchOom};
+use crate::logparse::{clean_lines, scan};
 use crate::units::{group, Bytes};
+
+/// A whole log, read: every out-of-memory event in it and the verdict for the first fatal one.
+#[derive(Debug, Clone)]
+pub struct LogReading {
+    pub verdict: Verdict,
+    pub remedies: Vec<Remedy>,
+    /// Every out-of-memory event in the log, in order.
+    pub findings: Vec<Finding>,
+    /// For an `unknown` verdict: the fact or command that would decide it.
+    pub to_decide: Option<String>,
+    pub lines: usize,
+}
+
+/// A log is binary when NUL bytes or control characters dominate its start.
+fn looks_binary(raw: &[u8]) -> bool {
+    let head = &raw[..raw.len().min(8192)];
+    let odd = head
+        .iter()
+        .filter(|&&b| b == 0 || (b < 9) || (b > 13 && b < 32 && b != 27))
+        .count();
+    odd * 10 > head.len()
+}
+
+/// Read a log's bytes: an empty or binary input is bad input; a log without an out-of-memory
+/// event is the `none` verdict.
+pub fn read_log(raw: &[u8], engine: Engine) -> Result<LogReading> {
+    if raw.iter().all(u8::is_ascii_whitespace) {
+        return Err(InputError::Usage(
+            "the log is empty; paste the output of the run that failed (a file, or - for stdin)"
+                .into(),
+        )
+        .into());
+    }
+    if looks_binary(raw) {
+        return Err(InputError::Usage(
+            "that looks like a binary file, not a log; pass the text the failing program printed"
+                .into(),
+        )
+        .into());
+    }
+    let lines = clean_lines(raw);
+    let (findings, ctx) = scan(&lines);
+    let Some(first) = findings.first() else {
+        return Ok(LogReading {
+            verdict: Verdict {
+                cause: Cause::None,
+                stage: Stage::Unknown,
+                confidence: 0.8,
+                summary: format!("no out-of-memory error in {} lines", lines.len()),
+                evidence: Vec::new(),
+                contributing: Vec::new(),
+            },
+            remedies: Vec::new(),
+            findings,
+            to_decide: None,
+            lines: lines.len(),
+        });
+    };
+    let r = classify(first, &findings, &ctx, engine);
+    Ok(LogReading {
+        verdict: r.verdict,
+        remedies: r.remedies,
+        to_decide: r.to_decide,
+        findings,
+        lines: lines.len(),
+    })
+}
 
 /// The verdict for the first fatal finding, with the rest of the log as context.
 pub struct Reading {

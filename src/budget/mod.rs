@@ -2,6 +2,8 @@
 //! token total that does. Every answer is a search over the estimate, so it is exactly as safe as
 //! the estimate (which carries the safety margin).
 
+pub mod card;
+
 use serde::Serialize;
 
 use crate::dtype::WeightDtype;

@@ -1,7 +1,11 @@
-//! The shared vocabulary of causes and the verdict every command ends with (`plan` predicts it,
-//! `diagnose` measures it, `explain` reads it from a log).
+//! The verdict wing: the one vocabulary of causes and every road to a verdict — predicted from an
+//! estimate (`predicted`), measured from probe stages (`measured`), read from a log (`read`) —
+//! and the remedies with their price (`remedy`, `pricing`).
 
 pub mod measured;
+pub mod predicted;
+pub mod pricing;
+pub mod read;
 pub mod remedy;
 
 use std::fmt;
@@ -149,14 +153,4 @@ pub struct Verdict {
     pub summary: String,
     pub evidence: Vec<Evidence>,
     pub contributing: Vec<Contributing>,
-}
-
-impl Verdict {
-    /// The process exit code of the contract: 0 when it fits / no OOM, 1 when it would OOM.
-    pub fn exit_code(&self) -> i32 {
-        match self.cause {
-            Cause::None => 0,
-            _ => 1,
-        }
-    }
 }

@@ -13,14 +13,15 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::diagnosis::remedy::Change;
-use crate::diagnosis::{Cause, Evidence, Remedy, Stage, Verdict};
 use crate::error::{Error, InputError, Result};
 use crate::estimate::Engine;
-use crate::explain::{explain, ExplainRequest};
+use crate::exit::ExitStatus;
 use crate::logparse::Finding;
 use crate::meter::gpu::GpuSampler;
 use crate::units::Bytes;
+use crate::verdict::read::read_log;
+use crate::verdict::remedy::Change;
+use crate::verdict::{Cause, Evidence, Remedy, Stage, Verdict};
 use capture::Capture;
 use timeline::{phases, Phase, PhaseKind, Sample, Timeline};
 
@@ -69,12 +70,12 @@ pub struct WatchReport {
 }
 
 impl WatchReport {
-    /// The process exit code: the program's own, or 1 with `--fail-on-oom` when an OOM was seen.
-    pub fn exit_code(&self, fail_on_oom: bool) -> i32 {
+    /// The program's own exit code, or 1 with `--fail-on-oom` when an OOM was seen.
+    pub fn exit_status(&self, fail_on_oom: bool) -> ExitStatus {
         if fail_on_oom && self.verdict.cause != Cause::None && self.exit.code == 0 {
-            1
+            ExitStatus::OutOfMemory
         } else {
-            self.exit.code
+            ExitStatus::Program(self.exit.code.clamp(0, 255) as u8)
         }
     }
 }
@@ -299,14 +300,7 @@ fn report(
     let explained = if text.iter().all(u8::is_ascii_whitespace) {
         None
     } else {
-        explain(
-            &text,
-            &ExplainRequest {
-                plan: None,
-                engine: req.engine,
-            },
-        )
-        .ok()
+        read_log(&text, req.engine).ok()
     };
     let (mut verdict, mut remedies, findings) = match explained {
         Some(e) => (e.verdict, e.remedies, e.findings),

@@ -10,14 +10,8 @@ use crate::meter::host::Part;
 use crate::probe::protocol::{FragmentationFacts, OomFacts};
 use crate::units::Bytes;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StageOutcome {
-    Ok,
-    Oom,
-    Skipped,
-    Error,
-}
+/// A stage's outcome is its task's (`skipped` when it did not run).
+pub use crate::probe::protocol::Outcome as StageOutcome;
 
 /// Device bytes the probe held, base included.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -619,7 +613,7 @@ mod tests {
         });
         let v = classify(&[ok], &card(vec![], true));
         assert_eq!(v.cause, Cause::None);
-        assert_eq!(v.exit_code(), 0);
+        assert_eq!(crate::ExitStatus::of(&v).code(), 0);
         assert!(
             v.summary.starts_with("peak 15.5 GiB of 24.0 GiB"),
             "{}",

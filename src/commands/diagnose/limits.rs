@@ -9,10 +9,28 @@ use crate::estimate::Workload;
 use crate::probe::protocol::{GenerateTask, Outcome, Task};
 use crate::probe::session::{Reply, Session};
 
+/// Which limit a trial searches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Search {
+    /// The largest prompt at batch 1.
+    Prompt,
+    /// The largest batch at the asked lengths.
+    Batch,
+}
+
+impl Search {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Search::Prompt => "prompt",
+            Search::Batch => "batch",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Trial {
-    /// `prompt` or `batch`.
-    pub search: &'static str,
+    pub search: Search,
     pub prompt_tokens: u64,
     pub new_tokens: u64,
     pub batch: u64,
@@ -47,10 +65,10 @@ pub fn find(
     let mut trials = Vec::new();
     let new = w.max_new_tokens;
     let max_prompt = search(predicted_prompt.unwrap_or(w.prompt_tokens), |p| {
-        run(session, &mut trials, "prompt", p, new, 1)
+        run(session, &mut trials, Search::Prompt, p, new, 1)
     })?;
     let max_batch = search(predicted_batch.unwrap_or(w.batch), |b| {
-        run(session, &mut trials, "batch", w.prompt_tokens, new, b)
+        run(session, &mut trials, Search::Batch, w.prompt_tokens, new, b)
     })?;
     Ok(FoundLimits {
         max_prompt_tokens: max_prompt,
@@ -64,13 +82,13 @@ pub fn find(
 fn run(
     session: &mut Session,
     trials: &mut Vec<Trial>,
-    search: &'static str,
+    search: Search,
     prompt: u64,
     new: u64,
     batch: u64,
 ) -> Result<bool> {
     let task = GenerateTask {
-        label: format!("limit_{search}"),
+        label: format!("limit_{}", search.as_str()),
         prompt_tokens: prompt as usize,
         new_tokens: new as usize,
         batch: batch as usize,

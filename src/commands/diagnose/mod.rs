@@ -1,0 +1,426 @@
+//! `llm-oom diagnose`: run the model on this device, stage by stage, in a child process; measure
+//! each stage; name the cause of the first out-of-memory from the measurements; price remedies and
+//! the safe token budget with a peak model fitted to this device.
+//!
+//! Stages: environment → load → first token → long generation → concurrency → fragmentation
+//! (→ the largest prompt and batch with `--find-limits`). A stage after an out-of-memory is skipped
+//! with the reason.
+
+mod environment;
+pub mod fit;
+pub mod limits;
+mod prepare;
+mod record;
+mod stages;
+mod verify;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::budget::{Budget, Planner};
+use crate::dtype::ComputeDtype;
+use crate::error::{Error, Result};
+use crate::estimate::candle::Compute;
+use crate::estimate::{kv_bytes_per_token, Engine, MeasuredModel, Workload};
+use crate::exit::ExitStatus;
+use crate::meter::gpu::GpuInfo;
+use crate::meter::Meter;
+use crate::model::{facts, ModelFacts};
+use crate::probe::protocol::{Hello, Outcome, Setup, Task};
+use crate::probe::session::{ChildRecord, Session};
+use crate::request::Device;
+use crate::runtime::weights::Quantize;
+use crate::units::Bytes;
+use crate::verdict::measured::{classify, CardFacts, StageRecord};
+use crate::verdict::pricing::{advice_first, advice_last, price};
+use crate::verdict::{Cause, Remedy, Verdict};
+
+use environment::Environment;
+use fit::{fit, FitInput};
+pub use limits::FoundLimits;
+use prepare::{prepare, Prepared};
+use stages::Measured;
+
+#[derive(Debug, Clone)]
+pub struct DiagnoseRequest {
+    pub model: String,
+    /// The probe's compute dtype (`None`: the checkpoint's).
+    pub dtype: Option<ComputeDtype>,
+    pub prompt_tokens: u64,
+    pub max_new_tokens: u64,
+    pub batch: u64,
+    /// Whose knobs the remedies name; `transformers-eager` also makes the probe materialise scores.
+    pub engine: Engine,
+    pub device: Device,
+    pub vram_limit: Option<u64>,
+    pub find_limits: bool,
+    pub verify: bool,
+    pub random_weights: bool,
+    /// Quantize the linear layers at load, to run the quantization remedy.
+    pub quantize: Option<Quantize>,
+    /// The llm-oom binary that runs the stages (`__probe`).
+    pub exe: PathBuf,
+    pub stage_timeout: Duration,
+}
+
+/// The device the stages ran on.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProbeDevice {
+    pub device: Device,
+    pub name: String,
+    pub meter: Meter,
+    /// The card the stages ran against.
+    pub capacity_bytes: u64,
+    /// `--vram-limit`, and how it was held (`ballast` on CUDA, `allocator limit` on the CPU).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_how: Option<LimitHow>,
+    pub ballast_bytes: u64,
+    /// Held before any tensor (CUDA context and libraries).
+    pub base_bytes: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuInfo>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_total_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_available_bytes: Option<u64>,
+}
+
+/// How `--vram-limit` makes the device look smaller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum LimitHow {
+    /// CUDA: the rest of the card is held in one allocation.
+    #[serde(rename = "ballast")]
+    Ballast,
+    /// CPU: the counting allocator refuses the first allocation past the limit.
+    #[serde(rename = "allocator limit")]
+    AllocatorLimit,
+}
+
+impl std::fmt::Display for LimitHow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LimitHow::Ballast => "ballast",
+            LimitHow::AllocatorLimit => "allocator limit",
+        })
+    }
+}
+
+/// What `plan` predicts for the user's engine on the same card, beside the measurement.
+#[derive(Debug, Clone, Serialize)]
+pub struct Prediction {
+    pub engine: Engine,
+    pub peak_bytes: u64,
+    pub fits: bool,
+    pub max_prompt_tokens: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DiagnoseReport {
+    pub command: &'static str,
+    pub version: &'static str,
+    pub verdict: Verdict,
+    pub remedies: Vec<Remedy>,
+    pub model: ModelFacts,
+    pub workload: Workload,
+    pub device: ProbeDevice,
+    /// The probe's runtime: candle, with sliced (SDPA-like) or eager attention.
+    pub probe: String,
+    pub stages: Vec<StageRecord>,
+    pub weights_bytes: u64,
+    pub kv_cache_bytes_per_token: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub measured: Option<MeasuredModel>,
+    /// The safe token budget from the measured model (absent when too little was measured).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits: Option<FoundLimits>,
+    /// `--verify`: the failing stage run again with the top remedy applied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verification: Option<StageRecord>,
+    pub prediction: Prediction,
+    pub children: Vec<ChildRecord>,
+    /// The warm-up before the stages (kernel compilation, library workspaces), timed apart.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warmup_seconds: Option<f64>,
+    pub seconds: f64,
+    pub notes: Vec<String>,
+}
+
+impl DiagnoseReport {
+    /// The exit policy: an `unknown` verdict with no stage out of memory is the probe's failure
+    /// (a crash, a hang), not an out-of-memory.
+    pub fn exit_status(&self) -> ExitStatus {
+        let oom = self.stages.iter().any(|s| s.outcome == Outcome::Oom);
+        match self.verdict.cause {
+            Cause::Unknown if !oom => ExitStatus::Failure,
+            _ => ExitStatus::of(&self.verdict),
+        }
+    }
+}
+
+/// Progress events for a terminal: the stage that starts now.
+pub trait Progress {
+    fn stage(&mut self, what: &str);
+}
+
+impl<F: FnMut(&str)> Progress for F {
+    fn stage(&mut self, what: &str) {
+        self(what)
+    }
+}
+
+/// The least the CUDA pool is assumed to hold beyond live tensors at a peak (docs/accuracy.md).
+const POOL_SLACK_FLOOR: u64 = 256 << 20;
+
+pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<DiagnoseReport> {
+    let started = Instant::now();
+    let mut prep = prepare(req)?;
+    progress.stage("environment");
+    let env = Environment::read(req.device, &mut prep.notes);
+    let mut session = Session::new(req.exe.clone(), setup(req, &prep, &env), req.stage_timeout);
+
+    progress.stage("load");
+    let load = session.run(&Task::Load)?;
+    let hello = session
+        .hello
+        .clone()
+        .ok_or_else(|| Error::Internal("the probe did not greet".into()))?;
+    note_others(&mut prep.notes, &env, req, &hello);
+    prep.notes.extend(hello.notes.iter().cloned());
+    let mut m = Measured::default();
+    stages::load(&mut m, hello.base_bytes, load);
+    let (p, n, b) = (
+        req.prompt_tokens as usize,
+        req.max_new_tokens as usize,
+        req.batch as usize,
+    );
+    let on_gpu = req.device.gpu().is_some();
+    stages::run_all(&mut session, &mut m, (p, n, b), on_gpu, progress)?;
+
+    let card = CardFacts {
+        capacity: hello.capacity_bytes,
+        emulated_limit: req.vram_limit,
+        others: env.others.clone(),
+        weights_bytes: prep.expected_weights,
+    };
+    let mut verdict = classify(&m.stages, &card);
+    let measured = m.loaded.then(|| measure(&prep, &m, on_gpu)).flatten();
+    if measured.is_none() && m.loaded {
+        prep.notes.push("the first-token stage did not finish, so the budget below the card is not measured; `llm-oom plan` predicts it".into());
+    }
+    let capacity = hello.capacity_bytes;
+    let planner = Planner {
+        spec: &prep.spec,
+        vram: capacity,
+        measured: measured.as_ref(),
+    };
+    let profile = Planner::new(&prep.spec, capacity);
+    let pricing = if measured.is_some() {
+        &planner
+    } else {
+        &profile
+    };
+    let mut remedies = remedies(&verdict, pricing, &prep.workload, &env);
+
+    let limits = if req.find_limits && m.loaded {
+        progress.stage("limits");
+        Some(find_limits(&mut session, &planner, &prep)?)
+    } else {
+        None
+    };
+    let mut verification = None;
+    if req.verify {
+        let (note, rerun) = verify::verify(
+            &mut session,
+            &mut remedies,
+            &prep.workload,
+            verdict.stage,
+            m.weights_measured,
+            progress,
+        )?;
+        prep.notes.extend(note);
+        verification = rerun;
+    }
+    let children = finish(session, &mut prep.notes);
+    if verdict.cause == Cause::Unknown {
+        verdict.summary = format!("unknown: {}", verdict.summary);
+    }
+    Ok(DiagnoseReport {
+        command: "diagnose",
+        version: env!("CARGO_PKG_VERSION"),
+        verdict,
+        remedies,
+        model: facts(&prep.spec, prep.source.clone()),
+        workload: prep.workload,
+        device: probe_device(req, &hello, env),
+        probe: format!(
+            "candle {} on {}, {} attention, preallocated KV cache",
+            prep.dtype,
+            req.device,
+            if prep.eager {
+                "eager"
+            } else {
+                "sliced (SDPA-like)"
+            }
+        ),
+        stages: m.stages,
+        weights_bytes: m.weights_tensors,
+        kv_cache_bytes_per_token: kv_bytes_per_token(&prep.spec, prep.dtype.kv()),
+        budget: measured.as_ref().map(|_| planner.budget(&prep.workload)),
+        measured,
+        limits,
+        verification,
+        prediction: prediction(&profile, &prep.workload, req.engine),
+        children,
+        warmup_seconds: m.warmup_seconds,
+        seconds: started.elapsed().as_secs_f64(),
+        notes: prep.notes,
+    })
+}
+
+/// How the child is configured, for all its tasks.
+fn setup(req: &DiagnoseRequest, prep: &Prepared, env: &Environment) -> Setup {
+    let shared = req.vram_limit.is_none() && !env.others.is_empty();
+    Setup {
+        model: req.model.clone(),
+        device: req.device,
+        dtype: prep.dtype,
+        vram_limit: req.vram_limit,
+        random_weights: req.random_weights,
+        quantize: req.quantize,
+        shared_gpu_margin: shared
+            .then(|| crate::estimate::safety_margin(env.gpu.as_ref().map_or(0, |g| g.total_bytes))),
+        eager: prep.eager,
+        seed: 42,
+    }
+}
+
+fn note_others(notes: &mut Vec<String>, env: &Environment, req: &DiagnoseRequest, hello: &Hello) {
+    if !env.others.is_empty() && req.vram_limit.is_none() {
+        notes.push(format!(
+            "{} other process(es) hold {} of this GPU; the probe ran in the {} they left",
+            env.others.len(),
+            Bytes(env.others_hold()),
+            Bytes(hello.capacity_bytes)
+        ));
+    }
+}
+
+/// The peak model of this device fitted to what the stages measured.
+fn measure(prep: &Prepared, m: &Measured, on_gpu: bool) -> Option<MeasuredModel> {
+    fit(&FitInput {
+        spec: &prep.spec,
+        compute: Compute {
+            d: prep.dtype.kv().elem_bytes().as_f64(),
+            quantized: prep.quantized,
+        },
+        pool: on_gpu,
+        base: m.held_base,
+        weights: m.weights_tensors,
+        // The load's own transients are gone before any generation. On CUDA the pool held
+        // 0.4–1.0 GB beyond live tensors at the limits of six models on the H200, more than the
+        // short stages show: at least POOL_SLACK_FLOOR is kept for it.
+        allocator_slack: m
+            .stages
+            .iter()
+            .filter(|s| s.name != crate::verdict::Stage::Load)
+            .map(|s| s.allocator_slack)
+            .fold(m.slack, u64::max)
+            .max(if on_gpu { POOL_SLACK_FLOOR } else { 0 }),
+        weight_dtype: prep.weight_dtype,
+        kv_per_token: kv_bytes_per_token(&prep.spec, prep.dtype.kv()),
+        kv_elem_bytes: prep.dtype.kv().elem_bytes().as_f64(),
+        eager: prep.eager,
+        attention_chunk: (!prep.eager).then_some(crate::estimate::candle::ATTENTION_SLICE),
+        prefill: &m.prefill_points,
+        long: m.long_point,
+    })
+}
+
+/// Remedies for the measured cause: advice for what no estimate sees, then every change priced
+/// by the measured model (else the engine profile), then what the cause names but cannot price.
+fn remedies(verdict: &Verdict, pricing: &Planner, w: &Workload, env: &Environment) -> Vec<Remedy> {
+    if matches!(verdict.cause, Cause::None | Cause::Unknown) {
+        return Vec::new();
+    }
+    let est = pricing.estimate(w);
+    let mut out = advice_first(verdict.cause, w.engine, Some(env.others_hold()));
+    out.extend(price(pricing, w, &est));
+    out.extend(advice_last(verdict.cause, w.engine));
+    out
+}
+
+/// `--find-limits` around what the measured model predicts.
+fn find_limits(session: &mut Session, planner: &Planner, prep: &Prepared) -> Result<FoundLimits> {
+    let w = &prep.workload;
+    let at_one = Workload { batch: 1, ..*w };
+    let context = prep
+        .spec
+        .max_position_embeddings
+        .unwrap_or(1 << 22)
+        .max(w.total_tokens());
+    let predicted_prompt = crate::budget::largest(1, context, |p| {
+        planner.fits(&Workload {
+            prompt_tokens: p,
+            ..at_one
+        })
+    });
+    limits::find(session, w, predicted_prompt, planner.max_batch(w))
+}
+
+/// End the children; memory one of them left on the GPU is said.
+fn finish(session: Session, notes: &mut Vec<String>) -> Vec<ChildRecord> {
+    let children = session.finish();
+    for c in &children {
+        if let Some(left) = c.leftover_gpu_bytes.filter(|&b| b > 0) {
+            notes.push(format!(
+                "probe process {} still held {} on the GPU after it ended",
+                c.pid,
+                Bytes(left)
+            ));
+        }
+    }
+    children
+}
+
+/// The profile's prediction for the user's engine on the same card.
+fn prediction(profile: &Planner, w: &Workload, engine: Engine) -> Prediction {
+    let est = profile.estimate(w);
+    Prediction {
+        engine,
+        peak_bytes: est.total,
+        fits: est.total <= profile.vram,
+        max_prompt_tokens: profile.budget(w).max_prompt_tokens,
+    }
+}
+
+fn probe_device(req: &DiagnoseRequest, hello: &Hello, env: Environment) -> ProbeDevice {
+    let on_gpu = req.device.gpu().is_some();
+    ProbeDevice {
+        device: req.device,
+        name: env.gpu.as_ref().map_or_else(
+            || if on_gpu { "CUDA GPU" } else { "CPU" }.to_string(),
+            |g| g.name.clone(),
+        ),
+        meter: hello.meter,
+        capacity_bytes: hello.capacity_bytes,
+        limit_bytes: req.vram_limit,
+        limit_how: req.vram_limit.map(|_| {
+            if on_gpu {
+                LimitHow::Ballast
+            } else {
+                LimitHow::AllocatorLimit
+            }
+        }),
+        ballast_bytes: hello.ballast_bytes,
+        base_bytes: hello.base_bytes,
+        gpu: env.gpu,
+        host_total_bytes: env.host.map(|h| h.0),
+        host_available_bytes: env.host.map(|h| h.1),
+    }
+}

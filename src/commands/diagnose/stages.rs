@@ -1,0 +1,263 @@
+//! Stages 1–5 in the probe's child: load, warm-up (timed apart), first token, long generation,
+//! concurrency, fragmentation. A stage after an out-of-memory or a failure is skipped with the
+//! reason; what each stage measured is kept for the verdict and the fit.
+
+use super::fit::{LongPoint, PrefillPoint};
+use super::record::{from_reply, prefill_point, record};
+use super::Progress;
+use crate::error::Result;
+use crate::probe::protocol::{GenerateTask, Outcome, Task, TaskResult};
+use crate::probe::session::{Reply, Session};
+use crate::units::group;
+use crate::verdict::measured::{Components, StageRecord};
+use crate::verdict::Stage;
+
+/// What the stages measured.
+#[derive(Default)]
+pub struct Measured {
+    pub stages: Vec<StageRecord>,
+    pub loaded: bool,
+    /// What the device holds for the weights (pool slack included), and their tensors' bytes.
+    pub weights_measured: u64,
+    pub weights_tensors: u64,
+    /// Live bytes before a clean run, less the weights: context and workspaces.
+    pub held_base: u64,
+    /// Bytes the allocator held beyond live tensors in the warm-up.
+    pub slack: u64,
+    pub warmup_seconds: Option<f64>,
+    pub prefill_points: Vec<PrefillPoint>,
+    pub long_point: Option<LongPoint>,
+}
+
+impl Measured {
+    fn failed(&self) -> bool {
+        !self.loaded
+            || self
+                .stages
+                .iter()
+                .any(|s| s.outcome != Outcome::Ok && s.outcome != Outcome::Skipped)
+    }
+}
+
+fn gen(label: &str, prompt: usize, new: usize, batch: usize, steps: usize) -> GenerateTask {
+    GenerateTask {
+        label: label.into(),
+        prompt_tokens: prompt,
+        new_tokens: new,
+        batch,
+        decode_steps: steps,
+        eager: None,
+    }
+}
+
+/// Stage 1: load the weights; what was loaded when it failed is what the model still needed.
+pub fn load(m: &mut Measured, base: u64, reply: Reply) {
+    let mut s = from_reply(Stage::Load, reply.clone(), 0, "load the weights");
+    if let Reply::Done(r) = &reply {
+        s.components = match &r.oom {
+            Some(o) => Components {
+                weights: o.held.saturating_sub(r.before),
+                kv_cache: 0,
+                activations: 0,
+                other: base,
+            },
+            None => {
+                m.weights_measured = r.after.saturating_sub(r.before);
+                m.weights_tensors = r.weights_bytes;
+                Components {
+                    weights: m.weights_measured,
+                    kv_cache: 0,
+                    // The load's own transient beyond the weights it kept.
+                    activations: r.peak.saturating_sub(r.after),
+                    other: base,
+                }
+            }
+        };
+    }
+    m.loaded = s.outcome == Outcome::Ok;
+    m.held_base = base;
+    m.stages.push(s);
+}
+
+/// Kernels compiled, library workspaces allocated: timed apart from the stages.
+pub fn warm_up(session: &mut Session, m: &mut Measured, prompt: usize) -> Result<()> {
+    session.warmup_tokens = prompt;
+    let task = Task::Warmup {
+        prompt_tokens: prompt,
+    };
+    if let Reply::Done(r) = session.run(&task)? {
+        if r.outcome == Outcome::Ok {
+            m.warmup_seconds = Some(r.seconds);
+            m.held_base = r
+                .used
+                .before
+                .saturating_sub(m.weights_tensors)
+                .max(m.held_base);
+            m.slack = m.slack.max(r.peak.saturating_sub(r.used.peak));
+            m.prefill_points.push(prefill_point(&r, 16, 18));
+        }
+    }
+    Ok(())
+}
+
+/// One generation stage, or its skip when an earlier one failed; the task's result when it ran.
+fn stage(
+    session: &mut Session,
+    m: &mut Measured,
+    stage: Stage,
+    task: GenerateTask,
+    detail: String,
+) -> Result<Option<Box<TaskResult>>> {
+    if m.failed() {
+        m.stages.push(StageRecord::skipped(
+            stage,
+            "an earlier stage ran out of memory or failed",
+        ));
+        return Ok(None);
+    }
+    let reply = session.run(&Task::Generate(task.clone()))?;
+    let raw = match &reply {
+        Reply::Done(r) if r.outcome == Outcome::Ok => Some(r.clone()),
+        _ => None,
+    };
+    let mut s = from_reply(stage, reply, m.weights_measured, &detail);
+    s.prompt_tokens = Some(task.prompt_tokens as u64);
+    s.new_tokens = Some(task.new_tokens as u64);
+    s.batch = Some(task.batch as u64);
+    m.stages.push(s);
+    Ok(raw)
+}
+
+/// Stage 2: the first token at batch 1, with a half-length prefill before it so the fit can tell
+/// the constant from the per-token part.
+pub fn first_token(session: &mut Session, m: &mut Measured, p: usize) -> Result<()> {
+    if p >= 64 && !m.failed() {
+        if let Reply::Done(r) =
+            session.run(&Task::Generate(gen("first_token_half", p / 2, 1, 1, 0)))?
+        {
+            if r.outcome == Outcome::Ok {
+                m.prefill_points.push(prefill_point(&r, p / 2, p / 2 + 1));
+            }
+        }
+    }
+    let detail = format!("prefill {} tokens", group(p as u64));
+    if let Some(r) = stage(
+        session,
+        m,
+        Stage::FirstToken,
+        gen("first_token", p, 1, 1, 0),
+        detail,
+    )? {
+        m.prefill_points.push(prefill_point(&r, p, p + 1));
+    }
+    Ok(())
+}
+
+/// Stage 3: the cache for prompt + new tokens at batch 1, the last decode steps timed. Without a
+/// long generation that ran, what grows with the context is measured on a shorter one (a quarter,
+/// then a sixteenth of the new tokens), so the budget still accounts for it.
+pub fn long_generation(session: &mut Session, m: &mut Measured, p: usize, n: usize) -> Result<()> {
+    let detail = format!("{} + {} tokens", group(p as u64), group(n as u64));
+    let task = gen("long_generation", p, n, 1, n.saturating_sub(1).min(4));
+    let mut long = stage(session, m, Stage::LongGeneration, task, detail)?.map(|r| (n, r));
+    let oom = m.stages.last().is_some_and(|s| s.outcome == Outcome::Oom);
+    if long.is_none() && oom {
+        for new in [n / 4, n / 16].into_iter().filter(|&x| x > 1) {
+            let task = gen("long_generation_scout", p, new, 1, 1);
+            if let Reply::Done(r) = session.run(&Task::Generate(task))? {
+                if r.outcome == Outcome::Ok {
+                    long = Some((new, r));
+                    break;
+                }
+            }
+        }
+    }
+    m.long_point = long.map(|(new, r)| LongPoint {
+        prompt_tokens: p as u64,
+        total_tokens: (p + new) as u64,
+        prefill_activations: r
+            .used
+            .prefill_peak
+            .unwrap_or(r.used.peak)
+            .saturating_sub(r.used.before + r.kv_bytes),
+        decode_activations: r
+            .used
+            .decode_peak
+            .map(|d| d.saturating_sub(r.used.before + r.kv_bytes)),
+    });
+    Ok(())
+}
+
+/// Stage 4: the asked batch at the asked lengths.
+pub fn concurrency(
+    session: &mut Session,
+    m: &mut Measured,
+    p: usize,
+    n: usize,
+    b: usize,
+) -> Result<()> {
+    if b <= 1 {
+        m.stages.push(StageRecord::skipped(
+            Stage::Concurrency,
+            "one sequence asked (--concurrency 1)",
+        ));
+        return Ok(());
+    }
+    let detail = format!(
+        "{} + {} tokens × {b} sequences",
+        group(p as u64),
+        group(n as u64)
+    );
+    let task = gen("concurrency", p, n, b, n.saturating_sub(1).min(2));
+    stage(session, m, Stage::Concurrency, task, detail)?;
+    Ok(())
+}
+
+/// Stage 5: free memory against the largest block the device still gives, after the stages.
+pub fn fragmentation(session: &mut Session, m: &mut Measured, on_gpu: bool) -> Result<()> {
+    if !(on_gpu && m.loaded) {
+        m.stages.push(StageRecord::skipped(
+            Stage::Fragmentation,
+            if on_gpu {
+                "the model did not load"
+            } else {
+                "the CPU has no device memory pool to fragment"
+            },
+        ));
+        return Ok(());
+    }
+    let detail = "largest free block";
+    let s = match session.run(&Task::Fragmentation)? {
+        Reply::Done(r) => {
+            let mut s = record(Stage::Fragmentation, &r, m.weights_measured, detail);
+            s.fragmentation = r.fragmentation.clone();
+            s.components.activations = 0;
+            s
+        }
+        other => from_reply(Stage::Fragmentation, other, m.weights_measured, detail),
+    };
+    m.stages.push(s);
+    Ok(())
+}
+
+/// The stages, in order, each announced to the terminal.
+pub fn run_all(
+    session: &mut Session,
+    m: &mut Measured,
+    (p, n, b): (usize, usize, usize),
+    on_gpu: bool,
+    progress: &mut dyn Progress,
+) -> Result<()> {
+    if m.loaded {
+        progress.stage("warm-up");
+        warm_up(session, m, p)?;
+    }
+    progress.stage("first token");
+    first_token(session, m, p)?;
+    progress.stage("long generation");
+    long_generation(session, m, p, n)?;
+    progress.stage("concurrency");
+    concurrency(session, m, p, n, b)?;
+    progress.stage("fragmentation");
+    fragmentation(session, m, on_gpu)
+}

@@ -1,0 +1,83 @@
+//! `explain` rendered: the verdict, the evidence with line numbers, the first fatal line, remedies.
+
+use super::markdown::{remedies as md_remedies, verdict_block};
+use super::text::{remedies, Style};
+use super::Render;
+use crate::commands::explain::ExplainReport;
+use crate::verdict::Cause;
+
+impl Render for ExplainReport {
+    fn text(&self, style: &Style) -> String {
+        text(self, style)
+    }
+    fn markdown(&self) -> String {
+        markdown(self)
+    }
+}
+
+fn text(r: &ExplainReport, style: &Style) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "{} · {} lines · {} out-of-memory event(s)\n\n",
+        style.bold("llm-oom explain"),
+        r.lines,
+        r.findings.len()
+    ));
+    super::text::verdict_header(&mut out, &r.verdict, style, "NO OOM", "OOM");
+    out.push('\n');
+    if !r.verdict.evidence.is_empty() {
+        out.push_str(&style.bold("Evidence"));
+        out.push('\n');
+        for e in &r.verdict.evidence {
+            let at = e.line.map_or(String::new(), |l| format!("line {l}: "));
+            out.push_str(&format!("  · {}{}\n", style.dim(&at), e.text));
+        }
+        for c in &r.verdict.contributing {
+            out.push_str(&format!(
+                "  · contributing {}: {}\n",
+                c.cause, c.evidence.text
+            ));
+        }
+        out.push('\n');
+    }
+    if let Some(f) = r.findings.first() {
+        out.push_str(&format!(
+            "{}\n  {}\n\n",
+            style.bold(&format!("First fatal line ({})", f.line)),
+            f.quote
+        ));
+    }
+    remedies(&mut out, &r.remedies, style);
+    if r.plan.is_none()
+        && r.remedies.iter().any(|x| x.new_budget.is_none())
+        && r.verdict.cause != Cause::None
+    {
+        out.push_str(&style.dim("Pass --model and the workload (--prompt-tokens, --max-new-tokens, --batch) to price these in bytes.\n"));
+    }
+    if let Some(d) = &r.to_decide {
+        out.push_str(&format!("{} {d}\n", style.bold("To decide:")));
+    }
+    out
+}
+
+fn markdown(r: &ExplainReport) -> String {
+    let mut out = String::new();
+    verdict_block(&mut out, "llm-oom explain", &r.verdict);
+    if let Some(f) = r.findings.first() {
+        out.push_str(&format!(
+            "First fatal line ({}):\n\n```\n{}\n```\n\n",
+            f.line, f.quote
+        ));
+    }
+    md_remedies(&mut out, &r.remedies);
+    if let Some(d) = &r.to_decide {
+        out.push_str(&format!("**To decide:** {d}\n\n"));
+    }
+    out.push_str(&format!(
+        "<sub>llm-oom {} · `llm-oom explain` · {} lines, {} out-of-memory event(s)</sub>\n",
+        r.version,
+        r.lines,
+        r.findings.len()
+    ));
+    out
+}

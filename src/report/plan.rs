@@ -1,0 +1,229 @@
+//! `plan` rendered: the terminal (verdict, where the memory goes, the safe token budget, the
+//! quantization what-if) and Markdown for an issue.
+
+use super::markdown::{remedies as md_remedies, verdict_block};
+use super::percent;
+use super::text::{budget_table, limit_word, remedies, table, Style};
+use super::Render;
+use crate::budget::card::CardSource;
+use crate::budget::Limit;
+use crate::commands::plan::PlanReport;
+use crate::units::{group, Bytes};
+
+impl Render for PlanReport {
+    fn text(&self, style: &Style) -> String {
+        text(self, style)
+    }
+    fn markdown(&self) -> String {
+        markdown(self)
+    }
+}
+
+fn text(r: &PlanReport, style: &Style) -> String {
+    let mut out = String::new();
+    let m = &r.model;
+    let w = &r.workload;
+    let c = &r.components;
+    out.push_str(&format!(
+        "{} {} · {} · {} card ({})\n\n",
+        style.bold("llm-oom plan"),
+        m.name,
+        r.engine.name,
+        Bytes(r.device.vram_bytes),
+        match r.device.source {
+            CardSource::Flag => "--vram".to_string(),
+            CardSource::Nvml => format!(
+                "free on {}",
+                r.device.gpu.as_ref().map_or("GPU", |g| g.name.as_str())
+            ),
+            other => other.to_string(),
+        }
+    ));
+    super::text::verdict_header(&mut out, &r.verdict, style, "FITS", "WOULD OOM");
+    out.push('\n');
+    out.push_str(&format!(
+        "Model     {} · {:.2} B params · {} layers · {} heads / {} KV heads × {} · vocab {}{}\n",
+        m.architecture,
+        m.parameters as f64 / 1e9,
+        m.layers,
+        m.heads,
+        m.kv_heads,
+        m.head_dim,
+        group(m.vocab_size),
+        m.max_position_embeddings
+            .map_or(String::new(), |n| format!(" · context {}", group(n)))
+    ));
+    out.push_str(&format!(
+        "Workload  {} prompt + {} new tokens × {} sequence{} · weights {} · KV cache {}\n",
+        group(w.prompt_tokens),
+        group(w.max_new_tokens),
+        w.batch,
+        if w.batch == 1 { "" } else { "s" },
+        w.weight_dtype,
+        w.kv_dtype
+    ));
+    out.push_str(&format!(
+        "Per token KV cache {} · weights {}\n\n",
+        Bytes(r.kv_cache_bytes_per_token),
+        Bytes(r.weights_bytes)
+    ));
+
+    let phase = c.peak_phase.describe();
+    out.push_str(&style.bold(&format!("Where the memory goes (peak at the {phase})")));
+    out.push('\n');
+    let mut t = table(&["component", "bytes", "share"], 1);
+    for (name, b) in [
+        ("weights", c.weights),
+        ("KV cache", c.kv_cache),
+        ("activations", c.activations),
+        ("allocator", c.allocator),
+        ("CUDA runtime", c.runtime),
+        ("margin", c.margin),
+    ] {
+        t.add_row(vec![
+            name.to_string(),
+            Bytes(b).to_string(),
+            percent(b, r.device.vram_bytes),
+        ]);
+    }
+    t.add_row(vec![
+        "total".to_string(),
+        Bytes(c.total).to_string(),
+        percent(c.total, r.device.vram_bytes),
+    ]);
+    out.push_str(&t.to_string());
+    out.push_str("\n\n");
+
+    remedies(&mut out, &r.remedies, style);
+
+    budget_table(&mut out, &r.budget, w, "Safe token budget", style);
+
+    out.push_str(&style.bold("Quantization what-if"));
+    out.push('\n');
+    let mut t = table(
+        &[
+            "weights as",
+            "engine",
+            "weights",
+            "this workload",
+            "largest context (batch 1)",
+        ],
+        2,
+    );
+    for q in &r.quantization {
+        t.add_row(vec![
+            q.dtype.to_string(),
+            q.engine.to_string(),
+            Bytes(q.weights_bytes).to_string(),
+            format!(
+                "{} {}",
+                if q.fits { "fits" } else { "OOM" },
+                Bytes(q.peak_bytes)
+            ),
+            format!(
+                "{}{}",
+                group(q.max_total_tokens_batch1),
+                if q.limited_by == Limit::Context {
+                    " (model max)"
+                } else {
+                    ""
+                }
+            ),
+        ]);
+    }
+    out.push_str(&t.to_string());
+    out.push_str("\n\n");
+    for n in &r.notes {
+        out.push_str(&style.dim(&format!("note: {n}\n")));
+    }
+    out.push_str(&style.dim(&format!("engine profile: {}\n", r.engine.note)));
+    out
+}
+
+fn markdown(r: &PlanReport) -> String {
+    let mut out = String::new();
+    let (m, w, c) = (&r.model, &r.workload, &r.components);
+    verdict_block(&mut out, &format!("llm-oom plan · {}", m.name), &r.verdict);
+    out.push_str("| | |\n|---|---|\n");
+    out.push_str(&format!(
+        "| model | `{}` ({}, {:.2} B params, {} layers, {} / {} KV heads × {}) |\n",
+        m.name,
+        m.architecture,
+        m.parameters as f64 / 1e9,
+        m.layers,
+        m.heads,
+        m.kv_heads,
+        m.head_dim
+    ));
+    out.push_str(&format!(
+        "| workload | {} prompt + {} new tokens × {} · weights {} · KV {} |\n",
+        group(w.prompt_tokens),
+        group(w.max_new_tokens),
+        w.batch,
+        w.weight_dtype,
+        w.kv_dtype
+    ));
+    out.push_str(&format!(
+        "| card | {} ({}) |\n",
+        Bytes(r.device.vram_bytes),
+        r.device.source
+    ));
+    out.push_str(&format!(
+        "| engine | {} — {} |\n\n",
+        r.engine.name, r.engine.note
+    ));
+
+    out.push_str(
+        "#### Where the memory goes\n\n| component | bytes | share of card |\n|---|--:|--:|\n",
+    );
+    for (name, b) in [
+        ("weights", c.weights),
+        ("KV cache", c.kv_cache),
+        ("activations", c.activations),
+        ("allocator", c.allocator),
+        ("CUDA runtime", c.runtime),
+        ("margin", c.margin),
+        ("**total**", c.total),
+    ] {
+        out.push_str(&format!(
+            "| {name} | {} | {} |\n",
+            Bytes(b),
+            percent(b, r.device.vram_bytes)
+        ));
+    }
+    out.push('\n');
+    md_remedies(&mut out, &r.remedies);
+
+    out.push_str("<details><summary>Safe token budget</summary>\n\n| concurrency | max tokens / request | prompt | new | limited by |\n|--:|--:|--:|--:|---|\n");
+    for row in &r.budget.table {
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            row.concurrency,
+            group(row.max_total_tokens),
+            group(row.prompt_tokens),
+            group(row.new_tokens),
+            limit_word(row.limited_by)
+        ));
+    }
+    out.push_str("\n</details>\n\n<details><summary>Quantization what-if</summary>\n\n| weights as | engine | weights | this workload | largest context (batch 1) |\n|---|---|--:|---|--:|\n");
+    for q in &r.quantization {
+        out.push_str(&format!(
+            "| {} | {} | {} | {} {} | {} |\n",
+            q.dtype,
+            q.engine,
+            Bytes(q.weights_bytes),
+            if q.fits { "fits" } else { "OOM" },
+            Bytes(q.peak_bytes),
+            group(q.max_total_tokens_batch1)
+        ));
+    }
+    out.push_str("\n</details>\n\n");
+    for n in &r.notes {
+        out.push_str(&format!("> note: {n}\n"));
+    }
+    out.push_str(&format!(
+        "<sub>llm-oom {} · `llm-oom plan`</sub>\n",
+        r.version
+    ));
+    out
+}

@@ -1,0 +1,139 @@
+//! What the user asked, typed once at the CLI edge and carried typed through every layer: the
+//! device, the runtime dtype, and the model with its workload.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::dtype::{KvDtype, WeightDtype};
+use crate::error::InputError;
+use crate::estimate::{Engine, Workload};
+use crate::model::Spec;
+
+/// Where the probe runs. Serialised as the user writes it (`cpu`, `cuda:0`), so the probe's
+/// protocol and the JSON contract keep strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum Device {
+    Cpu,
+    Cuda(u32),
+}
+
+impl Device {
+    /// The GPU's ordinal, for NVML and the driver; `None` on the CPU.
+    pub fn gpu(self) -> Option<u32> {
+        match self {
+            Device::Cpu => None,
+            Device::Cuda(n) => Some(n),
+        }
+    }
+}
+
+impl FromStr for Device {
+    type Err = InputError;
+    fn from_str(s: &str) -> Result<Device, InputError> {
+        let t = s.trim().to_ascii_lowercase();
+        if t == "cpu" {
+            return Ok(Device::Cpu);
+        }
+        if t == "cuda" || t == "gpu" {
+            return Ok(Device::Cuda(0));
+        }
+        if let Some(n) = t.strip_prefix("cuda:") {
+            if let Ok(i) = n.parse::<u32>() {
+                return Ok(Device::Cuda(i));
+            }
+        }
+        Err(InputError::Usage(format!(
+            "`{s}` is not a device; use cpu, cuda or cuda:N"
+        )))
+    }
+}
+
+impl TryFrom<String> for Device {
+    type Error = InputError;
+    fn try_from(s: String) -> Result<Device, InputError> {
+        s.parse()
+    }
+}
+
+impl From<Device> for String {
+    fn from(d: Device) -> String {
+        d.to_string()
+    }
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Cpu => f.write_str("cpu"),
+            Device::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+/// A model and a workload as asked; the card to price it on. `plan` takes it whole, `explain`
+/// when the user names a model.
+#[derive(Debug, Clone)]
+pub struct WorkloadRequest {
+    pub model: String,
+    pub dtype: Option<WeightDtype>,
+    pub kv_dtype: Option<KvDtype>,
+    pub prompt_tokens: u64,
+    pub max_new_tokens: u64,
+    pub batch: u64,
+    pub engine: Engine,
+    /// The card to plan for; `None` = the detected GPU's free memory, else an assumed 24 GiB.
+    pub vram: Option<u64>,
+    pub gpu_index: u32,
+}
+
+impl WorkloadRequest {
+    /// The workload on this model: weights in the dtype asked (else the checkpoint's), the KV cache
+    /// in the dtype asked (else the weights' compute dtype).
+    pub fn workload(&self, spec: &Spec) -> Workload {
+        let weight_dtype = self.dtype.unwrap_or(spec.native_dtype);
+        Workload {
+            prompt_tokens: self.prompt_tokens,
+            max_new_tokens: self.max_new_tokens,
+            batch: self.batch,
+            weight_dtype,
+            kv_dtype: self
+                .kv_dtype
+                .unwrap_or_else(|| weight_dtype.compute_kv_dtype()),
+            engine: self.engine,
+        }
+    }
+}
+
+/// Said when prompt + new tokens pass the model's trained context: not a memory question, but
+/// transformers only warns and runs on, so the memory is still priced.
+pub fn past_context(spec: &Spec, w: &Workload) -> Option<String> {
+    let max = spec.max_position_embeddings?;
+    (w.total_tokens() > max).then(|| {
+        InputError::ContextTooLong {
+            model: spec.name.clone(),
+            requested: w.total_tokens(),
+            max,
+        }
+        .to_string()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_parse_once_and_print_as_written() {
+        assert_eq!("cpu".parse::<Device>().ok(), Some(Device::Cpu));
+        assert_eq!("cuda".parse::<Device>().ok(), Some(Device::Cuda(0)));
+        assert_eq!("CUDA:3".parse::<Device>().ok(), Some(Device::Cuda(3)));
+        assert!("cuda:x".parse::<Device>().is_err());
+        assert!("tpu".parse::<Device>().is_err());
+        assert_eq!(Device::Cuda(1).to_string(), "cuda:1");
+        let json = serde_json::to_string(&Device::Cuda(2)).unwrap_or_default();
+        assert_eq!(json, "\"cuda:2\"");
+    }
+}

@@ -1,0 +1,197 @@
+//! Remedy pricing: every change that lowers the predicted peak, priced by running the estimate
+//! again with the change applied; and the advice each cause calls for when no estimate can price
+//! it (the bytes another process holds, the allocator's cached blocks).
+
+use super::remedy::{Change, Remedy};
+use super::Cause;
+use crate::budget::Planner;
+use crate::dtype::{KvDtype, WeightDtype};
+use crate::estimate::{Engine, Estimate, Profile, Workload};
+use crate::units::GIB;
+
+/// Card sizes a "use a larger GPU" remedy names (GiB): 4090/3090, 5090, A100-40, L40S/A6000,
+/// H100/A100-80, H100 NVL, H200, B200.
+const CARDS_GIB: [u64; 8] = [24, 32, 40, 48, 80, 94, 141, 192];
+
+/// Every change that lowers the peak, priced by re-running the estimate; those that make it fit
+/// first, cheapest first.
+pub fn price(planner: &Planner, w: &Workload, est: &Estimate) -> Vec<Remedy> {
+    let vram = planner.vram;
+    let mut out = Vec::new();
+    let mut try_change = |change: Change, alt: Workload| {
+        let new = planner.estimate(&alt).total;
+        if new < est.total {
+            out.push(Remedy::new(change, w.engine, est.total, new, vram));
+        }
+    };
+    let fits = |alt: &Workload| planner.fits(alt);
+    // A remedy never suggests more context than the model was trained for.
+    let context = planner.spec.max_position_embeddings.unwrap_or(u64::MAX);
+    let prompt_cap = w
+        .prompt_tokens
+        .saturating_sub(1)
+        .min(context.saturating_sub(w.max_new_tokens));
+    let new_cap = w
+        .max_new_tokens
+        .saturating_sub(1)
+        .min(context.saturating_sub(w.prompt_tokens));
+    if let Some(p) = crate::budget::largest(1, prompt_cap, |p| {
+        fits(&Workload {
+            prompt_tokens: p,
+            ..*w
+        })
+    }) {
+        try_change(
+            Change::TruncatePrompt(p),
+            Workload {
+                prompt_tokens: p,
+                ..*w
+            },
+        );
+    }
+    if let Some(n) = crate::budget::largest(1, new_cap, |n| {
+        fits(&Workload {
+            max_new_tokens: n,
+            ..*w
+        })
+    }) {
+        try_change(
+            Change::CapNewTokens(n),
+            Workload {
+                max_new_tokens: n,
+                ..*w
+            },
+        );
+    }
+    if w.batch > 1 {
+        if let Some(b) =
+            crate::budget::largest(1, w.batch - 1, |b| fits(&Workload { batch: b, ..*w }))
+        {
+            try_change(Change::LimitConcurrency(b), Workload { batch: b, ..*w });
+        }
+    }
+    if w.engine == Engine::TransformersEager {
+        try_change(
+            Change::UseSdpa,
+            Workload {
+                engine: Engine::Transformers,
+                ..*w
+            },
+        );
+    }
+    if w.weight_dtype == WeightDtype::F32 {
+        try_change(
+            Change::HalfPrecision(WeightDtype::Bf16),
+            Workload {
+                weight_dtype: WeightDtype::Bf16,
+                kv_dtype: KvDtype::Bf16,
+                ..*w
+            },
+        );
+    }
+    match w.engine {
+        Engine::Vllm if w.kv_dtype.elem_bytes().as_f64() > 1.0 => try_change(
+            Change::QuantizeKv(KvDtype::Fp8),
+            Workload {
+                kv_dtype: KvDtype::Fp8,
+                ..*w
+            },
+        ),
+        Engine::LlamaCpp if w.kv_dtype.elem_bytes().as_f64() > 1.1 => try_change(
+            Change::QuantizeKv(KvDtype::Q8_0),
+            Workload {
+                kv_dtype: KvDtype::Q8_0,
+                ..*w
+            },
+        ),
+        _ => {}
+    }
+    let quants: &[&str] = match w.engine {
+        Engine::LlamaCpp => &["q4_k_m"],
+        Engine::Candle => &["q8_0", "q4_k_m"],
+        _ => &["int8", "nf4"],
+    };
+    for q in quants {
+        if let Ok(d) = q.parse::<WeightDtype>() {
+            if crate::estimate::weight_bytes(planner.spec, d) < est.weights {
+                let kv_dtype = if w.kv_dtype == w.weight_dtype.compute_kv_dtype() {
+                    d.compute_kv_dtype()
+                } else {
+                    w.kv_dtype
+                };
+                try_change(
+                    Change::QuantizeWeights(d),
+                    Workload {
+                        weight_dtype: d,
+                        kv_dtype,
+                        ..*w
+                    },
+                );
+            }
+        }
+    }
+    if w.engine == Engine::Vllm {
+        // Spend the 10 % vLLM leaves unused by default, down to 5 %.
+        let p = Profile::of(Engine::Vllm);
+        let freed = ((0.95 - p.memory_fraction) * vram as f64) as u64;
+        let new = est.total.saturating_sub(freed);
+        out.push(Remedy::new(
+            Change::RaiseUtilization(95),
+            w.engine,
+            est.total,
+            new,
+            vram,
+        ));
+    }
+    // The smallest common card this workload fits on.
+    if est.total > vram {
+        if let Some(gib) = CARDS_GIB.iter().copied().find(|g| {
+            let card = g * GIB;
+            card > vram && planner.on_card(card).fits(w)
+        }) {
+            let card = gib * GIB;
+            let new = planner.on_card(card).estimate(w).total;
+            out.push(Remedy::new(
+                Change::LargerGpu(card),
+                w.engine,
+                est.total,
+                new,
+                card,
+            ));
+        }
+    }
+    // Those that make it fit first; within each group, the order above is cheapest first.
+    out.sort_by_key(|r| !r.fits());
+    out
+}
+
+/// Advice that comes before the priced remedies: what no estimate of the workload sees (the
+/// memory other processes hold, the allocator's cached blocks).
+pub fn advice_first(cause: Cause, engine: Engine, others_hold: Option<u64>) -> Vec<Remedy> {
+    match cause {
+        Cause::OtherProcess => vec![Remedy::advice(
+            Change::FreeOtherProcesses,
+            engine,
+            others_hold,
+        )],
+        Cause::Fragmentation => vec![Remedy::advice(Change::AllocatorSettings, engine, None)],
+        Cause::HostMemory => vec![Remedy::advice(Change::MoreHostMemory, engine, None)],
+        _ => Vec::new(),
+    }
+}
+
+/// Advice after the priced remedies: what a cause names but the estimate cannot price.
+pub fn advice_last(cause: Cause, engine: Engine) -> Vec<Remedy> {
+    match cause {
+        Cause::Activations => vec![Remedy::advice(Change::ChunkedPrefill(0), engine, None)],
+        Cause::Weights => vec![Remedy::advice(Change::CpuOffload, engine, None)],
+        Cause::KvCache if engine != Engine::Vllm && engine != Engine::LlamaCpp => {
+            vec![Remedy::advice(
+                Change::QuantizeKv(KvDtype::Q4_0),
+                engine,
+                None,
+            )]
+        }
+        _ => Vec::new(),
+    }
+}
