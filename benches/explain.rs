@@ -1,8 +1,8 @@
 //! Parsing cost per byte of log: `explain` must stay linear in the log's size.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use llm_oom::commands::explain::{explain, ExplainRequest};
 use llm_oom::estimate::Engine;
-use llm_oom::explain::{explain, ExplainRequest};
 
 fn bench(c: &mut Criterion) {
     let oom = include_bytes!("../tests/fixtures/logs/pytorch_threads.log");

@@ -3,7 +3,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use llm_oom::estimate::Engine;
-use llm_oom::explain::{explain, ExplainRequest};
+use llm_oom::commands::explain::{explain, ExplainRequest};
 
 fuzz_target!(|data: &[u8]| {
     let req = ExplainRequest { plan: None, engine: Engine::Transformers };
