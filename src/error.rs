@@ -12,6 +12,9 @@ pub enum Error {
     OutOfMemory(String),
     #[error("internal error: {0}")]
     Internal(String),
+    /// An engine the probe would run in is not installed (python3 without torch or transformers).
+    #[error("{0}")]
+    EngineUnavailable(String),
 }
 
 impl Error {
@@ -20,7 +23,7 @@ impl Error {
         match self {
             Error::Input(_) => 2,
             Error::OutOfMemory(_) => 1,
-            Error::Internal(_) => 3,
+            Error::Internal(_) | Error::EngineUnavailable(_) => 3,
         }
     }
 }

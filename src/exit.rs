@@ -44,7 +44,7 @@ impl From<&crate::Error> for ExitStatus {
         match e {
             crate::Error::Input(_) => ExitStatus::BadInput,
             crate::Error::OutOfMemory(_) => ExitStatus::OutOfMemory,
-            crate::Error::Internal(_) => ExitStatus::Failure,
+            crate::Error::Internal(_) | crate::Error::EngineUnavailable(_) => ExitStatus::Failure,
         }
     }
 }

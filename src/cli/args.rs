@@ -246,6 +246,10 @@ pub struct DiagnoseArgs {
     /// Give up on a stage that takes longer than this many seconds.
     #[arg(long, default_value_t = 300)]
     pub stage_timeout: u64,
+    /// The Python whose torch and transformers run the stages for `--engine transformers`
+    /// (default: $LLM_OOM_PYTHON, else python3). Without them the answer is predicted.
+    #[arg(long, value_name = "PATH")]
+    pub python: Option<std::path::PathBuf>,
     /// Also draw memory by stage as an SVG file.
     #[arg(long)]
     pub svg: Option<std::path::PathBuf>,

@@ -66,6 +66,10 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<ExitStatus> {
         random_weights: args.random_weights,
         quantize: args.quantize.as_deref().map(str::parse).transpose()?,
         exe,
+        python: args
+            .python
+            .clone()
+            .unwrap_or_else(llm_oom::commands::diagnose::engine::default_python),
         stage_timeout: Duration::from_secs(args.stage_timeout.max(1)),
     };
     let interactive = !matches!(format, Format::Json) && std::io::stderr().is_terminal();

@@ -4,7 +4,6 @@
 //! for, and NVML is asked whether it left memory on the GPU.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
@@ -12,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::launcher::Launcher;
 use super::protocol::{Hello, OomFacts, Outcome, Setup, Task, TaskResult};
 use crate::error::{Error, InputError, Result};
 use crate::meter::host::Part;
@@ -47,7 +47,7 @@ struct Running {
 }
 
 pub struct Session {
-    exe: PathBuf,
+    launcher: Launcher,
     setup: Setup,
     timeout: Duration,
     gpu_index: Option<u32>,
@@ -59,15 +59,27 @@ pub struct Session {
     pub children: Vec<ChildRecord>,
 }
 
+/// A Python child that cannot import its engine says so in one JSON line instead of a greeting.
+fn unavailable(line: &str) -> Option<Error> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    (v.get("kind")?.as_str()? == "missing_python_package").then(|| {
+        Error::EngineUnavailable(
+            v.get("error")
+                .and_then(|e| e.as_str())
+                .unwrap_or("the engine is not installed")
+                .to_string(),
+        )
+    })
+}
+
 /// Stderr kept per child: its last words are what matters.
 const STDERR_KEEP: usize = 64 << 10;
 
 impl Session {
-    /// `exe` is the llm-oom binary (the CLI passes its own path).
-    pub fn new(exe: PathBuf, setup: Setup, timeout: Duration) -> Session {
+    pub fn new(launcher: Launcher, setup: Setup, timeout: Duration) -> Session {
         let gpu_index = setup.device.gpu();
         Session {
-            exe,
+            launcher,
             setup,
             timeout,
             gpu_index,
@@ -81,13 +93,11 @@ impl Session {
     fn spawn(&mut self) -> Result<()> {
         let setup =
             serde_json::to_string(&self.setup).map_err(|e| Error::Internal(e.to_string()))?;
-        let mut child = Command::new(&self.exe)
-            .arg("__probe")
+        let mut child = Command::new(&self.launcher.program)
+            .args(&self.launcher.args)
             .arg("--setup")
             .arg(setup)
-            // Library errors would capture (and cache the symbols of) a backtrace each: tens of
-            // MB held for good, which the meters would count as the workload's.
-            .env("RUST_LIB_BACKTRACE", "0")
+            .envs(self.launcher.env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -95,7 +105,7 @@ impl Session {
             .map_err(|e| {
                 Error::Internal(format!(
                     "cannot start the probe ({}): {e}",
-                    self.exe.display()
+                    self.launcher.program.display()
                 ))
             })?;
         let (Some(stdin), Some(stdout), Some(mut err)) =
@@ -136,9 +146,17 @@ impl Session {
         };
         match running.lines.recv_timeout(self.timeout) {
             Ok(line) => {
-                let hello: Hello = serde_json::from_str(&line).map_err(|e| {
-                    Error::Internal(format!("the probe greeted with {line:?} ({e})"))
-                })?;
+                let hello: Hello = match serde_json::from_str(&line) {
+                    Ok(h) => h,
+                    Err(e) => {
+                        let _ = running.child.kill();
+                        let status = running.child.wait().ok();
+                        self.record(running.child.id(), status);
+                        return Err(unavailable(&line).unwrap_or_else(|| {
+                            Error::Internal(format!("the probe greeted with {line:?} ({e})"))
+                        }));
+                    }
+                };
                 if self.hello.is_none() {
                     self.hello = Some(hello);
                 }

@@ -6,6 +6,7 @@
 //! (→ the largest prompt and batch with `--find-limits`). A stage after an out-of-memory is skipped
 //! with the reason.
 
+pub mod engine;
 mod environment;
 pub mod fit;
 pub mod limits;
@@ -28,6 +29,7 @@ use crate::exit::ExitStatus;
 use crate::meter::gpu::GpuInfo;
 use crate::meter::Meter;
 use crate::model::{facts, ModelFacts};
+use crate::probe::launcher::Launcher;
 use crate::probe::protocol::{Hello, Outcome, Setup, Task};
 use crate::probe::session::{ChildRecord, Session};
 use crate::request::Device;
@@ -37,6 +39,7 @@ use crate::verdict::measured::{classify, CardFacts, StageRecord};
 use crate::verdict::pricing::{advice_first, advice_last, price};
 use crate::verdict::{Cause, Remedy, Verdict};
 
+use engine::{corrected_card, Mode, ProbeKind};
 use environment::Environment;
 use fit::{fit, FitInput};
 pub use limits::FoundLimits;
@@ -60,8 +63,10 @@ pub struct DiagnoseRequest {
     pub random_weights: bool,
     /// Quantize the linear layers at load, to run the quantization remedy.
     pub quantize: Option<Quantize>,
-    /// The llm-oom binary that runs the stages (`__probe`).
+    /// The llm-oom binary that runs the candle stages (`__probe`).
     pub exe: PathBuf,
+    /// The Python whose torch and transformers run the transformers stages.
+    pub python: PathBuf,
     pub stage_timeout: Duration,
 }
 
@@ -127,7 +132,9 @@ pub struct DiagnoseReport {
     pub model: ModelFacts,
     pub workload: Workload,
     pub device: ProbeDevice,
-    /// The probe's runtime: candle, with sliced (SDPA-like) or eager attention.
+    /// Which probe answered: the user's engine measured, or its profile predicted on this card.
+    pub mode: Mode,
+    /// The probe's runtime: transformers or candle, its dtype, device and attention.
     pub probe: String,
     pub stages: Vec<StageRecord>,
     pub weights_bytes: u64,
@@ -182,10 +189,32 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
     let mut prep = prepare(req)?;
     progress.stage("environment");
     let env = Environment::read(req.device, &mut prep.notes);
-    let mut session = Session::new(req.exe.clone(), setup(req, &prep, &env), req.stage_timeout);
+    let mut setup = setup(req, &prep, &env);
+    let (launcher, model_dir) = match engine::choose(req.engine, &prep.source) {
+        ProbeKind::Candle => {
+            crate::runtime::weights::check_supported(&prep.spec)
+                .map_err(crate::runtime::setup::runtime_err)?;
+            (Launcher::candle(req.exe.clone()), None)
+        }
+        ProbeKind::Transformers => {
+            let dir = engine::model_dir(&req.model, &prep.source, req.random_weights)?;
+            setup.model = dir.path.display().to_string();
+            setup.random_weights = dir.random_weights;
+            setup.quantize = None;
+            (Launcher::transformers(&req.python)?, Some(dir))
+        }
+        ProbeKind::Predicted(why) => return Ok(predicted(req, prep, env, why, started)),
+    };
+    let mut session = Session::new(launcher, setup, req.stage_timeout);
 
     progress.stage("load");
-    let load = session.run(&Task::Load)?;
+    let load = match session.run(&Task::Load) {
+        Err(Error::EngineUnavailable(why)) => {
+            let why = format!("{why}: install them (pip install torch transformers) or pass --python to measure in transformers itself");
+            return Ok(predicted(req, prep, env, why, started));
+        }
+        other => other?,
+    };
     let hello = session
         .hello
         .clone()
@@ -209,23 +238,38 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
         weights_bytes: prep.expected_weights,
     };
     let mut verdict = classify(&m.stages, &card);
-    let measured = m.loaded.then(|| measure(&prep, &m, on_gpu)).flatten();
-    if measured.is_none() && m.loaded {
+    context_finding(&mut verdict, &prep);
+    let transformers = model_dir.is_some();
+    let measured = (m.loaded && !transformers)
+        .then(|| measure(&prep, &m, on_gpu))
+        .flatten();
+    if measured.is_none() && m.loaded && !transformers {
         prep.notes.push("the first-token stage did not finish, so the budget below the card is not measured; `llm-oom plan` predicts it".into());
     }
     let capacity = hello.capacity_bytes;
-    let planner = Planner {
-        spec: &prep.spec,
-        vram: capacity,
-        measured: measured.as_ref(),
-    };
     let profile = Planner::new(&prep.spec, capacity);
-    let pricing = if measured.is_some() {
-        &planner
-    } else {
-        &profile
+    // transformers: its profile on the card corrected by what transformers measured here;
+    // candle: the peak model fitted to the candle stages.
+    let corrected = Planner::new(
+        &prep.spec,
+        corrected_card(&profile, &prep.workload, &m.stages),
+    );
+    let planner = match (&measured, transformers) {
+        (_, true) => corrected,
+        (Some(mm), false) => Planner {
+            spec: &prep.spec,
+            vram: capacity,
+            measured: Some(mm),
+        },
+        (None, false) => profile.on_card(capacity),
     };
-    let mut remedies = remedies(&verdict, pricing, &prep.workload, &env);
+    // A budget is claimed only from what ran: a generation stage in transformers, the fit in candle.
+    let ran = m
+        .stages
+        .iter()
+        .any(|s| s.outcome == Outcome::Ok && matches!(s.name, crate::verdict::Stage::FirstToken));
+    let priced = (transformers && ran) || measured.is_some();
+    let mut remedies = remedies(&verdict, &planner, &prep.workload, &env);
 
     let limits = if req.find_limits && m.loaded {
         progress.stage("limits");
@@ -247,9 +291,11 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
         verification = rerun;
     }
     let children = finish(session, &mut prep.notes);
+    drop(model_dir);
     if verdict.cause == Cause::Unknown {
         verdict.summary = format!("unknown: {}", verdict.summary);
     }
+    let probe = probe_name(&prep, req, &hello, transformers);
     Ok(DiagnoseReport {
         command: "diagnose",
         version: env!("CARGO_PKG_VERSION"),
@@ -258,20 +304,12 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
         model: facts(&prep.spec, prep.source.clone()),
         workload: prep.workload,
         device: probe_device(req, &hello, env),
-        probe: format!(
-            "candle {} on {}, {} attention, preallocated KV cache",
-            prep.dtype,
-            req.device,
-            if prep.eager {
-                "eager"
-            } else {
-                "sliced (SDPA-like)"
-            }
-        ),
+        mode: Mode::Measured,
+        probe,
         stages: m.stages,
         weights_bytes: m.weights_tensors,
         kv_cache_bytes_per_token: kv_bytes_per_token(&prep.spec, prep.dtype.kv()),
-        budget: measured.as_ref().map(|_| planner.budget(&prep.workload)),
+        budget: priced.then(|| planner.budget(&prep.workload)),
         measured,
         limits,
         verification,
@@ -281,6 +319,104 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
         seconds: started.elapsed().as_secs_f64(),
         notes: prep.notes,
     })
+}
+
+fn probe_name(prep: &Prepared, req: &DiagnoseRequest, hello: &Hello, transformers: bool) -> String {
+    if transformers {
+        let attn = if prep.eager { "eager" } else { "sdpa" };
+        return format!(
+            "transformers {} on {}, {attn} attention, its own DynamicCache ({} meter)",
+            prep.dtype,
+            req.device,
+            hello.meter.as_str()
+        );
+    }
+    format!(
+        "candle {} on {}, {} attention, preallocated KV cache",
+        prep.dtype,
+        req.device,
+        if prep.eager {
+            "eager"
+        } else {
+            "sliced (SDPA-like)"
+        }
+    )
+}
+
+/// A workload past the model's trained context is a finding of the verdict, not a footnote.
+fn context_finding(verdict: &mut Verdict, prep: &Prepared) {
+    if let Some(why) = crate::request::past_context(&prep.spec, &prep.workload) {
+        verdict.evidence.insert(
+            0,
+            crate::verdict::Evidence::text(format!("past the context: {why}")),
+        );
+    }
+}
+
+/// Nothing ran in the user's engine: its profile on this card answers, labelled `predicted`.
+fn predicted(
+    req: &DiagnoseRequest,
+    mut prep: Prepared,
+    env: Environment,
+    why: String,
+    started: Instant,
+) -> DiagnoseReport {
+    let capacity = req.vram_limit.unwrap_or_else(|| match &env.gpu {
+        Some(g) => g.free_bytes,
+        None => env.host.map_or(24 << 30, |h| h.1),
+    });
+    let profile = Planner::new(&prep.spec, capacity);
+    let f = crate::verdict::predicted::forecast(&profile, &prep.workload);
+    let mut verdict = f.verdict;
+    verdict.summary = format!("predicted — {}", verdict.summary);
+    context_finding(&mut verdict, &prep);
+    prep.notes
+        .insert(0, format!("predicted, not measured: {why}"));
+    let hello = Hello {
+        pid: 0,
+        device: req.device,
+        meter: Meter::HostAllocator,
+        base_bytes: 0,
+        ballast_bytes: 0,
+        capacity_bytes: capacity,
+        device_total: env.gpu.as_ref().map(|g| g.total_bytes),
+        device_free: env.gpu.as_ref().map(|g| g.free_bytes),
+        notes: Vec::new(),
+    };
+    let stages = [
+        crate::verdict::Stage::Load,
+        crate::verdict::Stage::FirstToken,
+        crate::verdict::Stage::LongGeneration,
+        crate::verdict::Stage::Concurrency,
+        crate::verdict::Stage::Fragmentation,
+    ]
+    .into_iter()
+    .map(|s| StageRecord::skipped(s, "predicted: nothing ran in the user's engine"))
+    .collect();
+    let engine_name = req.engine.to_string();
+    DiagnoseReport {
+        command: "diagnose",
+        version: env!("CARGO_PKG_VERSION"),
+        verdict,
+        remedies: f.remedies,
+        model: facts(&prep.spec, prep.source.clone()),
+        workload: prep.workload,
+        device: probe_device(req, &hello, env),
+        mode: Mode::Predicted,
+        probe: format!("predicted: the {engine_name} profile on this card"),
+        stages,
+        weights_bytes: f.estimate.weights,
+        kv_cache_bytes_per_token: kv_bytes_per_token(&prep.spec, prep.dtype.kv()),
+        budget: Some(profile.budget(&prep.workload)),
+        measured: None,
+        limits: None,
+        verification: None,
+        prediction: prediction(&profile, &prep.workload, req.engine),
+        children: Vec::new(),
+        warmup_seconds: None,
+        seconds: started.elapsed().as_secs_f64(),
+        notes: prep.notes,
+    }
 }
 
 /// How the child is configured, for all its tasks.

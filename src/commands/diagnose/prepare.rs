@@ -7,7 +7,7 @@ use crate::error::{InputError, Result};
 use crate::estimate::{Engine, Workload};
 use crate::model::{resolve, ModelSource, Spec};
 use crate::request::past_context;
-use crate::runtime::setup::{runtime_err, runtime_weight_bytes, weight_source};
+use crate::runtime::setup::{runtime_weight_bytes, weight_source};
 use crate::runtime::weights::{Quantize, WeightSource};
 
 pub struct Prepared {
@@ -28,7 +28,6 @@ pub struct Prepared {
 pub fn prepare(req: &DiagnoseRequest) -> Result<Prepared> {
     let resolved = resolve(&req.model)?;
     let spec = resolved.spec;
-    crate::runtime::weights::check_supported(&spec).map_err(runtime_err)?;
     let weights = weight_source(&resolved.source, req.random_weights)?;
     let gguf = matches!(weights, WeightSource::Gguf(_));
     let dtype = match req.dtype {

@@ -1,0 +1,152 @@
+//! Which probe answers for the user's engine, and how its measurements become the budget.
+//!
+//! - `--engine candle`: llm-oom's own runtime is the user's engine; the candle probe answers.
+//! - `--engine transformers` / `transformers-eager`: the user's own transformers, in a Python
+//!   child of the same protocol, when `python3` (or `--python`) imports torch and transformers.
+//! - otherwise (vLLM, llama.cpp, a GGUF file, transformers not installed): the engine's calibrated
+//!   profile evaluated on this card, labelled `predicted`, with what to install to measure.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::budget::Planner;
+use crate::error::{Error, Result};
+use crate::estimate::{Engine, Workload};
+use crate::model::{presets, ModelSource, SourceKind};
+use crate::probe::protocol::Outcome;
+use crate::verdict::measured::StageRecord;
+use crate::verdict::Stage;
+
+/// Who produced the answer, as the report says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// The stages ran in the user's engine (transformers, or candle for `--engine candle`).
+    Measured,
+    /// The engine's profile on this card: nothing ran in the user's engine.
+    Predicted,
+}
+
+pub enum ProbeKind {
+    Candle,
+    Transformers,
+    Predicted(String),
+}
+
+pub fn choose(engine: Engine, source: &ModelSource) -> ProbeKind {
+    match engine {
+        Engine::Candle => ProbeKind::Candle,
+        Engine::Transformers | Engine::TransformersEager => match source.kind {
+            SourceKind::Gguf => ProbeKind::Predicted(
+                "a GGUF file is not a transformers checkpoint; pass its Hugging Face folder to measure transformers, or --engine llama.cpp".into(),
+            ),
+            _ => ProbeKind::Transformers,
+        },
+        other => ProbeKind::Predicted(format!(
+            "llm-oom does not run {other} itself; the {other} profile is evaluated on this card"
+        )),
+    }
+}
+
+/// The folder the transformers child loads: the checkpoint's own (its weights are read with
+/// `from_pretrained`), or a private folder with the config alone (random weights of the real
+/// shapes, drawn on the device), which is removed when dropped.
+pub struct ModelDir {
+    pub path: PathBuf,
+    pub random_weights: bool,
+    scratch: Option<PathBuf>,
+}
+
+impl Drop for ModelDir {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.scratch {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+pub fn model_dir(model: &str, source: &ModelSource, random: bool) -> Result<ModelDir> {
+    let config_dir = source
+        .path
+        .as_deref()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf);
+    let named_config = source
+        .path
+        .as_deref()
+        .and_then(Path::file_name)
+        .is_some_and(|n| n == "config.json");
+    if let (Some(dir), SourceKind::Directory | SourceKind::ConfigFile | SourceKind::HfCache, true) =
+        (&config_dir, source.kind, named_config)
+    {
+        let has_weights = crate::runtime::weights::checkpoint_files(dir)
+            .map(|f| !f.is_empty())
+            .unwrap_or(false);
+        return Ok(ModelDir {
+            path: dir.clone(),
+            random_weights: random || !has_weights,
+            scratch: None,
+        });
+    }
+    // A preset or a config.json fetched from the hub: the config alone, in a folder of ours.
+    let json = match (source.kind, source.path.as_deref()) {
+        (SourceKind::Preset, _) => presets::find(model).map(|(_, j)| j.to_string()),
+        (_, Some(p)) => std::fs::read_to_string(p).ok(),
+        _ => None,
+    }
+    .ok_or_else(|| Error::Internal(format!("no config.json to give transformers for {model}")))?;
+    let dir = std::env::temp_dir().join(format!("llm-oom-model-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(dir.join("config.json"), json))
+        .map_err(|e| Error::Internal(format!("cannot write {}: {e}", dir.display())))?;
+    Ok(ModelDir {
+        path: dir.clone(),
+        random_weights: true,
+        scratch: Some(dir),
+    })
+}
+
+/// The card the engine's profile must be priced on so that it agrees with what the engine did:
+/// every stage that ran lowers it by what the profile under-predicted (or raises it by what it
+/// over-predicted, at the worst stage), and every stage that ran out of memory caps it below the
+/// profile's peak for that workload — so the budget never claims a size that ran out.
+pub fn corrected_card(profile: &Planner, w: &Workload, stages: &[StageRecord]) -> u64 {
+    let capacity = profile.vram as i128;
+    let mut worst: Option<i128> = None;
+    let mut cap = i128::MAX;
+    for s in stages.iter().filter(|s| {
+        matches!(
+            s.name,
+            Stage::FirstToken | Stage::LongGeneration | Stage::Concurrency
+        )
+    }) {
+        let (Some(p), Some(n), Some(b)) = (s.prompt_tokens, s.new_tokens, s.batch) else {
+            continue;
+        };
+        let at = Workload {
+            prompt_tokens: p,
+            max_new_tokens: n,
+            batch: b,
+            ..*w
+        };
+        let predicted = profile.estimate(&at).total as i128;
+        match s.outcome {
+            Outcome::Ok => {
+                let under = s.memory.peak as i128 - predicted;
+                worst = Some(worst.map_or(under, |x: i128| x.max(under)));
+            }
+            Outcome::Oom => cap = cap.min(predicted - 1),
+            _ => {}
+        }
+    }
+    let card = capacity - worst.unwrap_or(0);
+    card.min(cap).clamp(0, u64::MAX as i128) as u64
+}
+
+/// `LLM_OOM_PYTHON`, else `python3`.
+pub fn default_python() -> PathBuf {
+    std::env::var_os("LLM_OOM_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("python3"))
+}
