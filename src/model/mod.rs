@@ -1,8 +1,12 @@
 //! What a model is, as far as memory is concerned: its `Spec`, and where `--model` finds it.
 
 pub mod config;
+pub mod families;
 pub mod gguf;
+pub mod guard;
+pub mod layout;
 pub mod presets;
+pub mod quant;
 pub mod source;
 pub mod spec;
 pub mod tokenizer;
