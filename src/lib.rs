@@ -6,6 +6,7 @@
 //! and prints.
 
 pub mod budget;
+pub mod cards;
 pub mod diagnose;
 pub mod diagnosis;
 pub mod dtype;

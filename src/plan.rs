@@ -9,7 +9,7 @@ use crate::diagnosis::{Cause, Contributing, Evidence, Remedy, Stage, Verdict};
 use crate::dtype::{KvDtype, WeightDtype};
 use crate::error::{InputError, Result};
 use crate::estimate::{
-    kv_bytes_per_token, Calibration, Engine, Estimate, Phase, Profile, Workload,
+    kv_bytes_per_token_at, CachePolicy, Calibration, Engine, Estimate, Phase, Profile, Workload,
 };
 use crate::meter::gpu::{read_gpu, GpuInfo};
 use crate::model::{resolve, ModelSource, ResolvedModel, Spec};
@@ -155,7 +155,12 @@ pub fn plan_for(req: &PlanRequest, resolved: ResolvedModel) -> Result<PlanReport
             note: profile.calibration_note(),
         },
         weights_bytes: est.weights,
-        kv_cache_bytes_per_token: kv_bytes_per_token(&spec, kv_dtype),
+        kv_cache_bytes_per_token: kv_bytes_per_token_at(
+            &spec,
+            kv_dtype,
+            CachePolicy::of(req.engine),
+            0,
+        ),
         kv_cache_bytes: est.kv_cache_full,
         components: est,
         quantization: planner.quantization_what_if(&w),
@@ -166,6 +171,7 @@ pub fn plan_for(req: &PlanRequest, resolved: ResolvedModel) -> Result<PlanReport
 
 fn device_facts(req: &PlanRequest, notes: &mut Vec<String>) -> DeviceFacts {
     if let Some(v) = req.vram {
+        notes.extend(crate::cards::describe(v).map(|d| format!("planned for {d}")));
         return DeviceFacts {
             vram_bytes: v,
             source: "flag",

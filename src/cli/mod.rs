@@ -15,7 +15,6 @@ use llm_oom::model::presets::PRESETS;
 use llm_oom::plan::{plan, PlanRequest};
 use llm_oom::report::text::Style;
 use llm_oom::report::{self, Format};
-use llm_oom::units::Bytes;
 use llm_oom::watch::{watch, WatchRequest};
 
 pub fn run(cli: Cli) -> Result<i32> {
@@ -220,7 +219,7 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
         vram: a
             .vram
             .as_deref()
-            .map(|s| s.parse::<Bytes>().map(|b| b.0))
+            .map(|s| llm_oom::cards::parse_vram(s).map(|v| v.bytes))
             .transpose()?,
         gpu_index: a.gpu,
     })
