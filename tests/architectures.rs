@@ -312,3 +312,18 @@ fn hybrids_size_every_layer_kind() {
     assert_eq!(kv_bytes_per_token(&g, KvDtype::Bf16), 2 * 32 * 2);
     assert_eq!(g.state_groups()[0].layers, 3);
 }
+
+#[test]
+fn sizes_that_overflow_are_a_config_error_not_a_panic() {
+    let r = parse(
+        r#"{"model_type":"deepseek_v3","hidden_size":7168,"num_hidden_layers":61,"num_attention_heads":128,
+        "vocab_size":129280,"intermediate_size":18432,"moe_intermediate_size":2048,
+        "n_routed_experts":18446744073709551615}"#,
+    );
+    assert!(matches!(r, Err(InputError::BadField { .. })), "{r:?}");
+    let j = parse(
+        r#"{"model_type":"jamba","hidden_size":4096,"num_hidden_layers":32,"num_attention_heads":32,"vocab_size":65536,
+        "intermediate_size":14336,"mamba_d_state":9223372036854775807}"#,
+    );
+    assert!(matches!(j, Err(InputError::BadField { .. })), "{j:?}");
+}

@@ -87,7 +87,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
         t.vector(kv_a, layers);
         t.vector(h, layers);
     }
-    t.vector(h, 2 * layers);
+    t.vector(h, layers.saturating_mul(2));
     t.gated_mlp(h, inter, dense, false);
     if sparse > 0 {
         t.add(Role::Router, routed, h, sparse);

@@ -49,9 +49,9 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     mixer.add(r, &mut t, layers)?;
     t.gated_mlp(h, inter, layers, false);
     if r.bool("mlp_bias").unwrap_or(false) {
-        t.vector(2 * inter + h, layers);
+        t.vector(inter.saturating_mul(2).saturating_add(h), layers);
     }
-    t.vector(h, 2 * layers);
+    t.vector(h, layers.saturating_mul(2));
     let tensors = finish(r, "num_hidden_layers", t)?;
     Ok(Built {
         hidden: h,

@@ -40,7 +40,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     }
     .add(r, &mut t, layers)?;
     t.vector(heads, layers); // sinks
-    t.vector(h, 2 * layers);
+    t.vector(h, layers.saturating_mul(2));
     t.add(Role::Router, experts, h, layers);
     t.vector(experts, layers);
     let n = mul(r, "num_local_experts", experts, layers)?;

@@ -60,7 +60,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     }
     .add(r, &mut t, attention)?;
     mixer.add(r, &mut t, mamba)?;
-    t.vector(h, 2 * layers);
+    t.vector(h, layers.saturating_mul(2));
     // shared MLP: input_linear is gate and up in one matrix
     t.add(
         Role::MlpUp,

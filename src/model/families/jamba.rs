@@ -69,18 +69,23 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     if r.bool("mamba_conv_bias").unwrap_or(true) {
         t.vector(inner, mamba);
     }
-    t.add(Role::Mixer, dt_rank + 2 * d_state, inner, mamba);
+    t.add(
+        Role::Mixer,
+        dt_rank.saturating_add(d_state.saturating_mul(2)),
+        inner,
+        mamba,
+    );
     t.add(Role::Mixer, inner, dt_rank, mamba);
     t.vector(inner, mamba); // dt_proj bias
     t.vector(mul(r, "mamba_d_state", inner, d_state)?, mamba); // A_log
     t.vector(inner, mamba); // D
     t.add(Role::Mixer, h, inner, mamba);
     if proj_bias {
-        t.vector(2 * inner, mamba);
+        t.vector(inner.saturating_mul(2), mamba);
         t.vector(h, mamba);
     }
-    t.vector(dt_rank + 2 * d_state, mamba); // dt, B, C layernorms
-    t.vector(h, 2 * layers);
+    t.vector(dt_rank.saturating_add(d_state.saturating_mul(2)), mamba); // dt, B, C layernorms
+    t.vector(h, layers.saturating_mul(2));
     t.gated_mlp(h, inter, layers - sparse, false);
     t.add(Role::Router, experts, h, sparse);
     t.gated_mlp(h, inter, mul(r, "num_experts", experts, sparse)?, true);

@@ -30,7 +30,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     let tie = r.bool("tie_word_embeddings").unwrap_or(false);
 
     // Llama4TextConfig: moe_layers = range(step - 1, layers, step) unless given.
-    let moe_layers: Vec<u64> = match r.get("moe_layers").and_then(Value::as_array) {
+    let mut moe_layers: Vec<u64> = match r.get("moe_layers").and_then(Value::as_array) {
         Some(a) => a
             .iter()
             .filter_map(Value::as_u64)
@@ -38,6 +38,8 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
             .collect(),
         None => (0..layers).filter(|i| (i + 1) % step == 0).collect(),
     };
+    moe_layers.sort_unstable();
+    moe_layers.dedup();
     let sparse = moe_layers.len() as u64;
     // no_rope_layers[i] = 1 → RoPE + chunked attention; 0 → NoPE global. Empty = the default
     // (every fourth layer NoPE).
@@ -71,7 +73,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
         o_bias: bias,
     }
     .add(r, &mut t, layers)?;
-    t.vector(h, 2 * layers);
+    t.vector(h, layers.saturating_mul(2));
     t.gated_mlp(h, inter_mlp, layers - sparse, false);
     t.add(Role::Router, experts, h, sparse);
     t.gated_mlp(

@@ -28,7 +28,7 @@ pub(super) struct Mixer {
 
 impl Mixer {
     fn conv_dim(&self, r: &Reader) -> Result<u64, InputError> {
-        let gs = mul(r, "n_groups", 2 * self.groups, self.state)?;
+        let gs = mul(r, "n_groups", self.groups.saturating_mul(2), self.state)?;
         add(r, "n_groups", self.inner, gs)
     }
 
@@ -48,7 +48,7 @@ impl Mixer {
         if self.conv_bias {
             t.vector(conv, count);
         }
-        t.vector(self.heads, 3 * count); // dt_bias, A_log, D
+        t.vector(self.heads, count.saturating_mul(3)); // dt_bias, A_log, D
         if self.gated_norm {
             t.vector(self.inner, count);
         }

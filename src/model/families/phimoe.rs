@@ -37,7 +37,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
         o_bias: bias,
     }
     .add(r, &mut t, layers)?;
-    t.vector(h, 4 * layers); // two LayerNorms, weight and bias
+    t.vector(h, layers.saturating_mul(4)); // two LayerNorms, weight and bias
     t.add(Role::Router, experts, h, layers);
     t.gated_mlp(
         h,

@@ -37,7 +37,12 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     let kernel = r.u64(&["linear_conv_kernel_dim"])?;
     let key_dim = mul(r, "linear_num_key_heads", nk, dk)?;
     let value_dim = mul(r, "linear_num_value_heads", nv, dv)?;
-    let conv_dim = add(r, "linear_value_head_dim", 2 * key_dim, value_dim)?;
+    let conv_dim = add(
+        r,
+        "linear_value_head_dim",
+        key_dim.saturating_mul(2),
+        value_dim,
+    )?;
 
     let experts = r.opt_u64(&["num_experts"])?.unwrap_or(0);
     let step = r.opt_u64(&["decoder_sparse_step"])?.unwrap_or(1).max(1);
@@ -87,21 +92,26 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
         full,
     );
     if bias {
-        t.vector(heads * head_dim, full);
+        t.vector(heads.saturating_mul(head_dim), full);
     }
-    t.vector(head_dim, 2 * full); // q_norm, k_norm
+    t.vector(head_dim, full.saturating_mul(2)); // q_norm, k_norm
     t.add(
         Role::Mixer,
-        add(r, "linear_value_head_dim", 2 * key_dim, 2 * value_dim)?,
+        add(
+            r,
+            "linear_value_head_dim",
+            key_dim.saturating_mul(2),
+            value_dim.saturating_mul(2),
+        )?,
         h,
         linear,
     );
-    t.add(Role::Mixer, 2 * nv, h, linear);
+    t.add(Role::Mixer, nv.saturating_mul(2), h, linear);
     t.add(Role::Conv, conv_dim, kernel, linear);
-    t.vector(nv, 2 * linear); // dt_bias, A_log
+    t.vector(nv, linear.saturating_mul(2)); // dt_bias, A_log
     t.vector(dv, linear); // gated norm
     t.add(Role::Mixer, h, value_dim, linear);
-    t.vector(h, 2 * layers);
+    t.vector(h, layers.saturating_mul(2));
     t.gated_mlp(h, inter, layers - sparse, false);
     t.add(Role::Router, experts, h, sparse);
     t.gated_mlp(h, moe_inter, mul(r, "num_experts", experts, sparse)?, true);
