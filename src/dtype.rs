@@ -82,6 +82,30 @@ pub enum WeightDtype {
     },
     /// A llama.cpp quantization mix (what `llama-quantize` would produce).
     Gguf(GgufMix),
+    /// FP8 (e4m3) weights, one byte each, with f32 scales per tensor, per output row or per block
+    /// (DeepSeek-V3's `weight_block_size` [128, 128]).
+    Fp8 {
+        scale: Fp8Scale,
+    },
+    /// MXFP4 (OCP microscaling): 4-bit e2m1 values in blocks of 32 sharing one e8m0 scale byte —
+    /// 17 bytes per 32 weights; gpt-oss ships its experts so.
+    Mxfp4,
+    /// NVFP4 (ModelOpt): 4-bit e2m1 in blocks of 16 with an fp8 scale each, and two f32 scales per
+    /// tensor — 9 bytes per 16 weights plus 8.
+    Nvfp4,
+    /// HQQ: `bits`-bit packed weights with an f16 scale and an f16 zero per group of `group_size`.
+    Hqq {
+        bits: u8,
+        group_size: u64,
+    },
+}
+
+/// Where an FP8 checkpoint keeps its f32 scales.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fp8Scale {
+    Tensor,
+    Channel,
+    Block { rows: u64, cols: u64 },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,6 +157,11 @@ impl FromStr for WeightDtype {
             "q5_k_m" | "q5_k" => WeightDtype::Gguf(GgufMix::Q5KM),
             "q4_k_m" | "q4_k" => WeightDtype::Gguf(GgufMix::Q4KM),
             "q4_0" => WeightDtype::Gguf(GgufMix::Q4_0),
+            "fp8" | "float8" => WeightDtype::Fp8 {
+                scale: Fp8Scale::Channel,
+            },
+            "mxfp4" => WeightDtype::Mxfp4,
+            "nvfp4" => WeightDtype::Nvfp4,
             _ => return Err(InputError::Dtype(s.to_string())),
         })
     }
@@ -162,6 +191,18 @@ impl fmt::Display for WeightDtype {
                 GgufMix::Q4KM => "q4_k_m",
                 GgufMix::Q4_0 => "q4_0",
             }),
+            WeightDtype::Fp8 {
+                scale: Fp8Scale::Channel,
+            } => f.write_str("fp8"),
+            WeightDtype::Fp8 {
+                scale: Fp8Scale::Tensor,
+            } => f.write_str("fp8-per-tensor"),
+            WeightDtype::Fp8 {
+                scale: Fp8Scale::Block { rows, cols },
+            } => write!(f, "fp8-block{rows}x{cols}"),
+            WeightDtype::Mxfp4 => f.write_str("mxfp4"),
+            WeightDtype::Nvfp4 => f.write_str("nvfp4"),
+            WeightDtype::Hqq { bits, group_size } => write!(f, "hqq-{bits}bit-g{group_size}"),
         }
     }
 }
@@ -247,6 +288,7 @@ mod tests {
     fn dtype_names_round_trip() {
         for s in [
             "f32", "f16", "bf16", "int8", "nf4", "fp4", "q8_0", "q6_k", "q5_k_m", "q4_k_m", "q4_0",
+            "fp8", "mxfp4", "nvfp4",
         ] {
             let d: WeightDtype = s.parse().unwrap();
             assert_eq!(d.to_string(), s);

@@ -9,6 +9,7 @@
 //! reports; the `llm-oom` binary only parses flags, calls a command and prints.
 
 pub mod budget;
+pub mod cards;
 pub mod commands;
 pub mod dtype;
 pub mod error;

@@ -34,6 +34,11 @@ impl Case {
         let mut c = llm_oom(self.home.path());
         c.args(["diagnose", "--model", &self.model, "--device", "cpu"])
             .args(args);
+        // These cases measure llm-oom's own runtime: candle is the engine asked. (The
+        // transformers probe and the predicted fallback have their own tests.)
+        if !args.contains(&"--engine") {
+            c.args(["--engine", "candle"]);
+        }
         for (k, v) in env {
             c.env(k, v);
         }
@@ -177,22 +182,29 @@ fn each_cause_is_found_where_it_happens() {
         .as_array()
         .is_some_and(|r| r.iter().any(|r| r["change"]["kind"] == "limit_concurrency")));
 
-    // Eager attention materialises 4 × 1,024² scores (16 MiB a copy) beside a 1 MiB cache.
-    let (code, v) = c.json(&[
-        "--vram-limit",
-        "24MiB",
-        "-p",
-        "1024",
-        "-n",
-        "1",
-        "--engine",
-        "transformers-eager",
-    ]);
-    assert_eq!(
-        (code, cause(&v)),
-        (1, ("activations", "first_token")),
-        "{v}"
+    // Asked for transformers' eager attention with no transformers to run it in, the answer is
+    // the transformers-eager profile on this 24 MiB card, labelled predicted: its CUDA runtime
+    // alone does not fit, so nothing loads (the candle probe's own eager path is the runtime's).
+    let r = c.diagnose(
+        &[
+            "--vram-limit",
+            "24MiB",
+            "-p",
+            "1024",
+            "-n",
+            "1",
+            "--engine",
+            "transformers-eager",
+            "--json",
+        ],
+        &[("LLM_OOM_PYTHON", "/nonexistent/python3")],
     );
+    let v: Value = serde_json::from_str(&r.stdout).expect("json");
+    assert_eq!((r.code, cause(&v)), (1, ("weights", "load")), "{v}");
+    assert_eq!(v["mode"], "predicted");
+    assert!(v["notes"][0]
+        .as_str()
+        .is_some_and(|n| n.contains("predicted, not measured")));
     assert!(v["remedies"]
         .as_array()
         .is_some_and(|r| r.iter().any(|r| r["change"]["kind"] == "use_sdpa")));
@@ -356,6 +368,8 @@ fn bad_input_is_exit_2_with_one_line() {
             olmo.to_str().expect("utf-8"),
             "--device",
             "cpu",
+            "--engine",
+            "candle",
         ])
         .output()
         .expect("runs")

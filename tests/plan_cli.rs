@@ -452,3 +452,141 @@ fn a_prompt_file_is_counted_with_the_models_tokenizer() {
         2
     );
 }
+
+#[test]
+fn vram_24gb_is_a_24_gb_cards_real_total_and_a_bare_number_is_refused() {
+    let home = temp();
+    let mib = 1u64 << 20;
+    let readme = [
+        "plan",
+        "--model",
+        MISTRAL,
+        "--prompt-tokens",
+        "8000",
+        "--max-new-tokens",
+        "1000",
+        "--batch",
+        "4",
+        "--vram",
+    ];
+    for card in ["24GB", "rtx4090"] {
+        let mut a = readme.to_vec();
+        a.extend([card, "--json"]);
+        let r = run(home.path(), &a);
+        let j = json(&r.stdout);
+        assert_eq!(j["device"]["vram_bytes"], 24_564 * mib, "{card}");
+        // The README's example fits on what a 24 GB card really has.
+        assert_eq!(r.code, 0, "{card}: {}", r.stdout);
+    }
+    let mut a = readme.to_vec();
+    a.push("24GB");
+    let text = run(home.path(), &a);
+    assert!(
+        text.stdout.contains("24,564 MiB") && text.stdout.contains("25,757,220,864 bytes"),
+        "{}",
+        text.stdout
+    );
+    // Binary units stay exact.
+    let j = json(&run(home.path(), &["plan", "--vram", "24GiB", "--json"]).stdout);
+    assert_eq!(j["device"]["vram_bytes"], 24u64 << 30);
+    let r = run(home.path(), &["plan", "--vram", "24"]);
+    assert_eq!(r.code, 2);
+    assert!(
+        r.stderr
+            .contains("write 24GiB, 24GB or a card name like rtx4090"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(r.stderr.trim().lines().count(), 1);
+}
+
+#[test]
+fn deepseek_v3_is_planned_with_its_latent_cache_and_fp8_weights() {
+    let home = temp();
+    let plan = |engine: &str| {
+        let r = run(
+            home.path(),
+            &[
+                "plan",
+                "--model",
+                "deepseek-ai/DeepSeek-V3",
+                "--engine",
+                engine,
+                "--vram",
+                "h200",
+                "--json",
+            ],
+        );
+        // 671 B parameters do not fit one H200: a weights OOM, not a llama-sized "fits".
+        assert_eq!(r.code, 1, "{engine}: {}", r.stderr);
+        json(&r.stdout)
+    };
+    let vllm = plan("vllm");
+    assert_eq!(vllm["kv_cache_bytes_per_token"], 61 * 576 * 2);
+    assert_eq!(vllm["verdict"]["cause"], "weights");
+    assert_eq!(vllm["model"]["native_dtype"], "fp8-block128x128");
+    let p = vllm["model"]["parameters"].as_u64().unwrap();
+    assert!((670_000_000_000..672_000_000_000).contains(&p), "{p}");
+    assert_eq!(
+        plan("transformers")["kv_cache_bytes_per_token"],
+        61 * (128 * 192 + 128 * 128) * 2
+    );
+}
+
+#[test]
+fn a_config_with_fields_llm_oom_does_not_model_never_fits() {
+    let home = temp();
+    // DeepSeek-V2-Lite's MLA and MoE fields under a llama model_type, and a hybrid's.
+    let mla = write(
+        &home.path().join("mla/config.json"),
+        r#"{"model_type":"llama","architectures":["LlamaForCausalLM"],"hidden_size":2048,"intermediate_size":10944,
+        "num_hidden_layers":27,"num_attention_heads":16,"vocab_size":102400,"kv_lora_rank":512,"q_lora_rank":null}"#,
+    );
+    let ssm = write(
+        &home.path().join("ssm/config.json"),
+        r#"{"model_type":"zamba2","architectures":["Zamba2ForCausalLM"],"hidden_size":2048,"intermediate_size":8192,
+        "num_hidden_layers":54,"num_attention_heads":32,"vocab_size":32000,"mamba_d_state":64}"#,
+    );
+    for (path, needle) in [(&mla, "`kv_lora_rank`"), (&ssm, "architecture `zamba2`")] {
+        let r = run(
+            home.path(),
+            &["plan", "--model", path.to_str().unwrap(), "--vram", "80GB"],
+        );
+        assert_eq!(r.code, 2, "{}", r.stdout);
+        assert!(r.stderr.contains(needle), "{}", r.stderr);
+        assert!(!r.stdout.contains("FITS"));
+        assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+    }
+}
+
+#[test]
+fn gemma3s_published_nested_config_is_planned() {
+    let home = temp();
+    // google/gemma-3-12b-it's config.json: no vocab_size or head_dim in text_config.
+    let cfg = write(
+        &home.path().join("gemma3/config.json"),
+        r#"{"architectures":["Gemma3ForConditionalGeneration"],"boi_token_index":255999,"eoi_token_index":256000,
+        "eos_token_id":[1,106],"image_token_index":262144,"initializer_range":0.02,"mm_tokens_per_image":256,
+        "model_type":"gemma3","text_config":{"hidden_size":3840,"intermediate_size":15360,"model_type":"gemma3_text",
+        "num_attention_heads":16,"num_hidden_layers":48,"num_key_value_heads":8,
+        "rope_scaling":{"factor":8.0,"rope_type":"linear"},"sliding_window":1024},"torch_dtype":"bfloat16",
+        "vision_config":{"hidden_size":1152,"image_size":896,"intermediate_size":4304,"model_type":"siglip_vision_model",
+        "num_attention_heads":16,"num_hidden_layers":27,"patch_size":14,"vision_use_head":false}}"#,
+    );
+    let r = run(
+        home.path(),
+        &[
+            "plan",
+            "--model",
+            cfg.to_str().unwrap(),
+            "--vram",
+            "48GB",
+            "--json",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let j = json(&r.stdout);
+    assert_eq!(j["model"]["head_dim"], 256);
+    assert_eq!(j["model"]["vocab_size"], 262_208);
+    assert_eq!(j["model"]["sliding_layers"], 40);
+}

@@ -36,7 +36,7 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<ExitStatus> {
     let batch = w.batch.unwrap_or(if embedded { 2 } else { 1 });
     let size = |s: &Option<String>| {
         s.as_deref()
-            .map(|v| v.parse::<Bytes>().map(|b| b.0))
+            .map(|v| llm_oom::cards::parse_vram(v).map(|c| c.bytes))
             .transpose()
     };
     let vram_limit = size(&args.vram_limit)?.or(size(&w.vram)?);

@@ -15,7 +15,6 @@ use llm_oom::commands::watch::{watch, WatchRequest};
 use llm_oom::error::InputError;
 use llm_oom::model::presets::PRESETS;
 use llm_oom::report::{self, render, Format, Render};
-use llm_oom::units::Bytes;
 use llm_oom::ExitStatus;
 
 pub fn run(cli: Cli) -> Result<ExitStatus> {
@@ -216,7 +215,7 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
         vram: a
             .vram
             .as_deref()
-            .map(|s| s.parse::<Bytes>().map(|b| b.0))
+            .map(|s| llm_oom::cards::parse_vram(s).map(|v| v.bytes))
             .transpose()?,
         gpu_index: a.gpu,
     })

@@ -6,7 +6,9 @@ use serde::Serialize;
 use crate::budget::card::{self, DeviceFacts};
 use crate::budget::{Budget, Planner, WhatIf};
 use crate::error::Result;
-use crate::estimate::{kv_bytes_per_token, Calibration, Engine, Estimate, Profile, Workload};
+use crate::estimate::{
+    kv_bytes_per_token_at, CachePolicy, Calibration, Engine, Estimate, Profile, Workload,
+};
 use crate::model::{facts, resolve, ModelFacts, ResolvedModel};
 use crate::request::{past_context, WorkloadRequest};
 use crate::verdict::predicted::forecast;
@@ -71,7 +73,12 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             note: profile.calibration_note(),
         },
         weights_bytes: f.estimate.weights,
-        kv_cache_bytes_per_token: kv_bytes_per_token(&spec, w.kv_dtype),
+        kv_cache_bytes_per_token: kv_bytes_per_token_at(
+            &spec,
+            w.kv_dtype,
+            CachePolicy::of(req.engine),
+            0,
+        ),
         kv_cache_bytes: f.estimate.kv_cache_full,
         budget: planner.budget(&w),
         quantization: planner.quantization_what_if(&w),

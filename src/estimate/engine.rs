@@ -7,6 +7,7 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
+use super::kv::MlaCache;
 use crate::error::InputError;
 use crate::units::{GIB, MIB};
 
@@ -122,6 +123,13 @@ pub struct Profile {
     /// Whether sliding-window layers keep only their window in the cache (transformers 5.17's
     /// `generate()` keeps every token for Gemma-2 and Phi-3: measured; vLLM and llama.cpp trim).
     pub caps_sliding_window: bool,
+    /// What a multi-head latent attention layer caches per token (see `kv::MlaCache`).
+    pub mla_cache: MlaCache,
+    /// Conv state of state-space layers: the whole kernel (transformers' Mamba caches keep
+    /// `conv_kernel` columns) or kernel − 1 (vLLM, llama.cpp).
+    pub conv_state_full_kernel: bool,
+    /// Recurrent state kept in f32 (llama.cpp's recurrent cache), else in the 16-bit dtype.
+    pub recurrent_state_f32: bool,
     /// Share of the card the engine may take (vLLM's `gpu_memory_utilization`); 1.0 for the rest.
     pub memory_fraction: f64,
     /// Tokens one forward pass processes at most (vLLM `max_num_batched_tokens`, llama.cpp `-ub`);
@@ -171,6 +179,11 @@ impl Profile {
             kv_slack: 0.24,
             activation_slack: 0.16,
             caps_sliding_window: false,
+            // modeling_deepseek_v3.py: `past_key_value.update(key_states, value_states, …)`
+            // after decompressing through kv_b_proj.
+            mla_cache: MlaCache::Full,
+            conv_state_full_kernel: true,
+            recurrent_state_f32: false,
             memory_fraction: 1.0,
             prefill_chunk: None,
             sampler_warmup_seqs: 0,
@@ -191,6 +204,9 @@ impl Profile {
                 kv_slack: 0.0,
                 activation_slack: 0.0,
                 caps_sliding_window: true,
+                // the MLA attention backends cache the latent (kv_lora_rank + rope) per token
+                mla_cache: MlaCache::Latent,
+                conv_state_full_kernel: false,
                 ..transformers
             },
             // llm-oom's runtime: activations from `estimate::candle` (its code, measured by
@@ -215,6 +231,9 @@ impl Profile {
                 kv_slack: 0.0,
                 activation_slack: 0.0,
                 caps_sliding_window: true,
+                mla_cache: MlaCache::LatentKv,
+                conv_state_full_kernel: false,
+                recurrent_state_f32: true,
                 prefill_chunk: Some(512),
                 ..transformers
             },

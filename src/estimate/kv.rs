@@ -1,24 +1,159 @@
-//! KV-cache bytes: 2 (K and V) × layers × kv_heads × head_dim × element bytes per token, with
-//! sliding-window layers holding at most their window.
+//! KV-cache bytes: per attention layer and token, the K and V rows (kv_heads × head_dim each, or
+//! for multi-head latent attention what the engine keeps of it), with sliding and chunked layers
+//! holding at most their window where the engine trims them; plus, for state-space and
+//! linear-attention layers, a fixed state per sequence that does not grow with length.
+//!
+//! Because sliding layers stop growing, bytes per token are a function of the context length:
+//! `kv_bytes_per_token_at` says what the next token adds at a given length.
 
+use serde::Serialize;
+
+use super::engine::{Engine, Profile};
 use crate::dtype::KvDtype;
+use crate::model::layout::{AttentionGroup, KvRow};
 use crate::model::Spec;
 
-/// Bytes one token adds to the cache of one sequence, while it is shorter than any window.
+/// What an engine keeps of a latent-attention (MLA) layer per token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MlaCache {
+    /// The decompressed per-head K (nope + rope) and V, as transformers' DeepseekV3Attention
+    /// hands `key_states`/`value_states` to `past_key_value.update`.
+    Full,
+    /// The compressed latent `kv_lora_rank + qk_rope_head_dim` once per token (vLLM's and
+    /// SGLang's MLA backends).
+    Latent,
+    /// llama.cpp's MLA: the latent as K (`key_length` = kv_lora_rank + rope, one KV head) plus
+    /// `value_length` = kv_lora_rank as V.
+    LatentKv,
+}
+
+/// How an engine caches each kind of layer (from its `Profile`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CachePolicy {
+    /// Sliding-window and chunked layers keep at most their window.
+    pub trims_windows: bool,
+    pub mla: MlaCache,
+    /// Conv-state columns per channel: the whole kernel (transformers' caches) or kernel − 1
+    /// (vLLM's and llama.cpp's).
+    pub conv_full_kernel: bool,
+    /// Recurrent state in f32 (llama.cpp's `r`/`s` caches), else in the model's 16-bit dtype.
+    pub state_f32: bool,
+}
+
+impl CachePolicy {
+    pub fn of(engine: Engine) -> CachePolicy {
+        let p = Profile::of(engine);
+        CachePolicy {
+            trims_windows: p.caps_sliding_window,
+            mla: p.mla_cache,
+            conv_full_kernel: p.conv_state_full_kernel,
+            state_f32: p.recurrent_state_f32,
+        }
+    }
+
+    /// Every token in every layer, the decompressed MLA rows: the most any engine keeps.
+    pub const KEEP_ALL: CachePolicy = CachePolicy {
+        trims_windows: false,
+        mla: MlaCache::Full,
+        conv_full_kernel: true,
+        state_f32: false,
+    };
+}
+
+/// Bytes one layer of `group` caches per token under `mla`.
+fn row_bytes(row: KvRow, kv: KvDtype, mla: MlaCache) -> u64 {
+    let e = kv.elem_bytes();
+    match row {
+        KvRow::Heads { k, v } => e.of(k).saturating_add(e.of(v)),
+        KvRow::Latent {
+            kv_lora_rank,
+            rope_dim,
+            full_k,
+            full_v,
+        } => match mla {
+            MlaCache::Full => e.of(full_k).saturating_add(e.of(full_v)),
+            MlaCache::Latent => e.of(kv_lora_rank.saturating_add(rope_dim)),
+            MlaCache::LatentKv => e
+                .of(kv_lora_rank.saturating_add(rope_dim))
+                .saturating_add(e.of(kv_lora_rank)),
+        },
+    }
+}
+
+/// Tokens a layer of `g` holds at `tokens` tokens of context.
+fn held(g: &AttentionGroup, tokens: u64, policy: CachePolicy) -> u64 {
+    match g.window {
+        Some(w) if policy.trims_windows => tokens.min(w),
+        _ => tokens,
+    }
+}
+
+/// Bytes the (`context` + 1)-th token adds to one sequence's cache: the layers whose window it
+/// still fits in (or that keep every token). At `context` 0 it is the per-token cost of a short
+/// sequence; past every window only the global layers grow.
+pub fn kv_bytes_per_token_at(spec: &Spec, kv: KvDtype, policy: CachePolicy, context: u64) -> u64 {
+    spec.attention_groups()
+        .iter()
+        .filter(|g| held(g, context.saturating_add(1), policy) > held(g, context, policy))
+        .map(|g| g.layers.saturating_mul(row_bytes(g.row, kv, policy.mla)))
+        .fold(0, u64::saturating_add)
+}
+
+/// Bytes one token adds to the cache of one sequence while it is shorter than any window, with
+/// every layer's full rows (transformers' cache). `kv_bytes_per_token_at` gives it per engine.
 pub fn kv_bytes_per_token(spec: &Spec, kv: KvDtype) -> u64 {
-    2 * spec.num_layers * kv.elem_bytes().of(spec.kv_dim())
+    kv_bytes_per_token_at(spec, kv, CachePolicy::KEEP_ALL, 0)
+}
+
+/// Bytes of one sequence's recurrent state (conv + SSM of every state-space layer): the same at
+/// any length.
+pub fn state_bytes(spec: &Spec, kv: KvDtype, policy: CachePolicy) -> u64 {
+    let elem = if policy.state_f32 || kv.elem_bytes().as_f64() >= 4.0 {
+        4
+    } else {
+        2
+    };
+    spec.state_groups()
+        .iter()
+        .map(|g| {
+            let cols = if policy.conv_full_kernel {
+                g.conv_kernel
+            } else {
+                g.conv_kernel.saturating_sub(1)
+            };
+            g.layers.saturating_mul(
+                g.conv_channels
+                    .saturating_mul(cols)
+                    .saturating_add(g.ssm)
+                    .saturating_mul(elem),
+            )
+        })
+        .fold(0, u64::saturating_add)
+}
+
+/// Bytes of the cache of `batch` sequences of `tokens` tokens each, as `policy`'s engine keeps it.
+pub fn kv_bytes_in(spec: &Spec, kv: KvDtype, tokens: u64, batch: u64, policy: CachePolicy) -> u64 {
+    let attention = spec
+        .attention_groups()
+        .iter()
+        .map(|g| {
+            g.layers
+                .saturating_mul(row_bytes(g.row, kv, policy.mla))
+                .saturating_mul(held(g, tokens, policy))
+        })
+        .fold(0, u64::saturating_add);
+    batch.saturating_mul(attention.saturating_add(state_bytes(spec, kv, policy)))
 }
 
 /// Bytes of the cache of `batch` sequences of `tokens` tokens each. `trim_windows`: whether the
-/// engine keeps only the window in sliding-window layers.
+/// engine keeps only the window in sliding-window layers (full MLA rows, whole conv kernels).
 pub fn kv_bytes(spec: &Spec, kv: KvDtype, tokens: u64, batch: u64, trim_windows: bool) -> u64 {
-    let row = kv.elem_bytes().of(spec.kv_dim());
-    let windowed = match spec.sliding_window {
-        Some(w) if trim_windows => tokens.min(w),
-        _ => tokens,
+    let policy = CachePolicy {
+        trims_windows: trim_windows,
+        ..CachePolicy::KEEP_ALL
     };
-    let slots = spec.full_attention_layers() * tokens + spec.sliding_layers * windowed;
-    batch * 2 * row * slots
+    kv_bytes_in(spec, kv, tokens, batch, policy)
 }
 
 #[cfg(test)]

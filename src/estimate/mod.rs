@@ -10,7 +10,10 @@ pub mod weights;
 use serde::Serialize;
 
 pub use engine::{Calibration, Engine, KvLayout, LogitPositions, Profile};
-pub use kv::{kv_bytes, kv_bytes_per_token};
+pub use kv::{
+    kv_bytes, kv_bytes_in, kv_bytes_per_token, kv_bytes_per_token_at, state_bytes, CachePolicy,
+    MlaCache,
+};
 pub use measured::MeasuredModel;
 pub use weights::weight_bytes;
 
@@ -94,9 +97,21 @@ pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
         KvLayout::Paged { block } => tokens.div_ceil(block) * block,
         _ => tokens,
     };
-    let trim = p.caps_sliding_window;
-    let kv_prompt = kv_bytes(spec, w.kv_dtype, kv_tokens(w.prompt_tokens), w.batch, trim);
-    let kv_full = kv_bytes(spec, w.kv_dtype, kv_tokens(w.total_tokens()), w.batch, trim);
+    let policy = CachePolicy::of(w.engine);
+    let kv_prompt = kv_bytes_in(
+        spec,
+        w.kv_dtype,
+        kv_tokens(w.prompt_tokens),
+        w.batch,
+        policy,
+    );
+    let kv_full = kv_bytes_in(
+        spec,
+        w.kv_dtype,
+        kv_tokens(w.total_tokens()),
+        w.batch,
+        policy,
+    );
 
     let (prefill_act, decode_act) = if w.engine == Engine::Candle {
         candle::generation_activations(
@@ -187,7 +202,11 @@ fn activations(spec: &Spec, p: &Profile, w: &Workload, d: f64, kv_full: u64) -> 
     let per_token =
         (p.hidden_copies * h + p.rope_copies * spec.head_dim as f64) * d + p.token_bytes;
     let mlp = mlp_copies * inter * d;
-    let attn = p.score_bytes.map_or(0.0, |bytes| {
+    // Models without attention layers (Mamba-2) materialise no scores.
+    let scores = p
+        .score_bytes
+        .filter(|_| !spec.attention_groups().is_empty());
+    let attn = scores.map_or(0.0, |bytes| {
         // Materialised attention also expands GQA's K and V to every head (repeat_kv), and a fused
         // qkv projection stays alive while q, k and v are views of it.
         let repeat = if spec.num_kv_heads < spec.num_heads {

@@ -2,7 +2,7 @@
 //! llama.cpp's quantization mixes. Quantizers leave embeddings, norms and biases alone; each rule
 //! below names the code it mirrors.
 
-use crate::dtype::{ElemBytes, GgmlType, GgufMix, WeightDtype};
+use crate::dtype::{ElemBytes, Fp8Scale, GgmlType, GgufMix, WeightDtype};
 use crate::model::{Role, Spec, TensorGroup};
 
 /// Bytes of all weights of `spec` stored as `dtype`. A GGUF source stored in its own format is
@@ -35,6 +35,37 @@ fn group_bytes(spec: &Spec, t: &TensorGroup, dtype: WeightDtype) -> u64 {
         WeightDtype::Gguf(mix) => gguf_group_bytes(spec, t, mix),
         // transformers' bitsandbytes integration keeps the embeddings and lm_head in 16 bits.
         _ if !t.role.is_linear() => t.params() * dense,
+        // What the checkpoint's own `modules_to_not_convert` / `ignore` keeps in 16 bits.
+        _ if dtype == spec.native_dtype && spec.keep_dense.contains(&t.role) => t.params() * dense,
+        // FP8, MXFP4, NVFP4 and HQQ checkpoints leave routers (DeepSeek's is not an nn.Linear;
+        // the others list it in their ignore lists) in 16 bits.
+        WeightDtype::Fp8 { .. }
+        | WeightDtype::Mxfp4
+        | WeightDtype::Nvfp4
+        | WeightDtype::Hqq { .. }
+            if t.role == Role::Router =>
+        {
+            t.params() * dense
+        }
+        // One byte per weight and an f32 scale per tensor, output row or block.
+        WeightDtype::Fp8 { scale } => {
+            let scales = match scale {
+                Fp8Scale::Tensor => 1,
+                Fp8Scale::Channel => t.rows,
+                Fp8Scale::Block { rows, cols } => {
+                    t.rows.div_ceil(rows.max(1)) * t.cols.div_ceil(cols.max(1))
+                }
+            };
+            t.count * (n + 4 * scales)
+        }
+        // Two values per byte plus an e8m0 scale byte per 32.
+        WeightDtype::Mxfp4 => t.count * (n.div_ceil(2) + n.div_ceil(32)),
+        // Two values per byte, an fp8 scale per 16, and the tensor's f32 weight and input scales.
+        WeightDtype::Nvfp4 => t.count * (n.div_ceil(2) + n.div_ceil(16) + 8),
+        // Packed values plus an f16 scale and zero per group.
+        WeightDtype::Hqq { bits, group_size } => {
+            t.count * ((n * bits as u64).div_ceil(8) + 4 * n.div_ceil(group_size.max(1)))
+        }
         // LLM.int8(): int8 weight `CB` plus an f32 scale per output row `SCB`.
         WeightDtype::Int8 => t.count * (n + 4 * t.rows),
         // bitsandbytes 4-bit: two weights per byte, an absmax per block of 64; with double
@@ -81,7 +112,8 @@ fn gguf_group_bytes(spec: &Spec, t: &TensorGroup, mix: GgufMix) -> u64 {
     let n = t.rows * t.cols;
     let bytes = |e: ElemBytes, count: u64| count * e.of(n);
     match t.role {
-        Role::Vector => t.params() * 4,
+        // Norms, biases and (for state-space layers) the conv1d kernels stay f32.
+        Role::Vector | Role::Conv => t.params() * 4,
         // The router stays in full precision (llama-quantize skips `ffn_gate_inp`).
         Role::Router => t.params() * 4,
         Role::LmHead if base == GgmlType::Q8_0 => bytes(base.elem_bytes(), 1),

@@ -4,8 +4,8 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
+use super::families::Kind;
 use super::spec::{Activation, Experts, Numerics, RopeScaling, Spec};
-use crate::dtype::WeightDtype;
 use crate::error::InputError;
 
 type Obj = Map<String, Value>;
@@ -29,29 +29,49 @@ pub fn parse_config(text: &str, path: &Path, name: &str) -> Result<Spec, InputEr
         Some(Value::Object(inner)) => inner,
         _ => &outer,
     };
+    // transformers fills what a published config leaves out from the family's config class:
+    // Gemma-3's `text_config` omits vocab_size and head_dim, for one.
+    let model_type = cfg
+        .get("model_type")
+        .or_else(|| outer.get("model_type"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let defaults = super::families::defaults(model_type);
     Reader {
         cfg,
         outer: &outer,
+        defaults: &defaults,
         path,
     }
     .spec(name)
 }
 
-struct Reader<'a> {
-    cfg: &'a Obj,
-    outer: &'a Obj,
-    path: &'a Path,
+/// One config.json, with the language model's part first, then the wrapper, then the family's
+/// transformers defaults.
+pub(crate) struct Reader<'a> {
+    pub(crate) cfg: &'a Obj,
+    pub(crate) outer: &'a Obj,
+    pub(crate) defaults: &'a Obj,
+    pub(crate) path: &'a Path,
 }
 
 impl Reader<'_> {
-    fn get(&self, key: &str) -> Option<&Value> {
+    pub(crate) fn get(&self, key: &str) -> Option<&Value> {
         self.cfg
             .get(key)
             .filter(|v| !v.is_null())
             .or_else(|| self.outer.get(key).filter(|v| !v.is_null()))
+            .or_else(|| self.defaults.get(key).filter(|v| !v.is_null()))
     }
 
-    fn opt_u64(&self, keys: &[&str]) -> Result<Option<u64>, InputError> {
+    /// Whether the config names `key` at all, even as `null` (`"q_lora_rank": null` means "no
+    /// q LoRA", which is not the same as leaving the default of 1536).
+    pub(crate) fn is_null(&self, key: &str) -> bool {
+        matches!(self.cfg.get(key), Some(Value::Null))
+            || (!self.cfg.contains_key(key) && matches!(self.outer.get(key), Some(Value::Null)))
+    }
+
+    pub(crate) fn opt_u64(&self, keys: &[&str]) -> Result<Option<u64>, InputError> {
         for key in keys {
             if let Some(v) = self.get(key) {
                 return match v.as_u64() {
@@ -63,7 +83,7 @@ impl Reader<'_> {
         Ok(None)
     }
 
-    fn u64(&self, keys: &[&str]) -> Result<u64, InputError> {
+    pub(crate) fn u64(&self, keys: &[&str]) -> Result<u64, InputError> {
         match self.opt_u64(keys)? {
             Some(0) => Err(InputError::BadField {
                 path: self.path.to_path_buf(),
@@ -79,15 +99,15 @@ impl Reader<'_> {
         }
     }
 
-    fn bool(&self, key: &str) -> Option<bool> {
+    pub(crate) fn bool(&self, key: &str) -> Option<bool> {
         self.get(key).and_then(Value::as_bool)
     }
 
-    fn str(&self, key: &str) -> Option<&str> {
+    pub(crate) fn str(&self, key: &str) -> Option<&str> {
         self.get(key).and_then(Value::as_str)
     }
 
-    fn bad(&self, key: &str, v: &Value, why: &str) -> InputError {
+    pub(crate) fn bad(&self, key: &str, v: &Value, why: &str) -> InputError {
         InputError::BadField {
             path: self.path.to_path_buf(),
             field: key.into(),
@@ -114,6 +134,11 @@ impl Reader<'_> {
             notes.push(format!(
                 "`{arch}` is not a family llm-oom was tested on; sized as a llama-style decoder from its config fields"
             ));
+        }
+        super::guard::check(self, &arch, family.models(), family.layer_types())?;
+        if let Family::Layout(kind) = family {
+            let built = super::families::read(kind, self)?;
+            return self.assemble(name, arch, family, built, notes);
         }
 
         let hidden = self.u64(&["hidden_size", "n_embd", "d_model"])?;
@@ -189,7 +214,7 @@ impl Reader<'_> {
         };
 
         let (sliding_window, sliding_layers) = self.sliding(family, layers)?;
-        let native_dtype = self.native_dtype(&mut notes);
+        let (native_dtype, keep_dense) = super::quant::read(self, &mut notes);
 
         Ok(Spec {
             name: name.to_string(),
@@ -229,6 +254,55 @@ impl Reader<'_> {
             native_dtype,
             gguf: None,
             notes,
+            layout: None,
+            keep_dense,
+        })
+    }
+
+    /// A `Spec` around a family reader's layout: the fields summarise it, the layout decides.
+    fn assemble(
+        &self,
+        name: &str,
+        arch: String,
+        family: Family,
+        b: super::families::Built,
+        mut notes: Vec<String>,
+    ) -> Result<Spec, InputError> {
+        let (native_dtype, keep_dense) = super::quant::read(self, &mut notes);
+        notes.extend(b.notes);
+        Ok(Spec {
+            name: name.to_string(),
+            architecture: arch.clone(),
+            hidden_size: b.hidden,
+            intermediate_size: b.intermediate,
+            num_layers: b.layers,
+            num_heads: b.heads,
+            num_kv_heads: b.kv_heads,
+            head_dim: b.head_dim,
+            vocab_size: b.vocab,
+            max_position_embeddings: self.opt_u64(&["max_position_embeddings", "n_positions"])?,
+            tie_word_embeddings: b.tie,
+            sliding_window: b.sliding_window,
+            sliding_layers: b.sliding_layers,
+            experts: b.experts,
+            qkv_bias: false,
+            qk_norm: false,
+            norms_per_layer: 2,
+            fused_projections: false,
+            rope_theta: self
+                .get("rope_theta")
+                .and_then(Value::as_f64)
+                .unwrap_or(10_000.0),
+            rms_norm_eps: self
+                .get("rms_norm_eps")
+                .and_then(Value::as_f64)
+                .unwrap_or(1e-6),
+            numerics: self.numerics(family, &arch),
+            native_dtype,
+            gguf: None,
+            notes,
+            layout: Some(b.layout),
+            keep_dense,
         })
     }
 
@@ -314,51 +388,9 @@ impl Reader<'_> {
                 }
             }
             Family::Mixtral | Family::LlamaLike | Family::Phi3 => layers,
-            Family::Gemma => 0,
+            Family::Gemma | Family::Layout(_) => 0,
         };
         Ok((Some(window).filter(|_| n > 0), n))
-    }
-
-    fn native_dtype(&self, notes: &mut Vec<String>) -> WeightDtype {
-        let torch = self.str("torch_dtype").or_else(|| self.str("dtype"));
-        let base = match torch {
-            Some("float32") => WeightDtype::F32,
-            Some("float16") => WeightDtype::F16,
-            _ => WeightDtype::Bf16,
-        };
-        let Some(Value::Object(q)) = self.outer.get("quantization_config") else {
-            return base;
-        };
-        let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("");
-        let b = |k: &str| q.get(k).and_then(Value::as_bool).unwrap_or(false);
-        let n = |k: &str| q.get(k).and_then(Value::as_u64);
-        match method {
-            "bitsandbytes" if b("load_in_4bit") => {
-                let double_quant = b("bnb_4bit_use_double_quant");
-                match q.get("bnb_4bit_quant_type").and_then(Value::as_str) {
-                    Some("fp4") => WeightDtype::Fp4 { double_quant },
-                    _ => WeightDtype::Nf4 { double_quant },
-                }
-            }
-            "bitsandbytes" if b("load_in_8bit") => WeightDtype::Int8,
-            "gptq" => WeightDtype::Gptq {
-                bits: n("bits").unwrap_or(4) as u8,
-                group_size: n("group_size").filter(|g| *g > 0).unwrap_or(128),
-            },
-            "awq" => WeightDtype::Awq {
-                bits: n("bits").or_else(|| n("w_bit")).unwrap_or(4) as u8,
-                group_size: n("group_size")
-                    .or_else(|| n("q_group_size"))
-                    .filter(|g| *g > 0)
-                    .unwrap_or(128),
-            },
-            other => {
-                notes.push(format!(
-                    "quantization_config `{other}` is not priced yet; weights sized as {base} — pass --dtype to override"
-                ));
-                base
-            }
-        }
     }
 }
 
@@ -388,10 +420,44 @@ enum Family {
     Gemma2,
     Gemma3,
     Phi3,
+    /// A family read into a `Layout` by `model::families`.
+    Layout(Kind),
 }
 
+/// Model types whose transformers module is llama's block under another name: sized as llama,
+/// with a note. Any other unknown `model_type` is refused rather than guessed.
+const LLAMA_SHAPED: &[&str] = &["olmo", "olmo2", "granite", "internlm2", "yi", "aquila"];
+
 impl Family {
+    /// The memory-changing config keys this family's reader models (see `guard`).
+    fn models(self) -> &'static [&'static str] {
+        match self {
+            Family::Mixtral => &["num_local_experts", "num_experts", "num_experts_per_tok"],
+            Family::QwenMoe => &[
+                "num_experts",
+                "num_experts_per_tok",
+                "moe_intermediate_size",
+                "shared_expert_intermediate_size",
+                "decoder_sparse_step",
+                "mlp_only_layers",
+            ],
+            Family::Gemma3 => &["sliding_window_pattern"],
+            Family::Layout(kind) => kind.models(),
+            _ => &[],
+        }
+    }
+
+    fn layer_types(self) -> &'static [&'static str] {
+        match self {
+            Family::Layout(kind) => kind.layer_types(),
+            _ => &[],
+        }
+    }
+
     fn of(model_type: &str, outer: &Obj) -> Option<Family> {
+        if let Some(kind) = Kind::of(model_type) {
+            return Some(Family::Layout(kind));
+        }
         Some(match model_type {
             "llama" | "mistral" => Family::LlamaLike,
             "mixtral" => Family::Mixtral,
@@ -413,6 +479,7 @@ impl Family {
                             .any(|s| s.as_str().is_some_and(|s| s.ends_with("ForCausalLM")))
                     });
                 if causal
+                    && LLAMA_SHAPED.contains(&model_type)
                     && outer.contains_key("num_attention_heads")
                     && outer.contains_key("intermediate_size")
                 {
@@ -428,6 +495,7 @@ impl Family {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dtype::WeightDtype;
 
     fn parse(json: &str) -> Result<Spec, InputError> {
         parse_config(json, Path::new("config.json"), "m")
@@ -478,8 +546,8 @@ mod tests {
         );
         assert!(moe.qk_norm && !moe.qkv_bias);
         let unknown = parse(r#"{"model_type":"llama","hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":10,
-            "quantization_config":{"quant_method":"fp8"}}"#).unwrap();
-        assert!(unknown.notes[0].contains("`fp8` is not priced yet"));
+            "quantization_config":{"quant_method":"eetq"}}"#).unwrap();
+        assert!(unknown.notes[0].contains("`eetq` is not priced yet"));
     }
 
     #[test]

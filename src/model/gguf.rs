@@ -174,6 +174,8 @@ fn spec_from_content(c: &Content, path: &Path, name: &str) -> Result<Spec, Input
             widened_file_bytes,
         }),
         notes: Vec::new(),
+        layout: None,
+        keep_dense: Vec::new(),
     })
 }
 

@@ -2,8 +2,12 @@
 
 pub mod config;
 pub mod facts;
+pub mod families;
 pub mod gguf;
+pub mod guard;
+pub mod layout;
 pub mod presets;
+pub mod quant;
 pub mod source;
 pub mod spec;
 pub mod tokenizer;

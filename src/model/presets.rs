@@ -58,6 +58,54 @@ pub const PRESETS: &[(&str, &str)] = &[
         "HuggingFaceTB/SmolLM2-135M-Instruct",
         include_str!("../../presets/smollm2-135m-instruct.json"),
     ),
+    (
+        "meta-llama/Llama-3.3-70B-Instruct",
+        include_str!("../../presets/llama-3.3-70b-instruct.json"),
+    ),
+    (
+        "deepseek-ai/DeepSeek-V3",
+        include_str!("../../presets/deepseek-v3.json"),
+    ),
+    (
+        "deepseek-ai/DeepSeek-V2-Lite",
+        include_str!("../../presets/deepseek-v2-lite.json"),
+    ),
+    (
+        "google/gemma-3-27b-it",
+        include_str!("../../presets/gemma-3-27b-it.json"),
+    ),
+    (
+        "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+        include_str!("../../presets/llama-4-scout-17b-16e-instruct.json"),
+    ),
+    (
+        "openai/gpt-oss-20b",
+        include_str!("../../presets/gpt-oss-20b.json"),
+    ),
+    (
+        "openai/gpt-oss-120b",
+        include_str!("../../presets/gpt-oss-120b.json"),
+    ),
+    (
+        "ai21labs/Jamba-v0.1",
+        include_str!("../../presets/jamba-v0.1.json"),
+    ),
+    (
+        "Qwen/Qwen3-Next-80B-A3B-Instruct",
+        include_str!("../../presets/qwen3-next-80b-a3b-instruct.json"),
+    ),
+    (
+        "mistralai/Mamba-Codestral-7B-v0.1",
+        include_str!("../../presets/mamba-codestral-7b-v0.1.json"),
+    ),
+    (
+        "Qwen/Qwen3-235B-A22B",
+        include_str!("../../presets/qwen3-235b-a22b.json"),
+    ),
+    (
+        "microsoft/Phi-3.5-MoE-instruct",
+        include_str!("../../presets/phi-3.5-moe-instruct.json"),
+    ),
 ];
 
 /// The model `llm-oom plan` uses when none is named.
@@ -82,6 +130,17 @@ pub fn find(id: &str) -> Option<(&'static str, &'static str)> {
         "meta-llama/llama-2-13b-chat-hf" | "llama-2-13b-chat-hf" => "meta-llama/llama-2-13b-hf",
         "qwen/qwen2.5-7b" | "qwen2.5-7b" => "qwen/qwen2.5-7b-instruct",
         "qwen/qwen2.5-0.5b" | "qwen2.5-0.5b" => "qwen/qwen2.5-0.5b-instruct",
+        // R1 and V3-0324 are V3's shape with other weights.
+        "deepseek-ai/deepseek-r1" | "deepseek-r1" | "deepseek-ai/deepseek-v3-0324" => {
+            "deepseek-ai/deepseek-v3"
+        }
+        "deepseek-ai/deepseek-v2-lite-chat" | "deepseek-v2-lite-chat" => {
+            "deepseek-ai/deepseek-v2-lite"
+        }
+        "google/gemma-3-27b-pt" | "gemma-3-27b-pt" => "google/gemma-3-27b-it",
+        "meta-llama/llama-3.1-70b-instruct" | "llama-3.1-70b-instruct" => {
+            "meta-llama/llama-3.3-70b-instruct"
+        }
         other => other,
     };
     PRESETS.iter().copied().find(|(pid, _)| {

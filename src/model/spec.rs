@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use super::layout::{AttentionGroup, KvRow, Layout, StateGroup};
 use crate::dtype::WeightDtype;
 
 /// A decoder-only transformer's shape, read from config.json, a preset or a GGUF header.
@@ -47,6 +48,15 @@ pub struct Spec {
     /// Things the reader noticed that the user should know (an ignored quantization method…).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// The tensors and cache of a model that is not one llama-style block repeated (MLA, hybrids,
+    /// local/global mixes, MoE with shared experts): when present it replaces what the fields
+    /// above would imply, and the fields above are only its summary.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layout: Option<Layout>,
+    /// Tensors a quantized checkpoint keeps in 16 bits beyond the format's own rule (its
+    /// `modules_to_not_convert` / `ignore`), by role.
+    #[serde(skip)]
+    pub keep_dense: Vec<Role>,
 }
 
 /// Facts that change a model's outputs but not its memory.
@@ -130,13 +140,22 @@ pub enum Role {
     MlpUp,
     MlpDown,
     Router,
+    /// The linear projections of a state-space or linear-attention mixer (in_proj, x_proj,
+    /// dt_proj, out_proj): quantized like any linear layer.
+    Mixer,
+    /// The depthwise conv1d kernel of a Mamba / DeltaNet mixer: not an `nn.Linear`, so no
+    /// quantizer touches it, and llama.cpp keeps it in f32.
+    Conv,
     /// 1-D tensors: norms and biases. Never quantized.
     Vector,
 }
 
 impl Role {
     pub fn is_linear(self) -> bool {
-        !matches!(self, Role::Embedding | Role::LmHead | Role::Vector)
+        !matches!(
+            self,
+            Role::Embedding | Role::LmHead | Role::Vector | Role::Conv
+        )
     }
 }
 
@@ -147,6 +166,8 @@ pub struct TensorGroup {
     pub rows: u64,
     pub cols: u64,
     pub count: u64,
+    /// Part of a routed expert (what MXFP4 checkpoints quantize and the rest of the model is not).
+    pub routed: bool,
 }
 
 impl TensorGroup {
@@ -167,11 +188,15 @@ impl Spec {
     pub fn tensors(&self) -> Vec<TensorGroup> {
         let (h, l, v) = (self.hidden_size, self.num_layers, self.vocab_size);
         let (q, kv) = (self.q_dim(), self.kv_dim());
+        if let Some(layout) = &self.layout {
+            return layout.tensors.clone();
+        }
         let g = |role, rows, cols, count| TensorGroup {
             role,
             rows,
             cols,
             count,
+            routed: false,
         };
         let mut t = vec![
             g(Role::Embedding, v, h, 1),
@@ -202,7 +227,11 @@ impl Spec {
         mlp(&mut t, self.intermediate_size, dense_layers);
         if let Some(e) = &self.experts {
             t.push(g(Role::Router, e.count, h, e.sparse_layers));
+            let experts = t.len();
             mlp(&mut t, e.intermediate_size, e.count * e.sparse_layers);
+            for x in &mut t[experts..] {
+                x.routed = true;
+            }
             if e.shared_intermediate_size > 0 {
                 mlp(&mut t, e.shared_intermediate_size, e.sparse_layers);
                 // the shared expert's sigmoid gate: hidden → 1
@@ -221,7 +250,46 @@ impl Spec {
 
     /// Layers whose KV cache keeps every token (the rest keep at most `sliding_window`).
     pub fn full_attention_layers(&self) -> u64 {
-        self.num_layers.saturating_sub(self.sliding_layers)
+        match &self.layout {
+            Some(l) => l
+                .attention
+                .iter()
+                .filter(|g| g.window.is_none())
+                .map(|g| g.layers)
+                .sum(),
+            None => self.num_layers.saturating_sub(self.sliding_layers),
+        }
+    }
+
+    /// The layers that cache keys and values, by window and row: from the layout, or for a
+    /// uniform decoder its full and sliding layers with `kv_heads × head_dim` K and V rows.
+    pub fn attention_groups(&self) -> Vec<AttentionGroup> {
+        if let Some(l) = &self.layout {
+            return l.attention.clone();
+        }
+        let row = KvRow::Heads {
+            k: self.kv_dim(),
+            v: self.kv_dim(),
+        };
+        let full = AttentionGroup {
+            layers: self.full_attention_layers(),
+            window: None,
+            row,
+        };
+        let sliding = AttentionGroup {
+            layers: self.sliding_layers.min(self.num_layers),
+            window: self.sliding_window,
+            row,
+        };
+        [full, sliding]
+            .into_iter()
+            .filter(|g| g.layers > 0)
+            .collect()
+    }
+
+    /// The recurrent layers' per-sequence state (empty for pure transformers).
+    pub fn state_groups(&self) -> &[StateGroup] {
+        self.layout.as_ref().map_or(&[], |l| l.state.as_slice())
     }
 
     /// Whether layer `i` attends through the sliding window, following each family's layout:

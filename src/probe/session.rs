@@ -102,11 +102,16 @@ impl Session {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| {
-                Error::Internal(format!(
+            .map_err(|e| match e.kind() {
+                // No such interpreter: the engine is not there to measure in.
+                std::io::ErrorKind::NotFound => Error::EngineUnavailable(format!(
+                    "{} was not found",
+                    self.launcher.program.display()
+                )),
+                _ => Error::Internal(format!(
                     "cannot start the probe ({}): {e}",
                     self.launcher.program.display()
-                ))
+                )),
             })?;
         let (Some(stdin), Some(stdout), Some(mut err)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())

@@ -1,0 +1,393 @@
+//! Readers for the families whose layers are not one llama-style block repeated: each follows the
+//! transformers modeling file of its `model_type` and spells out every tensor and what each layer
+//! caches, as a `Layout`. What they share lives here: the defaults transformers applies to fields
+//! a published config leaves out, and the summary a `Spec` shows of a layout.
+
+mod deepseek;
+mod falcon_h1;
+mod gpt_oss;
+mod granite_hybrid;
+mod jamba;
+mod llama4;
+mod mamba2;
+mod phimoe;
+mod qwen3_next;
+
+use serde_json::{json, Map, Value};
+
+use super::config::Reader;
+use super::layout::{Layout, Tensors};
+use super::spec::Experts;
+use crate::error::InputError;
+
+/// The families read into a `Layout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// deepseek_v2, deepseek_v3 (also DeepSeek-R1 and Kimi-K2): MLA + shared/routed experts.
+    Deepseek,
+    /// llama4 / llama4_text: chunked local attention, NoPE global layers, interleaved MoE.
+    Llama4,
+    /// gpt_oss: alternating sliding/full attention with sinks, biased experts.
+    GptOss,
+    /// phimoe (Phi-3.5-MoE): LayerNorms and projections with biases, 16 experts.
+    PhiMoe,
+    /// jamba: one attention layer in `attn_layer_period`, Mamba in the rest, experts every other.
+    Jamba,
+    /// mamba2 (Codestral-Mamba): no attention at all.
+    Mamba2,
+    /// qwen3_next: Gated DeltaNet with full attention every `full_attention_interval`.
+    Qwen3Next,
+    /// granitemoehybrid (Granite-4.0-H): Mamba-2 / attention by `layer_types`, shared MLP + MoE.
+    GraniteHybrid,
+    /// falcon_h1: attention and Mamba-2 side by side in every layer.
+    FalconH1,
+}
+
+impl Kind {
+    pub(crate) fn of(model_type: &str) -> Option<Kind> {
+        Some(match model_type {
+            "deepseek_v2" | "deepseek_v3" | "kimi_k2" => Kind::Deepseek,
+            "llama4" | "llama4_text" => Kind::Llama4,
+            "gpt_oss" => Kind::GptOss,
+            "phimoe" => Kind::PhiMoe,
+            "jamba" => Kind::Jamba,
+            "mamba2" => Kind::Mamba2,
+            "qwen3_next" => Kind::Qwen3Next,
+            "granitemoehybrid" => Kind::GraniteHybrid,
+            "falcon_h1" => Kind::FalconH1,
+            _ => return None,
+        })
+    }
+
+    /// Memory-changing config keys this reader models (the guard refuses the others).
+    pub(crate) fn models(self) -> &'static [&'static str] {
+        match self {
+            Kind::Deepseek => &[
+                "kv_lora_rank",
+                "q_lora_rank",
+                "qk_rope_head_dim",
+                "qk_nope_head_dim",
+                "v_head_dim",
+                "n_routed_experts",
+                "n_shared_experts",
+                "first_k_dense_replace",
+                "moe_layer_freq",
+                "moe_intermediate_size",
+                "num_experts_per_tok",
+            ],
+            Kind::Llama4 => &[
+                "num_local_experts",
+                "num_experts_per_tok",
+                "interleave_moe_layer_step",
+                "moe_layers",
+                "attention_chunk_size",
+                "no_rope_layers",
+                "intermediate_size_mlp",
+                "layer_types",
+            ],
+            Kind::GptOss => &[
+                "num_local_experts",
+                "num_experts_per_tok",
+                "experts_per_token",
+                "layer_types",
+            ],
+            Kind::PhiMoe => &["num_local_experts", "num_experts_per_tok"],
+            Kind::Jamba => &[
+                "attn_layer_period",
+                "attn_layer_offset",
+                "expert_layer_period",
+                "expert_layer_offset",
+                "num_experts",
+                "num_experts_per_tok",
+                "mamba_",
+            ],
+            Kind::Mamba2 => &["state_size", "conv_kernel", "n_groups", "time_step_"],
+            Kind::Qwen3Next => &[
+                "linear_",
+                "full_attention_interval",
+                "num_experts",
+                "num_experts_per_tok",
+                "moe_intermediate_size",
+                "shared_expert_intermediate_size",
+                "decoder_sparse_step",
+                "mlp_only_layers",
+                "layer_types",
+            ],
+            Kind::GraniteHybrid => &[
+                "mamba_",
+                "num_local_experts",
+                "num_experts_per_tok",
+                "shared_intermediate_size",
+                "layer_types",
+            ],
+            Kind::FalconH1 => &["mamba_", "ssm_", "attn_layer_indices"],
+        }
+    }
+
+    /// The `layer_types` values this reader understands.
+    pub(crate) fn layer_types(self) -> &'static [&'static str] {
+        match self {
+            Kind::Llama4 => &["chunked_attention", "full_attention"],
+            Kind::GptOss => &["sliding_attention", "full_attention"],
+            Kind::Qwen3Next => &["linear_attention", "full_attention"],
+            Kind::GraniteHybrid => &["mamba", "attention"],
+            _ => &[],
+        }
+    }
+}
+
+/// What a family reader hands back: a layout and the summary a `Spec` shows of it.
+#[derive(Debug, Default)]
+pub(crate) struct Built {
+    pub hidden: u64,
+    /// The dense MLP's width (layers without experts); 0 when every layer has experts.
+    pub intermediate: u64,
+    pub layers: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub head_dim: u64,
+    pub vocab: u64,
+    pub tie: bool,
+    pub sliding_window: Option<u64>,
+    pub sliding_layers: u64,
+    pub experts: Option<Experts>,
+    pub layout: Layout,
+    pub notes: Vec<String>,
+}
+
+pub(crate) fn read(kind: Kind, r: &Reader) -> Result<Built, InputError> {
+    match kind {
+        Kind::Deepseek => deepseek::read(r),
+        Kind::Llama4 => llama4::read(r),
+        Kind::GptOss => gpt_oss::read(r),
+        Kind::PhiMoe => phimoe::read(r),
+        Kind::Jamba => jamba::read(r),
+        Kind::Mamba2 => mamba2::read(r),
+        Kind::Qwen3Next => qwen3_next::read(r),
+        Kind::GraniteHybrid => granite_hybrid::read(r),
+        Kind::FalconH1 => falcon_h1::read(r),
+    }
+}
+
+/// The values transformers' configuration class of `model_type` gives the fields a config.json
+/// may leave out (`configuration_<family>.py`, `__init__` defaults). Only fields that size memory.
+pub fn defaults(model_type: &str) -> Map<String, Value> {
+    let v = match model_type {
+        // Gemma3TextConfig (configuration_gemma3.py): what gemma-3's published `text_config`
+        // leaves out — vocab_size 262,208 and head_dim 256 among them.
+        "gemma3" | "gemma3_text" => json!({
+            "vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216,
+            "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+            "head_dim": 256, "max_position_embeddings": 131_072, "tie_word_embeddings": true,
+            "rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6, "query_pre_attn_scalar": 256,
+            "sliding_window": 4096, "sliding_window_pattern": 6,
+            "hidden_activation": "gelu_pytorch_tanh"
+        }),
+        // DeepseekV3Config.
+        "deepseek_v3" | "kimi_k2" => json!({
+            "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+            "qk_nope_head_dim": 128, "v_head_dim": 128, "n_shared_experts": 1,
+            "first_k_dense_replace": 3, "moe_layer_freq": 1, "num_experts_per_tok": 8,
+            "tie_word_embeddings": false
+        }),
+        // DeepseekV2Config.
+        "deepseek_v2" => json!({
+            "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+            "qk_nope_head_dim": 128, "v_head_dim": 128, "first_k_dense_replace": 0,
+            "moe_layer_freq": 1, "tie_word_embeddings": false
+        }),
+        // Llama4TextConfig.
+        "llama4" | "llama4_text" => json!({
+            "vocab_size": 202_048, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+            "head_dim": 128, "num_local_experts": 16, "num_experts_per_tok": 1,
+            "interleave_moe_layer_step": 1, "attention_chunk_size": 8192,
+            "tie_word_embeddings": false
+        }),
+        // GptOssConfig.
+        "gpt_oss" => json!({
+            "vocab_size": 201_088, "intermediate_size": 2880, "head_dim": 64,
+            "num_local_experts": 128, "experts_per_token": 4, "sliding_window": 128,
+            "attention_bias": true, "tie_word_embeddings": false
+        }),
+        // PhimoeConfig.
+        "phimoe" => json!({
+            "num_local_experts": 16, "num_experts_per_tok": 2, "attention_bias": true,
+            "lm_head_bias": true, "tie_word_embeddings": false
+        }),
+        // JambaConfig.
+        "jamba" => json!({
+            "vocab_size": 65_536, "attn_layer_period": 8, "attn_layer_offset": 4,
+            "expert_layer_period": 2, "expert_layer_offset": 1, "num_experts": 16,
+            "num_experts_per_tok": 2, "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2,
+            "mamba_conv_bias": true, "mamba_proj_bias": false, "tie_word_embeddings": false
+        }),
+        // Mamba2Config.
+        "mamba2" => json!({
+            "num_heads": 128, "head_dim": 64, "state_size": 128, "expand": 2, "conv_kernel": 4,
+            "n_groups": 8, "use_bias": false, "use_conv_bias": true, "tie_word_embeddings": false
+        }),
+        // Qwen3NextConfig.
+        "qwen3_next" => json!({
+            "head_dim": 256, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+            "linear_value_head_dim": 128, "linear_num_key_heads": 16,
+            "linear_num_value_heads": 32, "full_attention_interval": 4,
+            "decoder_sparse_step": 1, "moe_intermediate_size": 512,
+            "shared_expert_intermediate_size": 512, "num_experts": 512,
+            "num_experts_per_tok": 10, "tie_word_embeddings": false
+        }),
+        // GraniteMoeHybridConfig.
+        "granitemoehybrid" => json!({
+            "mamba_n_heads": 128, "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_conv": 4,
+            "mamba_expand": 2, "mamba_conv_bias": true, "mamba_proj_bias": false,
+            "num_local_experts": 8, "num_experts_per_tok": 2, "shared_intermediate_size": 1024,
+            "tie_word_embeddings": false
+        }),
+        // FalconH1Config.
+        "falcon_h1" => json!({
+            "mamba_n_heads": 128, "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_conv": 4,
+            "mamba_expand": 2, "mamba_conv_bias": true, "mamba_proj_bias": false,
+            "mamba_rms_norm": false, "projectors_bias": false, "attention_bias": false,
+            "mlp_bias": false, "tie_word_embeddings": false
+        }),
+        _ => json!({}),
+    };
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+/// `a × b`, or the config error that says which product overflowed.
+pub(crate) fn mul(r: &Reader, field: &str, a: u64, b: u64) -> Result<u64, InputError> {
+    a.checked_mul(b).ok_or_else(|| {
+        r.bad(
+            field,
+            &Value::from(a),
+            "too large: the sizes it implies overflow",
+        )
+    })
+}
+
+/// `a + b`, likewise.
+pub(crate) fn add(r: &Reader, field: &str, a: u64, b: u64) -> Result<u64, InputError> {
+    a.checked_add(b).ok_or_else(|| {
+        r.bad(
+            field,
+            &Value::from(a),
+            "too large: the sizes it implies overflow",
+        )
+    })
+}
+
+/// The finished tensor list, or an error naming `field` when a size overflowed.
+pub(crate) fn finish(
+    r: &Reader,
+    field: &str,
+    t: Tensors,
+) -> Result<Vec<super::spec::TensorGroup>, InputError> {
+    t.finish().ok_or_else(|| {
+        r.bad(
+            field,
+            &Value::from("…"),
+            "too large: the tensor sizes it implies overflow",
+        )
+    })
+}
+
+/// `layer_types` as strings, checked against what the family knows and against the layer count.
+pub(crate) fn layer_types(
+    r: &Reader,
+    kind: Kind,
+    layers: u64,
+) -> Result<Option<Vec<String>>, InputError> {
+    let Some(v) = r.get("layer_types") else {
+        return Ok(None);
+    };
+    let Some(a) = v.as_array() else {
+        return Err(r.bad("layer_types", v, "expected a list of strings"));
+    };
+    let mut out = Vec::with_capacity(a.len());
+    for t in a {
+        match t.as_str() {
+            Some(s) if kind.layer_types().contains(&s) => out.push(s.to_string()),
+            _ => {
+                return Err(r.bad(
+                    "layer_types",
+                    t,
+                    &format!(
+                        "llm-oom models only {} layers for this family; it cannot size the rest",
+                        kind.layer_types().join(" and ")
+                    ),
+                ))
+            }
+        }
+    }
+    if out.len() as u64 != layers {
+        return Err(r.bad(
+            "layer_types",
+            v,
+            &format!("has {} entries for {layers} layers", out.len()),
+        ));
+    }
+    Ok(Some(out))
+}
+
+/// The embedding matrix, the final norm and the output head: the same in every family.
+pub(crate) fn embeddings(t: &mut Tensors, vocab: u64, hidden: u64, tie: bool) {
+    use super::spec::Role;
+    t.add(Role::Embedding, vocab, hidden, 1);
+    if !tie {
+        t.add(Role::LmHead, vocab, hidden, 1);
+    }
+    t.vector(hidden, 1);
+}
+
+/// q/k/v/o of a grouped-query attention layer in `count` layers (with their biases if any).
+pub(crate) struct Gqa {
+    pub hidden: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub head_dim: u64,
+    pub qkv_bias: bool,
+    pub o_bias: bool,
+}
+
+impl Gqa {
+    pub(crate) fn add(&self, r: &Reader, t: &mut Tensors, count: u64) -> Result<(), InputError> {
+        use super::spec::Role;
+        let q = mul(r, "num_attention_heads", self.heads, self.head_dim)?;
+        let kv = mul(r, "num_key_value_heads", self.kv_heads, self.head_dim)?;
+        t.add(Role::AttnQ, q, self.hidden, count);
+        t.add(Role::AttnK, kv, self.hidden, count);
+        t.add(Role::AttnV, kv, self.hidden, count);
+        t.add(Role::AttnO, self.hidden, q, count);
+        if self.qkv_bias {
+            t.vector(q, count);
+            t.vector(kv, count);
+            t.vector(kv, count);
+        }
+        if self.o_bias {
+            t.vector(self.hidden, count);
+        }
+        Ok(())
+    }
+}
+
+/// The K and V row of a GQA layer.
+pub(crate) fn gqa_row(
+    r: &Reader,
+    kv_heads: u64,
+    head_dim: u64,
+) -> Result<super::layout::KvRow, InputError> {
+    let n = mul(r, "num_key_value_heads", kv_heads, head_dim)?;
+    Ok(super::layout::KvRow::Heads { k: n, v: n })
+}
+
+/// Shared reads: the sizes every family has.
+pub(crate) fn common(r: &Reader) -> Result<(u64, u64, u64), InputError> {
+    Ok((
+        r.u64(&["hidden_size", "d_model"])?,
+        r.u64(&["num_hidden_layers", "n_layer", "num_layers"])?,
+        r.u64(&["vocab_size"])?,
+    ))
+}

@@ -1,0 +1,168 @@
+//! Qwen3-Next, after transformers' modeling_qwen3_next.py.
+//!
+//! Every `full_attention_interval`-th layer is gated full attention (`q_proj` doubled for the
+//! output gate, q/k RMSNorms); the others a Gated DeltaNet: `in_proj_qkvz` (hidden →
+//! 2·key_dim + 2·value_dim), `in_proj_ba` (→ 2·v_heads), a `conv1d` over 2·key_dim + value_dim
+//! channels, `dt_bias` and `A_log` per value head, a gated RMSNorm of the value head width,
+//! `out_proj`. MLP: a router over `num_experts` experts, a shared expert and its sigmoid gate.
+//! A DeltaNet layer keeps per sequence its conv state and a v_heads × k_dim × v_dim state.
+
+use super::{add, common, embeddings, finish, gqa_row, layer_types, mul, Built, Gqa, Kind};
+use crate::error::InputError;
+use crate::model::config::Reader;
+use crate::model::layout::{AttentionGroup, Layout, StateGroup, Tensors};
+use crate::model::spec::{Experts, Role};
+use serde_json::Value;
+
+pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
+    let (h, layers, vocab) = common(r)?;
+    let heads = r.u64(&["num_attention_heads"])?;
+    let kv_heads = r.opt_u64(&["num_key_value_heads"])?.unwrap_or(heads);
+    let head_dim = r.u64(&["head_dim"])?;
+    let tie = r.bool("tie_word_embeddings").unwrap_or(false);
+    let interval = r.u64(&["full_attention_interval"])?;
+    let full = match layer_types(r, Kind::Qwen3Next, layers)? {
+        Some(types) => types.iter().filter(|t| *t == "full_attention").count() as u64,
+        None => (0..layers).filter(|i| (i + 1) % interval == 0).count() as u64,
+    };
+    let linear = layers - full;
+    let (nk, nv) = (
+        r.u64(&["linear_num_key_heads"])?,
+        r.u64(&["linear_num_value_heads"])?,
+    );
+    let (dk, dv) = (
+        r.u64(&["linear_key_head_dim"])?,
+        r.u64(&["linear_value_head_dim"])?,
+    );
+    let kernel = r.u64(&["linear_conv_kernel_dim"])?;
+    let key_dim = mul(r, "linear_num_key_heads", nk, dk)?;
+    let value_dim = mul(r, "linear_num_value_heads", nv, dv)?;
+    let conv_dim = add(
+        r,
+        "linear_value_head_dim",
+        key_dim.saturating_mul(2),
+        value_dim,
+    )?;
+
+    let experts = r.opt_u64(&["num_experts"])?.unwrap_or(0);
+    let step = r.opt_u64(&["decoder_sparse_step"])?.unwrap_or(1).max(1);
+    let mlp_only: Vec<u64> = r
+        .get("mlp_only_layers")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default();
+    let sparse = if experts > 0 {
+        (0..layers)
+            .filter(|i| !mlp_only.contains(i) && (i + 1) % step == 0)
+            .count() as u64
+    } else {
+        0
+    };
+    let moe_inter = if sparse > 0 {
+        r.u64(&["moe_intermediate_size"])?
+    } else {
+        0
+    };
+    let shared_inter = r
+        .opt_u64(&["shared_expert_intermediate_size"])?
+        .unwrap_or(0);
+    let inter = if layers > sparse {
+        r.u64(&["intermediate_size"])?
+    } else {
+        r.opt_u64(&["intermediate_size"])?.unwrap_or(0)
+    };
+
+    let mut t = Tensors::default();
+    embeddings(&mut t, vocab, h, tie);
+    let bias = r.bool("attention_bias").unwrap_or(false);
+    Gqa {
+        hidden: h,
+        heads,
+        kv_heads,
+        head_dim,
+        qkv_bias: bias,
+        o_bias: bias,
+    }
+    .add(r, &mut t, full)?;
+    // the output gate doubles q_proj
+    t.add(
+        Role::AttnQ,
+        mul(r, "num_attention_heads", heads, head_dim)?,
+        h,
+        full,
+    );
+    if bias {
+        t.vector(heads.saturating_mul(head_dim), full);
+    }
+    t.vector(head_dim, full.saturating_mul(2)); // q_norm, k_norm
+    t.add(
+        Role::Mixer,
+        add(
+            r,
+            "linear_value_head_dim",
+            key_dim.saturating_mul(2),
+            value_dim.saturating_mul(2),
+        )?,
+        h,
+        linear,
+    );
+    t.add(Role::Mixer, nv.saturating_mul(2), h, linear);
+    t.add(Role::Conv, conv_dim, kernel, linear);
+    t.vector(nv, linear.saturating_mul(2)); // dt_bias, A_log
+    t.vector(dv, linear); // gated norm
+    t.add(Role::Mixer, h, value_dim, linear);
+    t.vector(h, layers.saturating_mul(2));
+    t.gated_mlp(h, inter, layers - sparse, false);
+    t.add(Role::Router, experts, h, sparse);
+    t.gated_mlp(h, moe_inter, mul(r, "num_experts", experts, sparse)?, true);
+    if shared_inter > 0 {
+        t.gated_mlp(h, shared_inter, sparse, false);
+        t.add(Role::Router, 1, h, sparse);
+    }
+    let tensors = finish(r, "num_experts", t)?;
+
+    Ok(Built {
+        hidden: h,
+        intermediate: inter,
+        layers,
+        heads,
+        kv_heads,
+        head_dim,
+        vocab,
+        tie,
+        experts: (sparse > 0).then(|| Experts {
+            count: experts,
+            active: r
+                .opt_u64(&["num_experts_per_tok"])
+                .ok()
+                .flatten()
+                .unwrap_or(1),
+            intermediate_size: moe_inter,
+            sparse_layers: sparse,
+            shared_intermediate_size: shared_inter,
+        }),
+        layout: Layout {
+            tensors,
+            attention: vec![AttentionGroup {
+                layers: full,
+                window: None,
+                row: gqa_row(r, kv_heads, head_dim)?,
+            }]
+            .into_iter()
+            .filter(|g| g.layers > 0)
+            .collect(),
+            state: vec![StateGroup {
+                layers: linear,
+                conv_channels: conv_dim,
+                conv_kernel: kernel,
+                ssm: mul(
+                    r,
+                    "linear_value_head_dim",
+                    mul(r, "linear_num_value_heads", nv, dk)?,
+                    dv,
+                )?,
+            }],
+        },
+        ..Built::default()
+    })
+}

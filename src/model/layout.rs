@@ -1,0 +1,116 @@
+//! `Layout`: the tensors and the cache of a model whose layers are not all one llama-style block —
+//! multi-head latent attention, local/global attention mixes, MoE with shared experts, state-space
+//! hybrids. A family reader (`model::families`) spells these out from its config, following the
+//! transformers module it mirrors, so the estimate never has to guess from llama's fields.
+
+use serde::Serialize;
+
+use super::spec::{Role, TensorGroup};
+
+/// What a non-uniform model holds: every weight tensor, the layers that cache keys and values, and
+/// the recurrent state of the layers that do not.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Layout {
+    #[serde(skip)]
+    pub tensors: Vec<TensorGroup>,
+    pub attention: Vec<AttentionGroup>,
+    pub state: Vec<StateGroup>,
+}
+
+/// `layers` attention layers that cache the same row per token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct AttentionGroup {
+    pub layers: u64,
+    /// The most tokens a layer attends to (a sliding window, or Llama-4's attention chunk): an
+    /// engine that trims caches at most this many. `None` = every token.
+    pub window: Option<u64>,
+    pub row: KvRow,
+}
+
+/// Elements one token adds to one layer's cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KvRow {
+    /// Keys and values per KV head: `k` and `v` elements (kv_heads × head_dim each for GQA).
+    Heads { k: u64, v: u64 },
+    /// Multi-head latent attention (DeepSeek-V2/V3). What is cached depends on the engine:
+    /// the compressed latent `kv_lora_rank + qk_rope_head_dim` (vLLM, SGLang), that latent as K plus
+    /// `kv_lora_rank` as V (llama.cpp), or the decompressed per-head K and V (transformers).
+    Latent {
+        kv_lora_rank: u64,
+        rope_dim: u64,
+        /// num_heads × (qk_nope_head_dim + qk_rope_head_dim) and num_heads × v_head_dim.
+        full_k: u64,
+        full_v: u64,
+    },
+}
+
+/// `layers` recurrent layers (Mamba, Mamba-2, Gated DeltaNet): per sequence a convolution state
+/// of `conv_channels` × kernel columns and an SSM / delta-rule state of `ssm` elements, whatever
+/// the length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct StateGroup {
+    pub layers: u64,
+    pub conv_channels: u64,
+    pub conv_kernel: u64,
+    pub ssm: u64,
+}
+
+/// Adds tensor groups with `checked` sizes: config values are user input, and a product that
+/// overflows must become an error, not a wrapped number.
+#[derive(Debug, Default)]
+pub struct Tensors {
+    pub groups: Vec<TensorGroup>,
+    overflow: bool,
+}
+
+impl Tensors {
+    /// `count` matrices of `rows × cols` (1 × n for vectors).
+    pub fn add(&mut self, role: Role, rows: u64, cols: u64, count: u64) {
+        self.push(role, rows, cols, count, false);
+    }
+    /// The same, for tensors of routed experts (what MXFP4 checkpoints and expert offload touch).
+    pub fn add_routed(&mut self, role: Role, rows: u64, cols: u64, count: u64) {
+        self.push(role, rows, cols, count, true);
+    }
+    /// A vector of `n` elements in each of `count` layers (norms, biases, sinks, A_log, D…).
+    pub fn vector(&mut self, n: u64, count: u64) {
+        self.push(Role::Vector, 1, n, count, false);
+    }
+    /// gate, up and down of a gated MLP of width `inter` in `count` places.
+    pub fn gated_mlp(&mut self, hidden: u64, inter: u64, count: u64, routed: bool) {
+        self.push(Role::MlpGate, inter, hidden, count, routed);
+        self.push(Role::MlpUp, inter, hidden, count, routed);
+        self.push(Role::MlpDown, hidden, inter, count, routed);
+    }
+    fn push(&mut self, role: Role, rows: u64, cols: u64, count: u64, routed: bool) {
+        if rows == 0 || cols == 0 || count == 0 {
+            return;
+        }
+        let ok = rows
+            .checked_mul(cols)
+            .and_then(|n| n.checked_mul(count))
+            .is_some();
+        if !ok {
+            self.overflow = true;
+            return;
+        }
+        self.groups.push(TensorGroup {
+            role,
+            rows,
+            cols,
+            count,
+            routed,
+        });
+    }
+    /// The groups, or `None` when a size overflowed (or the total does).
+    pub fn finish(self) -> Option<Vec<TensorGroup>> {
+        if self.overflow {
+            return None;
+        }
+        self.groups
+            .iter()
+            .try_fold(0u64, |acc, t| acc.checked_add(t.params()))
+            .map(|_| self.groups)
+    }
+}

@@ -1,0 +1,205 @@
+//! The storage format of a quantized checkpoint, from config.json's `quantization_config`: which
+//! format its linear layers are in, and which tensors it keeps in 16 bits. Each format's rule for
+//! the rest (embeddings, norms, routers) lives in `estimate::weights`.
+
+use serde_json::{Map, Value};
+
+use super::config::Reader;
+use super::spec::Role;
+use crate::dtype::{Fp8Scale, WeightDtype};
+
+type Obj = Map<String, Value>;
+
+/// The checkpoint's weight format and the roles its ignore list keeps dense.
+pub(crate) fn read(r: &Reader, notes: &mut Vec<String>) -> (WeightDtype, Vec<Role>) {
+    let torch = r.str("torch_dtype").or_else(|| r.str("dtype"));
+    let base = match torch {
+        Some("float32") => WeightDtype::F32,
+        Some("float16") => WeightDtype::F16,
+        _ => WeightDtype::Bf16,
+    };
+    let Some(Value::Object(q)) = r.outer.get("quantization_config") else {
+        return (base, Vec::new());
+    };
+    let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("");
+    let b = |k: &str| q.get(k).and_then(Value::as_bool).unwrap_or(false);
+    let n = |k: &str| q.get(k).and_then(Value::as_u64);
+    let dtype = match method {
+        "bitsandbytes" if b("load_in_4bit") => {
+            let double_quant = b("bnb_4bit_use_double_quant");
+            match q.get("bnb_4bit_quant_type").and_then(Value::as_str) {
+                Some("fp4") => WeightDtype::Fp4 { double_quant },
+                _ => WeightDtype::Nf4 { double_quant },
+            }
+        }
+        "bitsandbytes" if b("load_in_8bit") => WeightDtype::Int8,
+        "gptq" => WeightDtype::Gptq {
+            bits: bits(n("bits"), 4),
+            group_size: n("group_size").filter(|g| *g > 0).unwrap_or(128),
+        },
+        "awq" => WeightDtype::Awq {
+            bits: bits(n("bits").or_else(|| n("w_bit")), 4),
+            group_size: n("group_size")
+                .or_else(|| n("q_group_size"))
+                .filter(|g| *g > 0)
+                .unwrap_or(128),
+        },
+        // transformers' FineGrainedFP8 (DeepSeek-V3): `weight_block_size` [128, 128], else per row.
+        "fp8" => WeightDtype::Fp8 {
+            scale: match q.get("weight_block_size").and_then(Value::as_array) {
+                Some(a) if a.len() == 2 => match (a[0].as_u64(), a[1].as_u64()) {
+                    (Some(rows), Some(cols)) if rows > 0 && cols > 0 => {
+                        Fp8Scale::Block { rows, cols }
+                    }
+                    _ => Fp8Scale::Channel,
+                },
+                _ => Fp8Scale::Channel,
+            },
+        },
+        // fbgemm: one f32 scale per output channel.
+        "fbgemm_fp8" => WeightDtype::Fp8 {
+            scale: Fp8Scale::Channel,
+        },
+        "mxfp4" => WeightDtype::Mxfp4,
+        "modelopt" => match q.get("quant_algo").and_then(Value::as_str) {
+            Some("NVFP4") => WeightDtype::Nvfp4,
+            Some("FP8") => WeightDtype::Fp8 {
+                scale: Fp8Scale::Tensor,
+            },
+            other => {
+                notes.push(format!(
+                    "modelopt quant_algo `{}` is not priced yet; weights sized as {base} — pass --dtype to override",
+                    other.unwrap_or("?")
+                ));
+                base
+            }
+        },
+        "compressed-tensors" => compressed_tensors(q).unwrap_or_else(|| {
+            notes.push(format!(
+                "this compressed-tensors scheme is not priced yet; weights sized as {base} — pass --dtype to override"
+            ));
+            base
+        }),
+        "hqq" => {
+            let p = q
+                .get("quant_config")
+                .and_then(|c| c.get("weight_quant_params"))
+                .and_then(Value::as_object)
+                .unwrap_or(q);
+            let g = |k: &str| p.get(k).and_then(Value::as_u64);
+            WeightDtype::Hqq {
+                bits: bits(g("nbits"), 4),
+                group_size: g("group_size").filter(|g| *g > 0).unwrap_or(64),
+            }
+        }
+        other => {
+            notes.push(format!(
+                "quantization_config `{other}` is not priced yet; weights sized as {base} — pass --dtype to override"
+            ));
+            base
+        }
+    };
+    let keep = keep_dense(q, notes);
+    (dtype, keep)
+}
+
+fn bits(n: Option<u64>, default: u8) -> u8 {
+    n.and_then(|b| u8::try_from(b).ok())
+        .filter(|b| (1..=8).contains(b))
+        .unwrap_or(default)
+}
+
+/// compressed-tensors: the weights scheme of its first config group.
+fn compressed_tensors(q: &Obj) -> Option<WeightDtype> {
+    let groups = q.get("config_groups")?.as_object()?;
+    let w = groups.values().next()?.get("weights")?;
+    let num_bits = w.get("num_bits")?.as_u64()?;
+    let kind = w.get("type").and_then(Value::as_str).unwrap_or("int");
+    let strategy = w
+        .get("strategy")
+        .and_then(Value::as_str)
+        .unwrap_or("tensor");
+    match (kind, num_bits) {
+        ("float", 8) => Some(WeightDtype::Fp8 {
+            scale: match strategy {
+                "channel" => Fp8Scale::Channel,
+                "block" => {
+                    let b = w.get("block_structure")?.as_array()?;
+                    Fp8Scale::Block {
+                        rows: b.first()?.as_u64()?.max(1),
+                        cols: b.get(1)?.as_u64()?.max(1),
+                    }
+                }
+                _ => Fp8Scale::Tensor,
+            },
+        }),
+        ("float", 4) if w.get("group_size").and_then(Value::as_u64) == Some(16) => {
+            Some(WeightDtype::Nvfp4)
+        }
+        // int4/int8 weight-only (W4A16): packed ints with a scale (and a zero) per group.
+        ("int", b) if (2..=8).contains(&b) => Some(WeightDtype::Awq {
+            bits: b as u8,
+            group_size: w
+                .get("group_size")
+                .and_then(Value::as_u64)
+                .filter(|g| *g > 0)
+                .unwrap_or(128),
+        }),
+        _ => None,
+    }
+}
+
+/// The roles named by `modules_to_not_convert`, `ignore`, `llm_int8_skip_modules` or
+/// `exclude_modules`. A pattern that names no role llm-oom tracks (one layer, say) is reported.
+fn keep_dense(q: &Obj, notes: &mut Vec<String>) -> Vec<Role> {
+    let mut roles = Vec::new();
+    for key in [
+        "modules_to_not_convert",
+        "ignore",
+        "llm_int8_skip_modules",
+        "exclude_modules",
+    ] {
+        let Some(list) = q.get(key).and_then(Value::as_array) else {
+            continue;
+        };
+        for p in list.iter().filter_map(Value::as_str) {
+            let found = roles_of(p);
+            if found.is_empty() {
+                notes.push(format!(
+                    "quantization_config `{key}` entry `{p}` names tensors llm-oom does not track apart; they are sized as quantized"
+                ));
+            }
+            for r in found {
+                if !roles.contains(&r) {
+                    roles.push(r);
+                }
+            }
+        }
+    }
+    roles
+}
+
+fn roles_of(pattern: &str) -> Vec<Role> {
+    let p = pattern.trim_start_matches("re:");
+    let mut out = Vec::new();
+    if p.contains("lm_head") {
+        out.push(Role::LmHead);
+    }
+    if p.contains("embed") {
+        out.push(Role::Embedding);
+    }
+    if p.contains("self_attn") || p.ends_with(".attn") || p.contains("attention") {
+        out.extend([Role::AttnQ, Role::AttnK, Role::AttnV, Role::AttnO]);
+    }
+    if p.contains("router")
+        || p.ends_with("mlp.gate")
+        || p.ends_with("mlp.gate$")
+        || p.contains("block_sparse_moe.gate")
+    {
+        out.push(Role::Router);
+    }
+    if p.contains("mamba") || p.contains("linear_attn") || p.contains("mixer") {
+        out.push(Role::Mixer);
+    }
+    out
+}

@@ -1,0 +1,85 @@
+//! `diagnose --engine transformers` in the user's own transformers, through the real binary and a
+//! real Python child on the CPU (a tiny random llama). Needs a Python with torch and transformers:
+//! `.ci/run` installs one and names it in LLM_OOM_TEST_PYTHON; without it the test says so and
+//! checks the fallback only.
+
+mod util;
+
+use serde_json::Value;
+use util::{llm_oom, temp};
+
+fn fixture() -> String {
+    format!("{}/tests/fixtures/tiny-llama", env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn transformers_answers_for_transformers() {
+    let Some(python) = std::env::var_os("LLM_OOM_TEST_PYTHON") else {
+        eprintln!("LLM_OOM_TEST_PYTHON is not set: the measured transformers path is not run here");
+        return;
+    };
+    let home = temp();
+    let out = llm_oom(home.path())
+        .args([
+            "diagnose",
+            "--model",
+            &fixture(),
+            "--device",
+            "cpu",
+            "-p",
+            "48",
+            "-n",
+            "8",
+        ])
+        .args(["-b", "2", "--dtype", "f32", "--json", "--python"])
+        .arg(&python)
+        .output()
+        .expect("runs");
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    assert_eq!(v["mode"], "measured");
+    assert!(
+        v["probe"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("transformers")),
+        "{v}"
+    );
+    for s in ["load", "first_token", "long_generation", "concurrency"] {
+        let st = v["stages"]
+            .as_array()
+            .and_then(|a| a.iter().find(|x| x["name"] == s));
+        assert_eq!(
+            st.map(|x| x["outcome"].clone()),
+            Some("ok".into()),
+            "{s}: {v}"
+        );
+    }
+    assert_eq!(v["device"]["meter"], "torch-cpu");
+}
+
+#[test]
+fn without_transformers_the_answer_is_predicted_and_says_so() {
+    let home = temp();
+    let out = llm_oom(home.path())
+        .args([
+            "diagnose",
+            "--model",
+            &fixture(),
+            "--device",
+            "cpu",
+            "--json",
+        ])
+        .env("LLM_OOM_PYTHON", "/nonexistent/python3")
+        .output()
+        .expect("runs");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["mode"], "predicted");
+    assert!(v["verdict"]["summary"]
+        .as_str()
+        .is_some_and(|s| s.starts_with("predicted")));
+    assert!(v["stages"]
+        .as_array()
+        .is_some_and(|a| a.iter().all(|s| s["outcome"] == "skipped")));
+    assert_eq!(out.status.code(), Some(0), "{v}");
+}
