@@ -28,14 +28,40 @@ pub struct Bounded {
     pub stopped: bool,
 }
 
+/// How much is kept and when reading stops.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub head: usize,
+    pub tail: usize,
+    pub stop_after: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            head: HEAD,
+            tail: TAIL,
+            stop_after: STOP_AFTER,
+        }
+    }
+}
+
 /// Read `r` to its end (or `STOP_AFTER`) keeping a bounded window.
-pub fn read_bounded(mut r: impl Read) -> io::Result<Bounded> {
+pub fn read_bounded(r: impl Read) -> io::Result<Bounded> {
+    read_bounded_with(r, Limits::default())
+}
+
+/// `read_bounded` with other limits (the tests use small ones).
+pub fn read_bounded_with(mut r: impl Read, limits: Limits) -> io::Result<Bounded> {
     let mut head = Vec::new();
-    (&mut r).take(HEAD as u64).read_to_end(&mut head)?;
-    let mut state = Window::default();
+    (&mut r).take(limits.head as u64).read_to_end(&mut head)?;
+    let mut state = Window {
+        keep: limits.tail,
+        ..Window::default()
+    };
     let mut chunk = vec![0u8; 1 << 20];
     let mut total = head.len() as u64;
-    while total < STOP_AFTER {
+    while total < limits.stop_after {
         let got = match r.read(&mut chunk) {
             Ok(0) => break,
             Ok(n) => n,
@@ -45,12 +71,14 @@ pub fn read_bounded(mut r: impl Read) -> io::Result<Bounded> {
         total = total.saturating_add(got as u64);
         state.push(&chunk[..got]);
     }
-    let stopped = total >= STOP_AFTER;
-    Ok(state.finish(head, stopped))
+    let stopped = total >= limits.stop_after;
+    Ok(state.finish(head, stopped, &limits))
 }
 
 #[derive(Default)]
 struct Window {
+    /// Bytes of the end kept whole.
+    keep: usize,
     tail: Vec<u8>,
     middle: Vec<u8>,
     skipped: u64,
@@ -59,8 +87,8 @@ struct Window {
 impl Window {
     fn push(&mut self, bytes: &[u8]) {
         self.tail.extend_from_slice(bytes);
-        if self.tail.len() > 2 * TAIL {
-            let cut = self.tail.len() - TAIL;
+        if self.tail.len() > 2 * self.keep {
+            let cut = self.tail.len() - self.keep;
             let dropped: Vec<u8> = self.tail.drain(..cut).collect();
             self.keep_oom_lines(&dropped);
         }
@@ -100,7 +128,7 @@ impl Window {
             .saturating_add(dropped.len().saturating_sub(kept) as u64);
     }
 
-    fn finish(self, mut head: Vec<u8>, stopped: bool) -> Bounded {
+    fn finish(self, mut head: Vec<u8>, stopped: bool, limits: &Limits) -> Bounded {
         if self.skipped == 0 && !stopped {
             head.extend_from_slice(&self.tail);
             return Bounded {
@@ -110,11 +138,15 @@ impl Window {
             };
         }
         let note = format!(
-            "\n{SKIPPED_MARKER}{} bytes of input (kept the first {} MiB, the last {} MiB and the lines with out-of-memory words between{})\n",
+            "\n{SKIPPED_MARKER}{} bytes of input (kept the first {} KiB, the last {} KiB and the lines with out-of-memory words between{})\n",
             self.skipped,
-            HEAD >> 20,
-            TAIL >> 20,
-            if stopped { "; stopped reading after 1 GiB" } else { "" }
+            limits.head >> 10,
+            limits.tail >> 10,
+            if stopped {
+                format!("; stopped reading after {} MiB", limits.stop_after >> 20)
+            } else {
+                String::new()
+            }
         );
         head.extend_from_slice(note.as_bytes());
         head.extend_from_slice(&self.middle);
@@ -131,28 +163,34 @@ impl Window {
 mod tests {
     use super::*;
 
+    const SMALL: Limits = Limits {
+        head: 4 << 10,
+        tail: 4 << 10,
+        stop_after: 1 << 20,
+    };
+
     #[test]
     fn a_short_input_is_whole_and_an_endless_one_ends() {
         let b = read_bounded(&b"hello\nworld\n"[..]).unwrap();
         assert_eq!(b.bytes, b"hello\nworld\n");
         assert_eq!(b.skipped, 0);
-        let zero = read_bounded(io::repeat(0)).unwrap();
+        let zero = read_bounded_with(io::repeat(0), SMALL).unwrap();
         assert!(zero.stopped);
-        assert!(zero.bytes.len() < HEAD + TAIL + MIDDLE + 1024);
+        assert!(zero.bytes.len() < SMALL.head + 2 * SMALL.tail + 1024);
         assert!(zero.skipped > 0);
     }
 
     #[test]
     fn the_middle_keeps_its_oom_lines() {
-        let mut input = b"y\n".repeat((HEAD + 2 * TAIL) / 2 + 10);
+        let mut input = b"y\n".repeat(16 << 10);
         input.extend_from_slice(
             b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n",
         );
-        input.extend_from_slice(&b"y\n".repeat(TAIL + (8 << 20)));
-        let b = read_bounded(&input[..]).unwrap();
+        input.extend_from_slice(&b"y\n".repeat(16 << 10));
+        let b = read_bounded_with(&input[..], SMALL).unwrap();
         let text = String::from_utf8_lossy(&b.bytes);
         assert!(text.contains("CUDA out of memory"));
         assert!(text.contains(SKIPPED_MARKER));
-        assert!(b.skipped > 0);
+        assert!(b.skipped > 0 && !b.stopped);
     }
 }
