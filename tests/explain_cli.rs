@@ -250,3 +250,85 @@ fn a_large_log_with_garbage_is_read_to_the_end() {
     assert_eq!(j["verdict"]["cause"], "activations");
     assert_eq!(j["findings"][0]["line"], 200_008);
 }
+
+#[test]
+fn odd_encodings_and_wordings_are_read_not_refused() {
+    let home = temp();
+    let oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB. GPU 0 has a total capacity of 39.38 GiB of which 5.31 GiB is free.\n";
+    let utf16: Vec<u8> = [0xFF, 0xFE]
+        .into_iter()
+        .chain(oom.encode_utf16().flat_map(u16::to_le_bytes))
+        .collect();
+    let nul: Vec<u8> = oom.bytes().flat_map(|b| [b, 0, 0]).collect();
+    let cr_only = format!("step 1\rstep 2\r{}", oom.trim_end()).into_bytes();
+    for (name, bytes) in [("utf16.log", utf16), ("nul.log", nul), ("cr.log", cr_only)] {
+        let path = home.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let r = run(home.path(), &["explain", path.to_str().unwrap(), "--json"]);
+        assert_eq!(r.code, 1, "{name}: {}{}", r.stdout, r.stderr);
+        let j: Value = serde_json::from_str(&r.stdout).unwrap();
+        assert_eq!(j["findings"][0]["event"]["kind"], "torch_oom", "{name}");
+    }
+    // An absurd size is reported as written; a denial is not an OOM; unknown wordings are.
+    let absurd = write(
+        &home.path().join("absurd.log"),
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1e26 GiB. GPU 0 has a total capacity of 23.65 GiB of which 1.00 GiB is free.\n",
+    );
+    let r = run(home.path(), &["explain", absurd.to_str().unwrap()]);
+    assert!(r.stdout.contains("1e26 GiB"), "{}", r.stdout);
+    assert!(!r.stdout.contains("asked for 0 B"), "{}", r.stdout);
+    let denial = write(
+        &home.path().join("ok.log"),
+        "epoch 3 done; no CUDA out of memory errors were seen\n",
+    );
+    assert_eq!(
+        run(home.path(), &["explain", denial.to_str().unwrap()]).code,
+        0
+    );
+    let odd = write(
+        &home.path().join("odd.log"),
+        "fatal: the frobnicator cannot allocate its arena\n",
+    );
+    let r = run(home.path(), &["explain", odd.to_str().unwrap(), "--json"]);
+    assert_eq!(r.code, 1);
+    let j: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(j["verdict"]["cause"], "unknown");
+    assert!(j["verdict"]["summary"]
+        .as_str()
+        .unwrap()
+        .contains("frobnicator"));
+    assert!(j["confidence_band"]["text"]
+        .as_str()
+        .unwrap()
+        .contains("on the tune corpus"));
+}
+
+#[test]
+fn a_long_stream_is_read_in_bounded_memory() {
+    let home = temp();
+    let mut child = llm_oom(home.path())
+        .args(["explain", "-", "--json"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        // `yes | llm-oom explain -` for 48 MiB, then the OOM at the end.
+        let chunk = b"y\n".repeat(1 << 19);
+        for _ in 0..48 {
+            stdin.write_all(&chunk).unwrap();
+        }
+        stdin
+            .write_all(b"RuntimeError: CUDA error: out of memory\n")
+            .unwrap();
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    let j: Value = serde_json::from_str(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    assert_eq!(
+        j["verdict"]["cause"], "unknown",
+        "the OOM at the end is read"
+    );
+    assert!(j["skipped_bytes"].as_u64().unwrap() > 30_000_000, "{j}");
+}

@@ -158,24 +158,32 @@ fn parse_interval(s: &str) -> Result<std::time::Duration, InputError> {
     Ok(std::time::Duration::from_secs_f64(v * mult))
 }
 
-/// The log's bytes from a file or stdin; a missing file is bad input.
+/// The log's bytes from a file or stdin, read in bounded memory (the first and last 4 MiB,
+/// the out-of-memory lines between, at most 1 GiB read: `/dev/zero` and `yes |` end); a missing
+/// file is bad input. On a terminal it says that it waits for a pasted log.
 fn read_input(input: &str) -> Result<Vec<u8>, InputError> {
-    use std::io::Read;
-    let mut raw = Vec::new();
-    if input == "-" {
-        std::io::stdin()
-            .read_to_end(&mut raw)
-            .map_err(|source| InputError::Io {
-                path: "<stdin>".into(),
-                source,
-            })?;
+    use llm_oom::logparse::bounded::read_bounded;
+    use std::io::IsTerminal;
+    let read = if input == "-" {
+        let stdin = std::io::stdin();
+        if stdin.is_terminal() {
+            eprintln!("llm-oom: reading the log from standard input (paste it, then Ctrl-D)");
+        }
+        read_bounded(stdin.lock()).map_err(|source| InputError::Io {
+            path: "<stdin>".into(),
+            source,
+        })?
     } else {
-        raw = std::fs::read(input).map_err(|source| InputError::Io {
+        let file = std::fs::File::open(input).map_err(|source| InputError::Io {
             path: input.into(),
             source,
         })?;
-    }
-    Ok(raw)
+        read_bounded(file).map_err(|source| InputError::Io {
+            path: input.into(),
+            source,
+        })?
+    };
+    Ok(read.bytes)
 }
 
 /// `--prompt-file`: the prompt's length with the model's tokenizer, said on stderr.

@@ -7,12 +7,13 @@ use crate::budget::card;
 use crate::budget::Planner;
 use crate::error::Result;
 use crate::estimate::{kv_bytes_per_token, Engine};
+use crate::logparse::parse::{ModelHint, WorkloadHint};
 use crate::logparse::{Event, Finding};
 use crate::model::resolve;
 use crate::request::WorkloadRequest;
 use crate::units::Bytes;
 use crate::verdict::predicted::{forecast, Forecast};
-use crate::verdict::read::read_log;
+use crate::verdict::read::{read_log, ConfidenceBand};
 use crate::verdict::{Cause, Evidence, Remedy, Verdict};
 
 /// The optional facts the user adds to a log.
@@ -48,6 +49,16 @@ pub struct ExplainReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plan: Option<PlanNumbers>,
     pub lines: usize,
+    /// How often verdicts at this confidence were right on the tune corpus.
+    pub confidence_band: ConfidenceBand,
+    /// The workload figures the log states (`batch=`, `max_model_len`, `n_ctx`, …).
+    pub workload_hint: WorkloadHint,
+    /// The model the log names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_hint: Option<ModelHint>,
+    /// Bytes left out of the middle of an over-long input.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped_bytes: Option<u64>,
 }
 
 pub fn explain(raw: &[u8], req: &ExplainRequest) -> Result<ExplainReport> {
@@ -61,6 +72,10 @@ pub fn explain(raw: &[u8], req: &ExplainRequest) -> Result<ExplainReport> {
         to_decide: reading.to_decide,
         plan: None,
         lines: reading.lines,
+        confidence_band: reading.confidence_band,
+        workload_hint: reading.workload_hint,
+        model_hint: reading.model_hint,
+        skipped_bytes: reading.skipped_bytes,
     };
     let Some(asked) = &req.plan else {
         return Ok(report);
@@ -119,6 +134,7 @@ fn merge(report: &mut ExplainReport, p: &PlanNumbers, predicted: Forecast) {
     if verdict.cause == Cause::Unknown && p.cause != Cause::None {
         verdict.cause = p.cause;
         verdict.confidence = 0.6;
+        report.confidence_band = crate::verdict::read::confidence_band(0.6);
         verdict.summary = format!(
             "{} (from the plan of your workload; the log alone did not decide)",
             predicted.verdict.summary

@@ -1,8 +1,14 @@
-//! Reading pasted logs: clean the text and find every out-of-memory event with its numbers and
-//! line. Deciding the cause from them is the verdict wing's (`verdict::read`).
+//! Reading pasted logs: decode and clean the text, and find every out-of-memory event with its
+//! numbers and line, and the context around it (stage, workload, model). Deciding the cause from
+//! them is the verdict wing's (`verdict::read`).
 
+pub mod bounded;
 pub mod clean;
+pub mod engines;
+pub mod hints;
 pub mod parse;
+pub mod torch;
+pub mod words;
 
 pub use clean::clean_lines;
 pub use parse::{scan, Context, Event, Finding, Source};
@@ -28,11 +34,16 @@ mod tests {
             b"\r",
             b"\n",
             b"\xff\xfe",
+            b"\0",
             b"batch= ",
             b"seq= ",
             b"max seq len (",
             b"Out of memory: Killed process 1 (",
             b"allocating 1.5 MiB on device 0: cudaMalloc failed",
+            b"failed to allocate CUDA0 buffer of size 99999999999999999999",
+            b"MPS backend out of memory (MPS allocated: 1 GB, other allocations: ",
+            b"Not enough space to allocate 1 B DRAM buffer across 99999999999 banks, where each bank needs to store 1 B, but bank size is 18446744073709551615 B (allocated: 1 B, free: 1 B",
+            b"Reason: Error\n Exit Code: 137",
             b"Exception in thread",
             b"cache_utils.py",
             b"0",

@@ -1,13 +1,20 @@
 //! The road to a verdict from what a log says (`explain`, and `watch` on the program's output):
 //! one primary cause, its stage, the evidence quoted with line numbers, and remedies in the
-//! engine's words.
+//! engine's words. Keyword matching (in `logparse`) finds the lines; here the figures are put
+//! into one record (`Accounting`) and explicit rules decide from it (docs/explain.md lists them
+//! with the corpus log that motivates each).
+
+use serde::Serialize;
 
 use super::remedy::Change;
 use super::{Cause, Contributing, Evidence, Remedy, Stage, Verdict};
-use crate::dtype::KvDtype;
+use crate::dtype::{KvDtype, WeightDtype};
 use crate::error::{InputError, Result};
 use crate::estimate::Engine;
-use crate::logparse::parse::{Context, Event, Finding, LlamaBuffer, Source, TorchOom};
+use crate::logparse::clean::decode;
+use crate::logparse::parse::{
+    Context, Event, Finding, LlamaBuffer, ModelHint, Source, StageHint, TorchOom, WorkloadHint,
+};
 use crate::logparse::{clean_lines, scan};
 use crate::units::{group, Bytes};
 
@@ -21,61 +28,110 @@ pub struct LogReading {
     /// For an `unknown` verdict: the fact or command that would decide it.
     pub to_decide: Option<String>,
     pub lines: usize,
+    /// How often verdicts at this confidence were right on the tune corpus.
+    pub confidence_band: ConfidenceBand,
+    /// The workload figures the log states.
+    pub workload_hint: WorkloadHint,
+    /// The model the log names.
+    pub model_hint: Option<ModelHint>,
+    /// Bytes skipped in the middle of an over-long input.
+    pub skipped_bytes: Option<u64>,
 }
 
-/// A log is binary when NUL bytes or control characters dominate its start.
-fn looks_binary(raw: &[u8]) -> bool {
-    let head = &raw[..raw.len().min(8192)];
+/// A confidence band and its record on the tune part of the corpus
+/// (tests/fixtures/logs/real, split = "tune"; docs/explain.md has the table).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ConfidenceBand {
+    pub band: &'static str,
+    pub right: u32,
+    pub of: u32,
+    /// "right 19 of 20 times at this level on the tune corpus"
+    pub text: String,
+}
+
+/// (lowest confidence in the band, its name, right, of) — measured by tests/explain_corpus.rs
+/// on the tune split; re-measure when a rule changes.
+const CALIBRATION: &[(f64, &str, u32, u32)] = &[
+    (0.8, "high (>= 0.8)", 36, 36),
+    (0.6, "medium (0.6-0.8)", 16, 16),
+    (0.0, "low (< 0.6)", 16, 18),
+];
+
+/// The band a confidence falls in, with its record.
+pub fn confidence_band(confidence: f64) -> ConfidenceBand {
+    let (_, band, right, of) = CALIBRATION
+        .iter()
+        .copied()
+        .find(|b| confidence >= b.0)
+        .unwrap_or((0.0, "low (< 0.6)", 0, 0));
+    ConfidenceBand {
+        band,
+        right,
+        of,
+        text: format!("right {right} of {of} times at this level on the tune corpus"),
+    }
+}
+
+/// Text is binary when control characters (other than tab, line ends and ESC) dominate its start.
+fn looks_binary(text: &str) -> bool {
+    let head: Vec<char> = text.chars().take(8192).collect();
     let odd = head
         .iter()
-        .filter(|&&b| b == 0 || (b < 9) || (b > 13 && b < 32 && b != 27))
+        .filter(|&&c| c < ' ' && !matches!(c, '\t' | '\n' | '\r' | '\x1b' | '\x0c' | '\x0b'))
         .count();
     odd * 10 > head.len()
 }
 
 /// Read a log's bytes: an empty or binary input is bad input; a log without an out-of-memory
-/// event is the `none` verdict.
+/// event is the `none` verdict. UTF-16 is decoded and NUL bytes dropped before either test.
 pub fn read_log(raw: &[u8], engine: Engine) -> Result<LogReading> {
-    if raw.iter().all(u8::is_ascii_whitespace) {
+    let text = decode(raw);
+    if text.chars().all(|c| c.is_whitespace()) {
         return Err(InputError::Usage(
             "the log is empty; paste the output of the run that failed (a file, or - for stdin)"
                 .into(),
         )
         .into());
     }
-    if looks_binary(raw) {
+    if looks_binary(&text) {
         return Err(InputError::Usage(
             "that looks like a binary file, not a log; pass the text the failing program printed"
                 .into(),
         )
         .into());
     }
-    let lines = clean_lines(raw);
+    let lines = clean_lines(text.as_bytes());
     let (findings, ctx) = scan(&lines);
-    let Some(first) = findings.first() else {
-        return Ok(LogReading {
-            verdict: Verdict {
-                cause: Cause::None,
-                stage: Stage::Unknown,
-                confidence: 0.8,
-                summary: format!("no out-of-memory error in {} lines", lines.len()),
-                evidence: Vec::new(),
-                contributing: Vec::new(),
-            },
-            remedies: Vec::new(),
-            findings,
-            to_decide: None,
-            lines: lines.len(),
-        });
+    let r = match findings.first() {
+        Some(first) => classify(first, &findings, &ctx, engine),
+        None => no_oom(lines.len()),
     };
-    let r = classify(first, &findings, &ctx, engine);
     Ok(LogReading {
+        confidence_band: confidence_band(r.verdict.confidence),
         verdict: r.verdict,
         remedies: r.remedies,
         to_decide: r.to_decide,
         findings,
         lines: lines.len(),
+        workload_hint: ctx.workload.clone(),
+        model_hint: ctx.model.clone(),
+        skipped_bytes: ctx.skipped_bytes,
     })
+}
+
+fn no_oom(lines: usize) -> Reading {
+    Reading {
+        verdict: Verdict {
+            cause: Cause::None,
+            stage: Stage::Unknown,
+            confidence: 0.8,
+            summary: format!("no out-of-memory error in {lines} lines"),
+            evidence: Vec::new(),
+            contributing: Vec::new(),
+        },
+        remedies: Vec::new(),
+        to_decide: None,
+    }
 }
 
 /// The verdict for the first fatal finding, with the rest of the log as context.
@@ -114,11 +170,7 @@ pub fn engine_of(f: &Finding, asked: Engine) -> Engine {
 /// Which stage the log shows for a finding at line `at`: the nearest load or generation marker
 /// before it (a traceback lists frames above the error).
 fn stage_near(ctx: &Context, at: usize) -> Stage {
-    let last_before = |v: &[usize]| v.iter().rev().copied().find(|&l| l <= at && at - l <= 200);
-    match (
-        last_before(&ctx.load_lines),
-        last_before(&ctx.generation_lines),
-    ) {
+    match (near(&ctx.load_lines, at), near(&ctx.generation_lines, at)) {
         (Some(_), None) => Stage::Load,
         (None, Some(_)) => Stage::FirstToken,
         (Some(l), Some(g)) if l > g => Stage::Load,
@@ -135,367 +187,727 @@ fn near(lines: &[usize], at: usize) -> Option<usize> {
         .find(|&l| l <= at && at - l <= 200)
 }
 
-pub fn classify(first: &Finding, all: &[Finding], ctx: &Context, asked: Engine) -> Reading {
-    let engine = engine_of(first, asked);
-    let unknown_to_decide = "run `llm-oom plan --model <your model> --prompt-tokens <L> --max-new-tokens <N> --batch <B> --vram <card>` with the failing request's numbers, or pass them to `llm-oom explain` (--model, --prompt-tokens, --batch, --vram)".to_string();
-    let mut contributing = Vec::new();
-    let mut remedies = Vec::new();
-    let mut to_decide = None;
-    let (cause, stage, confidence, summary, mut evidence) = match &first.event {
-        Event::TorchOom(t) => {
-            let r = torch(first, t, all, ctx, engine, &mut contributing, &mut remedies);
-            if r.0 == Cause::Unknown {
-                to_decide = Some(unknown_to_decide.clone());
-            }
-            r
+/// The stage signal that belongs to line `at`: the innermost frame above it (within 200 lines,
+/// and not followed by a generation frame: "Loading checkpoint shards" above a `generate`
+/// traceback is over), else one just below it (vLLM prints the error before its traceback).
+fn hint_near(ctx: &Context, at: usize) -> Option<StageHint> {
+    let generating_after = |h: usize| ctx.generation_lines.iter().any(|&g| g > h && g <= at);
+    let before = ctx
+        .stage_hints
+        .iter()
+        .rev()
+        .find(|(l, _)| *l <= at && at - l <= 200)
+        .filter(|(l, _)| !generating_after(*l));
+    let after = || {
+        ctx.stage_hints
+            .iter()
+            .find(|(l, _)| *l > at && l - at <= 40)
+    };
+    before.or_else(after).map(|(_, h)| *h)
+}
+
+/// What a verdict is built from before the shared tail (later events, default remedies).
+struct Decision {
+    cause: Cause,
+    stage: Stage,
+    confidence: f64,
+    summary: String,
+    evidence: Vec<Evidence>,
+}
+
+impl Decision {
+    fn new(cause: Cause, stage: Stage, confidence: f64, summary: String, e: Vec<Evidence>) -> Self {
+        Decision {
+            cause,
+            stage,
+            confidence,
+            summary,
+            evidence: e,
         }
+    }
+}
+
+/// Everything a rule may need besides the finding: the rest of the log and what it adds.
+struct Ask<'a> {
+    f: &'a Finding,
+    all: &'a [Finding],
+    ctx: &'a Context,
+    engine: Engine,
+    contributing: Vec<Contributing>,
+    remedies: Vec<Remedy>,
+    to_decide: Option<String>,
+}
+
+impl Ask<'_> {
+    fn remedy(&mut self, change: Change, engine: Engine, saves: Option<u64>) {
+        self.remedies.push(Remedy::advice(change, engine, saves));
+    }
+}
+
+const UNKNOWN_TO_DECIDE: &str = "run `llm-oom plan --model <your model> --prompt-tokens <L> --max-new-tokens <N> --batch <B> --vram <card>` with the failing request's numbers, or pass them to `llm-oom explain` (--model, --prompt-tokens, --batch, --vram)";
+
+pub fn classify(first: &Finding, all: &[Finding], ctx: &Context, asked: Engine) -> Reading {
+    let mut a = Ask {
+        f: first,
+        all,
+        ctx,
+        engine: engine_of(first, asked),
+        contributing: Vec::new(),
+        remedies: Vec::new(),
+        to_decide: None,
+    };
+    let mut d = decide(&mut a);
+    if d.cause == Cause::Unknown && a.to_decide.is_none() {
+        a.to_decide = Some(UNKNOWN_TO_DECIDE.to_string());
+    }
+    // Other fatal events after the first are told in order.
+    for f in all.iter().filter(|f| f.line != first.line).take(8) {
+        d.evidence.push(Evidence {
+            text: format!("then: {}", kind_name(&f.event)),
+            bytes: None,
+            line: Some(f.line),
+        });
+    }
+    if a.to_decide.is_some() && a.remedies.is_empty() {
+        a.remedy(Change::AllocatorSettings, a.engine, None);
+    }
+    Reading {
+        verdict: Verdict {
+            cause: d.cause,
+            stage: d.stage,
+            confidence: d.confidence,
+            summary: d.summary,
+            evidence: d.evidence,
+            contributing: a.contributing,
+        },
+        remedies: a.remedies,
+        to_decide: a.to_decide,
+    }
+}
+
+/// One road per family of events.
+fn decide(a: &mut Ask) -> Decision {
+    let f = a.f;
+    match &f.event {
+        Event::TorchOom(t) => torch(a, t),
+        Event::TorchMemorySummary {
+            allocated,
+            reserved,
+            ..
+        } => memory_summary(a, *allocated, *reserved),
         Event::VllmKvCapacity {
             max_seq_len,
             kv_tokens,
             needed,
             available,
             estimated_max_len,
-        } => {
-            let fit = estimated_max_len.or(*kv_tokens);
-            let mut e = vec![ev(first, format!(
-                "vLLM reserves KV cache for max_model_len = {} tokens; the memory left after weights and activations holds {}",
-                max_seq_len.map_or("?".into(), group),
-                fit.map_or("fewer".into(), |n| format!("{} tokens", group(n)))
-            ))];
-            if let (Some(n), Some(a)) = (needed, available) {
-                e.push(ev_bytes(
-                    first,
-                    format!(
-                        "one request at max_model_len needs {} of KV cache, {} is available",
-                        Bytes(*n),
-                        Bytes(*a)
-                    ),
-                    *n,
-                ));
-            }
-            if let Some(n) = fit {
-                remedies.push(Remedy::advice(Change::ReduceContext(n), Engine::Vllm, None));
-            }
-            remedies.push(Remedy::advice(
-                Change::RaiseUtilization(95),
-                Engine::Vllm,
-                None,
-            ));
-            remedies.push(Remedy::advice(
-                Change::QuantizeKv(KvDtype::Fp8),
-                Engine::Vllm,
-                None,
-            ));
-            (
-                Cause::KvCache,
-                Stage::Load,
-                0.9,
-                "kv_cache: vLLM cannot hold one request at the configured max_model_len"
-                    .to_string(),
-                e,
-            )
-        }
-        Event::VllmNoCacheBlocks => {
-            remedies.push(Remedy::advice(
-                Change::RaiseUtilization(95),
-                Engine::Vllm,
-                None,
-            ));
-            remedies.push(Remedy::advice(
-                Change::QuantizeWeights("nf4".parse().unwrap_or(crate::dtype::WeightDtype::Int8)),
-                Engine::Vllm,
-                None,
-            ));
-            remedies.push(Remedy::advice(Change::LargerGpu(0), Engine::Vllm, None));
-            (Cause::Weights, Stage::Load, 0.8, "weights: after the weights and the profiling run nothing is left for vLLM's KV cache".into(), vec![ev(first, "vLLM found no memory for cache blocks".into())])
-        }
+        } => vllm_kv(
+            a,
+            *max_seq_len,
+            estimated_max_len.or(*kv_tokens),
+            needed.zip(*available),
+        ),
+        Event::VllmNoCacheBlocks => vllm_no_blocks(a),
         Event::VllmStartupFree {
             free,
             total,
             utilization,
-        } => {
-            let want = match (total, utilization) {
-                (Some(t), Some(u)) => Some((*t as f64 * u) as u64),
-                _ => None,
-            };
-            let held = match (free, total) {
-                (Some(f), Some(t)) => Some(t - f),
-                _ => None,
-            };
-            remedies.push(Remedy::advice(
-                Change::FreeOtherProcesses,
-                Engine::Vllm,
-                held,
-            ));
-            (Cause::OtherProcess, Stage::Environment, 0.9, format!(
-                "other_process: only {} of {} was free when vLLM started, below the {} that gpu_memory_utilization asks for",
-                free.map_or("?".into(), |b| Bytes(b).to_string()), total.map_or("?".into(), |b| Bytes(b).to_string()), want.map_or("?".into(), |b| Bytes(b).to_string())
-            ), vec![ev(first, "free memory at start-up is below gpu_memory_utilization × total".into())])
-        }
-        Event::VllmSamplerWarmup { seqs } => {
-            if let Some(n) = seqs {
-                remedies.push(Remedy::advice(
-                    Change::LimitConcurrency((n / 4).max(1)),
-                    Engine::Vllm,
-                    None,
-                ));
-            }
-            (Cause::Concurrency, Stage::Load, 0.8, format!(
-                "concurrency: warming the sampler up with {} dummy requests (max_num_seqs) ran out of memory",
-                seqs.map_or("max_num_seqs".into(), group)
-            ), vec![ev(first, "the sampler's logits for every sequence at once did not fit".into())])
-        }
-        Event::LlamaCppBuffer { buffer, bytes } => {
-            let size = bytes.map_or(String::new(), |b| format!(" of {}", Bytes(b)));
-            match buffer {
-                LlamaBuffer::KvCache => {
-                    remedies.push(Remedy::advice(
-                        Change::QuantizeKv(KvDtype::Q8_0),
-                        Engine::LlamaCpp,
-                        bytes.map(|b| b / 2),
-                    ));
-                    remedies.push(Remedy::advice(
-                        Change::ReduceContext(0),
-                        Engine::LlamaCpp,
-                        None,
-                    ));
-                    (Cause::KvCache, Stage::Load, 0.9, format!("kv_cache: llama.cpp could not allocate the KV cache{size} for the context size (-c)"), vec![ev(first, format!("KV cache buffer{size} failed"))])
-                }
-                LlamaBuffer::Compute => {
-                    remedies.push(Remedy::advice(
-                        Change::ChunkedPrefill(256),
-                        Engine::LlamaCpp,
-                        None,
-                    ));
-                    remedies.push(Remedy::advice(
-                        Change::ReduceContext(0),
-                        Engine::LlamaCpp,
-                        None,
-                    ));
-                    (Cause::Activations, Stage::Load, 0.85, format!("activations: llama.cpp's compute buffer{size} (sized by -ub and -c) did not fit"), vec![ev(first, format!("compute buffer{size} failed"))])
-                }
-                LlamaBuffer::Model | LlamaBuffer::Unknown => {
-                    remedies.push(Remedy::advice(Change::CpuOffload, Engine::LlamaCpp, None));
-                    remedies.push(Remedy::advice(
-                        Change::QuantizeWeights(
-                            "q4_k_m".parse().unwrap_or(crate::dtype::WeightDtype::Int8),
-                        ),
-                        Engine::LlamaCpp,
-                        None,
-                    ));
-                    (
-                        Cause::Weights,
-                        Stage::Load,
-                        if *buffer == LlamaBuffer::Model {
-                            0.9
-                        } else {
-                            0.6
-                        },
-                        format!(
-                            "weights: llama.cpp could not allocate the model's CUDA buffer{size}"
-                        ),
-                        vec![ev(first, format!("model buffer{size} failed"))],
-                    )
-                }
-            }
-        }
-        Event::TgiPrefill { tokens } => {
-            remedies.push(Remedy::advice(
-                Change::ChunkedPrefill(tokens.map_or(0, |t| t / 2)),
-                engine,
-                None,
-            ));
-            (Cause::Activations, Stage::Load, 0.85, format!(
-                "activations: TGI's warm-up could not prefill {} tokens at once (--max-batch-prefill-tokens)",
-                tokens.map_or("the configured".into(), group)
-            ), vec![ev(first, "TGI warm-up prefill failed".into())])
-        }
+        } => vllm_startup(a, *free, *total, *utilization),
+        Event::VllmSamplerWarmup { seqs } => vllm_sampler(a, *seqs),
+        Event::LlamaCppBuffer { buffer, bytes } => llama(a, *buffer, *bytes),
+        Event::TgiPrefill { tokens } => tgi_prefill(a, *tokens),
         Event::CudnnFailure => {
-            remedies.push(Remedy::advice(Change::UseSdpa, engine, None));
-            (Cause::Activations, Stage::FirstToken, 0.6, "activations: cuDNN's attention failed near the memory limit — an out-of-memory in disguise".into(), vec![ev(first, "cuDNN attention graph did not execute (is_good() false)".into())])
+            a.remedy(Change::UseSdpa, a.engine, None);
+            Decision::new(Cause::Activations, Stage::FirstToken, 0.6, "activations: cuDNN's attention failed near the memory limit — an out-of-memory in disguise".into(), vec![ev(f, "cuDNN attention graph did not execute (is_good() false)".into())])
         }
-        Event::HostOomKiller { process, rss } => {
-            remedies.push(Remedy::advice(Change::MoreHostMemory, engine, None));
-            let rss_text = rss.map_or(String::new(), |b| format!(" at {} resident", Bytes(b)));
-            (
-                Cause::HostMemory,
-                Stage::Unknown,
-                0.95,
-                format!(
-                    "host_memory: the Linux OOM killer ended {}{rss_text} — host RAM, not the GPU",
-                    process.as_deref().unwrap_or("the process")
-                ),
-                vec![ev(first, "kernel OOM killer".into())],
-            )
+        Event::TensorrtComponent {
+            component,
+            total,
+            free,
+        } => trt_component(a, component, *total, *free),
+        Event::SglangNoKvRoom => sglang_no_kv(a),
+        Event::MlxBufferTooLarge {
+            requested,
+            max_buffer,
+        } => mlx_buffer(a, *requested, *max_buffer),
+        Event::DeviceBufferOom {
+            requested,
+            total,
+            allocated,
+            free,
+        } => device_buffer(a, *requested, *total, *allocated, *free),
+        Event::HostOomKiller { .. }
+        | Event::ContainerOomKilled
+        | Event::Exit137
+        | Event::HostAllocFailed { .. }
+        | Event::RayOomKill
+        | Event::HostMemoryShort { .. } => host(a),
+        _ => undecided(a),
+    }
+}
+
+fn vllm_kv(
+    a: &mut Ask,
+    max_seq_len: Option<u64>,
+    fit: Option<u64>,
+    bytes: Option<(u64, u64)>,
+) -> Decision {
+    let f = a.f;
+    let mut e = vec![ev(f, format!(
+        "vLLM reserves KV cache for max_model_len = {} tokens; the memory left after weights and activations holds {}",
+        max_seq_len.map_or("?".into(), group),
+        fit.map_or("fewer".into(), |n| format!("{} tokens", group(n)))
+    ))];
+    if let Some((n, av)) = bytes {
+        let text = format!(
+            "one request at max_model_len needs {} of KV cache, {} is available",
+            Bytes(n),
+            Bytes(av)
+        );
+        e.push(ev_bytes(f, text, n));
+    }
+    if let Some(n) = fit {
+        a.remedy(Change::ReduceContext(n), Engine::Vllm, None);
+    }
+    a.remedy(Change::RaiseUtilization(95), Engine::Vllm, None);
+    a.remedy(Change::QuantizeKv(KvDtype::Fp8), Engine::Vllm, None);
+    Decision::new(
+        Cause::KvCache,
+        Stage::Load,
+        0.9,
+        "kv_cache: vLLM cannot hold one request at the configured max_model_len".to_string(),
+        e,
+    )
+}
+
+fn nf4() -> WeightDtype {
+    "nf4".parse().unwrap_or(WeightDtype::Int8)
+}
+
+fn vllm_no_blocks(a: &mut Ask) -> Decision {
+    a.remedy(Change::RaiseUtilization(95), Engine::Vllm, None);
+    a.remedy(Change::QuantizeWeights(nf4()), Engine::Vllm, None);
+    a.remedy(Change::LargerGpu(0), Engine::Vllm, None);
+    Decision::new(
+        Cause::Weights,
+        Stage::Load,
+        0.8,
+        "weights: after the weights and the profiling run nothing is left for vLLM's KV cache"
+            .into(),
+        vec![ev(a.f, "vLLM found no memory for cache blocks".into())],
+    )
+}
+
+fn vllm_startup(
+    a: &mut Ask,
+    free: Option<u64>,
+    total: Option<u64>,
+    utilization: Option<f64>,
+) -> Decision {
+    let want = total.zip(utilization).map(|(t, u)| (t as f64 * u) as u64);
+    let held = free.zip(total).map(|(f, t)| t.saturating_sub(f));
+    a.remedy(Change::FreeOtherProcesses, Engine::Vllm, held);
+    let b = |x: Option<u64>| x.map_or("?".into(), |b| Bytes(b).to_string());
+    Decision::new(Cause::OtherProcess, Stage::Environment, 0.9, format!(
+        "other_process: only {} of {} was free when vLLM started, below the {} that gpu_memory_utilization asks for",
+        b(free), b(total), b(want)
+    ), vec![ev(a.f, "free memory at start-up is below gpu_memory_utilization × total".into())])
+}
+
+/// vLLM's sampler warm-up runs `max_num_seqs` dummy requests at once. At the default (256) the
+/// logits of the warm-up are an activation peak (vllmv1-17939); a count above the default is a
+/// concurrency the user chose (tests/fixtures/logs/vllm_sampler.log, 1024).
+fn vllm_sampler(a: &mut Ask, seqs: Option<u64>) -> Decision {
+    const DEFAULT_MAX_NUM_SEQS: u64 = 256;
+    let f = a.f;
+    let chosen = seqs.is_some_and(|n| n > DEFAULT_MAX_NUM_SEQS)
+        || a.ctx
+            .workload
+            .max_num_seqs
+            .is_some_and(|n| n > DEFAULT_MAX_NUM_SEQS);
+    if let Some(n) = seqs {
+        a.remedy(Change::LimitConcurrency((n / 4).max(1)), Engine::Vllm, None);
+    }
+    let e = vec![ev(
+        f,
+        "the sampler's logits for every sequence at once did not fit".into(),
+    )];
+    if chosen {
+        return Decision::new(Cause::Concurrency, Stage::Load, 0.8, format!(
+            "concurrency: warming the sampler up with {} dummy requests (max_num_seqs) ran out of memory",
+            seqs.map_or("max_num_seqs".into(), group)
+        ), e);
+    }
+    a.remedy(Change::RaiseUtilization(85), Engine::Vllm, None);
+    Decision::new(Cause::Activations, Stage::Load, 0.75, format!(
+        "activations: the sampler's warm-up over {} dummy requests (the default max_num_seqs) ran out: its logits are a peak the profile did not leave room for",
+        seqs.map_or("max_num_seqs".into(), group)
+    ), e)
+}
+
+fn llama(a: &mut Ask, buffer: LlamaBuffer, bytes: Option<u64>) -> Decision {
+    let f = a.f;
+    let size = bytes.map_or(String::new(), |b| format!(" of {}", Bytes(b)));
+    let l = Engine::LlamaCpp;
+    match buffer {
+        LlamaBuffer::KvCache => {
+            a.remedy(Change::QuantizeKv(KvDtype::Q8_0), l, bytes.map(|b| b / 2));
+            a.remedy(Change::ReduceContext(0), l, None);
+            Decision::new(Cause::KvCache, Stage::Load, 0.9, format!("kv_cache: llama.cpp could not allocate the KV cache{size} for the context size (-c)"), vec![ev(f, format!("KV cache buffer{size} failed"))])
         }
-        Event::ContainerOomKilled | Event::Exit137 | Event::HostAllocFailed { .. } => {
-            remedies.push(Remedy::advice(Change::MoreHostMemory, engine, None));
-            let (text, conf) = match &first.event {
-                Event::ContainerOomKilled => ("the container hit its memory limit (OOMKilled)".to_string(), 0.9),
-                Event::HostAllocFailed { bytes } => (format!("PyTorch could not allocate {} of host RAM", bytes.map_or("?".into(), |b| Bytes(b).to_string())), 0.9),
-                _ => ("the process was killed with SIGKILL (exit code 137), which is what the OOM killer sends; dmesg would confirm".to_string(), 0.6),
+        LlamaBuffer::Compute => {
+            a.remedy(Change::ChunkedPrefill(256), l, None);
+            a.remedy(Change::ReduceContext(0), l, None);
+            Decision::new(Cause::Activations, Stage::Load, 0.85, format!("activations: llama.cpp's compute buffer{size} (sized by -ub and -c) did not fit"), vec![ev(f, format!("compute buffer{size} failed"))])
+        }
+        LlamaBuffer::Model | LlamaBuffer::Unknown => {
+            a.remedy(Change::CpuOffload, l, None);
+            let q4 = "q4_k_m".parse().unwrap_or(WeightDtype::Int8);
+            a.remedy(Change::QuantizeWeights(q4), l, None);
+            let conf = if buffer == LlamaBuffer::Model {
+                0.9
+            } else {
+                0.6
             };
-            (
-                Cause::HostMemory,
-                Stage::Unknown,
+            Decision::new(
+                Cause::Weights,
+                Stage::Load,
                 conf,
-                format!("host_memory: {text} — host RAM, not the GPU"),
-                vec![ev(first, text)],
+                format!("weights: llama.cpp could not allocate the model's CUDA buffer{size}"),
+                vec![ev(f, format!("model buffer{size} failed"))],
             )
         }
-        Event::CandleDriverOom
-        | Event::CublasAllocFailed
-        | Event::CudaErrorOom
-        | Event::TensorrtOom { .. } => {
-            to_decide = Some(match &first.event {
-                // A tiny or first allocation failing usually means the card was already full.
-                Event::CublasAllocFailed | Event::CudaErrorOom => format!(
-                    "run `nvidia-smi` while it fails: memory held by other processes makes it other_process; otherwise {unknown_to_decide}"
-                ),
-                _ => unknown_to_decide.clone(),
-            });
-            let what = match &first.event {
-                Event::CublasAllocFailed => "cuBLAS could not allocate its workspace: the card was already full (an OOM in disguise)",
-                Event::CudaErrorOom => "a CUDA call returned out of memory without saying how much was asked",
-                Event::TensorrtOom { .. } => "TensorRT-LLM's allocator ran out",
-                _ => "the CUDA driver returned out of memory without saying for what",
-            };
-            let stage = stage_near(ctx, first.line);
-            (
-                Cause::Unknown,
-                stage,
-                0.3,
-                format!("unknown: {what}"),
-                vec![ev(first, what.to_string())],
-            )
-        }
+    }
+}
+
+fn tgi_prefill(a: &mut Ask, tokens: Option<u64>) -> Decision {
+    a.remedy(
+        Change::ChunkedPrefill(tokens.map_or(0, |t| t / 2)),
+        a.engine,
+        None,
+    );
+    Decision::new(Cause::Activations, Stage::Load, 0.85, format!(
+        "activations: TGI's warm-up could not prefill {} tokens at once (--max-batch-prefill-tokens)",
+        tokens.map_or("the configured".into(), group)
+    ), vec![ev(a.f, "TGI warm-up prefill failed".into())])
+}
+
+/// TensorRT-LLM names the component it could not create after the model: the KV cache pool
+/// (trtllm-5872), the executor's runtime buffers (trtllm-5950), or the model itself.
+fn trt_component(a: &mut Ask, component: &str, total: Option<u64>, free: Option<u64>) -> Decision {
+    let figures = match (free, total) {
+        (Some(f), Some(t)) => format!(" with {} of {} free", Bytes(f), Bytes(t)),
+        _ => String::new(),
     };
-    // Other fatal events after the first are told in order.
-    for f in all.iter().filter(|f| f.line != first.line).take(8) {
-        evidence.push(Evidence {
-            text: format!("then: {}", kind_name(&f.event)),
-            bytes: None,
-            line: Some(f.line),
-        });
-    }
-    if to_decide.is_some() && remedies.is_empty() {
-        remedies.push(Remedy::advice(Change::AllocatorSettings, engine, None));
-    }
-    Reading {
-        verdict: Verdict {
-            cause,
-            stage,
-            confidence,
-            summary,
-            evidence,
-            contributing,
-        },
-        remedies,
-        to_decide,
-    }
-}
-
-pub fn kind_name(e: &Event) -> &'static str {
-    match e {
-        Event::TorchOom(_) => "pytorch_oom",
-        Event::VllmKvCapacity { .. } => "vllm_kv_capacity",
-        Event::VllmNoCacheBlocks => "vllm_no_cache_blocks",
-        Event::VllmStartupFree { .. } => "vllm_startup_free",
-        Event::VllmSamplerWarmup { .. } => "vllm_sampler_warmup",
-        Event::LlamaCppBuffer { .. } => "llama_cpp_buffer",
-        Event::CandleDriverOom => "cuda_driver_oom",
-        Event::TgiPrefill { .. } => "tgi_prefill",
-        Event::TensorrtOom { .. } => "tensorrt_llm_oom",
-        Event::CublasAllocFailed => "cublas_alloc_failed",
-        Event::CudnnFailure => "cudnn_failure",
-        Event::CudaErrorOom => "cuda_error_oom",
-        Event::HostOomKiller { .. } => "host_oom_killer",
-        Event::ContainerOomKilled => "container_oom_killed",
-        Event::Exit137 => "exit_137",
-        Event::HostAllocFailed { .. } => "host_alloc_failed",
-    }
-}
-
-type Classified = (Cause, Stage, f64, String, Vec<Evidence>);
-
-/// PyTorch's message carries the numbers: request, free, other processes, cached-but-unused.
-fn torch(
-    f: &Finding,
-    t: &TorchOom,
-    all: &[Finding],
-    ctx: &Context,
-    engine: Engine,
-    contributing: &mut Vec<Contributing>,
-    remedies: &mut Vec<Remedy>,
-) -> Classified {
-    let req = t.requested.unwrap_or(0);
-    // Under a memory cap (set_per_process_memory_fraction) the card is what is allowed.
-    let capped = t.allowed.is_some();
-    let total = t.allowed.or(t.total).unwrap_or(0);
-    let free = match (t.allowed, t.this_process) {
-        (Some(a), Some(used)) => a.saturating_sub(used),
-        (Some(a), None) => a.saturating_sub(
-            t.allocated_by_pytorch.unwrap_or(0) + t.reserved_unallocated.unwrap_or(0),
+    let e = vec![ev(
+        a.f,
+        format!("the executor could not create: {component}{figures}"),
+    )];
+    let (cause, stage, what) = match component {
+        c if c.contains("KV cache") => (
+            Cause::KvCache,
+            Stage::Load,
+            "the KV cache pool did not fit after the model (lower kv_cache_config.free_gpu_memory_fraction or max_seq_len)",
         ),
-        _ => t.free.unwrap_or(0),
+        c if c.contains("Model") => (Cause::Weights, Stage::Load, "the model did not fit"),
+        c if c.contains("Additional executor resources") || c.contains("Sampler") => (
+            Cause::Activations,
+            Stage::Load,
+            "the executor's runtime buffers (max_batch_size × max_num_tokens, CUDA graphs) did not fit after the KV cache",
+        ),
+        _ => {
+            return Decision::new(Cause::Unknown, Stage::Load, 0.3, format!("unknown: TensorRT-LLM could not create {component}"), e);
+        }
     };
-    let others = t.others();
-    let unalloc = t.reserved_unallocated.unwrap_or(0);
-    let short = req.saturating_sub(free);
+    match cause {
+        Cause::KvCache => a.remedy(Change::ReduceContext(0), a.engine, None),
+        Cause::Weights => a.remedy(Change::QuantizeWeights(WeightDtype::Int8), a.engine, None),
+        _ => a.remedy(Change::LimitConcurrency(0), a.engine, None),
+    }
+    Decision::new(
+        cause,
+        stage,
+        0.8,
+        format!("{cause}: TensorRT-LLM: {what}"),
+        e,
+    )
+}
+
+/// SGLang: the weights leave no (or a negative) KV pool under --mem-fraction-static.
+fn sglang_no_kv(a: &mut Ask) -> Decision {
+    a.remedy(Change::RaiseUtilization(92), a.engine, None);
+    a.remedy(Change::QuantizeWeights(nf4()), a.engine, None);
+    Decision::new(
+        Cause::Weights,
+        Stage::Load,
+        0.8,
+        "weights: the loaded weights leave no memory for SGLang's KV pool under --mem-fraction-static".into(),
+        vec![ev(a.f, "SGLang's KV pool after the weights is empty or negative".into())],
+    )
+}
+
+/// MLX asks Metal for one buffer above its maximum: one tensor, so never the weights. Under the
+/// prompt cache it is the KV cache (mlx-lmstudio-2240); elsewhere an activation.
+fn mlx_buffer(a: &mut Ask, requested: Option<u64>, max: Option<u64>) -> Decision {
+    let b = |x: Option<u64>| x.map_or("?".into(), |b| Bytes(b).to_string());
+    let e = vec![ev(
+        a.f,
+        format!(
+            "one Metal buffer of {} asked, the maximum buffer is {}",
+            b(requested),
+            b(max)
+        ),
+    )];
+    if near(&a.ctx.cache_lines, a.f.line).is_some() {
+        a.remedy(Change::ReduceContext(0), a.engine, None);
+        a.remedy(Change::QuantizeKv(KvDtype::Q8_0), a.engine, None);
+        return Decision::new(Cause::KvCache, Stage::FirstToken, 0.7, "kv_cache: the prompt cache needs one buffer larger than Metal allows; shorten the context or quantize the cache".into(), e);
+    }
+    a.remedy(Change::ChunkedPrefill(0), a.engine, None);
+    Decision::new(Cause::Activations, Stage::FirstToken, 0.6, "activations: one buffer larger than Metal allows — a prefill tensor; process the prompt in smaller steps".into(), e)
+}
+
+/// An accelerator's own figures (tt-xla): a single buffer that is a quarter of the device is a
+/// forward-pass tensor (ttxla-5863: a 12 GB attention score matrix).
+fn device_buffer(
+    a: &mut Ask,
+    requested: Option<u64>,
+    total: Option<u64>,
+    allocated: Option<u64>,
+    free: Option<u64>,
+) -> Decision {
+    let f = a.f;
+    let (Some(r), Some(t)) = (requested, total) else {
+        return undecided(a);
+    };
+    let text = format!(
+        "one buffer of {} asked on a device of {} ({} allocated, {} free)",
+        Bytes(r),
+        Bytes(t),
+        allocated.map_or("?".into(), |x| Bytes(x).to_string()),
+        free.map_or("?".into(), |x| Bytes(x).to_string())
+    );
+    let e = vec![ev_bytes(f, text, r)];
+    if r.saturating_mul(4) >= t {
+        a.remedy(Change::UseSdpa, a.engine, None);
+        a.remedy(Change::TruncatePrompt(0), a.engine, None);
+        return Decision::new(Cause::Activations, Stage::FirstToken, 0.7, format!("activations: one buffer of {} — a quarter of the device or more — is a forward-pass tensor (attention scores, logits)", Bytes(r)), e);
+    }
+    Decision::new(
+        Cause::Unknown,
+        Stage::Unknown,
+        0.3,
+        "unknown: the device's allocator ran out; the log does not say what grew".into(),
+        e,
+    )
+}
+
+/// PyTorch's memory summary: reserved far above allocated is the allocator's cache split into
+/// pieces no request fits (pytorch-35901: 12,420 MB reserved, 1,062 MB allocated).
+fn memory_summary(a: &mut Ask, allocated: Option<u64>, reserved: Option<u64>) -> Decision {
+    let f = a.f;
+    let (Some(al), Some(re)) = (allocated, reserved) else {
+        return undecided(a);
+    };
+    let cached = re.saturating_sub(al);
+    let e = vec![ev_bytes(
+        f,
+        format!(
+            "the memory summary shows {} reserved, {} allocated",
+            Bytes(re),
+            Bytes(al)
+        ),
+        cached,
+    )];
+    if cached >= (1 << 30) && cached.saturating_mul(2) >= re {
+        a.remedy(Change::AllocatorSettings, a.engine, Some(cached));
+        return Decision::new(Cause::Fragmentation, Stage::Unknown, 0.7, format!("fragmentation: {} is reserved by PyTorch but not allocated — the cache is split into blocks the request does not fit", Bytes(cached)), e);
+    }
+    Decision::new(
+        Cause::Unknown,
+        Stage::Unknown,
+        0.3,
+        "unknown: the memory summary does not show where the memory went".into(),
+        e,
+    )
+}
+
+fn host(a: &mut Ask) -> Decision {
+    let f = a.f;
+    a.remedy(Change::MoreHostMemory, a.engine, None);
+    let (text, conf) = match &f.event {
+        Event::HostOomKiller { process, rss } => {
+            let rss_text = rss.map_or(String::new(), |b| format!(" at {} resident", Bytes(b)));
+            let summary = format!(
+                "host_memory: the Linux OOM killer ended {}{rss_text} — host RAM, not the GPU",
+                process.as_deref().unwrap_or("the process")
+            );
+            return Decision::new(Cause::HostMemory, Stage::Unknown, 0.95, summary, vec![ev(f, "kernel OOM killer".into())]);
+        }
+        Event::ContainerOomKilled => ("the container hit its memory limit (OOMKilled)".to_string(), 0.9),
+        Event::HostAllocFailed { bytes } => (format!("PyTorch could not allocate {} of host RAM", bytes.map_or("?".into(), |b| Bytes(b).to_string())), 0.9),
+        Event::RayOomKill => ("Ray's memory monitor killed workers for host memory pressure".to_string(), 0.9),
+        Event::HostMemoryShort { needed, available } => (format!(
+            "the model needs {} of system memory, {} is available",
+            needed.map_or("?".into(), |b| Bytes(b).to_string()),
+            available.map_or("?".into(), |b| Bytes(b).to_string())
+        ), 0.9),
+        _ => ("the process was killed with SIGKILL (exit code 137), which is what the OOM killer sends; dmesg would confirm".to_string(), 0.6),
+    };
+    let stage = if matches!(f.event, Event::HostMemoryShort { .. }) {
+        Stage::Load
+    } else {
+        Stage::Unknown
+    };
+    Decision::new(
+        Cause::HostMemory,
+        stage,
+        conf,
+        format!("host_memory: {text} — host RAM, not the GPU"),
+        vec![ev(f, text)],
+    )
+}
+
+/// Events without figures: the stage can still decide for a bare driver OOM — while loading it
+/// is the weights (vllmv1-club3090-60, a repack); on the first request after an engine that
+/// grows its KV cache per token came up it is the KV cache (mistralrs-44); after requests were
+/// served successfully it is undecided (mistralrs-1446).
+fn undecided(a: &mut Ask) -> Decision {
+    let f = a.f;
+    if matches!(f.event, Event::CandleDriverOom | Event::CudaErrorOom) {
+        if let Some(d) = driver_by_stage(a) {
+            return d;
+        }
+    }
+    a.to_decide = Some(match &f.event {
+        // A tiny or first allocation failing usually means the card was already full.
+        Event::CublasAllocFailed | Event::CudaErrorOom => format!(
+            "run `nvidia-smi` while it fails: memory held by other processes makes it other_process; otherwise {UNKNOWN_TO_DECIDE}"
+        ),
+        Event::HipErrorOom => format!(
+            "run `rocm-smi` while it fails: memory held by other processes makes it other_process; otherwise {UNKNOWN_TO_DECIDE}"
+        ),
+        Event::ContainerKilled { .. } => "run `kubectl describe pod` and `dmesg` on the node: OOMKilled or an oom-kill line makes it host_memory; a failed liveness probe or an eviction also ends a container with 137".to_string(),
+        _ => UNKNOWN_TO_DECIDE.to_string(),
+    });
+    let what = undecided_what(f);
+    let stage = stage_near(a.ctx, f.line);
+    Decision::new(
+        Cause::Unknown,
+        stage,
+        0.3,
+        format!("unknown: {what}"),
+        vec![ev(f, what)],
+    )
+}
+
+fn undecided_what(f: &Finding) -> String {
+    match &f.event {
+        Event::CublasAllocFailed => "cuBLAS could not allocate its workspace: the card was already full (an OOM in disguise)".into(),
+        Event::CudaErrorOom => "a CUDA call returned out of memory without saying how much was asked".into(),
+        Event::TensorrtOom { .. } => "TensorRT-LLM's allocator ran out".into(),
+        Event::HipErrorOom => "the HIP driver returned out of memory without saying for what".into(),
+        Event::MetalOom => "a Metal command buffer failed for lack of memory; the log has no figures".into(),
+        Event::ExllamaInsufficient => "exllamav2 found no device with room for the model and its cache; the log does not say which part did not fit".into(),
+        Event::SglangReqSlots => "SGLang's request-slot pool ran out; the log does not say what held the slots".into(),
+        Event::AllocationExceeds { .. } => "an allocation would exceed the allowed device memory; the log has no figures".into(),
+        Event::ContainerKilled { reason } => format!("the container was killed with exit code 137 (reason: {}), not OOMKilled — a SIGKILL whose cause the log does not say", reason.as_deref().unwrap_or("?")),
+        Event::OomWords => format!("an out-of-memory message in a wording llm-oom does not know: \"{}\"", f.quote),
+        _ => "the CUDA driver returned out of memory without saying for what".into(),
+    }
+}
+
+fn driver_by_stage(a: &mut Ask) -> Option<Decision> {
+    let f = a.f;
+    let served = a.ctx.served_ok.iter().any(|&l| l < f.line);
+    match hint_near(a.ctx, f.line)? {
+        StageHint::Load => {
+            a.remedy(Change::QuantizeWeights(nf4()), a.engine, None);
+            a.remedy(Change::CpuOffload, a.engine, None);
+            Some(Decision::new(
+                Cause::Weights,
+                Stage::Load,
+                0.65,
+                "weights: the driver ran out while the weights were being loaded or converted"
+                    .into(),
+                vec![ev(f, "out of memory inside the weight loading".into())],
+            ))
+        }
+        StageHint::Serving if !served => {
+            a.remedy(Change::ReduceContext(0), a.engine, None);
+            a.remedy(Change::CapNewTokens(0), a.engine, None);
+            Some(Decision::new(Cause::KvCache, Stage::LongGeneration, 0.55, "kv_cache: the model loaded and the first request ran out; an engine without a pre-allocated KV cache grows it with every token".into(), vec![ev(f, "out of memory on the first request after the model loaded".into())]))
+        }
+        _ => None,
+    }
+}
+
+/// The figures of one PyTorch message, with what the log around it adds: the record every
+/// PyTorch rule decides from. Each figure is `None` when the message did not print it.
+#[derive(Debug, Clone, Default)]
+pub struct Accounting {
+    /// The card, or the per-process cap when one is set.
+    pub total: u64,
+    pub capped: bool,
+    pub free: u64,
+    pub this_process: Option<u64>,
+    /// Live tensors.
+    pub allocated: Option<u64>,
+    /// Cached by the allocator, not in a tensor.
+    pub reserved_unallocated: u64,
+    /// Held by other processes (listed, or inferred from total − free − this process).
+    pub others: u64,
+    pub request: u64,
+    pub stage_hint: Option<StageHint>,
+}
+
+impl Accounting {
+    fn of(t: &TorchOom, ctx: &Context, line: usize) -> Self {
+        // Under a memory cap (set_per_process_memory_fraction) the card is what is allowed.
+        let capped = t.allowed.is_some();
+        let total = t.allowed.or(t.total).unwrap_or(0);
+        let unalloc = t.reserved_unallocated.unwrap_or(0);
+        let free = match (t.allowed, t.this_process) {
+            (Some(a), Some(used)) => a.saturating_sub(used),
+            (Some(a), None) => {
+                a.saturating_sub(t.allocated_by_pytorch.unwrap_or(0).saturating_add(unalloc))
+            }
+            _ => t.free.unwrap_or(0),
+        };
+        Accounting {
+            total,
+            capped,
+            free,
+            this_process: t.this_process,
+            allocated: t.allocated_by_pytorch,
+            reserved_unallocated: unalloc,
+            others: others(t),
+            request: t.requested.unwrap_or(0),
+            stage_hint: hint_near(ctx, line),
+        }
+    }
+
+    fn short(&self) -> u64 {
+        self.request.saturating_sub(self.free)
+    }
+
+    /// Live tensors fill this share of the card (0–100), when both are known.
+    fn live_pct(&self) -> Option<u64> {
+        let a = self.allocated?;
+        (self.total > 0).then(|| a.saturating_mul(100) / self.total)
+    }
+}
+
+/// Other processes: the listed ones (less this process), else what the card's figures leave
+/// after this process — counted only when it is a quarter of the card, since the CUDA context
+/// and non-PyTorch allocations of this process are in that remainder too (accelerate-idmvton-11:
+/// 68 GiB of 79 held elsewhere; peft-simplellm-46: 0.7 GiB of 14.6 is this process's context).
+fn others(t: &TorchOom) -> u64 {
+    let listed = t.others();
+    if !t.processes.is_empty() || t.backend == Some("mps") {
+        return listed;
+    }
+    let (Some(total), Some(free)) = (t.total, t.free) else {
+        return 0;
+    };
+    let mine = t.this_process.or(t.reserved_total).or_else(|| {
+        t.allocated_by_pytorch
+            .map(|a| a.saturating_add(t.reserved_unallocated.unwrap_or(0)))
+    });
+    let Some(mine) = mine else {
+        return 0;
+    };
+    let rest = total.saturating_sub(free).saturating_sub(mine);
+    if rest.saturating_mul(4) >= total {
+        rest
+    } else {
+        0
+    }
+}
+
+type Rule = fn(&mut Ask, &TorchOom, &Accounting) -> Option<Decision>;
+
+/// PyTorch's message carries the numbers: the rules run in order and the first that decides wins.
+fn torch(a: &mut Ask, t: &TorchOom) -> Decision {
+    let acc = Accounting::of(t, a.ctx, a.f.line);
+    const RULES: &[Rule] = &[
+        contradiction,
+        other_process,
+        stage_signal,
+        load_or_huge,
+        fragmentation,
+        concurrency,
+        frames,
+        model_too_large,
+    ];
+    for rule in RULES {
+        if let Some(d) = rule(a, t, &acc) {
+            return d;
+        }
+    }
+    let stage = stage_near(a.ctx, a.f.line);
+    Decision::new(
+        Cause::Unknown,
+        stage,
+        0.3,
+        format!(
+            "unknown: PyTorch ran out asking for {} with {} free; the log does not say what grew",
+            request_text(t),
+            Bytes(acc.free)
+        ),
+        torch_evidence(a, t, &acc),
+    )
+}
+
+fn request_text(t: &TorchOom) -> String {
+    match (&t.requested_as_written, t.requested) {
+        (Some(w), None) => format!("{w} (as written)"),
+        (_, r) => Bytes(r.unwrap_or(0)).to_string(),
+    }
+}
+
+/// The figures as evidence, each with its line.
+fn torch_evidence(a: &Ask, t: &TorchOom, acc: &Accounting) -> Vec<Evidence> {
+    let f = a.f;
+    let of = if acc.total > 0 {
+        Bytes(acc.total).to_string()
+    } else {
+        "?".into()
+    };
+    let cap = if acc.capped {
+        " allowed (a per-process memory cap)"
+    } else {
+        ""
+    };
     let mut e = vec![ev_bytes(
         f,
         format!(
-            "asked for {} with {} free of {}{}",
-            Bytes(req),
-            Bytes(free),
-            if total > 0 {
-                Bytes(total).to_string()
-            } else {
-                "?".into()
-            },
-            if capped {
-                " allowed (a per-process memory cap)"
-            } else {
-                ""
-            }
+            "asked for {} with {} free of {of}{cap}",
+            request_text(t),
+            Bytes(acc.free)
         ),
-        req,
+        acc.request,
     )];
-    if let Some(a) = t.allocated_by_pytorch {
-        e.push(ev_bytes(f, format!("PyTorch tensors held {}", Bytes(a)), a));
-    }
-    if unalloc > 0 {
+    if let Some(al) = t.allocated_by_pytorch {
         e.push(ev_bytes(
             f,
-            format!(
-                "{} reserved by PyTorch but unallocated (cached blocks)",
-                Bytes(unalloc)
-            ),
-            unalloc,
+            format!("PyTorch tensors held {}", Bytes(al)),
+            al,
         ));
     }
-    if others > 0 {
-        e.push(ev_bytes(
-            f,
-            format!("other processes hold {}", Bytes(others)),
-            others,
-        ));
+    let un = acc.reserved_unallocated;
+    if un > 0 {
+        let text = format!(
+            "{} reserved by PyTorch but unallocated (cached blocks)",
+            Bytes(un)
+        );
+        e.push(ev_bytes(f, text, un));
     }
-    let stage = stage_near(ctx, f.line);
-    let ooms = all
-        .iter()
-        .filter(|x| matches!(x.event, Event::TorchOom(_)))
-        .count();
-    let threads = ctx.thread_exceptions.len();
-    // The seeds' check line belongs to the nearest OOM (stdout and stderr interleave, so it may
-    // come just after the error in a captured log).
-    let batch = ctx
-        .batch_seq
-        .iter()
-        .filter(|b| b.0 <= f.line || b.0 - f.line <= 20)
-        .min_by_key(|b| b.0.abs_diff(f.line))
-        .copied();
-    if let Some((line, b, s)) = batch {
+    if acc.others > 0 {
+        let text = format!("other processes hold {}", Bytes(acc.others));
+        e.push(ev_bytes(f, text, acc.others));
+    }
+    if let Some((line, b, s)) = batch_line(a) {
         e.push(Evidence {
             text: format!(
                 "the check line says batch {b}, sequence length {}",
@@ -505,138 +917,218 @@ fn torch(
             line: Some(line),
         });
     }
-    let growth =
-        near(&ctx.cache_lines, f.line).is_some() || batch.is_some_and(|(_, _, s)| s >= 4096);
+    e
+}
 
-    // Another process holds what was missing.
-    // (Under a per-process cap, other processes do not shrink this one's allowance.)
-    if !capped && others > 0 && others >= short && others * 20 >= total {
-        remedies.push(Remedy::advice(
-            Change::FreeOtherProcesses,
-            engine,
-            Some(others),
-        ));
-        return (
-            Cause::OtherProcess,
-            stage,
-            0.85,
-            format!(
+/// The seeds' check line belongs to the nearest OOM (stdout and stderr interleave, so it may
+/// come just after the error in a captured log).
+fn batch_line(a: &Ask) -> Option<(usize, u64, u64)> {
+    let at = a.f.line;
+    a.ctx
+        .batch_seq
+        .iter()
+        .filter(|b| b.0 <= at || b.0 - at <= 20)
+        .min_by_key(|b| b.0.abs_diff(at))
+        .copied()
+}
+
+/// The request fits in what is free (and no cap explains it): the figures do not explain the
+/// failure — another device, a driver limit, or a different allocator (rocm-autotrain-737,
+/// transformers-taggui-188, vllmv1-xpu-llmscaler-672).
+fn contradiction(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision> {
+    let fits = t.requested.is_some() && t.free.is_some() && acc.request <= acc.free;
+    if !fits || acc.capped || t.backend == Some("mps") {
+        return None;
+    }
+    a.to_decide = Some("run `nvidia-smi` while it fails and check which device the process uses (CUDA_VISIBLE_DEVICES): the printed figures say the request fits".into());
+    Some(Decision::new(Cause::Unknown, stage_near(a.ctx, a.f.line), 0.4, format!("unknown: PyTorch ran out asking for {} with {} free — the figures say it fits, so they do not decide", Bytes(acc.request), Bytes(acc.free)), torch_evidence(a, t, acc)))
+}
+
+/// Another process holds what was missing (pytorch_other_process.log, accelerate-idmvton-11).
+/// Under a per-process cap other processes do not shrink this one's allowance; a request larger
+/// than the card is not theirs to free (chatchat-3992).
+fn other_process(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision> {
+    let (others, total) = (acc.others, acc.total);
+    let held = others > 0 && others >= acc.short() && others.saturating_mul(20) >= total;
+    if acc.capped || !held || (total > 0 && acc.request > total) {
+        return None;
+    }
+    a.remedy(Change::FreeOtherProcesses, a.engine, Some(others));
+    let e = torch_evidence(a, t, acc);
+    Some(Decision::new(
+        Cause::OtherProcess,
+        stage_near(a.ctx, a.f.line),
+        0.85,
+        format!(
             "other_process: other processes hold {} of the card; the request for {} was {} short",
-            Bytes(others), Bytes(req), Bytes(short)
+            Bytes(others),
+            Bytes(acc.request),
+            Bytes(acc.short())
         ),
-            e,
-        );
+        e,
+    ))
+}
+
+/// What the engine was doing decides when its figures cannot: CUDA-graph capture and profile /
+/// warm-up runs are activation peaks (sglang-5285); a cache allocation right after loading is
+/// the KV cache (exllamav2-677); a vLLM engine step runs after the KV cache was sized by the
+/// profile, so what grew is the step's activations (vllm-9290-multistep, vllm-15039).
+fn stage_signal(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision> {
+    let hint = acc.stage_hint?;
+    let e = torch_evidence(a, t, acc);
+    let req = Bytes(acc.request);
+    let (cause, stage, summary) = match hint {
+        StageHint::GraphCapture => (Cause::Activations, Stage::Load, format!("activations: capturing CUDA graphs asked for {req} after the KV cache took its share; lower gpu_memory_utilization (or --mem-fraction-static) or run eager")),
+        StageHint::Profile => (Cause::Activations, Stage::Load, format!("activations: the profile / warm-up run asked for {req}: the peak of one batch at the configured sizes does not fit")),
+        StageHint::CacheAlloc => (Cause::KvCache, Stage::Load, format!("kv_cache: allocating the KV cache after the weights asked for {req}; shorten the maximum sequence length")),
+        StageHint::EngineStep => (Cause::Activations, Stage::FirstToken, format!("activations: a serving step asked for {req} beyond what the profile left; the KV cache was already sized, so the step's buffers (long prompts, LoRA, multi-step) grew")),
+        StageHint::Load | StageHint::Serving => return None,
+    };
+    match cause {
+        Cause::KvCache => a.remedy(Change::ReduceContext(0), a.engine, None),
+        _ => {
+            a.remedy(Change::RaiseUtilization(85), a.engine, None);
+            if let Some(r) = a.remedies.last_mut() {
+                r.how
+                    .push_str(" (or --enforce-eager, or fewer tokens per step)");
+            }
+            a.remedy(Change::ChunkedPrefill(0), a.engine, None);
+        }
     }
-    // Loading, or one request the size of a model (transformers 5 reserves the whole model at once).
-    if stage == Stage::Load || (total > 0 && req * 5 >= total * 2) {
-        let why = if stage == Stage::Load {
-            "while loading the model"
-        } else {
-            "in one request the size of a model"
-        };
-        remedies.push(Remedy::advice(
-            Change::QuantizeWeights("nf4".parse().unwrap_or(crate::dtype::WeightDtype::Int8)),
-            engine,
-            None,
-        ));
-        remedies.push(Remedy::advice(
-            Change::QuantizeWeights(crate::dtype::WeightDtype::Int8),
-            engine,
-            None,
-        ));
-        remedies.push(Remedy::advice(Change::CpuOffload, engine, None));
-        remedies.push(Remedy::advice(Change::LargerGpu(0), engine, None));
-        return (
-            Cause::Weights,
-            Stage::Load,
-            0.8,
-            format!(
-                "weights: out of memory {why} — {} asked, {} free",
-                Bytes(req),
-                Bytes(free)
-            ),
-            e,
+    Some(Decision::new(cause, stage, 0.75, summary, e))
+}
+
+/// Loading is the weights (pytorch_load_weights.log, vllm-636). A single request of a large
+/// share of the card outside loading is one forward-pass buffer — weights load tensor by tensor
+/// (chatchat-3992: 128 GiB on a 24 GiB card; megatron-92: fp32 logits of 9.3 GiB on 10.8).
+fn load_or_huge(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision> {
+    let loading =
+        stage_near(a.ctx, a.f.line) == Stage::Load || acc.stage_hint == Some(StageHint::Load);
+    let huge = (acc.total > 0 && acc.request.saturating_mul(5) >= acc.total.saturating_mul(2))
+        || (t.requested.is_none() && t.requested_as_written.is_some());
+    let e = torch_evidence(a, t, acc);
+    if loading {
+        a.remedy(Change::QuantizeWeights(nf4()), a.engine, None);
+        a.remedy(Change::QuantizeWeights(WeightDtype::Int8), a.engine, None);
+        a.remedy(Change::CpuOffload, a.engine, None);
+        a.remedy(Change::LargerGpu(0), a.engine, None);
+        let summary = format!(
+            "weights: out of memory while loading the model — {} asked, {} free",
+            Bytes(acc.request),
+            Bytes(acc.free)
         );
+        return Some(Decision::new(Cause::Weights, Stage::Load, 0.8, summary, e));
     }
-    // Enough cached-but-unused memory for the request, yet no block of that size: fragmentation —
-    // when that cache is a real share of the card. PyTorch prints its expandable_segments hint on
-    // every OOM; a few hundred MiB cached next to a context that is simply too long is still the
-    // context's fault, so a growing cache must show twice the share.
+    if !huge {
+        return None;
+    }
+    a.remedy(Change::TruncatePrompt(0), a.engine, None);
+    a.remedy(Change::ChunkedPrefill(0), a.engine, None);
+    let pct = match acc.total {
+        0 => "?".to_string(),
+        t => (acc.request.saturating_mul(100) / t).to_string(),
+    };
+    Some(Decision::new(Cause::Activations, Stage::FirstToken, 0.75, format!("activations: one request for {} ({pct} % of the card) outside loading is a single forward-pass buffer (logits, attention scores) — weights load tensor by tensor", request_text(t)), e))
+}
+
+/// Enough cached-but-unused memory for the request, yet no block of that size: fragmentation —
+/// when that cache is a real share of the card and live tensors are well below it. PyTorch
+/// prints its expandable_segments hint on every OOM; with live tensors at ~90 % of the card the
+/// cache is slack and the cause is what filled the card (tgi-1374, vllm-9290-multistep). A
+/// growing cache must show twice the share (a long context is still the context's fault).
+fn fragmentation(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision> {
+    let (unalloc, req, total) = (acc.reserved_unallocated, acc.request, acc.total);
     let share = |min_pct: u64| {
         if total > 0 {
-            unalloc * 100 >= total * min_pct
+            unalloc.saturating_mul(100) >= total.saturating_mul(min_pct)
         } else {
             unalloc >= 1 << 30
         }
     };
+    let slack = acc.live_pct().is_some_and(|p| p >= 88);
     let fragmented = unalloc >= req && unalloc > 0 && share(5);
-    if fragmented && (!growth || share(10)) {
-        remedies.push(Remedy::advice(
-            Change::AllocatorSettings,
-            engine,
-            Some(unalloc),
-        ));
-        return (Cause::Fragmentation, stage, 0.7, format!(
+    let growth = near(&a.ctx.cache_lines, a.f.line).is_some()
+        || batch_line(a).is_some_and(|(_, _, s)| s >= 4096);
+    // With the card full of live tensors the cache still contributes (the allocator setting
+    // would return it), but it is not the cause.
+    if fragmented && !slack && (!growth || share(10)) {
+        a.remedy(Change::AllocatorSettings, a.engine, Some(unalloc));
+        let e = torch_evidence(a, t, acc);
+        return Some(Decision::new(Cause::Fragmentation, stage_near(a.ctx, a.f.line), 0.7, format!(
             "fragmentation: {} is cached by PyTorch but unallocated — more than the {} asked — yet no block is large enough",
             Bytes(unalloc), Bytes(req)
-        ), e);
+        ), e));
     }
     if fragmented {
-        contributing.push(Contributing {
+        let text = format!("{} cached but unallocated", Bytes(unalloc));
+        a.contributing.push(Contributing {
             cause: Cause::Fragmentation,
-            evidence: ev_bytes(
-                f,
-                format!("{} cached but unallocated", Bytes(unalloc)),
-                unalloc,
-            ),
+            evidence: ev_bytes(a.f, text, unalloc),
         });
-        remedies.push(Remedy::advice(
-            Change::AllocatorSettings,
-            engine,
-            Some(unalloc),
-        ));
+        a.remedy(Change::AllocatorSettings, a.engine, Some(unalloc));
     }
-    if ooms > 1 || threads > 0 || batch.is_some_and(|(_, b, _)| b > 1) {
-        let why = if threads > 0 {
-            format!("{threads} worker thread(s) died")
-        } else if ooms > 1 {
-            format!("{ooms} out-of-memory errors in one log")
-        } else {
-            format!("{} sequences at once", batch.map_or(0, |b| b.1))
-        };
-        remedies.push(Remedy::advice(
-            Change::LimitConcurrency(batch.map_or(1, |b| (b.1 / 2).max(1))),
-            engine,
-            None,
-        ));
-        remedies.push(Remedy::advice(Change::CapNewTokens(0), engine, None));
-        return (
-            Cause::Concurrency,
-            stage,
-            0.65,
-            format!("concurrency: {why}; each sequence adds its own KV cache and activations"),
-            e,
-        );
+    None
+}
+
+/// Several OOMs, dead worker threads, or a batch above one in the log (pytorch_threads.log).
+fn concurrency(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision> {
+    let ooms = a
+        .all
+        .iter()
+        .filter(|x| matches!(x.event, Event::TorchOom(_)))
+        .count();
+    let threads = a.ctx.thread_exceptions.len();
+    let batch = batch_line(a);
+    if !(ooms > 1 || threads > 0 || batch.is_some_and(|(_, b, _)| b > 1)) {
+        return None;
     }
-    // The innermost frame before the error says what was being allocated.
-    let eager = near(&ctx.eager_attention_lines, f.line);
-    let act = near(&ctx.activation_lines, f.line);
-    let cache = near(&ctx.cache_lines, f.line);
-    let innermost = [(eager, 0), (act, 1), (cache, 2)]
-        .into_iter()
-        .filter_map(|(l, k)| l.map(|l| (l, k)))
-        .max();
+    let why = if threads > 0 {
+        format!("{threads} worker thread(s) died")
+    } else if ooms > 1 {
+        format!("{ooms} out-of-memory errors in one log")
+    } else {
+        format!("{} sequences at once", batch.map_or(0, |b| b.1))
+    };
+    let limit = batch.map_or(1, |b| (b.1 / 2).max(1));
+    a.remedy(Change::LimitConcurrency(limit), a.engine, None);
+    a.remedy(Change::CapNewTokens(0), a.engine, None);
+    let e = torch_evidence(a, t, acc);
+    Some(Decision::new(
+        Cause::Concurrency,
+        stage_near(a.ctx, a.f.line),
+        0.65,
+        format!("concurrency: {why}; each sequence adds its own KV cache and activations"),
+        e,
+    ))
+}
+
+/// The innermost frame before the error says what was being allocated: eager attention's
+/// scores, an MLP / logits / attention buffer (metal-rlswarm-355), or the KV cache's update.
+fn frames(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision> {
+    let at = a.f.line;
+    let innermost = [
+        (near(&a.ctx.eager_attention_lines, at), 0),
+        (near(&a.ctx.activation_lines, at), 1),
+        (near(&a.ctx.cache_lines, at), 2),
+    ]
+    .into_iter()
+    .filter_map(|(l, k)| l.map(|l| (l, k)))
+    // The innermost line wins; on one line, eager attention over a generic softmax.
+    .max_by_key(|&(l, k)| (l, 2 - k))
+    .map(|x| x.1);
+    let batch = batch_line(a);
     let long_context = batch.is_some_and(|(_, _, s)| s >= 4096);
-    match innermost.map(|x| x.1) {
+    let e = torch_evidence(a, t, acc);
+    let req = Bytes(acc.request);
+    match innermost {
         Some(0) => {
-            remedies.push(Remedy::advice(Change::UseSdpa, engine, None));
-            remedies.push(Remedy::advice(Change::TruncatePrompt(0), engine, None));
-            return (Cause::Activations, Stage::FirstToken, 0.75, format!("activations: eager attention materialises the full L × L score matrix; it asked for {}", Bytes(req)), e);
+            a.remedy(Change::UseSdpa, a.engine, None);
+            a.remedy(Change::TruncatePrompt(0), a.engine, None);
+            Some(Decision::new(Cause::Activations, Stage::FirstToken, 0.75, format!("activations: eager attention materialises the full L × L score matrix; it asked for {req}"), e))
         }
         Some(1) => {
-            if long_context {
-                let seq = batch.map_or(0, |b| b.2);
-                contributing.push(Contributing {
+            if let (true, Some((line, _, seq))) = (long_context, batch) {
+                a.contributing.push(Contributing {
                     cause: Cause::KvCache,
                     evidence: Evidence {
                         text: format!(
@@ -644,41 +1136,178 @@ fn torch(
                             group(seq)
                         ),
                         bytes: None,
-                        line: batch.map(|b| b.0),
+                        line: Some(line),
                     },
                 });
             }
-            remedies.push(Remedy::advice(Change::TruncatePrompt(0), engine, None));
-            remedies.push(Remedy::advice(Change::ChunkedPrefill(0), engine, None));
-            return (
+            a.remedy(Change::TruncatePrompt(0), a.engine, None);
+            a.remedy(Change::ChunkedPrefill(0), a.engine, None);
+            Some(Decision::new(
                 Cause::Activations,
                 Stage::FirstToken,
                 0.65,
                 format!(
-                    "activations: the prefill's MLP / logits buffers asked for {} in one piece",
-                    Bytes(req)
+                    "activations: the prefill's MLP / logits buffers asked for {req} in one piece"
                 ),
                 e,
-            );
+            ))
         }
-        Some(_) => {}
-        None if long_context => {}
-        None => {
-            return (Cause::Unknown, stage, 0.3, format!("unknown: PyTorch ran out asking for {} with {} free; the log does not say what grew", Bytes(req), Bytes(free)), e);
-        }
+        Some(_) => Some(kv_growth(a, e)),
+        None if long_context => Some(kv_growth(a, e)),
+        None => None,
     }
-    remedies.push(Remedy::advice(Change::CapNewTokens(0), engine, None));
-    remedies.push(Remedy::advice(Change::TruncatePrompt(0), engine, None));
-    remedies.push(Remedy::advice(
-        Change::QuantizeKv(KvDtype::Q4_0),
-        engine,
-        None,
-    ));
-    (
+}
+
+fn kv_growth(a: &mut Ask, e: Vec<Evidence>) -> Decision {
+    a.remedy(Change::CapNewTokens(0), a.engine, None);
+    a.remedy(Change::TruncatePrompt(0), a.engine, None);
+    a.remedy(Change::QuantizeKv(KvDtype::Q4_0), a.engine, None);
+    Decision::new(
         Cause::KvCache,
         Stage::LongGeneration,
         0.65,
         "kv_cache: the KV cache grew past the card while generating".into(),
         e,
     )
+}
+
+/// The model the log names, at the dtype it names, is larger than the card: the weights
+/// (vllm-188: Mistral-7B with --dtype half, 14 GB, on a 10.7 GiB card).
+fn model_too_large(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision> {
+    let m = a.ctx.model.as_ref()?;
+    let weights = weights_from_name(&m.name)?;
+    if acc.total == 0 || weights.saturating_mul(10) < acc.total.saturating_mul(9) {
+        return None;
+    }
+    a.remedy(Change::QuantizeWeights(nf4()), a.engine, None);
+    a.remedy(Change::LargerGpu(0), a.engine, None);
+    let mut e = torch_evidence(a, t, acc);
+    e.push(Evidence {
+        text: format!(
+            "the log names {}: about {} of weights",
+            m.name,
+            Bytes(weights)
+        ),
+        bytes: Some(weights),
+        line: Some(m.line),
+    });
+    Some(Decision::new(
+        Cause::Weights,
+        Stage::Load,
+        0.6,
+        format!(
+            "weights: {} is about {} of weights, more than the {} card",
+            m.name,
+            Bytes(weights),
+            Bytes(acc.total)
+        ),
+        e,
+    ))
+}
+
+/// Parameters from a model id (`7B`, `0.5b`, `8x7B`) × bytes per parameter from the name's
+/// quantization (4-bit, 8-bit, else 16-bit).
+pub fn weights_from_name(name: &str) -> Option<u64> {
+    let lower = name.to_ascii_lowercase();
+    let base = lower.rsplit('/').next().unwrap_or(&lower);
+    let params = params_from(base)?;
+    let bits: f64 = if [
+        "awq", "gptq", "4bit", "int4", "nf4", "q4", "bnb-4", "exl2", "bpw",
+    ]
+    .iter()
+    .any(|k| base.contains(k))
+    {
+        4.5
+    } else if ["8bit", "int8", "fp8", "q8"]
+        .iter()
+        .any(|k| base.contains(k))
+    {
+        8.5
+    } else {
+        16.0
+    };
+    let b = params * bits / 8.0;
+    (b.is_finite() && b > 0.0 && b < 1e16).then_some(b as u64)
+}
+
+fn params_from(base: &str) -> Option<f64> {
+    let bytes = base.as_bytes();
+    let mut best: Option<f64> = None;
+    for (i, &c) in bytes.iter().enumerate() {
+        if c != b'b' || i == 0 || !bytes[i - 1].is_ascii_digit() {
+            continue;
+        }
+        if bytes.get(i + 1).is_some_and(|n| n.is_ascii_alphanumeric()) {
+            continue;
+        }
+        let start = base[..i]
+            .rfind(|ch: char| !(ch.is_ascii_digit() || ch == '.' || ch == 'x'))
+            .map_or(0, |p| p + 1);
+        let figure = &base[start..i];
+        let v = figure
+            .split('x')
+            .filter_map(|p| p.parse::<f64>().ok())
+            .product::<f64>();
+        if v > 0.0 {
+            best = Some(v * 1e9);
+        }
+    }
+    best
+}
+
+pub fn kind_name(e: &Event) -> &'static str {
+    match e {
+        Event::TorchOom(_) => "pytorch_oom",
+        Event::TorchMemorySummary { .. } => "pytorch_memory_summary",
+        Event::AllocationExceeds { .. } => "allocation_exceeds",
+        Event::VllmKvCapacity { .. } => "vllm_kv_capacity",
+        Event::VllmNoCacheBlocks => "vllm_no_cache_blocks",
+        Event::VllmStartupFree { .. } => "vllm_startup_free",
+        Event::VllmSamplerWarmup { .. } => "vllm_sampler_warmup",
+        Event::LlamaCppBuffer { .. } => "llama_cpp_buffer",
+        Event::CandleDriverOom => "cuda_driver_oom",
+        Event::TgiPrefill { .. } => "tgi_prefill",
+        Event::TensorrtOom { .. } => "tensorrt_llm_oom",
+        Event::TensorrtComponent { .. } => "tensorrt_llm_component",
+        Event::SglangNoKvRoom => "sglang_no_kv_room",
+        Event::SglangReqSlots => "sglang_req_slots",
+        Event::ExllamaInsufficient => "exllamav2_insufficient_vram",
+        Event::MetalOom => "metal_oom",
+        Event::MlxBufferTooLarge { .. } => "mlx_buffer_too_large",
+        Event::DeviceBufferOom { .. } => "device_buffer_oom",
+        Event::HipErrorOom => "hip_error_oom",
+        Event::CublasAllocFailed => "cublas_alloc_failed",
+        Event::CudnnFailure => "cudnn_failure",
+        Event::CudaErrorOom => "cuda_error_oom",
+        Event::HostOomKiller { .. } => "host_oom_killer",
+        Event::RayOomKill => "ray_oom_kill",
+        Event::HostMemoryShort { .. } => "host_memory_short",
+        Event::ContainerOomKilled => "container_oom_killed",
+        Event::ContainerKilled { .. } => "container_killed",
+        Event::Exit137 => "exit_137",
+        Event::HostAllocFailed { .. } => "host_alloc_failed",
+        Event::OomWords => "oom_words",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_names_give_a_weight_size() {
+        let g = |n: &str| weights_from_name(n).map(|b| b / 1_000_000_000);
+        assert_eq!(g("mistralai/Mistral-7B-v0.1"), Some(14));
+        assert_eq!(g("TheBloke/Llama-2-13B-AWQ"), Some(7));
+        assert_eq!(g("Qwen/Qwen2.5-0.5B-Instruct"), Some(1));
+        assert_eq!(g("mistralai/Mixtral-8x7B-v0.1"), Some(112));
+        assert_eq!(g("gpt2"), None);
+    }
+
+    #[test]
+    fn bands_cover_every_confidence() {
+        for c in [0.0, 0.3, 0.59, 0.6, 0.79, 0.8, 1.0] {
+            assert!(!confidence_band(c).band.is_empty());
+        }
+    }
 }

@@ -1,0 +1,388 @@
+//! What the surrounding log says about where and how it ran: the stage (frames and engine lines
+//! near the error), the workload it states (`batch=`, `max_model_len`, `n_ctx`, …) and the model
+//! it names. Keyword matching finds these lines; the verdict's arithmetic uses them.
+
+use std::sync::OnceLock;
+
+use regex::Regex;
+use serde::Serialize;
+
+use super::parse::{cap_u64, re};
+
+/// The moment a line shows, for the stage rules of the verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageHint {
+    /// Loading or converting weights (from_pretrained, a weight's `Parameter`, a repack).
+    Load,
+    /// Allocating the KV cache right after loading (exllamav2's cache, vLLM's KV tensors).
+    CacheAlloc,
+    /// Capturing CUDA graphs (`torch.cuda.graph`, `capture_end`, SGLang's CudaGraphRunner).
+    GraphCapture,
+    /// A profile or warm-up run (vLLM's `profile_run`, `_dummy_run`, a warm-up).
+    Profile,
+    /// An engine step while serving (vLLM's `engine_step`, `execute_model`).
+    EngineStep,
+    /// The model is loaded and the server is up.
+    Serving,
+}
+
+/// The workload figures the log states, each the last value seen.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct WorkloadHint {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seq_len: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_model_len: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub n_ctx: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_num_seqs: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub num_seqs: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parallel: Option<u64>,
+}
+
+impl WorkloadHint {
+    pub fn is_empty(&self) -> bool {
+        *self == WorkloadHint::default()
+    }
+}
+
+/// The model the log names (a from_pretrained id, `--model`, an HF cache path, a GGUF name).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelHint {
+    pub name: String,
+    pub line: usize,
+}
+
+/// What the surrounding log says about where and how it ran.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Context {
+    /// Lines that show the model loading (from_pretrained, load_state_dict, quantize_4bit…).
+    pub load_lines: Vec<usize>,
+    /// Lines that show generation (generate, _sample, attention, MLP…).
+    pub generation_lines: Vec<usize>,
+    /// Lines in eager attention's score computation.
+    pub eager_attention_lines: Vec<usize>,
+    /// Lines in the MLP, the attention or the logits (one big forward-pass buffer).
+    pub activation_lines: Vec<usize>,
+    /// Lines in the KV-cache update.
+    pub cache_lines: Vec<usize>,
+    /// `Exception in thread …` lines: a worker died.
+    pub thread_exceptions: Vec<usize>,
+    /// The seeds' check line `batch= B seq= L`, last seen values with their line.
+    pub batch_seq: Vec<(usize, u64, u64)>,
+    /// Stage signals with their lines.
+    pub stage_hints: Vec<(usize, StageHint)>,
+    /// Lines that show a request served successfully (throughput, `Success`).
+    pub served_ok: Vec<usize>,
+    pub workload: WorkloadHint,
+    pub model: Option<ModelHint>,
+    /// Bytes the reader skipped in the middle of an over-long input (its marker line).
+    pub skipped_bytes: Option<u64>,
+}
+
+/// The marker `read_bounded` leaves where it skipped the middle of an input.
+pub const SKIPPED_MARKER: &str = "[llm-oom] skipped ";
+
+/// Mark one line's context: frames, stage signals, workload and model.
+pub fn mark(line: &str, n: usize, ctx: &mut Context) {
+    frames(line, n, ctx);
+    if let Some(h) = stage_hint(line) {
+        ctx.stage_hints.push((n, h));
+    }
+    const OK: &[&str] = &["Throughput (T/s)", ": Success", "Avg prompt throughput"];
+    if OK.iter().any(|k| line.contains(k)) {
+        ctx.served_ok.push(n);
+    }
+    workload(line, n, ctx);
+    if ctx.model.is_none() {
+        ctx.model = model(line).map(|name| ModelHint { name, line: n });
+    }
+    if let Some(rest) = line.strip_prefix(SKIPPED_MARKER) {
+        ctx.skipped_bytes = rest.split(' ').next().and_then(|s| s.parse().ok());
+    }
+}
+
+/// The traceback frames the older rules use (load, generation, eager attention, MLP, cache).
+fn frames(line: &str, n: usize, ctx: &mut Context) {
+    const LOAD: &[&str] = &[
+        "from_pretrained",
+        "_load_pretrained_model",
+        "caching_allocator_warmup",
+        "load_state_dict",
+        "quantize_4bit",
+        "_load_state_dict_into",
+        "load_checkpoint_and_dispatch",
+        "set_module_tensor_to_device",
+        "dispatch_model",
+        "load_tensors",
+        "llama_model_load",
+        "model.to(",
+        ".cuda()",
+    ];
+    const GENERATION: &[&str] = &[
+        "in generate",
+        ".generate(",
+        "_sample",
+        "greedy_search",
+        "in forward",
+        "sdpa_attention_forward",
+        "eager_attention_forward",
+        "prefill",
+        "decode",
+    ];
+    const EAGER: &[&str] = &[
+        "eager_attention_forward",
+        "attn_weights = torch.matmul",
+        "attn_weights = nn.functional.softmax",
+        "repeat_kv",
+    ];
+    const ACTIVATION: &[&str] = &[
+        "act_fn(self.gate_proj",
+        "self.down_proj(",
+        "in lm_head",
+        "logits = self.lm_head",
+        "logits.float()",
+        "scaled_dot_product_attention",
+        "baddbmm",
+        "softmax(",
+        ".unfold(",
+        "cross_entropy(output.float()",
+        "logits = logits",
+        "self.mlp(",
+    ];
+    const CACHE: &[&str] = &[
+        "cache_utils.py",
+        "past_key_values.update",
+        "DynamicCache",
+        "self.keys = torch.cat",
+        "key_cache",
+        "prompt_cache",
+    ];
+    let has = |keys: &[&str]| keys.iter().any(|k| line.contains(k));
+    let lists: [(&[&str], &mut Vec<usize>); 5] = [
+        (LOAD, &mut ctx.load_lines),
+        (GENERATION, &mut ctx.generation_lines),
+        (EAGER, &mut ctx.eager_attention_lines),
+        (ACTIVATION, &mut ctx.activation_lines),
+        (CACHE, &mut ctx.cache_lines),
+    ];
+    for (keys, v) in lists {
+        if has(keys) {
+            v.push(n);
+        }
+    }
+    if line.contains("Exception in thread") {
+        ctx.thread_exceptions.push(n);
+    }
+}
+
+/// The stage a line signals, most specific first (a cache allocation is also under a load).
+fn stage_hint(line: &str) -> Option<StageHint> {
+    const HINTS: &[(StageHint, &[&str])] = &[
+        (
+            StageHint::CacheAlloc,
+            &[
+                "create_state_tensors",
+                "ExLlamaV2Cache(",
+                "_allocate_kv_cache",
+                "initialize_kv_cache",
+                "init_memory_pool",
+                "_init_cache_engine",
+                "CacheEngine(",
+            ],
+        ),
+        (
+            StageHint::GraphCapture,
+            &[
+                "torch.cuda.graph",
+                "capture_end",
+                "Capture cuda graph",
+                "capture_one_batch_size",
+                "CudaGraphRunner",
+                "capture_model",
+                "cudagraph_capture",
+            ],
+        ),
+        (
+            StageHint::Load,
+            &[
+                "from_pretrained",
+                "_load_pretrained_model",
+                "caching_allocator_warmup",
+                "load_state_dict",
+                "quantize_4bit",
+                "load_checkpoint_and_dispatch",
+                "Parameter(torch.empty",
+                "gptq_marlin_repack",
+                "process_weights_after_loading",
+                "load_weights",
+                "weight_loader",
+                "Loading checkpoint shards",
+                "Loading model",
+                "load_tensors",
+            ],
+        ),
+        (
+            StageHint::Profile,
+            &[
+                "profile_run",
+                "_dummy_run",
+                "_dummy_sampler_run",
+                "determine_num_available_blocks",
+                "determine_available_memory",
+                "in warmup",
+                "warming up",
+            ],
+        ),
+        (
+            StageHint::EngineStep,
+            &[
+                "engine_step",
+                "execute_model",
+                "start_worker_execution_loop",
+                "run_engine_loop",
+                "step_with_batch_queue",
+            ],
+        ),
+        (
+            StageHint::Serving,
+            &[
+                "Model loaded",
+                "Serving on",
+                "Application startup complete",
+                "Uvicorn running",
+            ],
+        ),
+    ];
+    HINTS
+        .iter()
+        .find(|(_, keys)| keys.iter().any(|k| line.contains(k)))
+        .map(|(h, _)| *h)
+}
+
+/// The workload figures a line states; most lines have none, so a cheap look comes first.
+fn workload(line: &str, n: usize, ctx: &mut Context) {
+    static BATCH_SEQ: OnceLock<Regex> = OnceLock::new();
+    static FIGURES: OnceLock<Regex> = OnceLock::new();
+    const ANY: &[&str] = &[
+        "batch",
+        "seq",
+        "model_len",
+        "model-len",
+        "n_ctx",
+        "parallel",
+        "n_slots",
+        "num_reqs",
+    ];
+    if !ANY.iter().any(|k| line.contains(k)) {
+        return;
+    }
+    let batch_seq = re(&BATCH_SEQ, r"batch=\s*(\d+)\s+seq=\s*(\d+)");
+    if let Some(c) = batch_seq.captures(line) {
+        if let (Some(b), Some(s)) = (cap_u64(&c, 1), cap_u64(&c, 2)) {
+            ctx.batch_seq.push((n, b, s));
+        }
+    }
+    let figures = re(
+        &FIGURES,
+        r"(?x)
+        (?:\bbatch(?:_size)?\s*[=:]\s*|--batch-size[=\s]+)(?P<batch>\d+)
+        | \bseq(?:_len|uence_length)?\s*=\s*(?P<seq>\d+)
+        | (?:max[_-]model[_-]len[=\s]+|max\ seq\ len\ \()(?P<mml>\d+)
+        | n_ctx(?:_seq|_slot)?\s*[=(:]\s*\(?(?P<nctx>\d+)
+        | max[_-]num[_-]seqs[=\s]+(?P<mns>\d+)
+        | \bnum_(?:seqs|reqs)\s*=\s*(?P<ns>\d+)
+        | (?:--parallel[=\s]+|\s-np\s+|n_slots\s*=\s*)(?P<par>\d+)",
+    );
+    let w = &mut ctx.workload;
+    for c in figures.captures_iter(line) {
+        let get = |k: &str| c.name(k).and_then(|m| m.as_str().parse::<u64>().ok());
+        let slots: [(&str, &mut Option<u64>); 7] = [
+            ("batch", &mut w.batch),
+            ("seq", &mut w.seq_len),
+            ("mml", &mut w.max_model_len),
+            ("nctx", &mut w.n_ctx),
+            ("mns", &mut w.max_num_seqs),
+            ("ns", &mut w.num_seqs),
+            ("par", &mut w.parallel),
+        ];
+        for (k, slot) in slots {
+            if let Some(v) = get(k) {
+                *slot = Some(v);
+            }
+        }
+    }
+}
+
+/// The model a line names, if any.
+fn model(line: &str) -> Option<String> {
+    static MODEL: OnceLock<Regex> = OnceLock::new();
+    const ANY: &[&str] = &[
+        "from_pretrained",
+        "--model",
+        "serve ",
+        "models--",
+        "general.name",
+        ".gguf",
+        "-- Model:",
+        "ollama run",
+    ];
+    if !ANY.iter().any(|k| line.contains(k)) {
+        return None;
+    }
+    let m = re(
+        &MODEL,
+        r#"(?x)
+        from_pretrained\(\s*["'](?P<a>[\w.\-/]+)["']
+        | --model[=\s]+(?P<b>[\w.\-/:]+)
+        | vllm\ serve\s+(?P<c>[\w.\-/]+)
+        | models--(?P<d>[\w.\-]+--[\w.\-]+)
+        | general\.name\s+str\s+=\s+(?P<e>\S.*?)\s*$
+        | (?P<f>[\w.\-]+\.gguf)
+        | --\ Model:\s+(?P<g>\S+)
+        | ollama\ run\s+(?P<h>\S+)"#,
+    );
+    let c = m.captures(line)?;
+    let name = ["a", "b", "c", "d", "e", "f", "g", "h"]
+        .iter()
+        .find_map(|k| c.name(k))?
+        .as_str();
+    Some(name.replace("--", "/").trim_end_matches('/').to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_workload_and_model() {
+        let mut ctx = Context::default();
+        let lines = [
+            "python -m vllm.entrypoints.openai.api_server --model mistralai/Mistral-7B-v0.1 --dtype half --max-model-len 4096",
+            "llama_new_context_with_model: n_ctx      = 131072",
+            "ERROR batch{batch_size=1}:prefill",
+            "--max-num-seqs 512",
+        ];
+        for (i, l) in lines.iter().enumerate() {
+            mark(l, i + 1, &mut ctx);
+        }
+        assert_eq!(ctx.workload.max_model_len, Some(4096));
+        assert_eq!(ctx.workload.n_ctx, Some(131072));
+        assert_eq!(ctx.workload.batch, Some(1));
+        assert_eq!(ctx.workload.max_num_seqs, Some(512));
+        assert_eq!(
+            ctx.model.map(|m| m.name).as_deref(),
+            Some("mistralai/Mistral-7B-v0.1")
+        );
+        assert_eq!(
+            model("/root/.cache/huggingface/hub/models--Qwen--Qwen2-7B/snapshots/x").as_deref(),
+            Some("Qwen/Qwen2-7B")
+        );
+    }
+}

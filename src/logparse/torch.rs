@@ -1,0 +1,207 @@
+//! PyTorch's out-of-memory messages: the current format (2.1+, CUDA, HIP and XPU alike, with the
+//! 2.1 `capacty` misspelling), the old `(GPU 0; T total capacity; A already allocated; …)`
+//! format, MPS's, and the memory summary table it prints on request.
+
+use std::sync::OnceLock;
+
+use regex::Regex;
+
+use super::parse::{cap_size, cap_u64, re, Event, Scan, TorchOom, SIZE};
+
+/// Read a PyTorch message at line `i`; true when the line was one.
+pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
+    static HEAD: OnceLock<Regex> = OnceLock::new();
+    let line = &lines[i];
+    let head = re(
+        &HEAD,
+        r"(?:CUDA|HIP|XPU|MPS backend) out of memory|OutOfMemoryError|(?i:cuda out of memory)",
+    );
+    if head.is_match(line) && !line.contains("warming up sampler") {
+        message(lines, i, st);
+        return true;
+    }
+    summary(lines, i, st)
+}
+
+/// The message can be wrapped when pasted: read it with the next lines.
+fn message(lines: &[String], i: usize, st: &mut Scan) {
+    let n = i + 1;
+    let window: String = lines[i..lines.len().min(i + 4)].join(" ");
+    let t = if window.contains("MPS backend out of memory") {
+        mps(&window)
+    } else {
+        current_or_old(&window)
+    };
+    // The exception line and its repetition in a traceback summary are one event.
+    let repeat = st.last_torch_line.is_some_and(|l| n - l <= 3)
+        || st.findings.last().is_some_and(
+            |f| matches!(&f.event, Event::TorchOom(prev) if *prev == t && n - f.line <= 40),
+        );
+    if !repeat {
+        st.add(n, &lines[i], Event::TorchOom(t));
+    }
+    st.last_torch_line = Some(n);
+}
+
+fn backend(window: &str) -> Option<&'static str> {
+    if window.contains("HIP out of memory") {
+        Some("hip")
+    } else if window.contains("XPU out of memory") {
+        Some("xpu")
+    } else {
+        None
+    }
+}
+
+/// The request; a size too large for a byte count is kept as written.
+fn request(window: &str, t: &mut TorchOom) {
+    static ALLOC: OnceLock<Regex> = OnceLock::new();
+    let alloc = re(&ALLOC, &format!(r"Tried to allocate {SIZE}"));
+    if let Some(c) = alloc.captures(window) {
+        t.requested = cap_size(&c, 1);
+        if t.requested.is_none() {
+            t.requested_as_written = c
+                .get(0)
+                .map(|m| m.as_str().trim_start_matches("Tried to allocate ").into());
+        }
+    }
+}
+
+fn current_or_old(window: &str) -> TorchOom {
+    static TOTAL_NEW: OnceLock<Regex> = OnceLock::new();
+    static TOTAL_OLD: OnceLock<Regex> = OnceLock::new();
+    let total_new = re(
+        &TOTAL_NEW,
+        &format!(r"GPU (\d+) has a total capac(?:i)?ty of {SIZE} of which {SIZE} is free"),
+    );
+    let total_old = re(
+        &TOTAL_OLD,
+        &format!(
+            r"\(GPU (\d+); {SIZE} total capacity; {SIZE} already allocated; {SIZE} free;(?: {SIZE} allowed;)? {SIZE} reserved in total by PyTorch\)"
+        ),
+    );
+    let mut t = TorchOom {
+        backend: backend(window),
+        ..Default::default()
+    };
+    request(window, &mut t);
+    if let Some(c) = total_new.captures(window) {
+        t.gpu = cap_u64(&c, 1).map(|g| g as u32);
+        t.total = cap_size(&c, 2);
+        t.free = cap_size(&c, 4);
+    } else if let Some(c) = total_old.captures(window) {
+        t.gpu = cap_u64(&c, 1).map(|g| g as u32);
+        t.total = cap_size(&c, 2);
+        t.allocated_by_pytorch = cap_size(&c, 4);
+        t.free = cap_size(&c, 6);
+        t.allowed = cap_size(&c, 8);
+        t.reserved_total = cap_size(&c, 10);
+        if let (Some(r), Some(a)) = (t.reserved_total, t.allocated_by_pytorch) {
+            t.reserved_unallocated = Some(r.saturating_sub(a));
+        }
+    }
+    details(window, &mut t);
+    t
+}
+
+/// The figures after the capacity: processes, this process, the cap, PyTorch's own split.
+fn details(window: &str, t: &mut TorchOom) {
+    static PROCESS: OnceLock<Regex> = OnceLock::new();
+    static THIS: OnceLock<Regex> = OnceLock::new();
+    static ALLOWED: OnceLock<Regex> = OnceLock::new();
+    static BY_TORCH: OnceLock<Regex> = OnceLock::new();
+    static POOLS: OnceLock<Regex> = OnceLock::new();
+    static UNALLOC: OnceLock<Regex> = OnceLock::new();
+    let process = re(
+        &PROCESS,
+        &format!(r"Process (\d+) has {SIZE} memory in use"),
+    );
+    let this = re(&THIS, &format!(r"this process has {SIZE} memory in use"));
+    let allowed = re(&ALLOWED, &format!(r"{SIZE} allowed;"));
+    let by_torch = re(
+        &BY_TORCH,
+        &format!(r"Of the allocated memory {SIZE} is allocated by PyTorch"),
+    );
+    let pools = re(&POOLS, &format!(r"with {SIZE} allocated in private pools"));
+    let unalloc = re(
+        &UNALLOC,
+        &format!(r"{SIZE} is reserved by PyTorch but unallocated"),
+    );
+    t.processes = process
+        .captures_iter(window)
+        .filter_map(|c| Some((cap_u64(&c, 1)? as u32, cap_size(&c, 2)?)))
+        .collect();
+    t.this_process = this.captures(window).and_then(|c| cap_size(&c, 1));
+    if t.allowed.is_none() {
+        t.allowed = allowed.captures(window).and_then(|c| cap_size(&c, 1));
+    }
+    if t.allocated_by_pytorch.is_none() {
+        t.allocated_by_pytorch = by_torch.captures(window).and_then(|c| cap_size(&c, 1));
+    }
+    t.private_pools = pools.captures(window).and_then(|c| cap_size(&c, 1));
+    if t.reserved_unallocated.is_none() {
+        t.reserved_unallocated = unalloc.captures(window).and_then(|c| cap_size(&c, 1));
+    }
+}
+
+/// `MPS backend out of memory (MPS allocated: A, other allocations: O, max allowed: M). Tried to
+/// allocate R on private pool.` — the limit is the card; both allocations are this process's.
+fn mps(window: &str) -> TorchOom {
+    static MPS: OnceLock<Regex> = OnceLock::new();
+    let m = re(
+        &MPS,
+        &format!(r"MPS allocated: {SIZE}, other allocations: {SIZE}, max allowed: {SIZE}"),
+    );
+    let mut t = TorchOom {
+        backend: Some("mps"),
+        ..Default::default()
+    };
+    request(window, &mut t);
+    if let Some(c) = m.captures(window) {
+        let (a, o, max) = (cap_size(&c, 1), cap_size(&c, 3), cap_size(&c, 5));
+        t.allocated_by_pytorch = a;
+        t.total = max;
+        t.this_process = a.zip(o).map(|(a, o)| a.saturating_add(o));
+        t.free = max.zip(t.this_process).map(|(m, u)| m.saturating_sub(u));
+    }
+    t
+}
+
+/// `torch.cuda.memory_summary()` after an OOM: the `CUDA OOMs: N` row starts it; allocated and
+/// reserved are read from the rows below.
+fn summary(lines: &[String], i: usize, st: &mut Scan) -> bool {
+    static OOMS: OnceLock<Regex> = OnceLock::new();
+    static ROW: OnceLock<Regex> = OnceLock::new();
+    let ooms = re(&OOMS, r"CUDA OOMs:\s*(\d+)");
+    let Some(c) = ooms.captures(&lines[i]) else {
+        return false;
+    };
+    let count = cap_u64(&c, 1);
+    if count == Some(0) {
+        return true;
+    }
+    let row = re(
+        &ROW,
+        &format!(r"^\|\s*(Allocated memory|GPU reserved memory)\s*\|\s*{SIZE}"),
+    );
+    let (mut allocated, mut reserved) = (None, None);
+    for l in &lines[i..lines.len().min(i + 30)] {
+        if let Some(r) = row.captures(l) {
+            let v = cap_size(&r, 2);
+            match r.get(1).map(|m| m.as_str()) {
+                Some("Allocated memory") => allocated = allocated.or(v),
+                _ => reserved = reserved.or(v),
+            }
+        }
+    }
+    st.add(
+        i + 1,
+        &lines[i],
+        Event::TorchMemorySummary {
+            ooms: count,
+            allocated,
+            reserved,
+        },
+    );
+    true
+}

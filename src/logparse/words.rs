@@ -1,0 +1,74 @@
+//! The words around memory: which lines are worth reading at all, which deny an OOM ("no CUDA
+//! out of memory errors were seen"), which only look like one (an illegal memory access), and
+//! the net that catches an OOM in a wording no reader knows — so that an OOM is never `none`.
+
+use std::sync::OnceLock;
+
+use regex::Regex;
+
+use super::parse::{re, Event, Scan};
+
+/// A cheap first look: a line without any of these cannot be an event, so the readers' regexes
+/// only run on the few lines that have one (this keeps `explain` fast on long training logs).
+pub fn worth_reading(line: &str) -> bool {
+    static ANCHORS: OnceLock<Regex> = OnceLock::new();
+    re(
+        &ANCHORS,
+        r"(?:memory|Memory|MEMORY|alloc|Alloc|ALLOC|OOM|oom|Killed|killed|137|KV cache|kv cache|nough|nsufficient|INSUFFICIENT|RESOURCE_EXHAUSTED|status 5|could not be created|prefill tokens|max seq len|mem-fraction|xceed|Reason:|is_good|CUBLAS|OUT_OF_MEMORY|hipError|runs out|Terminated)",
+    )
+    .is_match(line)
+}
+
+/// A sentence that says there was no out-of-memory error.
+pub fn negated(line: &str) -> bool {
+    static NEG: OnceLock<Regex> = OnceLock::new();
+    re(
+        &NEG,
+        r"(?i)\b(?:no|zero|without|never|didn't|did not|0)\s+(?:[\w-]+\s+){0,3}?(?:out of memory|ooms?|run(?:ning)? out of memory)\b",
+    )
+    .is_match(line)
+}
+
+/// Messages that mention memory but are not an allocation failure: kernel faults, missing
+/// kernels, collective errors, version mismatches, asserts, and vLLM's preemption warning.
+fn look_alike(line: &str) -> bool {
+    const LOOK_ALIKES: &[&str] = &[
+        "illegal memory access",
+        "no kernel image",
+        "CUDNN_STATUS_NOT_INITIALIZED",
+        "CUBLAS_STATUS_NOT_INITIALIZED",
+        "device-side assert",
+        "driver version is insufficient",
+        "is preempted",
+        "not enough KV cache space",
+        "misaligned address",
+    ];
+    LOOK_ALIKES.iter().any(|k| line.contains(k))
+        || (line.contains("NCCL") && !line.to_ascii_lowercase().contains("out of memory"))
+}
+
+/// Out-of-memory words in any wording: "out of memory", "OOM", "failed to allocate",
+/// "cannot allocate", "insufficient memory", "exceed … memory", …
+pub fn says_oom(line: &str) -> bool {
+    static WORDS: OnceLock<Regex> = OnceLock::new();
+    let words = re(
+        &WORDS,
+        r"(?i:out of (?:memory|vram|gpu memory)|outofmemory|out_of_memory|failed to allocate|(?:cannot|can't|could not|unable to) allocate|insufficient (?:gpu |device )?(?:memory|vram)|not enough (?:gpu |device )?memory|memory exhausted|resource_exhausted|ran out of (?:gpu )?memory)|\bOOM\b",
+    );
+    words.is_match(line) || (line.to_ascii_lowercase().contains("exceed") && line.contains("emory"))
+}
+
+/// Keep a line no reader knew when it says out of memory: the log's OOM in an unknown wording.
+pub fn unrecognised(line: &str, n: usize, st: &mut Scan) {
+    if st.unrecognised.len() < 8 && says_oom(line) && !look_alike(line) {
+        let before = std::mem::take(&mut st.findings);
+        st.add(n, line, Event::OomWords);
+        let found = std::mem::replace(&mut st.findings, before);
+        st.unrecognised.extend(found);
+    }
+}
+
+/// Whether a line is a look-alike (for readers that match broad wordings).
+pub fn is_look_alike(line: &str) -> bool {
+    look_alike(line)
+}
