@@ -11,7 +11,7 @@
 //! versions differ and `sysctl iogpu.wired_limit_mb` raises it), so those entries are 75 % of RAM.
 
 use crate::error::InputError;
-use crate::units::{group, Bytes, GIB, MIB};
+use crate::units::{group, Bytes, MIB};
 
 /// One card: the ids `--vram` accepts, its name, and its total in MiB.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,6 +142,8 @@ pub fn find(id: &str) -> Option<&'static Card> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Vram {
     pub bytes: u64,
+    /// A card name or an `NGB` class was resolved to a card's total (not an exact size).
+    pub card: bool,
     /// e.g. `24GB → RTX 4090 24 GB class, 24,564 MiB`.
     pub resolved: String,
 }
@@ -154,7 +156,13 @@ pub fn parse_vram(s: &str) -> Result<Vram, InputError> {
     if let Some(card) = find(t) {
         return Ok(Vram {
             bytes: card.bytes(),
-            resolved: format!("{t} → {}, {} MiB", card.name, group(card.mib)),
+            card: true,
+            resolved: format!(
+                "{t} → {}, {} MiB ({} bytes)",
+                card.name,
+                group(card.mib),
+                group(card.bytes())
+            ),
         });
     }
     if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.') {
@@ -169,7 +177,13 @@ pub fn parse_vram(s: &str) -> Result<Vram, InputError> {
                 if let Some(card) = find(id) {
                     return Ok(Vram {
                         bytes: card.bytes(),
-                        resolved: format!("{t} → {} class, {} MiB", card.name, group(card.mib)),
+                        card: true,
+                        resolved: format!(
+                            "{t} → {} class, {} MiB ({} bytes)",
+                            card.name,
+                            group(card.mib),
+                            group(card.bytes())
+                        ),
                     });
                 }
             }
@@ -178,29 +192,15 @@ pub fn parse_vram(s: &str) -> Result<Vram, InputError> {
     let b: Bytes = t.parse()?;
     Ok(Vram {
         bytes: b.0,
+        card: false,
         resolved: format!("{t} → {} bytes ({})", group(b.0), Bytes(b.0)),
-    })
-}
-
-/// The card whose total is exactly `bytes`, to name it in a report.
-pub fn describe(bytes: u64) -> Option<String> {
-    if bytes % MIB != 0 || bytes < GIB {
-        return None;
-    }
-    let mib = bytes / MIB;
-    CARDS.iter().find(|c| c.mib == mib).map(|c| {
-        format!(
-            "{} MiB ({} bytes): the {} total",
-            group(mib),
-            group(bytes),
-            c.name
-        )
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::units::GIB;
 
     #[test]
     fn a_24_gb_card_is_its_real_total() {

@@ -86,6 +86,9 @@ pub struct WorkloadRequest {
     pub engine: Engine,
     /// The card to plan for; `None` = the detected GPU's free memory, else an assumed 24 GiB.
     pub vram: Option<u64>,
+    /// How `--vram` was read when it named a card or a card class (`24GB → RTX 4090 24 GB
+    /// class, 24,564 MiB`), said in the report's notes; `None` for an exact size.
+    pub vram_read: Option<String>,
     pub gpu_index: u32,
 }
 

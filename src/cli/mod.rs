@@ -212,6 +212,11 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
     let prompt = prompt_from_file(&model, a)?
         .or(a.prompt_tokens)
         .unwrap_or(2048);
+    let vram = a
+        .vram
+        .as_deref()
+        .map(llm_oom::cards::parse_vram)
+        .transpose()?;
     Ok(PlanRequest {
         model,
         dtype: a.dtype.as_deref().map(str::parse).transpose()?,
@@ -220,11 +225,11 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
         max_new_tokens: positive("--max-new-tokens", a.max_new_tokens)?,
         batch: positive("--batch", a.batch.unwrap_or(1))?,
         engine: a.engine.parse()?,
-        vram: a
-            .vram
-            .as_deref()
-            .map(|s| llm_oom::cards::parse_vram(s).map(|v| v.bytes))
-            .transpose()?,
+        vram_read: vram
+            .as_ref()
+            .filter(|v| v.card)
+            .map(|v| format!("--vram {}", v.resolved)),
+        vram: vram.map(|v| v.bytes),
         gpu_index: a.gpu,
     })
 }

@@ -55,6 +55,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             req.engine
         ));
     }
+    notes.extend(req.vram_read.clone());
     let device = card::choose(req.vram, req.gpu_index, &mut notes);
     let planner = Planner::new(&spec, device.vram_bytes);
     let f = forecast(&planner, &w);
