@@ -83,3 +83,42 @@ fn without_transformers_the_answer_is_predicted_and_says_so() {
         .is_some_and(|a| a.iter().all(|s| s["outcome"] == "skipped")));
     assert_eq!(out.status.code(), Some(0), "{v}");
 }
+
+/// On the H200 a non-CUDA llm-oom defaulted the transformers child to the CPU (the default device
+/// asked for candle's CUDA build), so every "GPU" run measured RSS. Now the device is the user's
+/// torch's business: `--device cuda` reaches the child, which says what its torch can do.
+#[test]
+fn the_transformers_child_is_given_the_gpu_whatever_this_binary_was_built_with() {
+    let Some(python) = std::env::var_os("LLM_OOM_TEST_PYTHON") else {
+        eprintln!("LLM_OOM_TEST_PYTHON is not set: the transformers device path is not run here");
+        return;
+    };
+    let home = temp();
+    let out = llm_oom(home.path())
+        .args([
+            "diagnose",
+            "--model",
+            &fixture(),
+            "--device",
+            "cuda",
+            "-p",
+            "16",
+        ])
+        .args(["-n", "2", "--dtype", "f32", "--python"])
+        .arg(&python)
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if cfg!(feature = "cuda") || stderr.contains("probing") && out.status.code() == Some(0) {
+        return; // a machine whose torch sees a GPU: nothing to refuse
+    }
+    assert!(
+        !stderr.contains("built without the `cuda` feature"),
+        "the transformers child must not need llm-oom's CUDA build: {stderr}"
+    );
+    assert!(
+        stderr.contains("CUDA is not available to torch"),
+        "{stderr}"
+    );
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+}

@@ -223,7 +223,8 @@ pub struct RunArgs {
 pub struct DiagnoseArgs {
     #[command(flatten)]
     pub workload: WorkloadArgs,
-    /// cpu, cuda, cuda:N [default: cuda when built with it and a GPU is present, else cpu]
+    /// cpu, cuda, cuda:N [default: GPU 0 when NVML sees one (with --engine candle: and this binary
+    /// was built with CUDA), else cpu]
     #[arg(long)]
     pub device: Option<String>,
     /// Emulate a smaller card (24GiB…): a ballast allocation on CUDA, the allocator's limit on
@@ -236,6 +237,10 @@ pub struct DiagnoseArgs {
     /// Re-run the failing workload with the top remedy the probe can apply, and say if it fits.
     #[arg(long)]
     pub verify: bool,
+    /// Probe a prompt + new tokens longer than the model's trained context (refused otherwise:
+    /// past it the model's quality, not its memory, is the question).
+    #[arg(long)]
+    pub allow_past_context: bool,
     /// Random weights of the model's shapes even when its safetensors are there (memory is the same).
     #[arg(long)]
     pub random_weights: bool,

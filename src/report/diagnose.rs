@@ -66,6 +66,7 @@ fn outcome_word(s: &StageRecord) -> &'static str {
         StageOutcome::Oom => "OOM",
         StageOutcome::Skipped => "skipped",
         StageOutcome::Error => "error",
+        StageOutcome::Timeout => "timed out",
     }
 }
 
@@ -165,7 +166,7 @@ fn text(r: &DiagnoseReport, style: &Style) -> String {
                 Bytes(f.reserved.saturating_sub(f.in_use))
             ));
         }
-        if s.outcome == StageOutcome::Error {
+        if matches!(s.outcome, StageOutcome::Error | StageOutcome::Timeout) {
             if let Some(why) = &s.reason {
                 out.push_str(&format!("{} failed: {why}\n", s.name));
             }

@@ -119,7 +119,10 @@ const FRAGMENTED: f64 = 0.25;
 pub fn classify(stages: &[StageRecord], card: &CardFacts) -> Verdict {
     let fragmentation = stages.iter().find_map(|s| s.fragmentation.clone());
     let Some(failed) = stages.iter().find(|s| s.outcome == StageOutcome::Oom) else {
-        if let Some(broken) = stages.iter().find(|s| s.outcome == StageOutcome::Error) {
+        if let Some(broken) = stages
+            .iter()
+            .find(|s| matches!(s.outcome, StageOutcome::Error | StageOutcome::Timeout))
+        {
             let why = broken.reason.clone().unwrap_or_else(|| "it failed".into());
             return Verdict {
                 cause: Cause::Unknown,

@@ -2,6 +2,9 @@
 //! concurrency, fragmentation. A stage after an out-of-memory or a failure is skipped with the
 //! reason; what each stage measured is kept for the verdict and the fit.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use super::fit::{LongPoint, PrefillPoint};
 use super::record::{from_reply, prefill_point, record};
 use super::Progress;
@@ -27,9 +30,18 @@ pub struct Measured {
     pub warmup_seconds: Option<f64>,
     pub prefill_points: Vec<PrefillPoint>,
     pub long_point: Option<LongPoint>,
+    /// Ctrl-C: set by the CLI's handler; what is left is skipped.
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
+/// Why a stage did not run after Ctrl-C.
+pub const INTERRUPTED: &str = "interrupted (Ctrl-C) before it finished";
+
 impl Measured {
+    pub fn stopped(&self) -> bool {
+        self.stop.as_ref().is_some_and(|f| f.load(Ordering::SeqCst))
+    }
+
     fn failed(&self) -> bool {
         !self.loaded
             || self
@@ -74,6 +86,9 @@ pub fn load(m: &mut Measured, base: u64, reply: Reply) {
             }
         };
     }
+    if m.stopped() && s.outcome != Outcome::Ok {
+        s = StageRecord::skipped(Stage::Load, INTERRUPTED);
+    }
     m.loaded = s.outcome == Outcome::Ok;
     m.held_base = base;
     m.stages.push(s);
@@ -82,6 +97,9 @@ pub fn load(m: &mut Measured, base: u64, reply: Reply) {
 /// Kernels compiled, library workspaces allocated: timed apart from the stages.
 pub fn warm_up(session: &mut Session, m: &mut Measured, prompt: usize) -> Result<()> {
     session.warmup_tokens = prompt;
+    if m.stopped() {
+        return Ok(());
+    }
     let task = Task::Warmup {
         prompt_tokens: prompt,
     };
@@ -108,6 +126,10 @@ fn stage(
     task: GenerateTask,
     detail: String,
 ) -> Result<Option<Box<TaskResult>>> {
+    if m.stopped() {
+        m.stages.push(StageRecord::skipped(stage, INTERRUPTED));
+        return Ok(None);
+    }
     if m.failed() {
         m.stages.push(StageRecord::skipped(
             stage,
@@ -116,6 +138,11 @@ fn stage(
         return Ok(None);
     }
     let reply = session.run(&Task::Generate(task.clone()))?;
+    if m.stopped() && !matches!(&reply, Reply::Done(r) if r.outcome == Outcome::Ok) {
+        // The terminal's SIGINT reached the child too: its death is the interruption, not a fault.
+        m.stages.push(StageRecord::skipped(stage, INTERRUPTED));
+        return Ok(None);
+    }
     let raw = match &reply {
         Reply::Done(r) if r.outcome == Outcome::Ok => Some(r.clone()),
         _ => None,
@@ -131,7 +158,7 @@ fn stage(
 /// Stage 2: the first token at batch 1, with a half-length prefill before it so the fit can tell
 /// the constant from the per-token part.
 pub fn first_token(session: &mut Session, m: &mut Measured, p: usize) -> Result<()> {
-    if p >= 64 && !m.failed() {
+    if p >= 64 && !m.failed() && !m.stopped() {
         if let Reply::Done(r) =
             session.run(&Task::Generate(gen("first_token_half", p / 2, 1, 1, 0)))?
         {
@@ -161,7 +188,7 @@ pub fn long_generation(session: &mut Session, m: &mut Measured, p: usize, n: usi
     let task = gen("long_generation", p, n, 1, n.saturating_sub(1).min(4));
     let mut long = stage(session, m, Stage::LongGeneration, task, detail)?.map(|r| (n, r));
     let oom = m.stages.last().is_some_and(|s| s.outcome == Outcome::Oom);
-    if long.is_none() && oom {
+    if long.is_none() && oom && !m.stopped() {
         for new in [n / 4, n / 16].into_iter().filter(|&x| x > 1) {
             let task = gen("long_generation_scout", p, new, 1, 1);
             if let Reply::Done(r) = session.run(&Task::Generate(task))? {
@@ -215,6 +242,11 @@ pub fn concurrency(
 
 /// Stage 5: free memory against the largest block the device still gives, after the stages.
 pub fn fragmentation(session: &mut Session, m: &mut Measured, on_gpu: bool) -> Result<()> {
+    if m.stopped() {
+        m.stages
+            .push(StageRecord::skipped(Stage::Fragmentation, INTERRUPTED));
+        return Ok(());
+    }
     if !(on_gpu && m.loaded) {
         m.stages.push(StageRecord::skipped(
             Stage::Fragmentation,
