@@ -56,6 +56,30 @@ pub fn read_gpu(index: u32) -> Result<GpuInfo, String> {
     })
 }
 
+/// Every GPU NVML sees, each with its compute capability (`9.0`), and the CUDA version the driver
+/// supports (`13.0`). `Err`: NVML is not there.
+pub fn read_all() -> Result<(Vec<(GpuInfo, Option<String>)>, Option<String>), String> {
+    let nvml = Nvml::init()
+        .map_err(|e| format!("NVML not available ({e}): no NVIDIA driver on this machine"))?;
+    let count = nvml
+        .device_count()
+        .map_err(|e| format!("NVML cannot count the GPUs ({e})"))?;
+    let cuda = nvml
+        .sys_cuda_driver_version()
+        .ok()
+        .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10));
+    let mut gpus = Vec::new();
+    for index in 0..count {
+        let cc = nvml
+            .device_by_index(index)
+            .and_then(|d| d.cuda_compute_capability())
+            .ok()
+            .map(|c| format!("{}.{}", c.major, c.minor));
+        gpus.push((read_gpu(index)?, cc));
+    }
+    Ok((gpus, cuda))
+}
+
 fn process_name(pid: u32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .map(|s| s.trim().to_string())
