@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::meter::gpu::{read_all, GpuInfo};
+use crate::meter::gpu::{read_all, AllGpus, GpuInfo};
 use crate::meter::host::host_memory;
 use crate::units::Bytes;
 
@@ -123,7 +123,10 @@ impl Build {
 
 pub fn env(req: &EnvRequest) -> EnvReport {
     let (gpus, cuda_driver, gpu_note) = match read_all() {
-        Ok((gpus, cuda)) => (
+        Ok(AllGpus {
+            gpus,
+            cuda_driver: cuda,
+        }) => (
             gpus.into_iter()
                 .map(|(info, compute_capability)| EnvGpu {
                     info,
@@ -158,7 +161,10 @@ pub fn env(req: &EnvRequest) -> EnvReport {
 pub fn short_line() -> String {
     let build = Build::this();
     let gpus = match read_all() {
-        Ok((gpus, cuda)) if !gpus.is_empty() => {
+        Ok(AllGpus {
+            gpus,
+            cuda_driver: cuda,
+        }) if !gpus.is_empty() => {
             let names: Vec<String> = gpus
                 .iter()
                 .map(|(g, _)| format!("{} {}", g.name, Bytes(g.total_bytes)))

@@ -57,8 +57,14 @@ pub fn read_gpu(index: u32) -> Result<GpuInfo, String> {
 }
 
 /// Every GPU NVML sees, each with its compute capability (`9.0`), and the CUDA version the driver
-/// supports (`13.0`). `Err`: NVML is not there.
-pub fn read_all() -> Result<(Vec<(GpuInfo, Option<String>)>, Option<String>), String> {
+/// supports (`13.0`).
+pub struct AllGpus {
+    pub gpus: Vec<(GpuInfo, Option<String>)>,
+    pub cuda_driver: Option<String>,
+}
+
+/// [`AllGpus`]; `Err`: NVML is not there.
+pub fn read_all() -> Result<AllGpus, String> {
     let nvml = Nvml::init()
         .map_err(|e| format!("NVML not available ({e}): no NVIDIA driver on this machine"))?;
     let count = nvml
@@ -77,7 +83,10 @@ pub fn read_all() -> Result<(Vec<(GpuInfo, Option<String>)>, Option<String>), St
             .map(|c| format!("{}.{}", c.major, c.minor));
         gpus.push((read_gpu(index)?, cc));
     }
-    Ok((gpus, cuda))
+    Ok(AllGpus {
+        gpus,
+        cuda_driver: cuda,
+    })
 }
 
 fn process_name(pid: u32) -> String {
