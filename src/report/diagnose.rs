@@ -7,12 +7,44 @@ use super::markdown::{remedies as md_remedies, verdict_block};
 use super::svg::escape;
 use super::text::{budget_table, remedies, table, verdict_line, Style};
 use super::Render;
+use crate::commands::diagnose::engine::Mode;
 use crate::commands::diagnose::DiagnoseReport;
 use crate::units::{group, Bytes};
 use crate::verdict::measured::{StageOutcome, StageRecord};
 use crate::verdict::Cause;
 
 const BAR: usize = 24;
+
+/// What the budget table is: measured in candle, the transformers profile corrected by what
+/// transformers did here, or the engine's profile alone.
+fn budget_title(r: &DiagnoseReport) -> String {
+    match r.mode {
+        Mode::Predicted => format!(
+            "Safe token budget predicted by the {} profile for this card (nothing ran)",
+            r.prediction.engine
+        ),
+        Mode::Measured if r.measured.is_some() => {
+            "Safe token budget measured on this device".into()
+        }
+        Mode::Measured => format!(
+            "Safe token budget for {} on this device (its profile, corrected by the stages it ran)",
+            r.prediction.engine
+        ),
+    }
+}
+
+/// Predicted mode: no stage table (nothing ran), the budget, the notes that say why.
+fn predicted_tail(out: &mut String, r: &DiagnoseReport, style: &Style) {
+    out.push_str(&style.dim(&format!("Stages: none ran — {}\n\n", r.probe)));
+    remedies(out, &r.remedies, style);
+    if let Some(b) = &r.budget {
+        budget_table(out, b, &r.workload, &budget_title(r), style);
+    }
+    for n in &r.notes {
+        out.push_str(&style.dim(&format!("note: {n}\n")));
+    }
+    out.push_str(&style.dim(&format!("{:.1} s in all\n", r.seconds)));
+}
 
 impl Render for DiagnoseReport {
     fn text(&self, style: &Style) -> String {
@@ -104,6 +136,10 @@ fn text(r: &DiagnoseReport, style: &Style) -> String {
         }
     }
     out.push('\n');
+    if r.mode == Mode::Predicted {
+        predicted_tail(&mut out, r, style);
+        return out;
+    }
     out.push_str(&style.bold(&format!("Stages ({})", r.probe)));
     out.push('\n');
     let mut t = table(
@@ -175,13 +211,7 @@ fn text(r: &DiagnoseReport, style: &Style) -> String {
     out.push('\n');
     remedies(&mut out, &r.remedies, style);
     if let Some(b) = &r.budget {
-        budget_table(
-            &mut out,
-            b,
-            &r.workload,
-            "Safe token budget measured on this device",
-            style,
-        );
+        budget_table(&mut out, b, &r.workload, &budget_title(r), style);
     }
     if let Some(l) = &r.limits {
         out.push_str(&style.bold("Limits found by trial"));
@@ -301,7 +331,11 @@ fn markdown(r: &DiagnoseReport) -> String {
     out.push('\n');
     md_remedies(&mut out, &r.remedies);
     if let Some(b) = &r.budget {
-        out.push_str("<details><summary>Safe token budget measured on this device</summary>\n\n| concurrency | max tokens / request | prompt | new |\n|--:|--:|--:|--:|\n");
+        out.push_str(&format!(
+            "<details><summary>{}</summary>\n\n",
+            budget_title(r)
+        ));
+        out.push_str("| concurrency | max tokens / request | prompt | new |\n|--:|--:|--:|--:|\n");
         for row in &b.table {
             out.push_str(&format!(
                 "| {} | {} | {} | {} |\n",
