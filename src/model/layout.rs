@@ -35,7 +35,8 @@ pub enum KvRow {
     Heads { k: u64, v: u64 },
     /// Multi-head latent attention (DeepSeek-V2/V3). What is cached depends on the engine:
     /// the compressed latent `kv_lora_rank + qk_rope_head_dim` (vLLM, SGLang), that latent as K plus
-    /// `kv_lora_rank` as V (llama.cpp), or the decompressed per-head K and V (transformers).
+    /// `kv_lora_rank` as V (llama.cpp). transformers 5.17 caches the latent too and decompresses
+    /// it per layer for attention.
     Latent {
         kv_lora_rank: u64,
         rope_dim: u64,
