@@ -24,8 +24,14 @@ pub struct GpuProcess {
 
 /// Read GPU `index` through NVML. `Err` carries the one-line reason it is not available.
 pub fn read_gpu(index: u32) -> Result<GpuInfo, String> {
-    let nvml = Nvml::init()
-        .map_err(|e| format!("NVML not available ({e}): no NVIDIA driver on this machine"))?;
+    read_with(&open()?, index)
+}
+
+fn open() -> Result<Nvml, String> {
+    Nvml::init().map_err(|e| format!("NVML not available ({e}): no NVIDIA driver on this machine"))
+}
+
+fn read_with(nvml: &Nvml, index: u32) -> Result<GpuInfo, String> {
     let device = nvml
         .device_by_index(index)
         .map_err(|e| format!("NVML sees no GPU {index} ({e})"))?;
@@ -65,8 +71,7 @@ pub struct AllGpus {
 
 /// [`AllGpus`]; `Err`: NVML is not there.
 pub fn read_all() -> Result<AllGpus, String> {
-    let nvml = Nvml::init()
-        .map_err(|e| format!("NVML not available ({e}): no NVIDIA driver on this machine"))?;
+    let nvml = open()?;
     let count = nvml
         .device_count()
         .map_err(|e| format!("NVML cannot count the GPUs ({e})"))?;
@@ -81,7 +86,7 @@ pub fn read_all() -> Result<AllGpus, String> {
             .and_then(|d| d.cuda_compute_capability())
             .ok()
             .map(|c| format!("{}.{}", c.major, c.minor));
-        gpus.push((read_gpu(index)?, cc));
+        gpus.push((read_with(&nvml, index)?, cc));
     }
     Ok(AllGpus {
         gpus,
