@@ -11,11 +11,11 @@
 //! The multi-token-prediction layer (`num_nextn_predict_layers`) is not loaded by transformers
 //! (`_keys_to_ignore_on_load_unexpected`) and is not counted.
 
-use super::{add, common, embeddings, finish, mul, Built};
+use super::{add, common, embeddings, finish, moe, mul, Built};
 use crate::error::InputError;
 use crate::model::config::Reader;
 use crate::model::layout::{layers_where, AttentionGroup, KvRow, Layout, Tensors};
-use crate::model::spec::{Experts, Role};
+use crate::model::spec::Role;
 
 pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     let (h, layers, vocab) = common(r)?;
@@ -119,17 +119,15 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
         head_dim: qk_head,
         vocab,
         tie,
-        experts: (sparse > 0).then(|| Experts {
-            count: routed,
-            active: r
-                .opt_u64(&["num_experts_per_tok"])
-                .ok()
-                .flatten()
-                .unwrap_or(1),
-            intermediate_size: moe_inter,
-            sparse_layers: sparse,
-            shared_intermediate_size: shared_inter,
-        }),
+        experts: moe(
+            r,
+            &["num_experts_per_tok"],
+            1,
+            routed,
+            moe_inter,
+            sparse,
+            shared_inter,
+        )?,
         layout: Layout {
             tensors,
             attention: vec![AttentionGroup {

@@ -39,15 +39,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     let mut t = Tensors::default();
     embeddings(&mut t, vocab, h, tie);
     let bias = r.bool("attention_bias").unwrap_or(false);
-    Gqa {
-        hidden: h,
-        heads,
-        kv_heads,
-        head_dim,
-        qkv_bias: bias,
-        o_bias: bias,
-    }
-    .add(r, &mut t, layers)?;
+    Gqa::uniform(h, heads, kv_heads, head_dim, bias).add(r, &mut t, layers)?;
     mixer.add(r, &mut t, layers)?;
     t.gated_mlp(h, inter, layers, false);
     if r.bool("mlp_bias").unwrap_or(false) {

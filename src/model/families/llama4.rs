@@ -7,11 +7,11 @@
 //! `intermediate_size` and one shared expert of the same width; the rest a dense MLP of
 //! `intermediate_size_mlp`.
 
-use super::{common, embeddings, finish, gqa_row, layer_types, Built, Gqa, Kind};
+use super::{common, embeddings, finish, gqa_row, layer_types, moe, Built, Gqa, Kind};
 use crate::error::InputError;
 use crate::model::config::Reader;
 use crate::model::layout::{every_nth, AttentionGroup, Layout, Tensors};
-use crate::model::spec::{Experts, Role};
+use crate::model::spec::Role;
 use serde_json::Value;
 
 pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
@@ -66,15 +66,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     let mut t = Tensors::default();
     embeddings(&mut t, vocab, h, tie);
     let bias = r.bool("attention_bias").unwrap_or(false);
-    Gqa {
-        hidden: h,
-        heads,
-        kv_heads,
-        head_dim,
-        qkv_bias: bias,
-        o_bias: bias,
-    }
-    .add(r, &mut t, layers)?;
+    Gqa::uniform(h, heads, kv_heads, head_dim, bias).add(r, &mut t, layers)?;
     t.vector(h, layers.saturating_mul(2));
     t.gated_mlp(h, inter_mlp, layers - sparse, false);
     t.add(Role::Router, experts, h, sparse);
@@ -118,17 +110,15 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
         tie,
         sliding_window: chunk.filter(|_| chunked > 0),
         sliding_layers: chunked,
-        experts: (sparse > 0).then(|| Experts {
-            count: experts,
-            active: r
-                .opt_u64(&["num_experts_per_tok"])
-                .ok()
-                .flatten()
-                .unwrap_or(1),
-            intermediate_size: inter,
-            sparse_layers: sparse,
-            shared_intermediate_size: inter,
-        }),
+        experts: moe(
+            r,
+            &["num_experts_per_tok"],
+            1,
+            experts,
+            inter,
+            sparse,
+            inter,
+        )?,
         layout: Layout {
             tensors,
             attention,

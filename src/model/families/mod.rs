@@ -346,6 +346,28 @@ pub(crate) fn embeddings(t: &mut Tensors, vocab: u64, hidden: u64, tie: bool) {
     t.vector(hidden, 1);
 }
 
+/// The experts block of an MoE family: `count` experts of `inter` in `sparse` layers, `active`
+/// per token (the first of `keys` set, else `default`), a shared expert of `shared` (0: none);
+/// `None` when no layer is sparse.
+pub(crate) fn moe(
+    r: &Reader,
+    keys: &[&str],
+    default: u64,
+    count: u64,
+    inter: u64,
+    sparse: u64,
+    shared: u64,
+) -> Result<Option<Experts>, InputError> {
+    let active = r.opt_u64(keys)?.unwrap_or(default);
+    Ok((sparse > 0).then_some(Experts {
+        count,
+        active,
+        intermediate_size: inter,
+        sparse_layers: sparse,
+        shared_intermediate_size: shared,
+    }))
+}
+
 /// q/k/v/o of a grouped-query attention layer in `count` layers (with their biases if any).
 pub(crate) struct Gqa {
     pub hidden: u64,
@@ -357,6 +379,24 @@ pub(crate) struct Gqa {
 }
 
 impl Gqa {
+    /// The same bias (or none) on q, k, v and o.
+    pub(crate) fn uniform(
+        hidden: u64,
+        heads: u64,
+        kv_heads: u64,
+        head_dim: u64,
+        bias: bool,
+    ) -> Gqa {
+        Gqa {
+            hidden,
+            heads,
+            kv_heads,
+            head_dim,
+            qkv_bias: bias,
+            o_bias: bias,
+        }
+    }
+
     pub(crate) fn add(&self, r: &Reader, t: &mut Tensors, count: u64) -> Result<(), InputError> {
         use super::spec::Role;
         let q = mul(r, "num_attention_heads", self.heads, self.head_dim)?;
