@@ -10,7 +10,9 @@ use crate::estimate::{
     kv_bytes_per_token_at, CachePolicy, Calibration, Engine, Estimate, Profile, Workload,
 };
 use crate::model::{facts, resolve, ModelFacts, ResolvedModel};
+use crate::placement::{fitting_max_memory, plan_auto, Devices, Fix, Placement};
 use crate::request::{past_context, WorkloadRequest};
+use crate::verdict::placed::from_placement;
 use crate::verdict::predicted::forecast;
 use crate::verdict::{Remedy, Verdict};
 
@@ -41,6 +43,10 @@ pub struct PlanReport {
     pub components: Estimate,
     pub budget: Budget,
     pub quantization: Vec<WhatIf>,
+    /// Where `device_map="auto"` puts each part, per device: with several GPUs, or when the
+    /// weights do not fit the one card (the offload answer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
     pub notes: Vec<String>,
 }
 
@@ -58,7 +64,20 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     notes.extend(req.vram_read.clone());
     let device = card::choose(req.vram, req.gpu_index, &mut notes);
     let planner = Planner::new(&spec, device.vram_bytes);
-    let f = forecast(&planner, &w);
+    let mut f = forecast(&planner, &w);
+    let oom = f.verdict.cause != crate::verdict::Cause::None;
+    let placement = place(req, &spec, &w, &f.estimate, oom);
+    if let Some(p) = placement.as_ref().filter(|_| req.gpus.len() > 1) {
+        // Several GPUs: the placement decides, and the one-card remedies do not apply.
+        notes.push(format!(
+            "{} GPUs: the safe token budget and quantization what-if (in --json) are for one {} \
+             card; the verdict is the placement's",
+            req.gpus.len(),
+            crate::units::Bytes(device.vram_bytes)
+        ));
+        f.verdict = from_placement(p);
+        f.remedies.clear();
+    }
     let profile = Profile::of(req.engine);
     Ok(PlanReport {
         command: "plan",
@@ -84,6 +103,41 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         budget: planner.budget(&w),
         quantization: planner.quantization_what_if(&w),
         components: f.estimate,
+        placement,
         notes,
     })
+}
+
+/// transformers' `device_map="auto"` over the GPUs asked and the host RAM: with several GPUs, or
+/// one card the workload does not fit (the offload answer). Other engines place differently (not modelled yet).
+fn place(
+    req: &PlanRequest,
+    spec: &crate::model::Spec,
+    w: &Workload,
+    e: &Estimate,
+    oom: bool,
+) -> Option<Placement> {
+    if !matches!(req.engine, Engine::Transformers | Engine::TransformersEager)
+        || spec.gguf.is_some()
+    {
+        return None;
+    }
+    let gpus = match (req.gpus.len(), req.vram) {
+        (2.., _) => req.gpus.clone(),
+        (_, Some(v)) if oom => vec![v],
+        _ => return None,
+    };
+    let host_ram = req
+        .host_ram
+        .or_else(|| crate::meter::host::host_memory().map(|(_, available)| available));
+    let d = Devices {
+        gpus,
+        host_ram,
+        max_memory: None,
+    };
+    let mut p = plan_auto(spec, w.weight_dtype, &d, e);
+    if p.runs_out.is_some() {
+        p.fix = fitting_max_memory(spec, w.weight_dtype, &d, e).map(|(_, fixed)| Fix::of(&fixed));
+    }
+    Some(p)
 }

@@ -10,7 +10,7 @@ use crate::dtype::WeightDtype;
 use crate::estimate::weights::group_bytes;
 use crate::estimate::{safety_margin, Estimate};
 use crate::model::{Role, Spec, TensorGroup};
-use crate::units::{Bytes, GIB};
+use crate::units::{Bytes, GIB, MIB};
 use accelerate::{balanced_memory, device_of, infer_device_map, MaxMemory, Node, Place, Strategy};
 
 /// One device's share of the run.
@@ -49,6 +49,9 @@ pub struct Placement {
     pub runs_out: Option<Place>,
     /// The `from_pretrained` arguments that give this placement.
     pub load_with: String,
+    /// When a GPU runs out: a `max_memory` that moves layers off it, priced again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<Fix>,
     pub notes: Vec<String>,
 }
 
@@ -171,6 +174,7 @@ pub fn auto_device_map(
     let p = parts(spec, placement_bytes(spec, dtype));
     let (root, groups) = module_tree(spec, p, ties);
     let user_set = d.max_memory.is_some();
+    // max_memory never passes the card
     let gpus = d.max_memory.clone().unwrap_or_else(|| d.gpus.clone());
     let mut mm = MaxMemory {
         gpus: gpus.iter().map(|&b| b as f64).collect(),
@@ -298,6 +302,45 @@ pub fn plan_auto(spec: &Spec, dtype: WeightDtype, d: &Devices, e: &Estimate) -> 
     finish(spec, d, devices, layers_on(&map, layers_total))
 }
 
+/// A `max_memory` that makes every GPU's table fit, found by placing and cutting the budget of
+/// the device that runs out by its shortfall (at most 16 tries); `None` when no cut helps.
+pub fn fitting_max_memory(
+    spec: &Spec,
+    dtype: WeightDtype,
+    d: &Devices,
+    e: &Estimate,
+) -> Option<(Vec<u64>, Placement)> {
+    let first = plan_auto(spec, dtype, d, e);
+    let mut budgets: Vec<u64> = first
+        .devices
+        .iter()
+        .filter(|s| matches!(s.device, Place::Gpu(_)))
+        .map(|s| {
+            s.capacity_bytes.saturating_sub(
+                s.kv_cache_bytes + s.activations_bytes + s.runtime_bytes + s.margin_bytes,
+            )
+        })
+        .collect();
+    for _ in 0..16 {
+        let tried = Devices {
+            max_memory: Some(budgets.clone()),
+            ..d.clone()
+        };
+        let p = plan_auto(spec, dtype, &tried, e);
+        match p.runs_out {
+            None => return Some((budgets, p)),
+            Some(Place::Gpu(i)) => {
+                let s = p.devices.iter().find(|s| s.device == Place::Gpu(i))?;
+                let b = budgets.get_mut(i as usize)?;
+                let cut = s.free_bytes.unsigned_abs().max(256 << 20);
+                *b = b.checked_sub(cut)?;
+            }
+            Some(_) => return None,
+        }
+    }
+    None
+}
+
 fn layers_on(map: &[(String, Place)], n: u64) -> u64 {
     (0..n)
         .filter(|i| {
@@ -344,29 +387,59 @@ fn finish(spec: &Spec, d: &Devices, devices: Vec<DeviceShare>, on_gpus: u64) -> 
         layers_on_gpus: on_gpus,
         host_weights_bytes: sum(Place::Cpu),
         disk_weights_bytes: sum(Place::Disk),
-        load_with: load_with(&devices, d),
+        load_with: load_with(d),
+        fix: None,
         runs_out,
         devices,
         notes,
     }
 }
 
-/// `device_map="auto", max_memory={0: "20GiB", 1: "23GiB", "cpu": "60GiB"}` with each GPU's
-/// budget cut to what its table leaves for the weights.
-fn load_with(devices: &[DeviceShare], d: &Devices) -> String {
-    let mut parts = Vec::new();
-    for s in devices {
-        if let Place::Gpu(i) = s.device {
-            let room = s.capacity_bytes.saturating_sub(
-                s.kv_cache_bytes + s.activations_bytes + s.runtime_bytes + s.margin_bytes,
-            );
-            parts.push(format!("{i}: \"{}GiB\"", room / GIB));
+/// The `from_pretrained` arguments of a placement: `device_map="auto"`, and `max_memory` when
+/// one was set (each GPU in GiB when whole, else MiB; the host RAM offered).
+fn load_with(d: &Devices) -> String {
+    let Some(mm) = &d.max_memory else {
+        return "device_map=\"auto\"".into();
+    };
+    let size = |b: u64| {
+        if b % GIB == 0 {
+            format!("\"{}GiB\"", b / GIB)
+        } else {
+            format!("\"{}MiB\"", b / MIB)
         }
-    }
+    };
+    let mut parts: Vec<String> = mm
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| format!("{i}: {}", size(b)))
+        .collect();
     if let Some(h) = d.host_ram {
-        parts.push(format!("\"cpu\": \"{}GiB\"", h / GIB));
+        parts.push(format!("\"cpu\": {}", size(h)));
     }
     format!("device_map=\"auto\", max_memory={{{}}}", parts.join(", "))
+}
+
+/// What a fitting `max_memory` changes: the arguments, and each GPU's remainder then.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fix {
+    pub load_with: String,
+    pub layers_on_gpus: u64,
+    pub free_bytes: Vec<(Place, i64)>,
+}
+
+impl Fix {
+    pub fn of(p: &Placement) -> Fix {
+        Fix {
+            load_with: p.load_with.clone(),
+            layers_on_gpus: p.layers_on_gpus,
+            free_bytes: p
+                .devices
+                .iter()
+                .filter(|s| matches!(s.device, Place::Gpu(_)))
+                .map(|s| (s.device, s.free_bytes))
+                .collect(),
+        }
+    }
 }
 
 /// A size as reports print it.

@@ -6,6 +6,7 @@
 pub mod diagnose;
 pub mod explain;
 pub mod markdown;
+pub mod placement;
 pub mod plan;
 pub mod svg;
 pub mod text;

@@ -1,0 +1,166 @@
+//! `plan` with several GPUs and with offload, through the real binary: the devices as typed, the
+//! per-device table, the device that runs out, and a `max_memory` that is priced again.
+
+mod util;
+
+use serde_json::Value;
+use util::llm_oom;
+
+fn plan(args: &[&str]) -> (i32, Value, String) {
+    let home = tempfile::tempdir().unwrap();
+    let out = llm_oom(home.path())
+        .arg("plan")
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let json = serde_json::from_str(&stdout).unwrap_or(Value::Null);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code().unwrap_or(-1), json, stderr)
+}
+
+fn gpus(p: &Value) -> Vec<&Value> {
+    p["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["device"].as_str().unwrap().starts_with("cuda:"))
+        .collect()
+}
+
+#[test]
+fn a_70b_in_nf4_on_two_24_gib_cards_names_the_last_gpu_and_a_max_memory_that_fits() {
+    let (code, r, err) = plan(&[
+        "--model",
+        "meta-llama/Llama-3.3-70B-Instruct",
+        "--dtype",
+        "nf4",
+        "--vram",
+        "2x24GiB",
+        "--host-ram",
+        "64GiB",
+        "--json",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    let p = &r["placement"];
+    let g = gpus(p);
+    assert_eq!(g.len(), 2);
+    // every layer is somewhere, and all on the GPUs
+    let layers: u64 = p["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["layers"].as_u64().unwrap())
+        .sum();
+    assert_eq!(layers, 80);
+    assert_eq!(p["layers_on_gpus"], 80);
+    // the last GPU holds lm_head and more layers than GPU 0 (GPU 0 keeps the largest-layer reserve)
+    assert!(g[1]["layers"].as_u64() > g[0]["layers"].as_u64());
+    assert!(g[1]["holds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|h| h == "lm_head"));
+    assert_eq!(p["runs_out"], "cuda:1");
+    assert!(r["verdict"]["summary"]
+        .as_str()
+        .unwrap()
+        .starts_with("cuda:1 runs out"));
+    // each row adds up: capacity − parts = free
+    for d in &g {
+        let parts: i64 = [
+            "weights_bytes",
+            "kv_cache_bytes",
+            "activations_bytes",
+            "runtime_bytes",
+            "margin_bytes",
+        ]
+        .iter()
+        .map(|k| d[*k].as_i64().unwrap())
+        .sum();
+        assert_eq!(
+            d["capacity_bytes"].as_i64().unwrap() - parts,
+            d["free_bytes"].as_i64().unwrap()
+        );
+    }
+    let fix = &p["fix"];
+    assert!(
+        fix["load_with"]
+            .as_str()
+            .unwrap()
+            .contains("max_memory={0: "),
+        "{fix}"
+    );
+    for (_, free) in fix["free_bytes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| (&x[0], &x[1]))
+    {
+        assert!(free.as_i64().unwrap() >= 0, "{fix}");
+    }
+}
+
+#[test]
+fn a_list_of_unequal_cards_is_read_and_shown() {
+    let (code, r, err) = plan(&[
+        "--model",
+        "mistralai/Mistral-7B-Instruct-v0.2",
+        "--vram",
+        "24GiB,12GiB",
+        "--host-ram",
+        "32GiB",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let g = gpus(&r["placement"]);
+    assert_eq!(g[0]["capacity_bytes"], 24u64 << 30);
+    assert_eq!(g[1]["capacity_bytes"], 12u64 << 30);
+    assert_eq!(r["verdict"]["cause"], "none");
+    // the single-device fields stay: the first card
+    assert_eq!(r["device"]["vram_bytes"], 24u64 << 30);
+    let home = tempfile::tempdir().unwrap();
+    let out = llm_oom(home.path())
+        .args([
+            "plan",
+            "--model",
+            "mistralai/Mistral-7B-Instruct-v0.2",
+            "--vram",
+            "2xrtx4090",
+            "--color",
+            "never",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("2 GPUs: 24.0 GiB + 24.0 GiB"), "{text}");
+    assert!(text.contains("Per device (device_map=\"auto\""), "{text}");
+}
+
+#[test]
+fn one_card_too_small_gets_the_offload_answer() {
+    let (code, r, err) = plan(&[
+        "--model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--vram",
+        "12GiB",
+        "--host-ram",
+        "64GiB",
+        "--json",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    let p = &r["placement"];
+    let on = p["layers_on_gpus"].as_u64().unwrap();
+    assert!(on > 0 && on < 32, "{p}");
+    assert!(p["host_weights_bytes"].as_u64().unwrap() > 0);
+    assert!(p["notes"][0].as_str().unwrap().contains("offloaded"));
+}
+
+#[test]
+fn bad_device_lists_are_usage_errors() {
+    for bad in ["0x24GiB", "65x24GiB", "24GiB,,24GiB", "2x24"] {
+        let (code, _, err) = plan(&["--vram", bad]);
+        assert_eq!(code, 2, "{bad}: {err}");
+        assert!(err.contains("--vram"), "{bad}: {err}");
+    }
+}
