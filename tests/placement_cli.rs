@@ -29,7 +29,7 @@ fn gpus(p: &Value) -> Vec<&Value> {
 }
 
 #[test]
-fn a_70b_in_nf4_on_two_24_gib_cards_names_the_last_gpu_and_a_max_memory_that_fits() {
+fn a_70b_in_nf4_on_two_24_gib_cards_is_refused_by_bitsandbytes_for_its_offloaded_head() {
     let (code, r, err) = plan(&[
         "--model",
         "meta-llama/Llama-3.3-70B-Instruct",
@@ -45,7 +45,7 @@ fn a_70b_in_nf4_on_two_24_gib_cards_names_the_last_gpu_and_a_max_memory_that_fit
     let p = &r["placement"];
     let g = gpus(p);
     assert_eq!(g.len(), 2);
-    // every layer is somewhere, and all on the GPUs
+    // every layer is somewhere, all on the GPUs; the last GPU takes more (GPU 0 keeps the reserve)
     let layers: u64 = p["devices"]
         .as_array()
         .unwrap()
@@ -54,18 +54,28 @@ fn a_70b_in_nf4_on_two_24_gib_cards_names_the_last_gpu_and_a_max_memory_that_fit
         .sum();
     assert_eq!(layers, 80);
     assert_eq!(p["layers_on_gpus"], 80);
-    // the last GPU holds lm_head and more layers than GPU 0 (GPU 0 keeps the largest-layer reserve)
     assert!(g[1]["layers"].as_u64() > g[0]["layers"].as_u64());
-    assert!(g[1]["holds"]
+    // lm_head (2 GiB in bf16) no longer fits: on the CPU, which bitsandbytes refuses
+    let cpu = p["devices"]
         .as_array()
         .unwrap()
         .iter()
-        .any(|h| h == "lm_head"));
-    assert_eq!(p["runs_out"], "cuda:1");
+        .find(|d| d["device"] == "cpu")
+        .unwrap();
+    assert!(
+        cpu["holds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h == "lm_head"),
+        "{cpu}"
+    );
+    assert_eq!(r["verdict"]["cause"], "weights");
+    assert_eq!(r["verdict"]["stage"], "load");
     assert!(r["verdict"]["summary"]
         .as_str()
         .unwrap()
-        .starts_with("cuda:1 runs out"));
+        .contains("llm_int8_enable_fp32_cpu_offload"));
     // each row adds up: capacity − parts = free
     for d in &g {
         let parts: i64 = [
@@ -83,6 +93,28 @@ fn a_70b_in_nf4_on_two_24_gib_cards_names_the_last_gpu_and_a_max_memory_that_fit
             d["free_bytes"].as_i64().unwrap()
         );
     }
+}
+
+#[test]
+fn the_gpu_that_runs_out_is_named_with_a_max_memory_that_fits() {
+    // 70B in bf16 over 2 × 24 GiB and 128 GiB of RAM: GPU 0 fills to its free memory minus the
+    // reserve, then the KV cache of every offloaded layer and the layer in transit land on it.
+    let (code, r, err) = plan(&[
+        "--model",
+        "meta-llama/Llama-3.3-70B-Instruct",
+        "--vram",
+        "2x24GiB",
+        "--host-ram",
+        "128GiB",
+        "--json",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    let p = &r["placement"];
+    assert_eq!(p["runs_out"], "cuda:0");
+    assert!(r["verdict"]["summary"]
+        .as_str()
+        .unwrap()
+        .starts_with("cuda:0 runs out"));
     let fix = &p["fix"];
     assert!(
         fix["load_with"]
@@ -91,14 +123,10 @@ fn a_70b_in_nf4_on_two_24_gib_cards_names_the_last_gpu_and_a_max_memory_that_fit
             .contains("max_memory={0: "),
         "{fix}"
     );
-    for (_, free) in fix["free_bytes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| (&x[0], &x[1]))
-    {
-        assert!(free.as_i64().unwrap() >= 0, "{fix}");
+    for x in fix["free_bytes"].as_array().unwrap() {
+        assert!(x[1].as_i64().unwrap() >= 0, "{fix}");
     }
+    assert!(fix["layers_on_gpus"].as_u64().unwrap() < p["layers_on_gpus"].as_u64().unwrap());
 }
 
 #[test]

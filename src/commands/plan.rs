@@ -134,9 +134,10 @@ fn place(
         gpus,
         host_ram,
         max_memory: None,
+        context: e.runtime,
     };
     let mut p = plan_auto(spec, w.weight_dtype, &d, e);
-    if p.runs_out.is_some() {
+    if p.runs_out.is_some() && p.refused.is_none() {
         p.fix = fitting_max_memory(spec, w.weight_dtype, &d, e).map(|(_, fixed)| Fix::of(&fixed));
     }
     Some(p)

@@ -49,6 +49,9 @@ pub struct Placement {
     pub runs_out: Option<Place>,
     /// The `from_pretrained` arguments that give this placement.
     pub load_with: String,
+    /// transformers refuses the placement at load (bitsandbytes with anything on the CPU or disk).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
     /// When a GPU runs out: a `max_memory` that moves layers off it, priced again.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fix: Option<Fix>,
@@ -161,6 +164,9 @@ pub struct Devices {
     pub gpus: Vec<u64>,
     pub host_ram: Option<u64>,
     pub max_memory: Option<Vec<u64>>,
+    /// What the CUDA context already holds when accelerate reads `mem_get_info` (its default
+    /// budget is the free memory then).
+    pub context: u64,
 }
 
 /// transformers' `from_pretrained(device_map="auto")` for `spec` in `dtype`: which device takes
@@ -174,8 +180,10 @@ pub fn auto_device_map(
     let p = parts(spec, placement_bytes(spec, dtype));
     let (root, groups) = module_tree(spec, p, ties);
     let user_set = d.max_memory.is_some();
-    // max_memory never passes the card
-    let gpus = d.max_memory.clone().unwrap_or_else(|| d.gpus.clone());
+    let gpus = d
+        .max_memory
+        .clone()
+        .unwrap_or_else(|| d.gpus.iter().map(|g| g.saturating_sub(d.context)).collect());
     let mut mm = MaxMemory {
         gpus: gpus.iter().map(|&b| b as f64).collect(),
         cpu: d
@@ -209,8 +217,18 @@ pub fn plan_auto(spec: &Spec, dtype: WeightDtype, d: &Devices, e: &Estimate) -> 
     let mut places: Vec<Place> = (0..d.gpus.len() as u32).map(Place::Gpu).collect();
     places.extend([Place::Cpu, Place::Disk]);
     let kv_per_layer = e.kv_cache / layers_total.max(1);
-    let offloaded =
-        (0..layers_total).any(|i| !matches!(at(&format!("model.layers.{i}")), Place::Gpu(_)));
+    let off = |m: &str| !matches!(at(m), Place::Gpu(_));
+    let offloaded = (0..layers_total).any(|i| off(&format!("model.layers.{i}")));
+    // the largest offloaded part is what accelerate's reserve on GPU 0 is for
+    let in_transit = [
+        (offloaded, real.layer),
+        (off("model.embed_tokens"), real.embed),
+        (off("lm_head") && !spec.tie_word_embeddings, real.head),
+    ]
+    .iter()
+    .filter(|(o, _)| *o)
+    .map(|(_, b)| *b)
+    .max();
     let mut devices = Vec::new();
     for place in places {
         let layers = (0..layers_total)
@@ -231,13 +249,14 @@ pub fn plan_auto(spec: &Spec, dtype: WeightDtype, d: &Devices, e: &Estimate) -> 
             }
         }
         if layers > 0 {
-            holds.insert(0, format!("{layers} layers"));
+            let s = if layers == 1 { "" } else { "s" };
+            holds.insert(0, format!("{layers} layer{s}"));
         }
         let gpu = matches!(place, Place::Gpu(_));
-        if gpu && place == Place::Gpu(0) && offloaded {
-            // accelerate's hooks bring each offloaded layer onto GPU 0 to run it
+        if let Some(t) = in_transit.filter(|_| place == Place::Gpu(0)) {
+            // accelerate's hooks bring each offloaded module onto GPU 0 to run it
             holds.push("offloaded layer in transit".into());
-            weights = weights.saturating_add(real.layer);
+            weights = weights.saturating_add(t);
         }
         let capacity = match place {
             Place::Gpu(i) => d.gpus.get(i as usize).copied().unwrap_or(0),
@@ -299,7 +318,33 @@ pub fn plan_auto(spec: &Spec, dtype: WeightDtype, d: &Devices, e: &Estimate) -> 
             holds,
         });
     }
-    finish(spec, d, devices, layers_on(&map, layers_total))
+    let mut p = finish(spec, d, devices, layers_on(&map, layers_total));
+    p.refused = bnb_refusal(dtype, &p);
+    p
+}
+
+/// transformers' bitsandbytes quantizers (`validate_environment`) raise when `device_map` puts
+/// some modules, not all, on the CPU or the disk, unless `llm_int8_enable_fp32_cpu_offload`.
+fn bnb_refusal(dtype: WeightDtype, p: &Placement) -> Option<String> {
+    let bnb = matches!(
+        dtype,
+        WeightDtype::Nf4 { .. } | WeightDtype::Fp4 { .. } | WeightDtype::Int8
+    );
+    let off: Vec<String> = p
+        .devices
+        .iter()
+        .filter(|s| matches!(s.device, Place::Cpu | Place::Disk))
+        .flat_map(|s| s.holds.iter().map(move |h| format!("{h} on {}", s.device)))
+        .collect();
+    (bnb && !off.is_empty()).then(|| {
+        format!(
+            "bitsandbytes refuses this device_map at load ({}): \"ValueError: Some modules are \
+             dispatched on the CPU or the disk. Make sure you have enough GPU RAM to fit the \
+             quantized model.\" Keep them in 32 bits on the CPU with \
+             llm_int8_enable_fp32_cpu_offload=True and a custom device_map, or give the GPUs more room",
+            off.join(", ")
+        )
+    })
 }
 
 /// A `max_memory` that makes every GPU's table fit, found by placing and cutting the budget of
@@ -388,6 +433,7 @@ fn finish(spec: &Spec, d: &Devices, devices: Vec<DeviceShare>, on_gpus: u64) -> 
         host_weights_bytes: sum(Place::Cpu),
         disk_weights_bytes: sum(Place::Disk),
         load_with: load_with(d),
+        refused: None,
         fix: None,
         runs_out,
         devices,
@@ -445,4 +491,62 @@ impl Fix {
 /// A size as reports print it.
 pub fn show(b: u64) -> String {
     Bytes(b).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::presets::load;
+
+    fn spec(id: &str) -> Spec {
+        let json =
+            std::fs::read_to_string(format!("{}/presets/{id}.json", env!("CARGO_MANIFEST_DIR")))
+                .unwrap();
+        load(id, &json).unwrap()
+    }
+
+    #[test]
+    fn bitsandbytes_places_by_half_a_byte_per_linear_weight_and_16_bit_embeddings() {
+        let s = spec("llama-3.1-8b-instruct");
+        let bf16 = parts(&s, placement_bytes(&s, WeightDtype::Bf16));
+        let nf4 = parts(
+            &s,
+            placement_bytes(&s, WeightDtype::Nf4 { double_quant: true }),
+        );
+        assert_eq!(nf4.embed, bf16.embed);
+        assert_eq!(nf4.head, bf16.head);
+        // 2 norms of 4096 stay 16-bit; the 218 M linear weights go from 2 bytes to 0.5
+        let norms = 2 * 4096 * 2;
+        assert_eq!((nf4.layer - norms) * 4, bf16.layer - norms);
+        // the real bytes carry bitsandbytes' absmax on top
+        let real = parts(&s, |t| {
+            group_bytes(&s, t, WeightDtype::Nf4 { double_quant: true })
+        });
+        assert!(real.layer > nf4.layer);
+    }
+
+    #[test]
+    fn a_tied_head_weighs_nothing_when_transformers_sees_the_tie() {
+        let s = spec("qwen2.5-0.5b-instruct");
+        let p = parts(&s, placement_bytes(&s, WeightDtype::Bf16));
+        let (seen, ties) = module_tree(&s, p, Ties::Seen);
+        let (unseen, none) = module_tree(&s, p, Ties::Unseen);
+        assert_eq!(ties.len(), 1);
+        assert!(none.is_empty());
+        assert_eq!(unseen.size - seen.size, p.embed);
+    }
+
+    #[test]
+    fn without_max_memory_one_gpu_gives_90_percent_of_its_free_memory() {
+        let s = spec("llama-3.1-8b-instruct");
+        let d = Devices {
+            gpus: vec![16 << 30],
+            host_ram: Some(64 << 30),
+            max_memory: None,
+            context: 500 << 20,
+        };
+        let (mm, _) = auto_device_map(&s, WeightDtype::Bf16, &d, Ties::Seen);
+        assert_eq!(mm.gpus, vec![((16u64 << 30) - (500 << 20)) as f64 * 0.9]);
+        assert_eq!(mm.cpu, Some((64u64 << 30) as f64 * 0.9));
+    }
 }

@@ -78,6 +78,9 @@ pub fn text(out: &mut String, p: &Placement, style: &Style) {
     }
     out.push_str(&t.to_string());
     out.push('\n');
+    if let Some(r) = &p.refused {
+        out.push_str(&format!("{r}\n"));
+    }
     if let Some(f) = fix_line(p) {
         out.push_str(&format!("{f}\n"));
     }
@@ -100,6 +103,9 @@ pub fn markdown(out: &mut String, p: &Placement) {
         out.push_str(&format!("| {} |\n", cells(s).join(" | ")));
     }
     out.push('\n');
+    if let Some(r) = &p.refused {
+        out.push_str(&format!("{r}\n\n"));
+    }
     if let Some(f) = fix_line(p) {
         out.push_str(&format!("{f}\n\n"));
     }

@@ -57,6 +57,16 @@ pub fn from_placement(p: &Placement) -> Verdict {
     } else {
         String::new()
     };
+    if let Some(why) = &p.refused {
+        return Verdict {
+            cause: Cause::Weights,
+            stage: Stage::Load,
+            confidence: 0.85,
+            summary: why.clone(),
+            evidence,
+            contributing: Vec::new(),
+        };
+    }
     let Some(short) = p
         .runs_out
         .and_then(|d| p.devices.iter().find(|s| s.device == d))
