@@ -135,9 +135,10 @@ fn place(
         host_ram,
         max_memory: None,
         context: e.runtime,
+        strategy: crate::placement::accelerate::Strategy::Balanced,
     };
     let mut p = plan_auto(spec, w.weight_dtype, &d, e);
-    if p.runs_out.is_some() && p.refused.is_none() {
+    if p.runs_out.is_some() || p.refused.is_some() {
         p.fix = fitting_max_memory(spec, w.weight_dtype, &d, e).map(|(_, fixed)| Fix::of(&fixed));
     }
     Some(p)

@@ -167,6 +167,7 @@ pub struct Devices {
     /// What the CUDA context already holds when accelerate reads `mem_get_info` (its default
     /// budget is the free memory then).
     pub context: u64,
+    pub strategy: Strategy,
 }
 
 /// transformers' `from_pretrained(device_map="auto")` for `spec` in `dtype`: which device takes
@@ -192,7 +193,10 @@ pub fn auto_device_map(
     };
     // a mean over ~10 leaf modules per layer: never above the decoder layer
     let mean_leaf = p.layer / 10;
-    mm = balanced_memory(&root, mm, user_set, false, mean_leaf);
+    if d.strategy != Strategy::Sequential {
+        let low_zero = d.strategy == Strategy::BalancedLow0;
+        mm = balanced_memory(&root, mm, user_set, low_zero, mean_leaf);
+    }
     if matches!(
         dtype,
         WeightDtype::Nf4 { .. } | WeightDtype::Fp4 { .. } | WeightDtype::Int8
@@ -255,7 +259,7 @@ pub fn plan_auto(spec: &Spec, dtype: WeightDtype, d: &Devices, e: &Estimate) -> 
         let gpu = matches!(place, Place::Gpu(_));
         if let Some(t) = in_transit.filter(|_| place == Place::Gpu(0)) {
             // accelerate's hooks bring each offloaded module onto GPU 0 to run it
-            holds.push("offloaded layer in transit".into());
+            holds.push("an offloaded module in transit".into());
             weights = weights.saturating_add(t);
         }
         let capacity = match place {
@@ -347,8 +351,9 @@ fn bnb_refusal(dtype: WeightDtype, p: &Placement) -> Option<String> {
     })
 }
 
-/// A `max_memory` that makes every GPU's table fit, found by placing and cutting the budget of
-/// the device that runs out by its shortfall (at most 16 tries); `None` when no cut helps.
+/// A `max_memory` that makes every GPU's table fit and that transformers accepts: for the
+/// strategy asked, then for `"sequential"` (no balancing cap: GPU 0 fills first), each found by
+/// placing and cutting the budget of the device that runs out by its shortfall (16 tries).
 pub fn fitting_max_memory(
     spec: &Spec,
     dtype: WeightDtype,
@@ -356,7 +361,7 @@ pub fn fitting_max_memory(
     e: &Estimate,
 ) -> Option<(Vec<u64>, Placement)> {
     let first = plan_auto(spec, dtype, d, e);
-    let mut budgets: Vec<u64> = first
+    let rooms: Vec<u64> = first
         .devices
         .iter()
         .filter(|s| matches!(s.device, Place::Gpu(_)))
@@ -366,12 +371,29 @@ pub fn fitting_max_memory(
             )
         })
         .collect();
+    [d.strategy, Strategy::Sequential]
+        .into_iter()
+        .find_map(|strategy| cut_until_fits(spec, dtype, d, e, rooms.clone(), strategy))
+}
+
+fn cut_until_fits(
+    spec: &Spec,
+    dtype: WeightDtype,
+    d: &Devices,
+    e: &Estimate,
+    mut budgets: Vec<u64>,
+    strategy: Strategy,
+) -> Option<(Vec<u64>, Placement)> {
     for _ in 0..16 {
         let tried = Devices {
             max_memory: Some(budgets.clone()),
+            strategy,
             ..d.clone()
         };
         let p = plan_auto(spec, dtype, &tried, e);
+        if p.refused.is_some() {
+            return None;
+        }
         match p.runs_out {
             None => return Some((budgets, p)),
             Some(Place::Gpu(i)) => {
@@ -427,7 +449,7 @@ fn finish(spec: &Spec, d: &Devices, devices: Vec<DeviceShare>, on_gpus: u64) -> 
     );
     Placement {
         engine: "transformers",
-        strategy: Strategy::Balanced,
+        strategy: d.strategy,
         layers_total: spec.num_layers,
         layers_on_gpus: on_gpus,
         host_weights_bytes: sum(Place::Cpu),
@@ -444,8 +466,13 @@ fn finish(spec: &Spec, d: &Devices, devices: Vec<DeviceShare>, on_gpus: u64) -> 
 /// The `from_pretrained` arguments of a placement: `device_map="auto"`, and `max_memory` when
 /// one was set (each GPU in GiB when whole, else MiB; the host RAM offered).
 fn load_with(d: &Devices) -> String {
+    let map = match d.strategy {
+        Strategy::Balanced => "auto",
+        Strategy::BalancedLow0 => "balanced_low_0",
+        Strategy::Sequential => "sequential",
+    };
     let Some(mm) = &d.max_memory else {
-        return "device_map=\"auto\"".into();
+        return format!("device_map=\"{map}\"");
     };
     let size = |b: u64| {
         if b % GIB == 0 {
@@ -462,7 +489,7 @@ fn load_with(d: &Devices) -> String {
     if let Some(h) = d.host_ram {
         parts.push(format!("\"cpu\": {}", size(h)));
     }
-    format!("device_map=\"auto\", max_memory={{{}}}", parts.join(", "))
+    format!("device_map=\"{map}\", max_memory={{{}}}", parts.join(", "))
 }
 
 /// What a fitting `max_memory` changes: the arguments, and each GPU's remainder then.
@@ -544,6 +571,7 @@ mod tests {
             host_ram: Some(64 << 30),
             max_memory: None,
             context: 500 << 20,
+            strategy: Strategy::Balanced,
         };
         let (mm, _) = auto_device_map(&s, WeightDtype::Bf16, &d, Ties::Seen);
         assert_eq!(mm.gpus, vec![((16u64 << 30) - (500 << 20)) as f64 * 0.9]);

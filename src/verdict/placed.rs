@@ -57,12 +57,18 @@ pub fn from_placement(p: &Placement) -> Verdict {
     } else {
         String::new()
     };
+    let fix = p.fix.as_ref().map_or(String::new(), |f| {
+        format!(
+            ". With {} it fits ({} of {} layers on the GPUs)",
+            f.load_with, f.layers_on_gpus, p.layers_total
+        )
+    });
     if let Some(why) = &p.refused {
         return Verdict {
             cause: Cause::Weights,
             stage: Stage::Load,
             confidence: 0.85,
-            summary: why.clone(),
+            summary: format!("{why}{fix}"),
             evidence,
             contributing: Vec::new(),
         };
@@ -81,12 +87,6 @@ pub fn from_placement(p: &Placement) -> Verdict {
         };
     };
     let (cause, stage) = cause_of(short);
-    let fix = p.fix.as_ref().map_or(String::new(), |f| {
-        format!(
-            ". With {} it fits ({} of {} layers on the GPUs)",
-            f.load_with, f.layers_on_gpus, p.layers_total
-        )
-    });
     Verdict {
         cause,
         stage,
