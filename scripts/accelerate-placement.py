@@ -8,7 +8,8 @@ bf16, and placed twice per device layout:
     no_split_module_classes=model._no_split_modules), the call the brief names;
   - `transformers-auto`: transformers' own `_get_device_map(model, "auto", max_memory, None)`,
     what `from_pretrained(..., device_map="auto", max_memory=...)` runs (get_balanced_memory
-    first, then transformers' copy of infer_auto_device_map).
+    first, then transformers' copy of infer_auto_device_map);
+  - `transformers-sequential` and `transformers-balanced_low_0`: the same for those strategies.
 For each it records the device of the embeddings, every decoder layer, the final norm and
 lm_head, and the module sizes accelerate counted.
 
@@ -114,7 +115,14 @@ def record(preset):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             tra = _get_device_map(model, "auto", dict(mm), None)
-        for caller, dm in (("accelerate", acc), ("transformers-auto", tra)):
+            seq = _get_device_map(model, "sequential", dict(mm), None)
+            low = _get_device_map(model, "balanced_low_0", dict(mm), None)
+        for caller, dm in (
+            ("accelerate", acc),
+            ("transformers-auto", tra),
+            ("transformers-sequential", seq),
+            ("transformers-balanced_low_0", low),
+        ):
             runs.append(
                 {
                     "layout": layout,

@@ -77,10 +77,13 @@ fn placements_match_accelerate_and_transformers() {
                 Ties::Seen
             };
             let (root, groups) = module_tree(&spec, p, ties);
-            let mm = if caller == "accelerate" {
-                mm
-            } else {
-                balanced_memory(&root, mm, true, false, p.layer / 10)
+            let mm = match caller {
+                "accelerate" | "transformers-sequential" => mm,
+                "transformers-auto" => balanced_memory(&root, mm, true, false, p.layer / 10),
+                "transformers-balanced_low_0" => {
+                    balanced_memory(&root, mm, true, true, p.layer / 10)
+                }
+                other => panic!("caller {other}"),
             };
             let map = infer_device_map(&root, &mm, &groups);
             let want = &run["placement"];
