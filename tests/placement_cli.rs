@@ -192,3 +192,65 @@ fn bad_device_lists_are_usage_errors() {
         assert!(err.contains("--vram"), "{bad}: {err}");
     }
 }
+
+#[test]
+fn llama_cpp_splits_layers_by_tensor_split_with_the_output_last_and_the_embeddings_on_the_cpu() {
+    let (code, r, err) = plan(&[
+        "--model",
+        "meta-llama/Llama-3.3-70B-Instruct",
+        "--dtype",
+        "q4_k_m",
+        "--engine",
+        "llama.cpp",
+        "--vram",
+        "2x24GB",
+        "--host-ram",
+        "64GiB",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let p = &r["placement"];
+    assert_eq!(p["engine"], "llama.cpp");
+    assert_eq!(p["load_with"], "-ngl 999 --tensor-split 1,1");
+    let g = gpus(p);
+    // 81 slots over 1:1: slots 0..=40 on GPU 0, the rest and the output on GPU 1
+    assert_eq!(g[0]["layers"], 41);
+    assert_eq!(g[1]["layers"], 39);
+    assert!(g[1]["holds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|h| h == "output"));
+    let cpu = p["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["device"] == "cpu")
+        .unwrap();
+    assert_eq!(cpu["holds"][0], "token_embd");
+}
+
+#[test]
+fn llama_cpp_on_a_small_card_gets_the_largest_ngl_that_fits() {
+    let (code, r, err) = plan(&[
+        "--model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--dtype",
+        "q4_k_m",
+        "--engine",
+        "llama.cpp",
+        "--vram",
+        "4GiB",
+        "--host-ram",
+        "64GiB",
+        "--json",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    let fix = &r["placement"]["fix"];
+    let flags = fix["load_with"].as_str().unwrap();
+    let ngl: u64 = flags.strip_prefix("-ngl ").unwrap().parse().unwrap();
+    assert!(ngl > 0 && ngl < 33, "{flags}");
+    // -ngl N puts N − 1 layers and the output on the GPU
+    assert_eq!(fix["layers_on_gpus"].as_u64().unwrap(), ngl - 1);
+    assert!(fix["free_bytes"][0][1].as_i64().unwrap() >= 0);
+}

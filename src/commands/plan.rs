@@ -10,6 +10,7 @@ use crate::estimate::{
     kv_bytes_per_token_at, CachePolicy, Calibration, Engine, Estimate, Profile, Workload,
 };
 use crate::model::{facts, resolve, ModelFacts, ResolvedModel};
+use crate::placement::llamacpp::{fitting_ngl, plan_layers, Split};
 use crate::placement::{fitting_max_memory, plan_auto, Devices, Fix, Placement};
 use crate::request::{past_context, WorkloadRequest};
 use crate::verdict::placed::from_placement;
@@ -108,8 +109,8 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     })
 }
 
-/// transformers' `device_map="auto"` over the GPUs asked and the host RAM: with several GPUs, or
-/// one card the workload does not fit (the offload answer). Other engines place differently (not modelled yet).
+/// The placement over the GPUs asked and the host RAM, with several GPUs or one card the workload
+/// does not fit (the offload answer): transformers' `device_map="auto"`, llama.cpp's layer split.
 fn place(
     req: &PlanRequest,
     spec: &crate::model::Spec,
@@ -117,11 +118,6 @@ fn place(
     e: &Estimate,
     oom: bool,
 ) -> Option<Placement> {
-    if !matches!(req.engine, Engine::Transformers | Engine::TransformersEager)
-        || spec.gguf.is_some()
-    {
-        return None;
-    }
     let gpus = match (req.gpus.len(), req.vram) {
         (2.., _) => req.gpus.clone(),
         (_, Some(v)) if oom => vec![v],
@@ -137,9 +133,36 @@ fn place(
         context: e.runtime,
         strategy: crate::placement::accelerate::Strategy::Balanced,
     };
-    let mut p = plan_auto(spec, w.weight_dtype, &d, e);
-    if p.runs_out.is_some() || p.refused.is_some() {
-        p.fix = fitting_max_memory(spec, w.weight_dtype, &d, e).map(|(_, fixed)| Fix::of(&fixed));
+    match req.engine {
+        Engine::Transformers | Engine::TransformersEager if spec.gguf.is_none() => {
+            let mut p = plan_auto(spec, w.weight_dtype, &d, e);
+            if p.runs_out.is_some() || p.refused.is_some() {
+                p.fix = fitting_max_memory(spec, w.weight_dtype, &d, e)
+                    .map(|(_, fixed)| Fix::of(&fixed));
+            }
+            Some(p)
+        }
+        Engine::LlamaCpp => {
+            let split = Split {
+                ngl: 999,
+                tensor_split: even_or_by_size(&d.gpus),
+                kv_offload: true,
+            };
+            let mut p = plan_layers(spec, w.weight_dtype, &d, &split, e);
+            if p.runs_out.is_some() {
+                p.fix = fitting_ngl(spec, w.weight_dtype, &d, &split, e);
+            }
+            Some(p)
+        }
+        _ => None,
     }
-    Some(p)
+}
+
+/// `--tensor-split` as a person writes it: `1,1` for equal cards, else each card's GiB (what
+/// llama.cpp's default split by free memory comes to).
+fn even_or_by_size(gpus: &[u64]) -> Vec<f64> {
+    if gpus.windows(2).all(|w| w[0] == w[1]) {
+        return vec![1.0; gpus.len()];
+    }
+    gpus.iter().map(|&g| (g >> 30).max(1) as f64).collect()
 }

@@ -3,6 +3,7 @@
 //! `device_map="auto"`. Uses the `Spec` and the estimate; commands/plan.rs calls it.
 
 pub mod accelerate;
+pub mod llamacpp;
 
 use serde::Serialize;
 
@@ -37,7 +38,9 @@ pub struct DeviceShare {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Placement {
     pub engine: &'static str,
-    pub strategy: Strategy,
+    /// transformers' `device_map` strategy; `None` for llama.cpp.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<Strategy>,
     pub layers_total: u64,
     pub layers_on_gpus: u64,
     /// Weights accelerate keeps in host RAM (streamed to GPU 0 layer by layer) and on disk.
@@ -420,6 +423,20 @@ fn layers_on(map: &[(String, Place)], n: u64) -> u64 {
 }
 
 fn finish(spec: &Spec, d: &Devices, devices: Vec<DeviceShare>, on_gpus: u64) -> Placement {
+    let mut p = finish_with(spec, d, devices, on_gpus, "transformers", load_with(d));
+    p.strategy = Some(d.strategy);
+    p
+}
+
+/// The placement's summary fields: what is offloaded, which device runs out, the notes.
+pub(crate) fn finish_with(
+    spec: &Spec,
+    d: &Devices,
+    devices: Vec<DeviceShare>,
+    on_gpus: u64,
+    engine: &'static str,
+    load_with: String,
+) -> Placement {
     let sum = |p: Place| {
         devices
             .iter()
@@ -433,28 +450,40 @@ fn finish(spec: &Spec, d: &Devices, devices: Vec<DeviceShare>, on_gpus: u64) -> 
         .map(|s| s.device);
     let mut notes = Vec::new();
     if on_gpus < spec.num_layers {
-        notes.push(format!(
-            "{on_gpus} of {} layers fit on the GPU(s); the other {} are offloaded and copied to \
-             GPU 0 for every forward pass, so each token reads them over PCIe (an estimate: at \
-             ~25 GB/s, ~{:.0} ms per token for those weights alone)",
-            spec.num_layers,
-            spec.num_layers - on_gpus,
-            (sum(Place::Cpu) + sum(Place::Disk)) as f64 / 25e9 * 1e3
-        ));
+        let off = (sum(Place::Cpu) + sum(Place::Disk)) as f64;
+        let rest = spec.num_layers - on_gpus;
+        notes.push(if engine == "llama.cpp" {
+            format!(
+                "{on_gpus} of {} layers fit on the GPU(s); the other {rest} run on the CPU and read \
+                 their weights from host RAM every token (an estimate: at ~60 GB/s of dual-channel \
+                 DDR5, ~{:.0} ms per token for those weights alone)",
+                spec.num_layers,
+                off / 60e9 * 1e3
+            )
+        } else {
+            format!(
+                "{on_gpus} of {} layers fit on the GPU(s); the other {rest} are offloaded and \
+                 copied to GPU 0 for every forward pass, so each token reads them over PCIe (an \
+                 estimate: at ~25 GB/s, ~{:.0} ms per token for those weights alone)",
+                spec.num_layers,
+                off / 25e9 * 1e3
+            )
+        });
     }
     notes.push(
-        "activations are counted on every GPU that runs layers (device_map runs them one device at \
-         a time, so each needs room for one layer's work); the KV cache sits with its layers"
+        "activations are counted on every GPU that runs layers (the layers run one device at a \
+         time, so each needs room for one layer's work); the KV cache sits with its layers"
             .into(),
     );
+    let _ = d;
     Placement {
-        engine: "transformers",
-        strategy: d.strategy,
+        engine,
+        strategy: None,
         layers_total: spec.num_layers,
         layers_on_gpus: on_gpus,
         host_weights_bytes: sum(Place::Cpu),
         disk_weights_bytes: sum(Place::Disk),
-        load_with: load_with(d),
+        load_with,
         refused: None,
         fix: None,
         runs_out,

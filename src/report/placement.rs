@@ -37,7 +37,11 @@ fn cells(s: &DeviceShare) -> Vec<String> {
         s.device.to_string(),
         s.holds.join(", "),
         Bytes(s.weights_bytes).to_string(),
-        dash(s.kv_cache_bytes),
+        if s.kv_cache_bytes > 0 {
+            Bytes(s.kv_cache_bytes).to_string()
+        } else {
+            dash(0)
+        },
         dash(s.activations_bytes),
         dash(s.runtime_bytes),
         dash(s.margin_bytes),

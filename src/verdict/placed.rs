@@ -81,7 +81,7 @@ pub fn from_placement(p: &Placement) -> Verdict {
             cause: Cause::None,
             stage: Stage::Unknown,
             confidence: 0.8,
-            summary: format!("fits on {gpus} GPU(s) with device_map=\"auto\"{offload}"),
+            summary: format!("fits on {gpus} GPU(s) with {}{offload}", p.load_with),
             evidence,
             contributing: Vec::new(),
         };
@@ -92,8 +92,9 @@ pub fn from_placement(p: &Placement) -> Verdict {
         stage,
         confidence: 0.8,
         summary: format!(
-            "{} runs out under device_map=\"auto\": it holds {} and is {} short{offload}{fix}",
+            "{} runs out with {}: it holds {} and is {} short{offload}{fix}",
             short.device,
+            p.load_with,
             short.holds.join(", "),
             show(short.free_bytes.unsigned_abs())
         ),
