@@ -11,11 +11,11 @@
 
 use crate::dtype::WeightDtype;
 use crate::estimate::weights::group_bytes;
-use crate::estimate::{safety_margin, Estimate};
+use crate::estimate::Estimate;
 use crate::model::Spec;
 
 use super::accelerate::Place;
-use super::{finish_with, parts, DeviceShare, Devices, Fix, Placement};
+use super::{finish_with, parts, priced, Devices, Fix, Placement};
 
 /// The device of each of the `n_layer + 1` slots (the layers, then the output layer).
 pub fn slots(n_layer: u64, ngl: u64, split: &[f64]) -> Vec<Place> {
@@ -104,36 +104,11 @@ pub fn plan_layers(
             (false, false) => n,
         };
         let kv = kv_layers.saturating_mul(kv_per_layer);
-        let used = gpu && (layers > 0 || holds.iter().any(|h| h == "output"));
         let capacity = match place {
             Place::Gpu(i) => d.gpus.get(i as usize).copied().unwrap_or(0),
             _ => d.host_ram.unwrap_or(0),
         };
-        let acts = if used { e.activations } else { 0 };
-        let runtime = if gpu {
-            e.runtime.saturating_add(e.allocator)
-        } else {
-            0
-        };
-        let margin = if gpu { safety_margin(capacity) } else { 0 };
-        let need = [weights, kv, acts, runtime, margin]
-            .iter()
-            .fold(0u64, |a, b| a.saturating_add(*b));
-        devices.push(DeviceShare {
-            device: place,
-            capacity_bytes: capacity,
-            max_memory_bytes: capacity,
-            layers,
-            weights_bytes: weights,
-            kv_cache_bytes: kv,
-            activations_bytes: acts,
-            runtime_bytes: runtime,
-            margin_bytes: margin,
-            free_bytes: i64::try_from(capacity)
-                .unwrap_or(i64::MAX)
-                .saturating_sub(i64::try_from(need).unwrap_or(i64::MAX)),
-            holds,
-        });
+        devices.push(priced(place, capacity, layers, weights, kv, holds, e));
     }
     let on_gpus = at[..n as usize]
         .iter()

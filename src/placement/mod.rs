@@ -273,7 +273,6 @@ pub fn plan_auto(spec: &Spec, dtype: WeightDtype, d: &Devices, e: &Estimate) -> 
         if !gpu && layers == 0 && holds.is_empty() {
             continue;
         }
-        let used_gpu = gpu && (layers > 0 || !holds.is_empty());
         let kv = if gpu {
             layers.saturating_mul(kv_per_layer)
         } else {
@@ -281,49 +280,19 @@ pub fn plan_auto(spec: &Spec, dtype: WeightDtype, d: &Devices, e: &Estimate) -> 
         };
         // offloaded layers compute on GPU 0: their cache lives there
         let kv = if place == Place::Gpu(0) {
-            kv.saturating_add(
-                (layers_total - layers_on(&map, layers_total)).saturating_mul(kv_per_layer),
-            )
+            let away = layers_total - layers_on(&map, layers_total);
+            kv.saturating_add(away.saturating_mul(kv_per_layer))
         } else {
             kv
-        };
-        let acts = if used_gpu { e.activations } else { 0 };
-        let runtime = if gpu {
-            e.runtime.saturating_add(e.allocator)
-        } else {
-            0
-        };
-        let margin = if gpu { safety_margin(capacity) } else { 0 };
-        let need = weights
-            .saturating_add(kv)
-            .saturating_add(acts)
-            .saturating_add(runtime)
-            .saturating_add(margin);
-        let free = if place == Place::Disk {
-            0
-        } else {
-            i64::try_from(capacity)
-                .unwrap_or(i64::MAX)
-                .saturating_sub(i64::try_from(need).unwrap_or(i64::MAX))
         };
         let max_memory = match place {
             Place::Gpu(i) => mm.gpus.get(i as usize).copied().unwrap_or(0.0) as u64,
             Place::Cpu => mm.cpu.unwrap_or(0.0) as u64,
             Place::Disk => 0,
         };
-        devices.push(DeviceShare {
-            device: place,
-            capacity_bytes: capacity,
-            max_memory_bytes: max_memory,
-            layers,
-            weights_bytes: weights,
-            kv_cache_bytes: kv,
-            activations_bytes: acts,
-            runtime_bytes: runtime,
-            margin_bytes: margin,
-            free_bytes: free,
-            holds,
-        });
+        let mut row = priced(place, capacity, layers, weights, kv, holds, e);
+        row.max_memory_bytes = max_memory;
+        devices.push(row);
     }
     let mut p = finish(spec, d, devices, layers_on(&map, layers_total));
     p.refused = bnb_refusal(dtype, &p);
@@ -352,6 +321,54 @@ fn bnb_refusal(dtype: WeightDtype, p: &Placement) -> Option<String> {
             off.join(", ")
         )
     })
+}
+
+/// One device's row: the weights and KV cache placed there, and on a GPU that runs anything the
+/// workload's activations, a CUDA runtime and the safety margin; `free` what the capacity leaves.
+pub(crate) fn priced(
+    place: Place,
+    capacity: u64,
+    layers: u64,
+    weights: u64,
+    kv: u64,
+    holds: Vec<String>,
+    e: &Estimate,
+) -> DeviceShare {
+    let gpu = matches!(place, Place::Gpu(_));
+    let acts = if gpu && !holds.is_empty() {
+        e.activations
+    } else {
+        0
+    };
+    let runtime = if gpu {
+        e.runtime.saturating_add(e.allocator)
+    } else {
+        0
+    };
+    let margin = if gpu { safety_margin(capacity) } else { 0 };
+    let need = [weights, kv, acts, runtime, margin]
+        .iter()
+        .fold(0u64, |a, b| a.saturating_add(*b));
+    let free = if place == Place::Disk {
+        0
+    } else {
+        i64::try_from(capacity)
+            .unwrap_or(i64::MAX)
+            .saturating_sub(i64::try_from(need).unwrap_or(i64::MAX))
+    };
+    DeviceShare {
+        device: place,
+        capacity_bytes: capacity,
+        max_memory_bytes: capacity,
+        layers,
+        weights_bytes: weights,
+        kv_cache_bytes: kv,
+        activations_bytes: acts,
+        runtime_bytes: runtime,
+        margin_bytes: margin,
+        free_bytes: free,
+        holds,
+    }
 }
 
 /// A `max_memory` that makes every GPU's table fit and that transformers accepts: for the
