@@ -254,3 +254,22 @@ fn llama_cpp_on_a_small_card_gets_the_largest_ngl_that_fits() {
     assert_eq!(fix["layers_on_gpus"].as_u64().unwrap(), ngl - 1);
     assert!(fix["free_bytes"][0][1].as_i64().unwrap() >= 0);
 }
+
+#[test]
+fn an_engine_without_a_placement_says_it_plans_one_card() {
+    let (_, r, err) = plan(&[
+        "--model",
+        "mistralai/Mistral-7B-Instruct-v0.2",
+        "--engine",
+        "vllm",
+        "--vram",
+        "2x24GiB",
+        "--json",
+    ]);
+    assert!(r.get("placement").is_none(), "{err}");
+    let notes = r["notes"].to_string();
+    assert!(
+        notes.contains("not modelled yet") && notes.contains("one 24.0 GiB card"),
+        "{notes}"
+    );
+}

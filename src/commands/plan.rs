@@ -68,6 +68,15 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     let mut f = forecast(&planner, &w);
     let oom = f.verdict.cause != crate::verdict::Cause::None;
     let placement = place(req, &spec, &w, &f.estimate, oom);
+    if placement.is_none() && req.gpus.len() > 1 {
+        notes.push(format!(
+            "{} GPUs asked: how {} spreads a model over several GPUs is not modelled yet \
+             (docs/multi-gpu.md); this plan is for one {} card",
+            req.gpus.len(),
+            req.engine,
+            crate::units::Bytes(device.vram_bytes)
+        ));
+    }
     if let Some(p) = placement.as_ref().filter(|_| req.gpus.len() > 1) {
         // Several GPUs: the placement decides, and the one-card remedies do not apply.
         notes.push(format!(
