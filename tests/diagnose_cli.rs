@@ -317,9 +317,13 @@ fn normalise(md: &str) -> String {
             .into_owned();
     }
     md.lines()
-        .filter(|l| !l.starts_with("<sub>llm-oom"))
+        // The footers name the machine (version, time, the environment): not the report's shape.
+        .filter(|l| !l.starts_with("<sub>llm-oom") && !l.starts_with("<sub>environment"))
         .collect::<Vec<_>>()
         .join("\n")
+        .trim_end()
+        .to_string()
+        + "\n"
 }
 
 #[test]

@@ -32,10 +32,23 @@ Examples:
   llm-oom diagnose
   llm-oom diagnose --model mistralai/Mistral-7B-Instruct-v0.2 --prompt-tokens 8000 --vram 24GiB";
 
+/// `--version`: the version and what this binary can run.
+#[cfg(feature = "cuda")]
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (features: cuda; diagnose --engine candle runs on the GPU)"
+);
+#[cfg(not(feature = "cuda"))]
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (features: no cuda; diagnose --engine candle runs on the CPU, --engine transformers uses your torch)"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "llm-oom",
     version,
+    long_version = LONG_VERSION,
     about = "Find out why a local LLM runs out of GPU memory, and what to change.",
     long_about = "Find out why a local LLM runs out of GPU memory, and what to change.\n\n\
         Weights, KV cache, activations, concurrency, fragmentation or another process: llm-oom names \
@@ -85,6 +98,16 @@ pub enum Command {
     Run(RunArgs),
     #[command(hide = true, name = "__probe")]
     Probe(ProbeArgs),
+    /// What matters for GPU memory on this machine (GPUs, driver, host RAM, this build, the Python
+    /// packages, the allocator's settings), to paste beside a report.
+    Env {
+        /// The Python whose packages are listed [default: $LLM_OOM_PYTHON, else python3]
+        #[arg(long)]
+        python: Option<std::path::PathBuf>,
+    },
+    /// Print the man page (roff), for packagers.
+    #[command(hide = true)]
+    Man,
     /// Print a shell completion script.
     Completions {
         /// bash, zsh, fish, elvish or powershell

@@ -12,7 +12,7 @@ use super::{positive, print};
 use llm_oom::commands::diagnose::{diagnose, DiagnoseRequest};
 use llm_oom::error::InputError;
 use llm_oom::model::presets::DIAGNOSE_DEFAULT_MODEL;
-use llm_oom::report::{render, Format, Render};
+use llm_oom::report::{Format, Render};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -79,7 +79,7 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<ExitStatus> {
         python: args
             .python
             .clone()
-            .unwrap_or_else(llm_oom::commands::diagnose::engine::default_python),
+            .unwrap_or_else(llm_oom::probe::launcher::default_python),
         stage_timeout: Duration::from_secs(args.stage_timeout.max(1)),
         allow_past_context: args.allow_past_context,
         interrupt: Some(interrupt_flag()),
@@ -121,7 +121,7 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<ExitStatus> {
     if let (Some(path), Some(svg)) = (&args.svg, r.svg()) {
         super::write_file(path, &svg)?;
     }
-    print(&render(&r, format)?)?;
+    print(&super::report_text(&r, format)?)?;
     Ok(r.exit_status())
 }
 

@@ -33,7 +33,7 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
                 .transpose()?
                 .map(|b| b.0);
             let r = plan(&req)?;
-            print(&render(&r, format)?)?;
+            print(&report_text(&r, format)?)?;
             Ok(ExitStatus::of(&r.verdict))
         }
         Command::Diagnose(args) => diagnose::run(args, format),
@@ -55,7 +55,7 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
                 engine: args.workload.engine.parse()?,
             };
             let r = explain(&raw, &req)?;
-            print(&render(&r, format)?)?;
+            print(&report_text(&r, format)?)?;
             Ok(ExitStatus::of(&r.verdict))
         }
         Command::Watch(args) => {
@@ -76,7 +76,7 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
                 },
                 other => other,
             };
-            let text = render(&r, format)?;
+            let text = report_text(&r, format)?;
             if let (Some(path), Some(svg)) = (&args.svg, r.svg()) {
                 write_file(path, &svg)?;
             }
@@ -101,6 +101,25 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
                 quantize: args.quantize.as_deref().map(str::parse).transpose()?,
             })?;
             print(&report::json(&r)?)?;
+            Ok(ExitStatus::Fits)
+        }
+        Command::Env { python } => {
+            let r = llm_oom::commands::env::env(&llm_oom::commands::env::EnvRequest {
+                python: python
+                    .clone()
+                    .unwrap_or_else(llm_oom::probe::launcher::default_python),
+            });
+            print(&render(&r, format)?)?;
+            Ok(ExitStatus::Fits)
+        }
+        Command::Man => {
+            let mut roff = Vec::new();
+            clap_mangen::Man::new(Cli::command())
+                .render(&mut roff)
+                .map_err(|e| {
+                    llm_oom::Error::Internal(format!("cannot render the man page: {e}"))
+                })?;
+            print(&String::from_utf8_lossy(&roff))?;
             Ok(ExitStatus::Fits)
         }
         Command::Completions { shell } => {
@@ -274,6 +293,19 @@ fn list_presets(format: Format) -> Result<String> {
             format!("{t}\n")
         }
     })
+}
+
+/// A command's report in the format asked; a Markdown report (pasted into an issue) ends with the
+/// short form of `llm-oom env`.
+pub(crate) fn report_text<R: llm_oom::report::Render>(r: &R, format: Format) -> Result<String> {
+    let mut text = render(r, format)?;
+    if matches!(format, Format::Markdown) {
+        text.push_str(&format!(
+            "\n<sub>{}</sub>\n",
+            llm_oom::commands::env::short_line()
+        ));
+    }
+    Ok(text)
 }
 
 /// Print, treating a closed pipe (`llm-oom plan | head`) as a normal end.

@@ -39,6 +39,9 @@ pub struct PlanReport {
     pub device: DeviceFacts,
     pub engine: EngineFacts,
     pub weights_bytes: u64,
+    /// Where `weights_bytes` comes from: the checkpoint's own tensor table (`safetensors_headers`,
+    /// `gguf`) or the tensor shapes the config implies (`config`).
+    pub weights_from: WeightsFrom,
     pub kv_cache_bytes_per_token: u64,
     pub kv_cache_bytes: u64,
     pub components: Estimate,
@@ -49,6 +52,27 @@ pub struct PlanReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub placement: Option<Placement>,
     pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WeightsFrom {
+    SafetensorsHeaders,
+    Gguf,
+    Config,
+}
+
+impl WeightsFrom {
+    fn of(spec: &crate::model::Spec, dtype: crate::dtype::WeightDtype) -> WeightsFrom {
+        let native = dtype == spec.native_dtype;
+        if spec.gguf.is_some() && native {
+            WeightsFrom::Gguf
+        } else if spec.checkpoint.is_some() && native {
+            WeightsFrom::SafetensorsHeaders
+        } else {
+            WeightsFrom::Config
+        }
+    }
 }
 
 pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
@@ -103,6 +127,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             note: profile.calibration_note(),
         },
         weights_bytes: f.estimate.weights,
+        weights_from: WeightsFrom::of(&spec, w.weight_dtype),
         kv_cache_bytes_per_token: kv_bytes_per_token_at(
             &spec,
             w.kv_dtype,

@@ -4,6 +4,7 @@
 //! the pieces the renderers share.
 
 pub mod diagnose;
+pub mod env;
 pub mod explain;
 pub mod markdown;
 pub mod placement;

@@ -7,7 +7,7 @@ use super::text::{budget_table, limit_word, remedies, table, Style};
 use super::Render;
 use crate::budget::card::CardSource;
 use crate::budget::Limit;
-use crate::commands::plan::PlanReport;
+use crate::commands::plan::{PlanReport, WeightsFrom};
 use crate::units::{group, Bytes};
 
 impl Render for PlanReport {
@@ -67,9 +67,14 @@ fn text(r: &PlanReport, style: &Style) -> String {
         w.kv_dtype
     ));
     out.push_str(&format!(
-        "Per token KV cache {} · weights {}\n\n",
+        "Per token KV cache {} · weights {}{}\n\n",
         Bytes(r.kv_cache_bytes_per_token),
-        Bytes(r.weights_bytes)
+        Bytes(r.weights_bytes),
+        match r.weights_from {
+            WeightsFrom::SafetensorsHeaders => " (the checkpoint's safetensors headers)",
+            WeightsFrom::Gguf => " (the GGUF tensor table)",
+            WeightsFrom::Config => "",
+        }
     ));
 
     let phase = c.peak_phase.describe();

@@ -254,6 +254,9 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
     prep.notes.extend(hello.notes.iter().cloned());
     let mut m = Measured {
         stop: req.interrupt.clone(),
+        // transformers' cache grows with the tokens: its long generation's prefill is a first
+        // token's, so a long prompt is prefilled once (candle preallocates the whole cache).
+        prefill_once: model_dir.is_some(),
         ..Measured::default()
     };
     stages::load(&mut m, hello.base_bytes, load);

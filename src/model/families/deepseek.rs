@@ -14,7 +14,7 @@
 use super::{add, common, embeddings, finish, mul, Built};
 use crate::error::InputError;
 use crate::model::config::Reader;
-use crate::model::layout::{AttentionGroup, KvRow, Layout, Tensors};
+use crate::model::layout::{layers_where, AttentionGroup, KvRow, Layout, Tensors};
 use crate::model::spec::{Experts, Role};
 
 pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
@@ -40,9 +40,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     let sparse = if routed == 0 {
         0
     } else {
-        (0..layers)
-            .filter(|i| *i >= first_dense && i % freq == 0)
-            .count() as u64
+        layers_where(layers, freq, 0) - layers_where(first_dense.min(layers), freq, 0)
     };
     let dense = layers - sparse;
     let inter = if dense > 0 {

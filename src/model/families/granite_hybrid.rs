@@ -34,6 +34,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     };
     let shared = r.u64(&["shared_intermediate_size"])?;
     let inner = mul(r, "mamba_expand", r.u64(&["mamba_expand"])?, h)?;
+    super::mamba2::check_head_dim(r, inner)?;
     let mixer = Mixer {
         hidden: h,
         inner,

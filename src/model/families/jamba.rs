@@ -11,7 +11,7 @@
 use super::{common, embeddings, finish, gqa_row, mul, Built, Gqa};
 use crate::error::InputError;
 use crate::model::config::Reader;
-use crate::model::layout::{AttentionGroup, Layout, StateGroup, Tensors};
+use crate::model::layout::{layers_where, AttentionGroup, Layout, StateGroup, Tensors};
 use crate::model::spec::{Experts, Role};
 use serde_json::Value;
 
@@ -27,12 +27,10 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     let exp_period = r.u64(&["expert_layer_period"])?;
     let exp_offset = r.opt_u64(&["expert_layer_offset"])?.unwrap_or(0);
     let experts = r.opt_u64(&["num_experts"])?.unwrap_or(1);
-    let attention = (0..layers)
-        .filter(|i| i % attn_period == attn_offset)
-        .count() as u64;
+    let attention = layers_where(layers, attn_period, attn_offset);
     let mamba = layers - attention;
     let sparse = if experts > 1 {
-        (0..layers).filter(|i| i % exp_period == exp_offset).count() as u64
+        layers_where(layers, exp_period, exp_offset)
     } else {
         0
     };

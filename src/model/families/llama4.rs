@@ -10,7 +10,7 @@
 use super::{common, embeddings, finish, gqa_row, layer_types, Built, Gqa, Kind};
 use crate::error::InputError;
 use crate::model::config::Reader;
-use crate::model::layout::{AttentionGroup, Layout, Tensors};
+use crate::model::layout::{every_nth, AttentionGroup, Layout, Tensors};
 use crate::model::spec::{Experts, Role};
 use serde_json::Value;
 
@@ -30,17 +30,19 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     let tie = r.bool("tie_word_embeddings").unwrap_or(false);
 
     // Llama4TextConfig: moe_layers = range(step - 1, layers, step) unless given.
-    let mut moe_layers: Vec<u64> = match r.get("moe_layers").and_then(Value::as_array) {
-        Some(a) => a
-            .iter()
-            .filter_map(Value::as_u64)
-            .filter(|i| *i < layers)
-            .collect(),
-        None => (0..layers).filter(|i| (i + 1) % step == 0).collect(),
+    let sparse = match r.get("moe_layers").and_then(Value::as_array) {
+        Some(a) => {
+            let mut listed: Vec<u64> = a
+                .iter()
+                .filter_map(Value::as_u64)
+                .filter(|i| *i < layers)
+                .collect();
+            listed.sort_unstable();
+            listed.dedup();
+            listed.len() as u64
+        }
+        None => every_nth(layers, step),
     };
-    moe_layers.sort_unstable();
-    moe_layers.dedup();
-    let sparse = moe_layers.len() as u64;
     // no_rope_layers[i] = 1 → RoPE + chunked attention; 0 → NoPE global. Empty = the default
     // (every fourth layer NoPE).
     let chunked = match layer_types(r, Kind::Llama4, layers)? {
@@ -56,7 +58,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
                 }
                 a.iter().filter(|v| v.as_u64() == Some(1)).count() as u64
             }
-            _ => (0..layers).filter(|i| (i + 1) % 4 != 0).count() as u64,
+            _ => layers - every_nth(layers, 4),
         },
     };
     let chunked = if chunk.is_some() { chunked } else { 0 };

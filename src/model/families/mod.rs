@@ -247,6 +247,7 @@ pub fn defaults(model_type: &str) -> Map<String, Value> {
             "mamba_n_heads": 128, "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_conv": 4,
             "mamba_expand": 2, "mamba_conv_bias": true, "mamba_proj_bias": false,
             "mamba_rms_norm": false, "projectors_bias": false, "attention_bias": false,
+            "mamba_d_ssm": 1024,
             "mlp_bias": false, "tie_word_embeddings": false
         }),
         _ => json!({}),
@@ -257,26 +258,34 @@ pub fn defaults(model_type: &str) -> Map<String, Value> {
     }
 }
 
+/// The error for sizes that overflow: it names `field`, or the layer count when that is what
+/// made the product too large, and the bound.
+fn too_large(r: &Reader, field: &str, value: u64) -> InputError {
+    let layers = r
+        .opt_u64(&["num_hidden_layers", "n_layer", "num_layers"])
+        .ok()
+        .flatten()
+        .unwrap_or(0);
+    let (field, value) = if layers > value {
+        ("num_hidden_layers", layers)
+    } else {
+        (field, value)
+    };
+    r.bad(
+        field,
+        &Value::from(value),
+        "too large: the sizes it implies overflow 64 bits; llm-oom sizes models up to 10^15 parameters",
+    )
+}
+
 /// `a × b`, or the config error that says which product overflowed.
 pub(crate) fn mul(r: &Reader, field: &str, a: u64, b: u64) -> Result<u64, InputError> {
-    a.checked_mul(b).ok_or_else(|| {
-        r.bad(
-            field,
-            &Value::from(a),
-            "too large: the sizes it implies overflow",
-        )
-    })
+    a.checked_mul(b).ok_or_else(|| too_large(r, field, a))
 }
 
 /// `a + b`, likewise.
 pub(crate) fn add(r: &Reader, field: &str, a: u64, b: u64) -> Result<u64, InputError> {
-    a.checked_add(b).ok_or_else(|| {
-        r.bad(
-            field,
-            &Value::from(a),
-            "too large: the sizes it implies overflow",
-        )
-    })
+    a.checked_add(b).ok_or_else(|| too_large(r, field, a))
 }
 
 /// The finished tensor list, or an error naming `field` when a size overflowed.
@@ -285,13 +294,8 @@ pub(crate) fn finish(
     field: &str,
     t: Tensors,
 ) -> Result<Vec<super::spec::TensorGroup>, InputError> {
-    t.finish().ok_or_else(|| {
-        r.bad(
-            field,
-            &Value::from("…"),
-            "too large: the tensor sizes it implies overflow",
-        )
-    })
+    let value = r.opt_u64(&[field]).ok().flatten().unwrap_or(0);
+    t.finish().ok_or_else(|| too_large(r, field, value))
 }
 
 /// `layer_types` as strings, checked against what the family knows and against the layer count.

@@ -10,7 +10,7 @@
 use super::{add, common, embeddings, finish, gqa_row, layer_types, mul, Built, Gqa, Kind};
 use crate::error::InputError;
 use crate::model::config::Reader;
-use crate::model::layout::{AttentionGroup, Layout, StateGroup, Tensors};
+use crate::model::layout::{every_nth, sparse_every, AttentionGroup, Layout, StateGroup, Tensors};
 use crate::model::spec::{Experts, Role};
 use serde_json::Value;
 
@@ -23,7 +23,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     let interval = r.u64(&["full_attention_interval"])?;
     let full = match layer_types(r, Kind::Qwen3Next, layers)? {
         Some(types) => types.iter().filter(|t| *t == "full_attention").count() as u64,
-        None => (0..layers).filter(|i| (i + 1) % interval == 0).count() as u64,
+        None => every_nth(layers, interval),
     };
     let linear = layers - full;
     let (nk, nv) = (
@@ -52,9 +52,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
         .map(|a| a.iter().filter_map(Value::as_u64).collect())
         .unwrap_or_default();
     let sparse = if experts > 0 {
-        (0..layers)
-            .filter(|i| !mlp_only.contains(i) && (i + 1) % step == 0)
-            .count() as u64
+        sparse_every(layers, step, &mlp_only)
     } else {
         0
     };
