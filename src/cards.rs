@@ -197,6 +197,42 @@ pub fn parse_vram(s: &str) -> Result<Vram, InputError> {
     })
 }
 
+/// `--vram` naming several GPUs: a comma list (`24GiB,24GiB`, `rtx4090,rtx3090`) whose items may
+/// repeat (`2x24GiB`, `2xrtx4090`, `4xh100`). One device is the list of one.
+pub fn parse_devices(s: &str) -> Result<Vec<Vram>, InputError> {
+    let mut out = Vec::new();
+    for item in s.split(',') {
+        let t = item.trim();
+        if t.is_empty() {
+            return Err(InputError::Usage(format!(
+                "--vram {s}: an empty device between commas; write it like 24GiB,12GiB"
+            )));
+        }
+        let (n, each) = match t.split_once(['x', 'X']) {
+            Some((n, rest)) if !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()) => {
+                let n: usize = n.parse().map_err(|_| too_many(t))?;
+                (n, rest)
+            }
+            _ => (1, t),
+        };
+        if n == 0 || out.len() + n > MAX_GPUS {
+            return Err(too_many(t));
+        }
+        let v = parse_vram(each)?;
+        out.extend(std::iter::repeat_n(v, n));
+    }
+    Ok(out)
+}
+
+/// The most GPUs one plan takes (a node of 8, times 8 nodes).
+pub const MAX_GPUS: usize = 64;
+
+fn too_many(t: &str) -> InputError {
+    InputError::Usage(format!(
+        "--vram {t}: write 1 to {MAX_GPUS} devices, like 2x24GiB or 24GiB,12GiB"
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,6 +267,24 @@ mod tests {
         assert!(parse_vram("24XB").is_err());
         assert!(parse_vram("rtx9999").is_err());
         assert!(parse_vram("").is_err());
+    }
+
+    #[test]
+    fn several_devices_are_a_list_or_a_count() {
+        let b =
+            |s: &str| -> Vec<u64> { parse_devices(s).unwrap().iter().map(|v| v.bytes).collect() };
+        assert_eq!(b("24GiB,24GiB"), vec![24 * GIB, 24 * GIB]);
+        assert_eq!(b("2x24GiB"), vec![24 * GIB, 24 * GIB]);
+        assert_eq!(b("2xrtx4090"), vec![24_564 * MIB; 2]);
+        assert_eq!(b("24GiB, 12GiB"), vec![24 * GIB, 12 * GIB]);
+        assert_eq!(b("rtx4090"), vec![24_564 * MIB]);
+        assert_eq!(
+            b("2x24GB,rtx3090"),
+            vec![24_564 * MIB, 24_564 * MIB, 24_576 * MIB]
+        );
+        for bad in ["0x24GiB", "65x24GiB", "2x", "24GiB,,24GiB", "2x24"] {
+            assert!(parse_devices(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

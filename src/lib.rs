@@ -18,6 +18,7 @@ pub mod exit;
 pub mod logparse;
 pub mod meter;
 pub mod model;
+pub mod placement;
 pub mod probe;
 pub mod report;
 pub mod request;

@@ -90,6 +90,12 @@ pub struct WorkloadRequest {
     /// class, 24,564 MiB`), said in the report's notes; `None` for an exact size.
     pub vram_read: Option<String>,
     pub gpu_index: u32,
+    /// Every GPU's total when `--vram` names more than one (`24GiB,24GiB`, `2xrtx4090`); then
+    /// `vram` is the first. Empty for one device: the single-device plan is unchanged.
+    pub gpus: Vec<u64>,
+    /// The host RAM offered as the offload tier (`--host-ram`; `None` = the detected
+    /// MemAvailable, as accelerate reads it).
+    pub host_ram: Option<u64>,
 }
 
 impl WorkloadRequest {

@@ -9,6 +9,7 @@ Examples:
   llm-oom plan --model ./my-model --prompt-tokens 8000 --max-new-tokens 1000 --batch 4 --vram 24GiB
   llm-oom plan --model llama-2-13b-hf --dtype nf4 --vram 16GiB --markdown
   llm-oom plan --model model.Q4_K_M.gguf --engine llama.cpp --vram 8GiB --json
+  llm-oom plan --model meta-llama/Llama-3.3-70B-Instruct --dtype nf4 --vram 2x24GiB
   llm-oom plan --list-presets";
 
 const EXPLAIN_EXAMPLES: &str = "\
@@ -154,7 +155,9 @@ pub struct WorkloadArgs {
         allow_negative_numbers = true
     )]
     pub batch: Option<i64>,
-    /// The card to plan for (24GiB, 80GB…) [default: the detected GPU's free memory]
+    /// The card to plan for (24GiB, 80GB, rtx4090…); plan takes several GPUs too (24GiB,12GiB,
+    /// 2x24GiB, 2xrtx4090) and places the model like device_map="auto" [default: the detected
+    /// GPU's free memory]
     #[arg(long, allow_hyphen_values = true)]
     pub vram: Option<String>,
     /// Which engine's memory behaviour: transformers, transformers-eager, vllm, llama.cpp, candle
@@ -172,6 +175,9 @@ pub struct PlanArgs {
     /// List the embedded model presets and exit.
     #[arg(long)]
     pub list_presets: bool,
+    /// Host RAM offered for offloaded layers (64GiB…) [default: this machine's MemAvailable]
+    #[arg(long, allow_hyphen_values = true)]
+    pub host_ram: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -25,7 +25,14 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
                 print(&list_presets(format)?)?;
                 return Ok(ExitStatus::Fits);
             }
-            let r = plan(&plan_request(&args.workload)?)?;
+            let mut req = plan_request(&args.workload)?;
+            req.host_ram = args
+                .host_ram
+                .as_deref()
+                .map(str::parse::<llm_oom::units::Bytes>)
+                .transpose()?
+                .map(|b| b.0);
+            let r = plan(&req)?;
             print(&report_text(&r, format)?)?;
             Ok(ExitStatus::of(&r.verdict))
         }
@@ -231,11 +238,17 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
     let prompt = prompt_from_file(&model, a)?
         .or(a.prompt_tokens)
         .unwrap_or(2048);
-    let vram = a
+    let devices = a
         .vram
         .as_deref()
-        .map(llm_oom::cards::parse_vram)
-        .transpose()?;
+        .map(llm_oom::cards::parse_devices)
+        .transpose()?
+        .unwrap_or_default();
+    let gpus = match devices.len() {
+        0 | 1 => Vec::new(),
+        _ => devices.iter().map(|v| v.bytes).collect(),
+    };
+    let vram = devices.into_iter().next();
     Ok(PlanRequest {
         model,
         dtype: a.dtype.as_deref().map(str::parse).transpose()?,
@@ -250,6 +263,8 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
             .map(|v| format!("--vram {}", v.resolved)),
         vram: vram.map(|v| v.bytes),
         gpu_index: a.gpu,
+        gpus,
+        host_ram: None,
     })
 }
 

@@ -25,7 +25,7 @@ pub fn weight_bytes(spec: &Spec, dtype: WeightDtype) -> u64 {
         .sum()
 }
 
-fn group_bytes(spec: &Spec, t: &TensorGroup, dtype: WeightDtype) -> u64 {
+pub fn group_bytes(spec: &Spec, t: &TensorGroup, dtype: WeightDtype) -> u64 {
     let n = t.rows * t.cols;
     let dense = dtype.dense_bytes();
     match dtype {
