@@ -7,6 +7,7 @@ pub mod predicted;
 pub mod pricing;
 pub mod read;
 pub mod remedy;
+pub mod snapshot;
 
 use std::fmt;
 
