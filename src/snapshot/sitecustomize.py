@@ -113,8 +113,8 @@ def _llm_oom_hook():
             state["torch"] = str(getattr(torch, "__version__", "?"))
             if getattr(torch.version, "cuda", None) is None:
                 state["note"] = "torch has no CUDA build"
-            else:
-                torch.cuda._lazy_call(on_cuda_init)
+            # Runs right away if CUDA is up already, else inside torch.cuda._lazy_init.
+            torch.cuda._lazy_call(on_cuda_init)
         except Exception:
             note("torch import")
         write_status()
