@@ -9,6 +9,7 @@
 cd "$(dirname "$0")/../.."
 PY=${PY:-python3}
 W=scripts/gpu/snapshot-workload.py
+set -- snapshot   # common.sh names the archive after the script's $1
 source scripts/gpu/common.sh snapshot
 HOOK=$PWD/src/snapshot
 DRYARG=${DRY:+--dry-run}
