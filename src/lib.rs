@@ -23,6 +23,7 @@ pub mod probe;
 pub mod report;
 pub mod request;
 pub mod runtime;
+pub mod snapshot;
 pub mod units;
 pub mod verdict;
 

@@ -8,6 +8,7 @@ pub mod predicted;
 pub mod pricing;
 pub mod read;
 pub mod remedy;
+pub mod snapshot;
 
 use std::fmt;
 
