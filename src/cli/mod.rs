@@ -45,6 +45,15 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
             Ok(ExitStatus::Fits)
         }
         Command::Explain(args) => {
+            // PyTorch's allocator snapshot (a pickle) is a record, not a log.
+            let path = std::path::Path::new(&args.input);
+            if args.input != "-" && llm_oom::commands::snapshot::is_snapshot(path) {
+                let r = llm_oom::commands::snapshot::explain_snapshot(
+                    &llm_oom::commands::snapshot::SnapshotRequest { path: path.into() },
+                )?;
+                print(&report_text(&r, format)?)?;
+                return Ok(r.exit_status());
+            }
             let raw = read_input(&args.input)?;
             let plan = match &args.workload.model {
                 Some(_) => Some(plan_request(&args.workload)?),

@@ -7,4 +7,5 @@ pub mod env;
 pub mod explain;
 pub mod plan;
 pub mod run;
+pub mod snapshot;
 pub mod watch;

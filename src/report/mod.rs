@@ -9,6 +9,7 @@ pub mod explain;
 pub mod markdown;
 pub mod placement;
 pub mod plan;
+pub mod snapshot;
 pub mod svg;
 pub mod text;
 pub mod watch;
