@@ -90,6 +90,19 @@ pub struct WorkloadRequest {
 }
 
 impl WorkloadRequest {
+    /// Every size within its ceiling (`crate::limits`), else the error that names the bound: a
+    /// library caller gets the refusal the CLI gives.
+    pub fn check(&self) -> Result<(), InputError> {
+        use crate::limits::flag;
+        flag("--prompt-tokens", self.prompt_tokens)?;
+        flag("--max-new-tokens", self.max_new_tokens)?;
+        flag("--batch", self.batch)?;
+        if let Some(v) = self.vram {
+            flag("--vram", v)?;
+        }
+        Ok(())
+    }
+
     /// The workload on this model: weights in the dtype asked (else the checkpoint's), the KV cache
     /// in the dtype asked (else the weights' compute dtype).
     pub fn workload(&self, spec: &Spec) -> Workload {

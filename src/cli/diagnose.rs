@@ -58,7 +58,7 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<ExitStatus> {
         prompt_tokens: positive("--prompt-tokens", prompt)?,
         max_new_tokens: positive("--max-new-tokens", w.max_new_tokens)?,
         batch: positive("--batch", batch)?,
-        engine: w.engine.parse()?,
+        engine: w.engine.as_deref().unwrap_or("transformers").parse()?,
         device,
         vram_limit,
         find_limits: args.find_limits,

@@ -13,6 +13,7 @@ use llm_oom::commands::explain::{explain, ExplainRequest};
 use llm_oom::commands::plan::{plan, PlanRequest};
 use llm_oom::commands::watch::{watch, WatchRequest};
 use llm_oom::error::InputError;
+use llm_oom::estimate::Engine;
 use llm_oom::model::presets::PRESETS;
 use llm_oom::report::{self, render, Format, Render};
 use llm_oom::ExitStatus;
@@ -45,7 +46,7 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
             };
             let req = ExplainRequest {
                 plan,
-                engine: args.workload.engine.parse()?,
+                engine: engine_for(&args.workload)?,
             };
             let r = explain(&raw, &req)?;
             print(&render(&r, format)?)?;
@@ -129,11 +130,12 @@ fn format(cli: &Cli) -> Format {
     }
 }
 
+/// A count flag: at least 1 and within its ceiling (`llm_oom::limits`).
 pub(crate) fn positive(what: &'static str, v: i64) -> Result<u64, InputError> {
     if v < 1 {
         return Err(InputError::NotPositive { what, value: v });
     }
-    Ok(v as u64)
+    llm_oom::limits::flag(what, v as u64)
 }
 
 /// `20ms`, `0.5s`, `2` (milliseconds).
@@ -195,13 +197,45 @@ pub(crate) fn prompt_from_file(
         return Ok(None);
     };
     let resolved = llm_oom::model::resolve(model)?;
-    let (n, tokenizer) = llm_oom::model::tokenizer::count_prompt_tokens(&resolved, path)?;
+    let c = llm_oom::model::tokenizer::count_prompt_tokens(&resolved, path)?;
+    if c.stopped_at_ceiling {
+        return Err(InputError::TooLarge {
+            what: format!(
+                "--prompt-file {} (counting stopped after its first {} bytes, the rest was not read)",
+                path.display(),
+                llm_oom::units::group(c.bytes_read)
+            ),
+            value: format!("at least {} tokens", llm_oom::units::group(c.tokens)),
+            max: format!(
+                "{} tokens or {} bytes",
+                llm_oom::units::group(llm_oom::limits::MAX_TOKENS),
+                llm_oom::units::group(llm_oom::model::tokenizer::MAX_PROMPT_BYTES)
+            ),
+        }
+        .into());
+    }
     eprintln!(
-        "llm-oom: {} is {n} tokens with {}",
+        "llm-oom: {} is {} tokens with {}",
         path.display(),
-        tokenizer.display()
+        c.tokens,
+        c.tokenizer.display()
     );
-    Ok(Some(n as i64))
+    Ok(Some(i64::try_from(c.tokens).unwrap_or(i64::MAX)))
+}
+
+/// `--engine` as given; without it llama.cpp for a `.gguf` model, else transformers.
+pub(crate) fn engine_for(a: &WorkloadArgs) -> Result<Engine, InputError> {
+    match &a.engine {
+        Some(e) => e.parse(),
+        None if a.model.as_deref().is_some_and(is_gguf) => Ok(Engine::LlamaCpp),
+        None => Ok(Engine::Transformers),
+    }
+}
+
+fn is_gguf(model: &str) -> bool {
+    std::path::Path::new(model)
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
 }
 
 pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
@@ -219,11 +253,13 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
         prompt_tokens: positive("--prompt-tokens", prompt)?,
         max_new_tokens: positive("--max-new-tokens", a.max_new_tokens)?,
         batch: positive("--batch", a.batch.unwrap_or(1))?,
-        engine: a.engine.parse()?,
+        engine: engine_for(a)?,
         vram: a
             .vram
             .as_deref()
-            .map(|s| llm_oom::cards::parse_vram(s).map(|v| v.bytes))
+            .map(|s| {
+                llm_oom::cards::parse_vram(s).and_then(|v| llm_oom::limits::flag("--vram", v.bytes))
+            })
             .transpose()?,
         gpu_index: a.gpu,
     })

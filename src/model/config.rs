@@ -75,12 +75,28 @@ impl Reader<'_> {
         for key in keys {
             if let Some(v) = self.get(key) {
                 return match v.as_u64() {
-                    Some(n) => Ok(Some(n)),
+                    Some(n) => self.bounded(key, n).map(Some),
                     None => Err(self.bad(key, v, "expected a non-negative integer")),
                 };
             }
         }
         Ok(None)
+    }
+
+    /// `n` within the ceiling of what `key` counts (`limits::for_key`).
+    fn bounded(&self, key: &str, n: u64) -> Result<u64, InputError> {
+        let (max, what) = crate::limits::for_key(key);
+        if n > max {
+            return Err(self.bad(
+                key,
+                &Value::from(n),
+                &format!(
+                    "past llm-oom's ceiling of {} for a {what}; no real model comes near it",
+                    crate::units::group(max)
+                ),
+            ));
+        }
+        Ok(n)
     }
 
     pub(crate) fn u64(&self, keys: &[&str]) -> Result<u64, InputError> {
@@ -185,7 +201,7 @@ impl Reader<'_> {
             Family::QwenMoe => {
                 let count = self.u64(&["num_experts"])?;
                 let step = self.opt_u64(&["decoder_sparse_step"])?.unwrap_or(1).max(1);
-                let mlp_only: Vec<u64> = self
+                let mlp_only: std::collections::BTreeSet<u64> = self
                     .get("mlp_only_layers")
                     .and_then(Value::as_array)
                     .map(|a| a.iter().filter_map(Value::as_u64).collect())
@@ -377,7 +393,7 @@ impl Reader<'_> {
                     .opt_u64(&["sliding_window_pattern"])?
                     .unwrap_or(6)
                     .max(1);
-                (0..layers).filter(|i| (i + 1) % pattern != 0).count() as u64
+                layers - layers / pattern
             }
             Family::Qwen2 | Family::Qwen3 | Family::QwenMoe => {
                 if self.bool("use_sliding_window").unwrap_or(false) {

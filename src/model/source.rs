@@ -132,9 +132,16 @@ pub fn resolve(model: &str) -> Result<ResolvedModel, InputError> {
         cache_dir.display()
     );
     if offline() || !model.contains('/') {
+        let hint = if offline() {
+            "or unset HF_HUB_OFFLINE to fetch its config.json from the hub".to_string()
+        } else {
+            "or a Hugging Face id of the form owner/name to fetch its config.json from the hub"
+                .to_string()
+        };
         return Err(InputError::ModelNotFound {
             id: model.to_string(),
             tried,
+            hint,
         });
     }
     let config = fetch_config(model, cache)?;

@@ -172,16 +172,18 @@ pub struct TensorGroup {
 
 impl TensorGroup {
     pub fn params(&self) -> u64 {
-        self.rows * self.cols * self.count
+        self.rows
+            .saturating_mul(self.cols)
+            .saturating_mul(self.count)
     }
 }
 
 impl Spec {
     pub fn q_dim(&self) -> u64 {
-        self.num_heads * self.head_dim
+        self.num_heads.saturating_mul(self.head_dim)
     }
     pub fn kv_dim(&self) -> u64 {
-        self.num_kv_heads * self.head_dim
+        self.num_kv_heads.saturating_mul(self.head_dim)
     }
     /// Every weight tensor as transformers lays it out (fused projections counted as their parts:
     /// the bytes are the same).
@@ -205,18 +207,31 @@ impl Spec {
             g(Role::AttnV, kv, h, l),
             g(Role::AttnO, h, q, l),
             // final norm + per-layer norms
-            g(Role::Vector, 1, h, 1 + self.norms_per_layer * l),
+            g(
+                Role::Vector,
+                1,
+                h,
+                self.norms_per_layer.saturating_mul(l).saturating_add(1),
+            ),
         ];
         if !self.tie_word_embeddings {
             t.push(g(Role::LmHead, v, h, 1));
         }
         if self.qkv_bias {
-            t.push(g(Role::Vector, 1, q + 2 * kv, l));
+            t.push(g(
+                Role::Vector,
+                1,
+                q.saturating_add(kv.saturating_mul(2)),
+                l,
+            ));
         }
         if self.qk_norm {
-            t.push(g(Role::Vector, 1, 2 * self.head_dim, l));
+            t.push(g(Role::Vector, 1, self.head_dim.saturating_mul(2), l));
         }
-        let dense_layers = self.experts.as_ref().map_or(l, |e| l - e.sparse_layers);
+        let dense_layers = self
+            .experts
+            .as_ref()
+            .map_or(l, |e| l.saturating_sub(e.sparse_layers));
         let mlp = |t: &mut Vec<TensorGroup>, inter: u64, count: u64| {
             if count > 0 && inter > 0 {
                 t.push(g(Role::MlpGate, inter, h, count));
@@ -228,7 +243,11 @@ impl Spec {
         if let Some(e) = &self.experts {
             t.push(g(Role::Router, e.count, h, e.sparse_layers));
             let experts = t.len();
-            mlp(&mut t, e.intermediate_size, e.count * e.sparse_layers);
+            mlp(
+                &mut t,
+                e.intermediate_size,
+                e.count.saturating_mul(e.sparse_layers),
+            );
             for x in &mut t[experts..] {
                 x.routed = true;
             }
@@ -244,7 +263,11 @@ impl Spec {
     pub fn parameters(&self) -> u64 {
         match &self.gguf {
             Some(g) => g.parameters,
-            None => self.tensors().iter().map(TensorGroup::params).sum(),
+            None => self
+                .tensors()
+                .iter()
+                .map(TensorGroup::params)
+                .fold(0, u64::saturating_add),
         }
     }
 
@@ -256,7 +279,7 @@ impl Spec {
                 .iter()
                 .filter(|g| g.window.is_none())
                 .map(|g| g.layers)
-                .sum(),
+                .fold(0, u64::saturating_add),
             None => self.num_layers.saturating_sub(self.sliding_layers),
         }
     }
