@@ -88,6 +88,9 @@ pub enum Command {
     Run(RunArgs),
     #[command(hide = true, name = "__probe")]
     Probe(ProbeArgs),
+    /// watch's guardian (internal): kills the watched tree if watch dies before it ends.
+    #[command(hide = true, name = "__watch-guard")]
+    WatchGuard,
     /// Print a shell completion script.
     Completions {
         /// bash, zsh, fish, elvish or powershell

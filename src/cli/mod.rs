@@ -52,33 +52,10 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
             print(&render(&r, format)?)?;
             Ok(ExitStatus::of(&r.verdict))
         }
-        Command::Watch(args) => {
-            let req = WatchRequest {
-                command: args.command.clone(),
-                interval: parse_interval(&args.interval)?,
-                gpu_index: args.gpu,
-                engine: args.engine.parse()?,
-            };
-            let r = watch(&req)?;
-            // The report goes to stderr (the program's own output has stdout): colour follows it.
-            let format = match format {
-                Format::Text { .. } => Format::Text {
-                    color: matches!(cli.color, ColorChoice::Always)
-                        || (matches!(cli.color, ColorChoice::Auto)
-                            && args.output.is_none()
-                            && std::io::stderr().is_terminal()),
-                },
-                other => other,
-            };
-            let text = render(&r, format)?;
-            if let (Some(path), Some(svg)) = (&args.svg, r.svg()) {
-                write_file(path, &svg)?;
-            }
-            match &args.output {
-                Some(path) => write_file(path, &text)?,
-                None => eprint!("\n{text}"),
-            }
-            Ok(r.exit_status(args.fail_on_oom))
+        Command::Watch(args) => watch_command(args, format, cli.color),
+        Command::WatchGuard => {
+            llm_oom::commands::watch::guard::serve(std::io::stdin().lock());
+            Ok(ExitStatus::Fits)
         }
         Command::Run(args) => {
             let r = llm_oom::commands::run::run(&llm_oom::commands::run::RunRequest {
@@ -102,6 +79,80 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
             clap_complete::generate(*shell, &mut cmd, "llm-oom", &mut std::io::stdout());
             Ok(ExitStatus::Fits)
         }
+    }
+}
+
+/// `watch`: the output paths checked before the program starts (exit 2, nothing run); the
+/// report written at the end, or on stderr when that fails, with the program's exit code kept.
+fn watch_command(args: &args::WatchArgs, format: Format, color: ColorChoice) -> Result<ExitStatus> {
+    for path in [&args.output, &args.svg].into_iter().flatten() {
+        check_writable(path)?;
+    }
+    let req = WatchRequest {
+        command: args.command.clone(),
+        interval: parse_interval(&args.interval)?,
+        gpu_index: args.gpu,
+        engine: args.engine.parse()?,
+        guard_exe: std::env::current_exe().ok(),
+    };
+    let r = watch(&req)?;
+    // The report goes to stderr (the program's own output has stdout): colour follows it.
+    let format = match format {
+        Format::Text { .. } => Format::Text {
+            color: matches!(color, ColorChoice::Always)
+                || (matches!(color, ColorChoice::Auto)
+                    && args.output.is_none()
+                    && std::io::stderr().is_terminal()),
+        },
+        other => other,
+    };
+    let text = render(&r, format)?;
+    // Writes to stderr never panic: a closed stderr must not lose the exit code.
+    let say = |s: &str| {
+        let _ = std::io::stderr().lock().write_all(s.as_bytes());
+    };
+    if let (Some(path), Some(svg)) = (&args.svg, r.svg()) {
+        if let Err(e) = std::fs::write(path, &svg) {
+            say(&format!(
+                "llm-oom: cannot write {}: {e}; the timeline drawing is lost, the report is not\n",
+                path.display()
+            ));
+        }
+    }
+    match &args.output {
+        Some(path) => {
+            if let Err(e) = std::fs::write(path, &text) {
+                say(&format!(
+                    "llm-oom: cannot write the report to {}: {e}; it follows on standard error\n\n{text}",
+                    path.display()
+                ));
+            }
+        }
+        None => say(&format!("\n{text}")),
+    }
+    Ok(r.exit_status(args.fail_on_oom))
+}
+
+/// A report path watch can write: opened for writing (created if missing, not truncated) before
+/// the program runs, so a typo costs nothing.
+fn check_writable(path: &std::path::Path) -> Result<(), InputError> {
+    let existed = path.exists();
+    let opened = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path);
+    match opened {
+        Ok(_) => {
+            if !existed {
+                let _ = std::fs::remove_file(path);
+            }
+            Ok(())
+        }
+        Err(source) => Err(InputError::Usage(format!(
+            "cannot write the report to {} ({source}); nothing was run — fix the path and run again",
+            path.display()
+        ))),
     }
 }
 
