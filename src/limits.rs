@@ -13,6 +13,8 @@ pub const MAX_TOKENS: u64 = 10_000_000;
 pub const MAX_BATCH: u64 = 65_536;
 /// The card (`--vram`): 1 PiB.
 pub const MAX_VRAM: u64 = 1 << 50;
+/// The smallest card (`--vram`): 64 MiB (`24B` is 24 bytes, a typo for 24GB).
+pub const MIN_VRAM: u64 = 64 << 20;
 /// Decoder layers (`num_hidden_layers`, GGUF `block_count`).
 pub const MAX_LAYERS: u64 = 65_536;
 /// Attention heads, KV heads, and any other head count of a config.
@@ -57,6 +59,11 @@ pub fn for_key(key: &str) -> (u64, &'static str) {
 
 /// A workload flag within its ceiling, else the error that names it.
 pub fn flag(what: &'static str, value: u64) -> Result<u64, InputError> {
+    if what == "--vram" && value < MIN_VRAM {
+        return Err(InputError::Usage(format!(
+            "--vram is {value} bytes, below llm-oom's floor of 64 MiB; write the unit, like 24GB or 24GiB"
+        )));
+    }
     let max = match what {
         "--batch" => MAX_BATCH,
         "--vram" => MAX_VRAM,
@@ -102,5 +109,7 @@ mod tests {
         assert!(e.to_string().contains("--prompt-tokens"), "{e}");
         assert!(e.to_string().contains("10,000,000"), "{e}");
         assert!(flag("--batch", MAX_BATCH + 1).is_err());
+        assert!(flag("--vram", 24).is_err());
+        assert!(flag("--vram", MIN_VRAM).is_ok());
     }
 }
