@@ -242,8 +242,7 @@ proptest! {
         let within = prompt <= 10_000_000
             && new <= 10_000_000
             && batch <= 65_536
-            && vram <= 1 << 50
-            && vram >= 64 << 20;
+            && (64 << 20..=1 << 50).contains(&vram);
         match plan(&req) {
             Ok(r) => {
                 prop_assert!(within);

@@ -4,7 +4,6 @@
 mod util;
 
 use std::process::Stdio;
-use std::time::Duration;
 
 use serde_json::Value;
 use util::{llm_oom, run, temp};

@@ -13,9 +13,10 @@ use crate::error::InputError;
 /// byte-level tokenizers LLMs use), so memory stays bounded whatever the file.
 pub const PROMPT_CHUNK: usize = 1 << 20;
 
-/// Bytes of a prompt file read at most (1 GiB): a tokenizer that makes few tokens of it (one
-/// [UNK] per run of NULs) would otherwise read `/dev/zero` for ever.
-pub const MAX_PROMPT_BYTES: u64 = 1 << 30;
+/// Bytes of a prompt file read at most (128 MiB, more than 10M tokens of any real text): a
+/// tokenizer that makes few tokens of it (one [UNK] per run of NULs) would otherwise read
+/// `/dev/zero` for ever.
+pub const MAX_PROMPT_BYTES: u64 = 128 << 20;
 
 /// What counting a prompt file found.
 #[derive(Debug, Clone, PartialEq, Eq)]

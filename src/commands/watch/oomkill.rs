@@ -59,9 +59,9 @@ impl OomWatch {
     /// Note the memory cgroup of `pid`, with its counter as it is now, the first time it is seen.
     pub fn see(&mut self, pid: u32) {
         for path in counter_files(pid) {
-            if !self.counters.contains_key(&path) {
-                if let Some(n) = read_counter(&path) {
-                    self.counters.insert(path, n);
+            if let std::collections::btree_map::Entry::Vacant(slot) = self.counters.entry(path) {
+                if let Some(n) = read_counter(slot.key()) {
+                    slot.insert(n);
                 }
             }
         }
