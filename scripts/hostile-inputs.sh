@@ -194,7 +194,7 @@ for v in 0 65537 1099511627776 18446744073709551615; do
     row "0 1 2" "mixtral num_local_experts = $v" -- plan --model "$(cfg "e$TOTAL" "{$MOE,\"num_local_experts\":$v,\"num_experts_per_tok\":2}")" --vram 24GiB
 done
 for v in 0 100 65537; do
-    row "0 1 2" "mixtral num_experts_per_tok = $v" -- plan --model "$(cfg "t$TOTAL" "{$MOE,\"num_local_experts\":8,\"num_experts_per_tok\":$v}")" --vram 24GiB
+    row "2" "mixtral num_experts_per_tok = $v (8 experts)" -- plan --model "$(cfg "t$TOTAL" "{$MOE,\"num_local_experts\":8,\"num_experts_per_tok\":$v}")" --vram 24GiB
 done
 row "1" "every width at its ceiling, 65,536 experts x 65,536 layers (was FITS, 0 B)" -- plan --model "$(cfg wide '{"model_type":"mixtral","hidden_size":1048576,"intermediate_size":1048576,"num_hidden_layers":65536,"num_attention_heads":64,"num_key_value_heads":8,"vocab_size":32000,"num_local_experts":65536,"num_experts_per_tok":2}')" --vram 80GiB
 row "2" "num_hidden_layers = 2^62 (hung: a loop per layer)" -- plan --model "$(cfg layers62 "{$LLAMA,\"num_hidden_layers\":4611686018427387904}")"

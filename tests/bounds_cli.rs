@@ -95,6 +95,16 @@ fn huge_counts_in_a_config_are_refused_by_name_or_never_fit() {
             r.stderr
         );
     }
+    // Zero active experts, or more than there are, planned as FITS before.
+    for (active, name) in [(0, "active0"), (9, "active9")] {
+        let cfg = moe(4096, 14336, 32, 32, 8).replace(
+            r#""num_experts_per_tok":2"#,
+            &format!(r#""num_experts_per_tok":{active}"#),
+        );
+        let r = plan(&cfg, name);
+        assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+        assert!(r.stderr.contains("num_experts_per_tok"), "{}", r.stderr);
+    }
     // Within every ceiling, but the bytes pass 64 bits: this came out as FITS with 0 B weights.
     let r = plan(&moe(1 << 20, 1 << 20, 65_536, 64, 65_536), "wide");
     assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);

@@ -150,7 +150,7 @@ pub fn more_bits_layers(n: u64) -> u64 {
     // eighth, and between them the i with (i - n/8) % 3 == 2.
     let (lo, hi) = (n / 8, (7 * (n as u128) / 8) as u64);
     let middle = hi.saturating_sub(lo);
-    lo + n.saturating_sub(hi) + middle.saturating_add(1) / 3
+    lo + n.saturating_sub(hi) + middle / 3
 }
 
 #[cfg(test)]

@@ -99,6 +99,21 @@ impl Reader<'_> {
         Ok(n)
     }
 
+    /// `num_experts_per_tok`: at least one and at most the `count` experts there are (default 2).
+    fn active_experts(&self, count: u64) -> Result<u64, InputError> {
+        let active = self
+            .opt_u64(&["num_experts_per_tok"])?
+            .unwrap_or(2.min(count));
+        if active == 0 || active > count {
+            return Err(self.bad(
+                "num_experts_per_tok",
+                &Value::from(active),
+                &format!("must be between 1 and the {count} experts"),
+            ));
+        }
+        Ok(active)
+    }
+
     pub(crate) fn u64(&self, keys: &[&str]) -> Result<u64, InputError> {
         match self.opt_u64(keys)? {
             Some(0) => Err(InputError::BadField {
@@ -192,7 +207,7 @@ impl Reader<'_> {
                 let count = self.u64(&["num_local_experts", "num_experts"])?;
                 Some(Experts {
                     count,
-                    active: self.opt_u64(&["num_experts_per_tok"])?.unwrap_or(2),
+                    active: self.active_experts(count)?,
                     intermediate_size: self.u64(&["intermediate_size"])?,
                     sparse_layers: layers,
                     shared_intermediate_size: 0,
@@ -211,7 +226,7 @@ impl Reader<'_> {
                     .count() as u64;
                 Some(Experts {
                     count,
-                    active: self.opt_u64(&["num_experts_per_tok"])?.unwrap_or(2),
+                    active: self.active_experts(count)?,
                     intermediate_size: self.u64(&["moe_intermediate_size"])?,
                     sparse_layers,
                     shared_intermediate_size: self
