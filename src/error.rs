@@ -87,6 +87,8 @@ pub enum InputError {
     },
     #[error("{0}")]
     Usage(String),
+    #[error("the checkpoint's {file} cannot be read ({reason}); check the repository or pass the folder of a complete download")]
+    Checkpoint { file: String, reason: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -19,6 +19,7 @@ pub mod limits;
 pub mod logparse;
 pub mod meter;
 pub mod model;
+pub mod placement;
 pub mod probe;
 pub mod report;
 pub mod request;

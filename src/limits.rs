@@ -66,14 +66,14 @@ pub fn flag(what: &'static str, value: u64) -> Result<u64, InputError> {
     }
     let max = match what {
         "--batch" => MAX_BATCH,
-        "--vram" => MAX_VRAM,
+        "--vram" | "--host-ram" => MAX_VRAM,
         _ => MAX_TOKENS,
     };
     if value > max {
         return Err(InputError::TooLarge {
             what: what.to_string(),
             value: value.to_string(),
-            max: if what == "--vram" {
+            max: if max == MAX_VRAM {
                 format!("1 PiB ({} bytes)", crate::units::group(max))
             } else {
                 crate::units::group(max)

@@ -105,16 +105,17 @@ fn huge_counts_in_a_config_are_refused_by_name_or_never_fit() {
         assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
         assert!(r.stderr.contains("num_experts_per_tok"), "{}", r.stderr);
     }
-    // Within every ceiling, but the bytes pass 64 bits: this came out as FITS with 0 B weights.
+    // Within every per-field ceiling, but the bytes pass 64 bits: this came out as FITS with 0 B
+    // weights. Now the parameter bound (model::layout, 10^15) refuses it by its largest field.
     let r = plan(&moe(1 << 20, 1 << 20, 65_536, 64, 65_536), "wide");
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("10^15 parameters"), "{}", r.stderr);
+    // Below that bound a model that cannot fit is WOULD OOM on weights, never FITS.
+    let r = plan(&moe(16_384, 65_536, 256, 64, 64), "big");
     assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
     let j = json(&r.stdout);
     assert_eq!(j["verdict"]["cause"], "weights");
-    assert!(
-        j["weights_bytes"].as_u64().unwrap() > 1 << 60,
-        "{}",
-        j["weights_bytes"]
-    );
+    assert!(j["weights_bytes"].as_u64().unwrap() > 80 << 30);
 }
 
 #[test]

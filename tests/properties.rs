@@ -237,7 +237,10 @@ proptest! {
             batch: batch.max(1),
             engine: Engine::ALL[engine],
             vram: Some(vram.max(1)),
+            vram_read: None,
             gpu_index: 0,
+            gpus: Vec::new(),
+            host_ram: Some(64 << 30),
         };
         let within = prompt <= 10_000_000
             && new <= 10_000_000

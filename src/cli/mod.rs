@@ -26,8 +26,15 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
                 print(&list_presets(format)?)?;
                 return Ok(ExitStatus::Fits);
             }
-            let r = plan(&plan_request(&args.workload)?)?;
-            print(&render(&r, format)?)?;
+            let mut req = plan_request(&args.workload)?;
+            req.host_ram = args
+                .host_ram
+                .as_deref()
+                .map(str::parse::<llm_oom::units::Bytes>)
+                .transpose()?
+                .map(|b| b.0);
+            let r = plan(&req)?;
+            print(&report_text(&r, format)?)?;
             Ok(ExitStatus::of(&r.verdict))
         }
         Command::Diagnose(args) => diagnose::run(args, format),
@@ -49,7 +56,7 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
                 engine: engine_for(&args.workload)?,
             };
             let r = explain(&raw, &req)?;
-            print(&render(&r, format)?)?;
+            print(&report_text(&r, format)?)?;
             Ok(ExitStatus::of(&r.verdict))
         }
         Command::Watch(args) => watch_command(args, format, cli.color),
@@ -72,6 +79,25 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
                 quantize: args.quantize.as_deref().map(str::parse).transpose()?,
             })?;
             print(&report::json(&r)?)?;
+            Ok(ExitStatus::Fits)
+        }
+        Command::Env { python } => {
+            let r = llm_oom::commands::env::env(&llm_oom::commands::env::EnvRequest {
+                python: python
+                    .clone()
+                    .unwrap_or_else(llm_oom::probe::launcher::default_python),
+            });
+            print(&render(&r, format)?)?;
+            Ok(ExitStatus::Fits)
+        }
+        Command::Man => {
+            let mut roff = Vec::new();
+            clap_mangen::Man::new(Cli::command())
+                .render(&mut roff)
+                .map_err(|e| {
+                    llm_oom::Error::Internal(format!("cannot render the man page: {e}"))
+                })?;
+            print(&String::from_utf8_lossy(&roff))?;
             Ok(ExitStatus::Fits)
         }
         Command::Completions { shell } => {
@@ -297,6 +323,20 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
     let prompt = prompt_from_file(&model, a)?
         .or(a.prompt_tokens)
         .unwrap_or(2048);
+    let devices = a
+        .vram
+        .as_deref()
+        .map(llm_oom::cards::parse_devices)
+        .transpose()?
+        .unwrap_or_default();
+    for d in &devices {
+        llm_oom::limits::flag("--vram", d.bytes)?;
+    }
+    let gpus = match devices.len() {
+        0 | 1 => Vec::new(),
+        _ => devices.iter().map(|v| v.bytes).collect(),
+    };
+    let vram = devices.into_iter().next();
     Ok(PlanRequest {
         model,
         dtype: a.dtype.as_deref().map(str::parse).transpose()?,
@@ -305,14 +345,14 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
         max_new_tokens: positive("--max-new-tokens", a.max_new_tokens)?,
         batch: positive("--batch", a.batch.unwrap_or(1))?,
         engine: engine_for(a)?,
-        vram: a
-            .vram
-            .as_deref()
-            .map(|s| {
-                llm_oom::cards::parse_vram(s).and_then(|v| llm_oom::limits::flag("--vram", v.bytes))
-            })
-            .transpose()?,
+        vram_read: vram
+            .as_ref()
+            .filter(|v| v.card)
+            .map(|v| format!("--vram {}", v.resolved)),
+        vram: vram.map(|v| v.bytes),
         gpu_index: a.gpu,
+        gpus,
+        host_ram: None,
     })
 }
 
@@ -341,6 +381,19 @@ fn list_presets(format: Format) -> Result<String> {
             format!("{t}\n")
         }
     })
+}
+
+/// A command's report in the format asked; a Markdown report (pasted into an issue) ends with the
+/// short form of `llm-oom env`.
+pub(crate) fn report_text<R: llm_oom::report::Render>(r: &R, format: Format) -> Result<String> {
+    let mut text = render(r, format)?;
+    if matches!(format, Format::Markdown) {
+        text.push_str(&format!(
+            "\n<sub>{}</sub>\n",
+            llm_oom::commands::env::short_line()
+        ));
+    }
+    Ok(text)
 }
 
 /// Print, treating a closed pipe (`llm-oom plan | head`) as a normal end.

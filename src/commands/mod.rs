@@ -3,6 +3,7 @@
 //! `budget`, `probe`, `model` …).
 
 pub mod diagnose;
+pub mod env;
 pub mod explain;
 pub mod plan;
 pub mod run;

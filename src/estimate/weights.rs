@@ -16,6 +16,12 @@ pub fn weight_bytes(spec: &Spec, dtype: WeightDtype) -> u64 {
             return g.total_bytes;
         }
     }
+    // The checkpoint's own bytes, read from its safetensors headers, for the dtype it is stored in.
+    if let Some(c) = &spec.checkpoint {
+        if dtype == spec.native_dtype {
+            return c.total_bytes;
+        }
+    }
     spec.tensors()
         .iter()
         .map(|t| group_bytes(spec, t, dtype))
@@ -28,7 +34,7 @@ fn s(n: u64) -> S {
     Saturating(n)
 }
 
-fn group_bytes(spec: &Spec, t: &TensorGroup, dtype: WeightDtype) -> u64 {
+pub fn group_bytes(spec: &Spec, t: &TensorGroup, dtype: WeightDtype) -> u64 {
     let n = t.rows.saturating_mul(t.cols);
     let (sn, count, rows, cols) = (s(n), s(t.count), s(t.rows), s(t.cols));
     let params = s(t.params());
@@ -146,11 +152,10 @@ fn gguf_group_bytes(spec: &Spec, t: &TensorGroup, mix: GgufMix) -> u64 {
 /// How many of `n` layers llama.cpp's `use_more_bits` upgrades: the first and last eighth, and every
 /// third layer in between.
 pub fn more_bits_layers(n: u64) -> u64 {
-    // Counted in closed form (a layer count comes from a file): the first eighth, the last
-    // eighth, and between them the i with (i - n/8) % 3 == 2.
-    let (lo, hi) = (n / 8, (7 * (n as u128) / 8) as u64);
-    let middle = hi.saturating_sub(lo);
-    lo + n.saturating_sub(hi) + middle / 3
+    // Closed form of `(0..n).filter(|i| i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2)`.
+    let first = n / 8;
+    let last = (u128::from(n) * 7 / 8) as u64;
+    first + (n - last) + (last - first) / 3
 }
 
 #[cfg(test)]
@@ -258,13 +263,12 @@ mod tests {
         // 32 layers: 0-3, 28-31, and 6, 9, …, 27.
         assert_eq!(more_bits_layers(32), 16);
         assert_eq!(more_bits_layers(1), 1);
-        // the closed form is the loop llama.cpp runs
-        for n in 0..500u64 {
+        for n in 0..200u64 {
             let looped = (0..n)
                 .filter(|&i| i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2)
                 .count() as u64;
             assert_eq!(more_bits_layers(n), looped, "{n}");
         }
-        assert!(more_bits_layers(u64::MAX / 8) > 0);
+        assert!(more_bits_layers(u64::MAX) > 0);
     }
 }

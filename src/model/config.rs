@@ -37,13 +37,14 @@ pub fn parse_config(text: &str, path: &Path, name: &str) -> Result<Spec, InputEr
         .and_then(Value::as_str)
         .unwrap_or("");
     let defaults = super::families::defaults(model_type);
-    Reader {
+    let reader = Reader {
         cfg,
         outer: &outer,
         defaults: &defaults,
         path,
-    }
-    .spec(name)
+    };
+    let spec = reader.spec(name)?;
+    reader.bounded(spec)
 }
 
 /// One config.json, with the language model's part first, then the wrapper, then the family's
@@ -75,7 +76,7 @@ impl Reader<'_> {
         for key in keys {
             if let Some(v) = self.get(key) {
                 return match v.as_u64() {
-                    Some(n) => self.bounded(key, n).map(Some),
+                    Some(n) => self.within_ceiling(key, n).map(Some),
                     None => Err(self.bad(key, v, "expected a non-negative integer")),
                 };
             }
@@ -84,7 +85,7 @@ impl Reader<'_> {
     }
 
     /// `n` within the ceiling of what `key` counts (`limits::for_key`).
-    fn bounded(&self, key: &str, n: u64) -> Result<u64, InputError> {
+    fn within_ceiling(&self, key: &str, n: u64) -> Result<u64, InputError> {
         let (max, what) = crate::limits::for_key(key);
         if n > max {
             return Err(self.bad(
@@ -145,6 +146,32 @@ impl Reader<'_> {
             value: v.to_string(),
             why: why.into(),
         }
+    }
+
+    /// `spec`, or the error naming its largest size when its parameters overflow 64 bits or pass
+    /// `layout::MAX_PARAMETERS` — so that no byte count formed later can overflow.
+    fn bounded(&self, spec: Spec) -> Result<Spec, InputError> {
+        if super::layout::bounded_parameters(&spec.tensors()).is_some() {
+            return Ok(spec);
+        }
+        let sizes = [
+            ("num_hidden_layers", spec.num_layers),
+            ("hidden_size", spec.hidden_size),
+            ("vocab_size", spec.vocab_size),
+            ("intermediate_size", spec.intermediate_size),
+            ("num_attention_heads", spec.num_heads),
+            ("head_dim", spec.head_dim),
+            ("num_experts", spec.experts.as_ref().map_or(0, |e| e.count)),
+        ];
+        let (field, value) = sizes
+            .into_iter()
+            .max_by_key(|(_, v)| *v)
+            .unwrap_or(("num_hidden_layers", spec.num_layers));
+        Err(self.bad(
+            field,
+            &Value::from(value),
+            "the model it describes has more than 10^15 parameters, the most llm-oom sizes",
+        ))
     }
 
     fn spec(&self, name: &str) -> Result<Spec, InputError> {
@@ -216,14 +243,12 @@ impl Reader<'_> {
             Family::QwenMoe => {
                 let count = self.u64(&["num_experts"])?;
                 let step = self.opt_u64(&["decoder_sparse_step"])?.unwrap_or(1).max(1);
-                let mlp_only: std::collections::BTreeSet<u64> = self
+                let mlp_only: Vec<u64> = self
                     .get("mlp_only_layers")
                     .and_then(Value::as_array)
                     .map(|a| a.iter().filter_map(Value::as_u64).collect())
                     .unwrap_or_default();
-                let sparse_layers = (0..layers)
-                    .filter(|i| !mlp_only.contains(i) && (i + 1) % step == 0)
-                    .count() as u64;
+                let sparse_layers = super::layout::sparse_every(layers, step, &mlp_only);
                 Some(Experts {
                     count,
                     active: self.active_experts(count)?,
@@ -284,6 +309,7 @@ impl Reader<'_> {
             numerics: self.numerics(family, &arch),
             native_dtype,
             gguf: None,
+            checkpoint: None,
             notes,
             layout: None,
             keep_dense,
@@ -331,6 +357,7 @@ impl Reader<'_> {
             numerics: self.numerics(family, &arch),
             native_dtype,
             gguf: None,
+            checkpoint: None,
             notes,
             layout: Some(b.layout),
             keep_dense,
@@ -408,7 +435,7 @@ impl Reader<'_> {
                     .opt_u64(&["sliding_window_pattern"])?
                     .unwrap_or(6)
                     .max(1);
-                layers - layers / pattern
+                layers - super::layout::every_nth(layers, pattern)
             }
             Family::Qwen2 | Family::Qwen3 | Family::QwenMoe => {
                 if self.bool("use_sliding_window").unwrap_or(false) {

@@ -55,6 +55,8 @@ fn header_alignment<R: Read>(r: &mut R) -> std::io::Result<Option<u64>> {
     let wide = version >= 2;
     let _tensors = read_len(r, wide)?;
     let kvs = read_len(r, wide)?;
+    // candle keeps the last of repeated keys: so does this.
+    let mut alignment = None;
     for _ in 0..kvs {
         let key_len = read_len(r, wide)?;
         if key_len > 1 << 20 {
@@ -64,17 +66,22 @@ fn header_alignment<R: Read>(r: &mut R) -> std::io::Result<Option<u64>> {
         r.read_exact(&mut key)?;
         let ty = read_u32(r)?;
         if key == b"general.alignment" {
-            return Ok(match ty {
-                0 | 1 => Some(read_n(r, 1)?),
-                2 | 3 => Some(read_n(r, 2)?),
-                4 | 5 => Some(read_n(r, 4)?),
-                10 | 11 => Some(read_n(r, 8)?),
+            // the integer types candle reads it from (u8, i8, u16, i16, u32, i32)
+            let width = match ty {
+                0 | 1 => Some(1),
+                2 | 3 => Some(2),
+                4 | 5 => Some(4),
                 _ => None,
-            });
+            };
+            if let Some(w) = width {
+                alignment = Some(read_n(r, w)?);
+                continue;
+            }
+            alignment = None;
         }
         skip_value(r, ty, wide, 0)?;
     }
-    Ok(None)
+    Ok(alignment)
 }
 
 fn read_u32<R: Read>(r: &mut R) -> std::io::Result<u32> {
@@ -201,8 +208,7 @@ fn spec_from_content(c: &Content, path: &Path, name: &str) -> Result<Spec, Input
     let sliding_layers = match (window, arch.as_str()) {
         (None, _) => 0,
         (Some(_), "gemma2") => layers.div_ceil(2),
-        // every sixth layer is global
-        (Some(_), "gemma3") => layers - layers / 6,
+        (Some(_), "gemma3") => layers - super::layout::every_nth(layers, 6),
         (Some(_), _) => layers,
     };
 
@@ -290,6 +296,7 @@ fn spec_from_content(c: &Content, path: &Path, name: &str) -> Result<Spec, Input
             Some("MOSTLY_BF16") => WeightDtype::Bf16,
             _ => WeightDtype::Gguf(GgufMix::Q4KM),
         },
+        checkpoint: None,
         gguf: Some(GgufWeights {
             total_bytes: total,
             tensor_count: c.tensor_infos.len() as u64,

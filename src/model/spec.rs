@@ -45,6 +45,9 @@ pub struct Spec {
     /// Exact tensor bytes when the source is a GGUF file.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gguf: Option<GgufWeights>,
+    /// Exact tensor bytes from the checkpoint's safetensors headers, when they could be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<super::checkpoint::CheckpointWeights>,
     /// Things the reader noticed that the user should know (an ignored quantization method…).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -186,7 +189,8 @@ impl Spec {
         self.num_kv_heads.saturating_mul(self.head_dim)
     }
     /// Every weight tensor as transformers lays it out (fused projections counted as their parts:
-    /// the bytes are the same).
+    /// the bytes are the same). Sizes saturate; a spec read from a config has passed the
+    /// parameter bound (`layout::MAX_PARAMETERS`), so none does.
     pub fn tensors(&self) -> Vec<TensorGroup> {
         let (h, l, v) = (self.hidden_size, self.num_layers, self.vocab_size);
         let (q, kv) = (self.q_dim(), self.kv_dim());

@@ -4,8 +4,10 @@
 //! the pieces the renderers share.
 
 pub mod diagnose;
+pub mod env;
 pub mod explain;
 pub mod markdown;
+pub mod placement;
 pub mod plan;
 pub mod svg;
 pub mod text;

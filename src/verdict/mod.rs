@@ -3,6 +3,7 @@
 //! and the remedies with their price (`remedy`, `pricing`).
 
 pub mod measured;
+pub mod placed;
 pub mod predicted;
 pub mod pricing;
 pub mod read;
