@@ -196,7 +196,8 @@ done
 for v in 0 100 65537; do
     row "2" "mixtral num_experts_per_tok = $v (8 experts)" -- plan --model "$(cfg "t$TOTAL" "{$MOE,\"num_local_experts\":8,\"num_experts_per_tok\":$v}")" --vram 24GiB
 done
-row "1" "every width at its ceiling, 65,536 experts x 65,536 layers (was FITS, 0 B)" -- plan --model "$(cfg wide '{"model_type":"mixtral","hidden_size":1048576,"intermediate_size":1048576,"num_hidden_layers":65536,"num_attention_heads":64,"num_key_value_heads":8,"vocab_size":32000,"num_local_experts":65536,"num_experts_per_tok":2}')" --vram 80GiB
+row "1" "16,384 wide, 65,536 intermediate, 64 experts x 256 layers: 5e13 parameters" -- plan --model "$(cfg big '{"model_type":"mixtral","hidden_size":16384,"intermediate_size":65536,"num_hidden_layers":256,"num_attention_heads":64,"num_key_value_heads":8,"vocab_size":32000,"num_local_experts":64,"num_experts_per_tok":2}')" --vram 80GiB
+row "2" "every width at its ceiling, 65,536 experts x 65,536 layers (was FITS, 0 B)" -- plan --model "$(cfg wide '{"model_type":"mixtral","hidden_size":1048576,"intermediate_size":1048576,"num_hidden_layers":65536,"num_attention_heads":64,"num_key_value_heads":8,"vocab_size":32000,"num_local_experts":65536,"num_experts_per_tok":2}')" --vram 80GiB
 row "2" "num_hidden_layers = 2^62 (hung: a loop per layer)" -- plan --model "$(cfg layers62 "{$LLAMA,\"num_hidden_layers\":4611686018427387904}")"
 row "0 1 2" "quantization_config gptq group_size 0" -- plan --model "$(cfg gptq0 "{$LLAMA,\"quantization_config\":{\"quant_method\":\"gptq\",\"bits\":4,\"group_size\":0}}")" --vram 24GiB
 row "0 1 2" "quantization_config bits 255" -- plan --model "$(cfg bits255 "{$LLAMA,\"quantization_config\":{\"quant_method\":\"gptq\",\"bits\":255,\"group_size\":128}}")" --vram 24GiB
