@@ -21,7 +21,8 @@ impl ElemBytes {
     }
     /// Bytes for `n` elements, rounded up to whole blocks.
     pub fn of(self, n: u64) -> u64 {
-        (n as u128 * self.num as u128).div_ceil(self.den as u128) as u64
+        u64::try_from((n as u128 * self.num as u128).div_ceil(self.den.max(1) as u128))
+            .unwrap_or(u64::MAX)
     }
     pub fn as_f64(self) -> f64 {
         self.num as f64 / self.den as f64

@@ -32,14 +32,20 @@ impl Error {
 pub enum InputError {
     #[error("`{0}` is not a memory size; write it like 24GiB, 80GB or 512MiB")]
     Size(String),
-    #[error("`{0}` is not a dtype; use one of f32, f16, bf16, int8, nf4, fp4, q8_0, q6_k, q5_k_m, q4_k_m, q4_0")]
+    #[error("`{0}` is not a dtype; use one of f32, f16, bf16, int8, nf4, fp4, fp8, mxfp4, nvfp4, q8_0, q6_k, q5_k_m, q4_k_m, q4_0")]
     Dtype(String),
     #[error("`{0}` is not a KV-cache dtype; use one of f32, f16, bf16, fp8, q8_0, q4_0")]
     KvDtype(String),
     #[error("{what} must be at least 1 (got {value})")]
     NotPositive { what: &'static str, value: i64 },
-    #[error("model `{id}` was not found offline ({tried}); pass a local directory or config.json, a .gguf file, one of `llm-oom plan --list-presets`, or unset HF_HUB_OFFLINE to fetch its config.json from the hub")]
-    ModelNotFound { id: String, tried: String },
+    /// `hint`: how to reach the hub from here (unset HF_HUB_OFFLINE when it is set; an id of the
+    /// form owner/name otherwise).
+    #[error("model `{id}` was not found ({tried}); pass a local directory or config.json, a .gguf file, one of `llm-oom plan --list-presets`, {hint}")]
+    ModelNotFound {
+        id: String,
+        tried: String,
+        hint: String,
+    },
     #[error("could not fetch config.json of `{id}` from the Hugging Face hub: {reason}; for gated models set HF_TOKEN, or pass a local directory")]
     Hub { id: String, reason: String },
     #[error("cannot read {}: {source}", path.display())]
@@ -72,6 +78,12 @@ pub enum InputError {
         model: String,
         requested: u64,
         max: u64,
+    },
+    #[error("{what} = {value} is past llm-oom's ceiling of {max} (docs/reliability.md lists the ceilings); lower it")]
+    TooLarge {
+        what: String,
+        value: String,
+        max: String,
     },
     #[error("{0}")]
     Usage(String),

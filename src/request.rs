@@ -99,6 +99,22 @@ pub struct WorkloadRequest {
 }
 
 impl WorkloadRequest {
+    /// Every size within its ceiling (`crate::limits`), else the error that names the bound: a
+    /// library caller gets the refusal the CLI gives.
+    pub fn check(&self) -> Result<(), InputError> {
+        use crate::limits::flag;
+        flag("--prompt-tokens", self.prompt_tokens)?;
+        flag("--max-new-tokens", self.max_new_tokens)?;
+        flag("--batch", self.batch)?;
+        for v in self.vram.iter().chain(&self.gpus) {
+            flag("--vram", *v)?;
+        }
+        if let Some(h) = self.host_ram {
+            flag("--host-ram", h)?;
+        }
+        Ok(())
+    }
+
     /// The workload on this model: weights in the dtype asked (else the checkpoint's), the KV cache
     /// in the dtype asked (else the weights' compute dtype).
     pub fn workload(&self, spec: &Spec) -> Workload {

@@ -295,7 +295,10 @@ fn bad_input_is_one_line_and_exit_code_two() {
     )
     .unwrap();
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["--model", "nobody/no-such-model"], "not found offline"),
+        (
+            vec!["--model", "nobody/no-such-model"],
+            "unset HF_HUB_OFFLINE",
+        ),
         (
             vec!["--model", bad_json.to_str().unwrap()],
             "not valid JSON",

@@ -58,3 +58,42 @@ pub fn write(path: &Path, text: &str) -> PathBuf {
 pub const TINY_LLAMA: &str = r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":256,
 "intermediate_size":688,"num_hidden_layers":4,"num_attention_heads":8,"num_key_value_heads":2,
 "vocab_size":1000,"max_position_embeddings":4096,"tie_word_embeddings":false,"torch_dtype":"bfloat16"}"#;
+
+/// A GGUF v3 header: `general.architecture` = llama, integer metadata, tensor infos (no data).
+pub fn gguf_header(meta: &[(String, u64)], tensors: &[(String, Vec<u64>, u32)]) -> Vec<u8> {
+    let mut b = b"GGUF".to_vec();
+    b.extend(3u32.to_le_bytes());
+    b.extend((tensors.len() as u64).to_le_bytes());
+    b.extend((meta.len() as u64 + 1).to_le_bytes());
+    let string = |b: &mut Vec<u8>, s: &str| {
+        b.extend((s.len() as u64).to_le_bytes());
+        b.extend(s.as_bytes());
+    };
+    string(&mut b, "general.architecture");
+    b.extend(8u32.to_le_bytes());
+    string(&mut b, "llama");
+    // As llama.cpp writes them: u32 where the value fits, else u64.
+    for (k, v) in meta {
+        string(&mut b, k);
+        match u32::try_from(*v) {
+            Ok(small) => {
+                b.extend(4u32.to_le_bytes());
+                b.extend(small.to_le_bytes());
+            }
+            Err(_) => {
+                b.extend(10u32.to_le_bytes());
+                b.extend(v.to_le_bytes());
+            }
+        }
+    }
+    for (name, dims, dtype) in tensors {
+        string(&mut b, name);
+        b.extend((dims.len() as u32).to_le_bytes());
+        for d in dims {
+            b.extend(d.to_le_bytes());
+        }
+        b.extend(dtype.to_le_bytes());
+        b.extend(0u64.to_le_bytes());
+    }
+    b
+}

@@ -82,13 +82,17 @@ pub enum ColorChoice {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Probe where memory goes on this machine's GPU, stage by stage, and name the cause.
-    #[command(after_help = DIAGNOSE_EXAMPLES)]
+    #[command(after_help = DIAGNOSE_EXAMPLES, mut_arg("model", |a| a.help(model_help(
+        &format!("{} (embedded, runs in seconds on a CPU)", llm_oom::model::presets::DIAGNOSE_DEFAULT_MODEL)
+    ))))]
     Diagnose(DiagnoseArgs),
     /// Predict from config.json alone whether a workload fits, and the largest one that does.
     #[command(after_help = PLAN_EXAMPLES)]
     Plan(PlanArgs),
     /// Read a pasted OOM log (PyTorch, vLLM, llama.cpp, candle, TGI, dmesg…) and say what it means.
-    #[command(after_help = EXPLAIN_EXAMPLES)]
+    #[command(after_help = EXPLAIN_EXAMPLES, mut_arg("model", |a| a.help(model_help(
+        "none: the log alone is read"
+    ))))]
     Explain(ExplainArgs),
     /// Run your own program, watch the memory of its process tree, and explain how it ended.
     #[command(after_help = WATCH_EXAMPLES)]
@@ -98,6 +102,9 @@ pub enum Command {
     Run(RunArgs),
     #[command(hide = true, name = "__probe")]
     Probe(ProbeArgs),
+    /// watch's guardian (internal): kills the watched tree if watch dies before it ends.
+    #[command(hide = true, name = "__watch-guard")]
+    WatchGuard,
     /// What matters for GPU memory on this machine (GPUs, driver, host RAM, this build, the Python
     /// packages, the allocator's settings), to paste beside a report.
     Env {
@@ -115,14 +122,22 @@ pub enum Command {
     },
 }
 
+/// `--model`'s help with the default of the command it is in.
+fn model_help(default: &str) -> String {
+    format!(
+        "A Hugging Face id, a local checkpoint folder or config.json, a .gguf file, or a preset (see `plan --list-presets`) [default: {default}]"
+    )
+}
+
 /// The workload flags shared by plan, diagnose and explain.
 #[derive(Debug, Clone, Args)]
 pub struct WorkloadArgs {
     /// A Hugging Face id, a local checkpoint folder or config.json, a .gguf file, or a preset
-    /// (see `plan --list-presets`) [default: Qwen/Qwen2.5-0.5B-Instruct; explain: none]
+    /// (see `plan --list-presets`) [default: Qwen/Qwen2.5-0.5B-Instruct]
     #[arg(long, short = 'm')]
     pub model: Option<String>,
-    /// Weight dtype: f32, f16, bf16, int8, nf4, fp4, q8_0, q6_k, q5_k_m, q4_k_m, q4_0 [default: the checkpoint's]
+    /// Weight dtype: f32, f16, bf16, int8, nf4, fp4, fp8, mxfp4, nvfp4, q8_0, q6_k, q5_k_m, q4_k_m,
+    /// q4_0 [default: the checkpoint's]
     #[arg(long)]
     pub dtype: Option<String>,
     /// KV-cache dtype: f32, f16, bf16, fp8, q8_0, q4_0 [default: the compute dtype]
@@ -161,8 +176,9 @@ pub struct WorkloadArgs {
     #[arg(long, allow_hyphen_values = true)]
     pub vram: Option<String>,
     /// Which engine's memory behaviour: transformers, transformers-eager, vllm, llama.cpp, candle
-    #[arg(long, default_value = "transformers")]
-    pub engine: String,
+    /// [default: transformers; llama.cpp for a .gguf file]
+    #[arg(long)]
+    pub engine: Option<String>,
     /// Which GPU to read when --vram is not given.
     #[arg(long, default_value_t = 0)]
     pub gpu: u32,

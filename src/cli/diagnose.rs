@@ -23,7 +23,7 @@ use llm_oom::ExitStatus;
 
 pub fn run(args: &DiagnoseArgs, format: Format) -> Result<ExitStatus> {
     let w = &args.workload;
-    let engine: Engine = w.engine.parse()?;
+    let engine: Engine = w.engine.as_deref().unwrap_or("transformers").parse()?;
     // Only llm-oom's own runtime needs this binary's CUDA build; transformers' child uses the
     // user's torch, which finds the GPU itself.
     let candle = engine == Engine::Candle;

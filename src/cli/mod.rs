@@ -13,6 +13,7 @@ use llm_oom::commands::explain::{explain, ExplainRequest};
 use llm_oom::commands::plan::{plan, PlanRequest};
 use llm_oom::commands::watch::{watch, WatchRequest};
 use llm_oom::error::InputError;
+use llm_oom::estimate::Engine;
 use llm_oom::model::presets::PRESETS;
 use llm_oom::report::{self, render, Format, Render};
 use llm_oom::ExitStatus;
@@ -61,39 +62,16 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
             };
             let req = ExplainRequest {
                 plan,
-                engine: args.workload.engine.parse()?,
+                engine: engine_for(&args.workload)?,
             };
             let r = explain(&raw, &req)?;
             print(&report_text(&r, format)?)?;
             Ok(ExitStatus::of(&r.verdict))
         }
-        Command::Watch(args) => {
-            let req = WatchRequest {
-                command: args.command.clone(),
-                interval: parse_interval(&args.interval)?,
-                gpu_index: args.gpu,
-                engine: args.engine.parse()?,
-            };
-            let r = watch(&req)?;
-            // The report goes to stderr (the program's own output has stdout): colour follows it.
-            let format = match format {
-                Format::Text { .. } => Format::Text {
-                    color: matches!(cli.color, ColorChoice::Always)
-                        || (matches!(cli.color, ColorChoice::Auto)
-                            && args.output.is_none()
-                            && std::io::stderr().is_terminal()),
-                },
-                other => other,
-            };
-            let text = report_text(&r, format)?;
-            if let (Some(path), Some(svg)) = (&args.svg, r.svg()) {
-                write_file(path, &svg)?;
-            }
-            match &args.output {
-                Some(path) => write_file(path, &text)?,
-                None => eprint!("\n{text}"),
-            }
-            Ok(r.exit_status(args.fail_on_oom))
+        Command::Watch(args) => watch_command(args, format, cli.color),
+        Command::WatchGuard => {
+            llm_oom::commands::watch::guard::serve(std::io::stdin().lock());
+            Ok(ExitStatus::Fits)
         }
         Command::Run(args) => {
             let r = llm_oom::commands::run::run(&llm_oom::commands::run::RunRequest {
@@ -139,6 +117,80 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
     }
 }
 
+/// `watch`: the output paths checked before the program starts (exit 2, nothing run); the
+/// report written at the end, or on stderr when that fails, with the program's exit code kept.
+fn watch_command(args: &args::WatchArgs, format: Format, color: ColorChoice) -> Result<ExitStatus> {
+    for path in [&args.output, &args.svg].into_iter().flatten() {
+        check_writable(path)?;
+    }
+    let req = WatchRequest {
+        command: args.command.clone(),
+        interval: parse_interval(&args.interval)?,
+        gpu_index: args.gpu,
+        engine: args.engine.parse()?,
+        guard_exe: std::env::current_exe().ok(),
+    };
+    let r = watch(&req)?;
+    // The report goes to stderr (the program's own output has stdout): colour follows it.
+    let format = match format {
+        Format::Text { .. } => Format::Text {
+            color: matches!(color, ColorChoice::Always)
+                || (matches!(color, ColorChoice::Auto)
+                    && args.output.is_none()
+                    && std::io::stderr().is_terminal()),
+        },
+        other => other,
+    };
+    let text = render(&r, format)?;
+    // Writes to stderr never panic: a closed stderr must not lose the exit code.
+    let say = |s: &str| {
+        let _ = std::io::stderr().lock().write_all(s.as_bytes());
+    };
+    if let (Some(path), Some(svg)) = (&args.svg, r.svg()) {
+        if let Err(e) = std::fs::write(path, &svg) {
+            say(&format!(
+                "llm-oom: cannot write {}: {e}; the timeline drawing is lost, the report is not\n",
+                path.display()
+            ));
+        }
+    }
+    match &args.output {
+        Some(path) => {
+            if let Err(e) = std::fs::write(path, &text) {
+                say(&format!(
+                    "llm-oom: cannot write the report to {}: {e}; it follows on standard error\n\n{text}",
+                    path.display()
+                ));
+            }
+        }
+        None => say(&format!("\n{text}")),
+    }
+    Ok(r.exit_status(args.fail_on_oom))
+}
+
+/// A report path watch can write: opened for writing (created if missing, not truncated) before
+/// the program runs, so a typo costs nothing.
+fn check_writable(path: &std::path::Path) -> Result<(), InputError> {
+    let existed = path.exists();
+    let opened = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path);
+    match opened {
+        Ok(_) => {
+            if !existed {
+                let _ = std::fs::remove_file(path);
+            }
+            Ok(())
+        }
+        Err(source) => Err(InputError::Usage(format!(
+            "cannot write the report to {} ({source}); nothing was run — fix the path and run again",
+            path.display()
+        ))),
+    }
+}
+
 /// Write a report file; a path that cannot be written is bad input.
 pub(crate) fn write_file(path: &std::path::Path, text: &str) -> Result<(), InputError> {
     std::fs::write(path, text).map_err(|source| InputError::Io {
@@ -164,11 +216,12 @@ fn format(cli: &Cli) -> Format {
     }
 }
 
+/// A count flag: at least 1 and within its ceiling (`llm_oom::limits`).
 pub(crate) fn positive(what: &'static str, v: i64) -> Result<u64, InputError> {
     if v < 1 {
         return Err(InputError::NotPositive { what, value: v });
     }
-    Ok(v as u64)
+    llm_oom::limits::flag(what, v as u64)
 }
 
 /// `20ms`, `0.5s`, `2` (milliseconds).
@@ -230,13 +283,45 @@ pub(crate) fn prompt_from_file(
         return Ok(None);
     };
     let resolved = llm_oom::model::resolve(model)?;
-    let (n, tokenizer) = llm_oom::model::tokenizer::count_prompt_tokens(&resolved, path)?;
+    let c = llm_oom::model::tokenizer::count_prompt_tokens(&resolved, path)?;
+    if c.stopped_at_ceiling {
+        return Err(InputError::TooLarge {
+            what: format!(
+                "--prompt-file {} (counting stopped after its first {} bytes, the rest was not read)",
+                path.display(),
+                llm_oom::units::group(c.bytes_read)
+            ),
+            value: format!("at least {} tokens", llm_oom::units::group(c.tokens)),
+            max: format!(
+                "{} tokens or {} bytes",
+                llm_oom::units::group(llm_oom::limits::MAX_TOKENS),
+                llm_oom::units::group(llm_oom::model::tokenizer::MAX_PROMPT_BYTES)
+            ),
+        }
+        .into());
+    }
     eprintln!(
-        "llm-oom: {} is {n} tokens with {}",
+        "llm-oom: {} is {} tokens with {}",
         path.display(),
-        tokenizer.display()
+        c.tokens,
+        c.tokenizer.display()
     );
-    Ok(Some(n as i64))
+    Ok(Some(i64::try_from(c.tokens).unwrap_or(i64::MAX)))
+}
+
+/// `--engine` as given; without it llama.cpp for a `.gguf` model, else transformers.
+pub(crate) fn engine_for(a: &WorkloadArgs) -> Result<Engine, InputError> {
+    match &a.engine {
+        Some(e) => e.parse(),
+        None if a.model.as_deref().is_some_and(is_gguf) => Ok(Engine::LlamaCpp),
+        None => Ok(Engine::Transformers),
+    }
+}
+
+fn is_gguf(model: &str) -> bool {
+    std::path::Path::new(model)
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
 }
 
 pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
@@ -253,6 +338,9 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
         .map(llm_oom::cards::parse_devices)
         .transpose()?
         .unwrap_or_default();
+    for d in &devices {
+        llm_oom::limits::flag("--vram", d.bytes)?;
+    }
     let gpus = match devices.len() {
         0 | 1 => Vec::new(),
         _ => devices.iter().map(|v| v.bytes).collect(),
@@ -265,7 +353,7 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
         prompt_tokens: positive("--prompt-tokens", prompt)?,
         max_new_tokens: positive("--max-new-tokens", a.max_new_tokens)?,
         batch: positive("--batch", a.batch.unwrap_or(1))?,
-        engine: a.engine.parse()?,
+        engine: engine_for(a)?,
         vram_read: vram
             .as_ref()
             .filter(|v| v.card)

@@ -76,6 +76,7 @@ impl WeightsFrom {
 }
 
 pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
+    req.check()?;
     let ResolvedModel { spec, source } = resolve(&req.model)?;
     let mut notes = spec.notes.clone();
     let w = req.workload(&spec);

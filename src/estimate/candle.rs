@@ -76,7 +76,7 @@ pub fn forward_activations(
     let chunk = slice.map_or(new, |c| c.clamp(1, new.max(1)));
     let slice_at = |start: u64| {
         let n = chunk.min(new.saturating_sub(start)) as f64;
-        let seen = (past + start) as f64 + n;
+        let seen = past.saturating_add(start) as f64 + n;
         b * (start as f64 * q * d
             + n * seen * score_bytes(spec.num_heads) as f64
             + seen * kv * d
@@ -137,7 +137,13 @@ fn mlp_bytes(spec: &Spec, t: f64, c: &Compute) -> f64 {
 /// worst slice; nothing when the prompt fits in one slice. docs/accuracy.md has the H200 runs.
 pub fn growth_headroom(spec: &Spec, batch: u64, new: u64, past: u64, slice: Slice) -> u64 {
     match slice {
-        Some(c) if new > c => batch * c * (past + new) * 4 * spec.num_heads,
+        Some(c) if new > c => {
+            (batch as f64
+                * c as f64
+                * past.saturating_add(new) as f64
+                * 4.0
+                * spec.num_heads as f64) as u64
+        }
         _ => 0,
     }
 }
@@ -159,8 +165,9 @@ pub fn generation_activations(
     slice: Slice,
 ) -> (u64, u64) {
     let tables = rope_tables(spec, c, total);
-    let prefill = forward_activations(spec, c, batch, prompt, 0, slice) + tables;
-    let decode = forward_activations(spec, c, batch, 1, total.saturating_sub(1), slice) + tables;
+    let prefill = forward_activations(spec, c, batch, prompt, 0, slice).saturating_add(tables);
+    let decode = forward_activations(spec, c, batch, 1, total.saturating_sub(1), slice)
+        .saturating_add(tables);
     (prefill, decode)
 }
 

@@ -58,7 +58,9 @@ impl MeasuredModel {
             weight_bytes(spec, w.weight_dtype)
         };
         let kv_scale = w.kv_dtype.elem_bytes().as_f64() / self.kv_elem_bytes;
-        let kv_full = (self.kv_per_token as f64 * kv_scale) as u64 * w.total_tokens() * w.batch;
+        let kv_full = ((self.kv_per_token as f64 * kv_scale) as u64)
+            .saturating_mul(w.total_tokens())
+            .saturating_mul(w.batch);
         // Attention as the probe ran it; SDPA in place of a measured eager run is priced with the
         // slice the probe would use.
         let slice = match (self.attention_chunk, w.engine) {
@@ -78,15 +80,22 @@ impl MeasuredModel {
             w.total_tokens(),
             slice,
         );
-        let (prefill, decode) = (prefill + self.residual, decode + self.residual);
+        let (prefill, decode) = (
+            prefill.saturating_add(self.residual),
+            decode.saturating_add(self.residual),
+        );
         // a caching pool (CUDA) keeps the growing slices' freed blocks; the host heap does not
         let growth = if self.pool {
             growth_headroom(spec, w.batch, w.prompt_tokens, 0, slice)
         } else {
             0
         };
-        let (peak_phase, activations, allocator) = if prefill + growth >= decode {
-            (Phase::Prefill, prefill, self.allocator_slack + growth)
+        let (peak_phase, activations, allocator) = if prefill.saturating_add(growth) >= decode {
+            (
+                Phase::Prefill,
+                prefill,
+                self.allocator_slack.saturating_add(growth),
+            )
         } else {
             (Phase::Decode, decode, self.allocator_slack)
         };
@@ -99,7 +108,9 @@ impl MeasuredModel {
             allocator,
             runtime: self.base,
             margin,
-            total: weights + kv_full + activations + allocator + self.base + margin,
+            total: [kv_full, activations, allocator, self.base, margin]
+                .into_iter()
+                .fold(weights, u64::saturating_add),
             peak_phase,
         }
     }

@@ -34,7 +34,7 @@ pub struct Workload {
 
 impl Workload {
     pub fn total_tokens(&self) -> u64 {
-        self.prompt_tokens + self.max_new_tokens
+        self.prompt_tokens.saturating_add(self.max_new_tokens)
     }
 }
 
@@ -71,9 +71,13 @@ pub struct Estimate {
 pub const SAFETY_FRACTION: f64 = 0.02;
 pub const SAFETY_MIN: u64 = 256 << 20;
 
+/// The most the margin keeps back, whatever the card: 2 % of a 200 GiB card. Past it the margin
+/// would grow with the host, not with the model (2 % of a 1.5 TiB host is 30 GiB).
+pub const SAFETY_MAX: u64 = 4 << 30;
+
 /// The safety margin for a card of `vram` bytes.
 pub fn safety_margin(vram: u64) -> u64 {
-    ((vram as f64 * SAFETY_FRACTION) as u64).max(SAFETY_MIN)
+    ((vram as f64 * SAFETY_FRACTION) as u64).clamp(SAFETY_MIN, SAFETY_MAX)
 }
 
 impl Phase {
@@ -94,7 +98,7 @@ pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
     let d = w.weight_dtype.compute_kv_dtype().elem_bytes().as_f64();
 
     let kv_tokens = |tokens: u64| match p.kv_layout {
-        KvLayout::Paged { block } => tokens.div_ceil(block) * block,
+        KvLayout::Paged { block } => tokens.div_ceil(block.max(1)).saturating_mul(block),
         _ => tokens,
     };
     let policy = CachePolicy::of(w.engine);
@@ -126,31 +130,32 @@ pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
         activations(spec, &p, w, d, kv_full)
     };
     // vLLM and llama.cpp hold the whole cache from the start; transformers grows it.
-    let (prefill, decode) = match p.kv_layout {
-        KvLayout::Concatenated => (kv_prompt + prefill_act, kv_full + decode_act),
-        _ => (kv_full + prefill_act, kv_full + decode_act),
+    let (prefill_kv, decode_kv) = match p.kv_layout {
+        KvLayout::Concatenated => (kv_prompt, kv_full),
+        _ => (kv_full, kv_full),
     };
     let slack =
         |kv: u64, act: u64| (kv as f64 * p.kv_slack + act as f64 * p.activation_slack) as u64;
-    let (prefill_kv, decode_kv) = (prefill - prefill_act, decode - decode_act);
+    // Saturating throughout: a size past 64 bits is `u64::MAX`, which no card holds.
+    let peak = |kv: u64, act: u64| kv.saturating_add(act).saturating_add(slack(kv, act));
     let (peak_phase, kv_cache, activations) =
-        if prefill + slack(prefill_kv, prefill_act) > decode + slack(decode_kv, decode_act) {
+        if peak(prefill_kv, prefill_act) > peak(decode_kv, decode_act) {
             (Phase::Prefill, prefill_kv, prefill_act)
         } else {
             (Phase::Decode, decode_kv, decode_act)
         };
     let mut allocator = slack(kv_cache, activations);
     if w.engine == Engine::Candle && peak_phase == Phase::Prefill {
-        allocator += candle::growth_headroom(
+        allocator = allocator.saturating_add(candle::growth_headroom(
             spec,
             w.batch,
             w.prompt_tokens,
             0,
             Some(candle::ATTENTION_SLICE),
-        );
+        ));
     }
     let reserved = ((1.0 - p.memory_fraction) * vram as f64) as u64;
-    let margin = reserved + safety_margin(vram);
+    let margin = reserved.saturating_add(safety_margin(vram));
     let runtime = p.runtime_overhead;
     Estimate {
         weights,
@@ -160,7 +165,9 @@ pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
         allocator,
         runtime,
         margin,
-        total: weights + kv_cache + activations + allocator + runtime + margin,
+        total: [kv_cache, activations, allocator, runtime, margin]
+            .into_iter()
+            .fold(weights, u64::saturating_add),
         peak_phase,
     }
 }
@@ -194,7 +201,7 @@ fn activations(spec: &Spec, p: &Profile, w: &Workload, d: f64, kv_full: u64) -> 
     };
     // llama.cpp's KQ spans the whole allocated context (all slots); transformers' the prompt.
     let context = match p.kv_layout {
-        KvLayout::Preallocated => (w.total_tokens() * w.batch) as f64,
+        KvLayout::Preallocated => w.total_tokens() as f64 * w.batch as f64,
         _ => prompt,
     };
 
@@ -236,7 +243,7 @@ fn activations(spec: &Spec, p: &Profile, w: &Workload, d: f64, kv_full: u64) -> 
     // A decode step: one token per sequence; transformers' `torch.cat` briefly doubles one layer's
     // K (or V) at the full length.
     let concat = match p.kv_layout {
-        KvLayout::Concatenated => kv_full as f64 / (2.0 * spec.num_layers as f64),
+        KvLayout::Concatenated => kv_full as f64 / (2.0 * spec.num_layers.max(1) as f64),
         _ => 0.0,
     };
     let decode = batch * (per_token + mlp)

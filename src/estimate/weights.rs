@@ -2,11 +2,14 @@
 //! llama.cpp's quantization mixes. Quantizers leave embeddings, norms and biases alone; each rule
 //! below names the code it mirrors.
 
+use std::num::Saturating;
+
 use crate::dtype::{ElemBytes, Fp8Scale, GgmlType, GgufMix, WeightDtype};
 use crate::model::{Role, Spec, TensorGroup};
 
 /// Bytes of all weights of `spec` stored as `dtype`. A GGUF source stored in its own format is
-/// priced from its real tensor table, not from this rule.
+/// priced from its real tensor table, not from this rule. Saturating: a model whose bytes do not
+/// fit in 64 bits prices at `u64::MAX`, which no card holds.
 pub fn weight_bytes(spec: &Spec, dtype: WeightDtype) -> u64 {
     if let Some(g) = &spec.gguf {
         if dtype == spec.native_dtype {
@@ -22,27 +25,35 @@ pub fn weight_bytes(spec: &Spec, dtype: WeightDtype) -> u64 {
     spec.tensors()
         .iter()
         .map(|t| group_bytes(spec, t, dtype))
-        .sum()
+        .fold(0, u64::saturating_add)
+}
+
+type S = Saturating<u64>;
+
+fn s(n: u64) -> S {
+    Saturating(n)
 }
 
 pub fn group_bytes(spec: &Spec, t: &TensorGroup, dtype: WeightDtype) -> u64 {
-    let n = t.rows * t.cols;
-    let dense = dtype.dense_bytes();
-    match dtype {
-        WeightDtype::F32 | WeightDtype::F16 | WeightDtype::Bf16 => t.params() * dense,
+    let n = t.rows.saturating_mul(t.cols);
+    let (sn, count, rows, cols) = (s(n), s(t.count), s(t.rows), s(t.cols));
+    let params = s(t.params());
+    let dense = s(dtype.dense_bytes());
+    let bytes: S = match dtype {
+        WeightDtype::F32 | WeightDtype::F16 | WeightDtype::Bf16 => params * dense,
         _ if t.role == Role::Vector => {
-            t.params()
+            params
                 * if matches!(dtype, WeightDtype::Gguf(_)) {
-                    4
+                    s(4)
                 } else {
                     dense
                 }
         }
-        WeightDtype::Gguf(mix) => gguf_group_bytes(spec, t, mix),
+        WeightDtype::Gguf(mix) => s(gguf_group_bytes(spec, t, mix)),
         // transformers' bitsandbytes integration keeps the embeddings and lm_head in 16 bits.
-        _ if !t.role.is_linear() => t.params() * dense,
+        _ if !t.role.is_linear() => params * dense,
         // What the checkpoint's own `modules_to_not_convert` / `ignore` keeps in 16 bits.
-        _ if dtype == spec.native_dtype && spec.keep_dense.contains(&t.role) => t.params() * dense,
+        _ if dtype == spec.native_dtype && spec.keep_dense.contains(&t.role) => params * dense,
         // FP8, MXFP4, NVFP4 and HQQ checkpoints leave routers (DeepSeek's is not an nn.Linear;
         // the others list it in their ignore lists) in 16 bits.
         WeightDtype::Fp8 { .. }
@@ -51,57 +62,58 @@ pub fn group_bytes(spec: &Spec, t: &TensorGroup, dtype: WeightDtype) -> u64 {
         | WeightDtype::Hqq { .. }
             if t.role == Role::Router =>
         {
-            t.params() * dense
+            params * dense
         }
         // One byte per weight and an f32 scale per tensor, output row or block.
         WeightDtype::Fp8 { scale } => {
             let scales = match scale {
-                Fp8Scale::Tensor => 1,
-                Fp8Scale::Channel => t.rows,
+                Fp8Scale::Tensor => s(1),
+                Fp8Scale::Channel => rows,
                 Fp8Scale::Block { rows, cols } => {
-                    t.rows.div_ceil(rows.max(1)) * t.cols.div_ceil(cols.max(1))
+                    s(t.rows.div_ceil(rows.max(1))) * s(t.cols.div_ceil(cols.max(1)))
                 }
             };
-            t.count * (n + 4 * scales)
+            count * (sn + s(4) * scales)
         }
         // Two values per byte plus an e8m0 scale byte per 32.
-        WeightDtype::Mxfp4 => t.count * (n.div_ceil(2) + n.div_ceil(32)),
+        WeightDtype::Mxfp4 => count * s(n.div_ceil(2) + n.div_ceil(32)),
         // Two values per byte, an fp8 scale per 16, and the tensor's f32 weight and input scales.
-        WeightDtype::Nvfp4 => t.count * (n.div_ceil(2) + n.div_ceil(16) + 8),
+        WeightDtype::Nvfp4 => count * (s(n.div_ceil(2)) + s(n.div_ceil(16)) + s(8)),
         // Packed values plus an f16 scale and zero per group.
         WeightDtype::Hqq { bits, group_size } => {
-            t.count * ((n * bits as u64).div_ceil(8) + 4 * n.div_ceil(group_size.max(1)))
+            count * (packed(n, bits as u64) + s(4) * s(n.div_ceil(group_size.max(1))))
         }
         // LLM.int8(): int8 weight `CB` plus an f32 scale per output row `SCB`.
-        WeightDtype::Int8 => t.count * (n + 4 * t.rows),
+        WeightDtype::Int8 => count * (sn + s(4) * rows),
         // bitsandbytes 4-bit: two weights per byte, an absmax per block of 64; with double
         // quantization the absmax is 8-bit with one f32 scale per 256 absmax values.
         WeightDtype::Nf4 { double_quant } | WeightDtype::Fp4 { double_quant } => {
             let blocks = n.div_ceil(64);
             let absmax = if double_quant {
-                blocks + 4 * blocks.div_ceil(256)
+                s(blocks) + s(4) * s(blocks.div_ceil(256))
             } else {
-                4 * blocks
+                s(4) * s(blocks)
             };
-            t.count * (n.div_ceil(2) + absmax)
+            count * (s(n.div_ceil(2)) + absmax)
         }
         // GPTQ: packed ints, an f16 scale and packed zero per (group, output), an int32 g_idx per input.
         WeightDtype::Gptq { bits, group_size } => {
-            let groups = t.cols.div_ceil(group_size);
+            let groups = rows * s(t.cols.div_ceil(group_size.max(1)));
             let b = bits as u64;
-            t.count
-                * ((n * b).div_ceil(8)
-                    + t.rows * groups * 2
-                    + (t.rows * groups * b).div_ceil(8)
-                    + 4 * t.cols)
+            count * (packed(n, b) + groups * s(2) + packed(groups.0, b) + s(4) * cols)
         }
         WeightDtype::Awq { bits, group_size } => {
-            let groups = t.cols.div_ceil(group_size);
+            let groups = rows * s(t.cols.div_ceil(group_size.max(1)));
             let b = bits as u64;
-            t.count
-                * ((n * b).div_ceil(8) + t.rows * groups * 2 + (t.rows * groups * b).div_ceil(8))
+            count * (packed(n, b) + groups * s(2) + packed(groups.0, b))
         }
-    }
+    };
+    bytes.0
+}
+
+/// `n` values of `bits` bits, in whole bytes.
+fn packed(n: u64, bits: u64) -> S {
+    s(ElemBytes::new(bits, 8).of(n))
 }
 
 /// llama.cpp `llama_tensor_get_type`: the output matrix goes to q6_K (q8_0 stays q8_0); for the
@@ -115,23 +127,23 @@ fn gguf_group_bytes(spec: &Spec, t: &TensorGroup, mix: GgufMix) -> u64 {
         GgufMix::Q4_0 => GgmlType::Q4_0,
     };
     let q6 = GgmlType::Q6K.elem_bytes();
-    let n = t.rows * t.cols;
-    let bytes = |e: ElemBytes, count: u64| count * e.of(n);
+    let n = t.rows.saturating_mul(t.cols);
+    let bytes = |e: ElemBytes, count: u64| count.saturating_mul(e.of(n));
     match t.role {
         // Norms, biases and (for state-space layers) the conv1d kernels stay f32.
-        Role::Vector | Role::Conv => t.params() * 4,
+        Role::Vector | Role::Conv => t.params().saturating_mul(4),
         // The router stays in full precision (llama-quantize skips `ffn_gate_inp`).
-        Role::Router => t.params() * 4,
+        Role::Router => t.params().saturating_mul(4),
         Role::LmHead if base == GgmlType::Q8_0 => bytes(base.elem_bytes(), 1),
         Role::LmHead => bytes(q6, 1),
         Role::AttnV | Role::MlpDown if matches!(mix, GgufMix::Q4KM | GgufMix::Q5KM) => {
-            let layers = spec.num_layers;
+            let layers = spec.num_layers.max(1);
             let more = if t.count % layers == 0 {
-                t.count / layers * more_bits_layers(layers)
+                (t.count / layers).saturating_mul(more_bits_layers(layers))
             } else {
                 0
             };
-            bytes(q6, more) + bytes(base.elem_bytes(), t.count - more)
+            bytes(q6, more).saturating_add(bytes(base.elem_bytes(), t.count.saturating_sub(more)))
         }
         _ => bytes(base.elem_bytes(), t.count),
     }

@@ -76,12 +76,43 @@ impl Reader<'_> {
         for key in keys {
             if let Some(v) = self.get(key) {
                 return match v.as_u64() {
-                    Some(n) => Ok(Some(n)),
+                    Some(n) => self.within_ceiling(key, n).map(Some),
                     None => Err(self.bad(key, v, "expected a non-negative integer")),
                 };
             }
         }
         Ok(None)
+    }
+
+    /// `n` within the ceiling of what `key` counts (`limits::for_key`).
+    fn within_ceiling(&self, key: &str, n: u64) -> Result<u64, InputError> {
+        let (max, what) = crate::limits::for_key(key);
+        if n > max {
+            return Err(self.bad(
+                key,
+                &Value::from(n),
+                &format!(
+                    "past llm-oom's ceiling of {} for a {what}; no real model comes near it",
+                    crate::units::group(max)
+                ),
+            ));
+        }
+        Ok(n)
+    }
+
+    /// `num_experts_per_tok`: at least one and at most the `count` experts there are (default 2).
+    fn active_experts(&self, count: u64) -> Result<u64, InputError> {
+        let active = self
+            .opt_u64(&["num_experts_per_tok"])?
+            .unwrap_or(2.min(count));
+        if active == 0 || active > count {
+            return Err(self.bad(
+                "num_experts_per_tok",
+                &Value::from(active),
+                &format!("must be between 1 and the {count} experts"),
+            ));
+        }
+        Ok(active)
     }
 
     pub(crate) fn u64(&self, keys: &[&str]) -> Result<u64, InputError> {
@@ -203,7 +234,7 @@ impl Reader<'_> {
                 let count = self.u64(&["num_local_experts", "num_experts"])?;
                 Some(Experts {
                     count,
-                    active: self.opt_u64(&["num_experts_per_tok"])?.unwrap_or(2),
+                    active: self.active_experts(count)?,
                     intermediate_size: self.u64(&["intermediate_size"])?,
                     sparse_layers: layers,
                     shared_intermediate_size: 0,
@@ -220,7 +251,7 @@ impl Reader<'_> {
                 let sparse_layers = super::layout::sparse_every(layers, step, &mlp_only);
                 Some(Experts {
                     count,
-                    active: self.opt_u64(&["num_experts_per_tok"])?.unwrap_or(2),
+                    active: self.active_experts(count)?,
                     intermediate_size: self.u64(&["moe_intermediate_size"])?,
                     sparse_layers,
                     shared_intermediate_size: self

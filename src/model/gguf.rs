@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
 use candle_core::quantized::gguf_file::{Content, Value};
@@ -18,11 +18,129 @@ pub fn read_gguf(path: &Path, name: &str) -> Result<Spec, InputError> {
         path: path.to_path_buf(),
         source,
     })?;
-    let content = Content::read(&mut BufReader::new(file)).map_err(|e| InputError::Gguf {
+    read_gguf_from(&mut BufReader::new(file), path, name)
+}
+
+/// The `Spec` of GGUF bytes from any reader (`path` only names it in messages).
+pub fn read_gguf_from<R: Read + Seek>(
+    reader: &mut R,
+    path: &Path,
+    name: &str,
+) -> Result<Spec, InputError> {
+    let bad = |reason: String| InputError::Gguf {
         path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
+        reason,
+    };
+    // candle divides by `general.alignment` unchecked; a header that sets it to 0 is refused here.
+    let start = reader.stream_position().map_err(|e| bad(e.to_string()))?;
+    if header_alignment(reader).ok().flatten() == Some(0) {
+        return Err(bad("`general.alignment` is 0".into()));
+    }
+    reader
+        .seek(SeekFrom::Start(start))
+        .map_err(|e| bad(e.to_string()))?;
+    let content = Content::read(reader).map_err(|e| bad(e.to_string()))?;
     spec_from_content(&content, path, name)
+}
+
+/// The integer `general.alignment` of a GGUF header, if it sets one (`None` when it does not, or
+/// when the header ends first: candle's reader then says what is wrong).
+fn header_alignment<R: Read>(r: &mut R) -> std::io::Result<Option<u64>> {
+    let mut magic = [0u8; 4];
+    r.read_exact(&mut magic)?;
+    let version = read_u32(r)?;
+    if &magic != b"GGUF" || version == 0 {
+        return Ok(None);
+    }
+    let wide = version >= 2;
+    let _tensors = read_len(r, wide)?;
+    let kvs = read_len(r, wide)?;
+    // candle keeps the last of repeated keys: so does this.
+    let mut alignment = None;
+    for _ in 0..kvs {
+        let key_len = read_len(r, wide)?;
+        if key_len > 1 << 20 {
+            return Ok(None);
+        }
+        let mut key = vec![0u8; key_len as usize];
+        r.read_exact(&mut key)?;
+        let ty = read_u32(r)?;
+        if key == b"general.alignment" {
+            // the integer types candle reads it from (u8, i8, u16, i16, u32, i32)
+            let width = match ty {
+                0 | 1 => Some(1),
+                2 | 3 => Some(2),
+                4 | 5 => Some(4),
+                _ => None,
+            };
+            if let Some(w) = width {
+                alignment = Some(read_n(r, w)?);
+                continue;
+            }
+            alignment = None;
+        }
+        skip_value(r, ty, wide, 0)?;
+    }
+    Ok(alignment)
+}
+
+fn read_u32<R: Read>(r: &mut R) -> std::io::Result<u32> {
+    let mut b = [0u8; 4];
+    r.read_exact(&mut b)?;
+    Ok(u32::from_le_bytes(b))
+}
+
+/// A little-endian unsigned integer of `n` (≤ 8) bytes.
+fn read_n<R: Read>(r: &mut R, n: usize) -> std::io::Result<u64> {
+    let mut b = [0u8; 8];
+    r.read_exact(&mut b[..n])?;
+    Ok(u64::from_le_bytes(b))
+}
+
+fn read_len<R: Read>(r: &mut R, wide: bool) -> std::io::Result<u64> {
+    read_n(r, if wide { 8 } else { 4 })
+}
+
+fn skip<R: Read>(r: &mut R, n: u64) -> std::io::Result<()> {
+    let copied = std::io::copy(&mut r.take(n), &mut std::io::sink())?;
+    if copied < n {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(())
+}
+
+/// Skip one metadata value of GGUF type `ty` (arrays nest at most 64 deep, as in candle).
+fn skip_value<R: Read>(r: &mut R, ty: u32, wide: bool, depth: u32) -> std::io::Result<()> {
+    let fixed = |ty: u32| match ty {
+        0 | 1 | 7 => Some(1u64),
+        2 | 3 => Some(2),
+        4..=6 => Some(4),
+        10..=12 => Some(8),
+        _ => None,
+    };
+    match ty {
+        8 => {
+            let n = read_len(r, wide)?;
+            skip(r, n)
+        }
+        9 if depth < 64 => {
+            let inner = read_u32(r)?;
+            let n = read_len(r, wide)?;
+            match fixed(inner) {
+                Some(size) => skip(r, n.saturating_mul(size)),
+                None => {
+                    for _ in 0..n {
+                        skip_value(r, inner, wide, depth + 1)?;
+                    }
+                    Ok(())
+                }
+            }
+        }
+        _ => match fixed(ty) {
+            Some(size) => skip(r, size),
+            None => Err(std::io::ErrorKind::InvalidData.into()),
+        },
+    }
 }
 
 fn spec_from_content(c: &Content, path: &Path, name: &str) -> Result<Spec, InputError> {
@@ -36,10 +154,15 @@ fn spec_from_content(c: &Content, path: &Path, name: &str) -> Result<Spec, Input
         .and_then(|v| v.to_string().ok())
         .cloned()
         .ok_or_else(|| missing("general.architecture".into()))?;
-    let num =
-        |key: &str| -> Option<u64> { c.metadata.get(&format!("{arch}.{key}")).and_then(as_u64) };
+    let num = |key: &str| -> Result<Option<u64>, InputError> {
+        let full = format!("{arch}.{key}");
+        match c.metadata.get(&full).and_then(as_u64) {
+            Some(n) => within(path, &full, n).map(Some),
+            None => Ok(None),
+        }
+    };
     let need = |key: &str| {
-        num(key)
+        num(key)?
             .filter(|n| *n > 0)
             .ok_or_else(|| missing(format!("{arch}.{key}")))
     };
@@ -47,35 +170,41 @@ fn spec_from_content(c: &Content, path: &Path, name: &str) -> Result<Spec, Input
     let hidden = need("embedding_length")?;
     let layers = need("block_count")?;
     let heads = need("attention.head_count")?;
-    let kv_heads = num("attention.head_count_kv")
+    let kv_heads = num("attention.head_count_kv")?
         .filter(|n| *n > 0)
         .unwrap_or(heads);
-    let head_dim = num("attention.key_length")
+    let head_dim = num("attention.key_length")?
         .filter(|n| *n > 0)
         .unwrap_or(hidden / heads.max(1));
-    let vocab = num("vocab_size")
-        .or_else(|| {
-            c.metadata
-                .get("tokenizer.ggml.tokens")
-                .and_then(|v| v.to_vec().ok())
-                .map(|v| v.len() as u64)
-        })
-        .or_else(|| {
-            c.tensor_infos
-                .get("token_embd.weight")
-                .and_then(|t| t.shape.dims().first().map(|&d| d as u64))
-        })
-        .ok_or_else(|| missing(format!("{arch}.vocab_size")))?;
-    let expert_count = num("expert_count").unwrap_or(0);
+    let vocab = match num("vocab_size")? {
+        Some(v) => Some(v),
+        None => c
+            .metadata
+            .get("tokenizer.ggml.tokens")
+            .and_then(|v| v.to_vec().ok())
+            .map(|v| v.len() as u64)
+            .or_else(|| {
+                c.tensor_infos
+                    .get("token_embd.weight")
+                    .and_then(|t| t.shape.dims().first().map(|&d| d as u64))
+            })
+            .map(|v| within(path, &format!("{arch}.vocab_size"), v))
+            .transpose()?,
+    }
+    .ok_or_else(|| missing(format!("{arch}.vocab_size")))?;
+    let expert_count = num("expert_count")?.unwrap_or(0);
     let intermediate = need("feed_forward_length")?;
-    let experts = (expert_count > 0).then(|| Experts {
-        count: expert_count,
-        active: num("expert_used_count").unwrap_or(2),
-        intermediate_size: num("expert_feed_forward_length").unwrap_or(intermediate),
-        sparse_layers: layers,
-        shared_intermediate_size: num("expert_shared_feed_forward_length").unwrap_or(0),
-    });
-    let window = num("attention.sliding_window").filter(|w| *w > 0);
+    let experts = match expert_count {
+        0 => None,
+        count => Some(Experts {
+            count,
+            active: num("expert_used_count")?.unwrap_or(2),
+            intermediate_size: num("expert_feed_forward_length")?.unwrap_or(intermediate),
+            sparse_layers: layers,
+            shared_intermediate_size: num("expert_shared_feed_forward_length")?.unwrap_or(0),
+        }),
+    };
+    let window = num("attention.sliding_window")?.filter(|w| *w > 0);
     let sliding_layers = match (window, arch.as_str()) {
         (None, _) => 0,
         (Some(_), "gemma2") => layers.div_ceil(2),
@@ -88,22 +217,25 @@ fn spec_from_content(c: &Content, path: &Path, name: &str) -> Result<Spec, Input
     let (mut total, mut params) = (0u64, 0u64);
     let (mut widened_elements, mut widened_file_bytes) = (0u64, 0u64);
     for (name, info) in &c.tensor_infos {
-        let elems = info.shape.elem_count() as u64;
-        let block = info.ggml_dtype.block_size() as u64;
-        let bytes = elems.div_ceil(block) * info.ggml_dtype.type_size() as u64;
+        let elems = elements(path, name, info.shape.dims())?;
+        let block = (info.ggml_dtype.block_size() as u64).max(1);
+        let bytes = elems
+            .div_ceil(block)
+            .saturating_mul(info.ggml_dtype.type_size() as u64);
         let wide = matches!(
             info.ggml_dtype,
             GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16
         );
         if name == "token_embd.weight" || info.shape.rank() == 1 || wide {
-            widened_elements += elems;
-            widened_file_bytes += bytes;
+            widened_elements = widened_elements.saturating_add(elems);
+            widened_file_bytes = widened_file_bytes.saturating_add(bytes);
         }
-        *by_type
+        let slot = by_type
             .entry(format!("{:?}", info.ggml_dtype).to_ascii_lowercase())
-            .or_default() += bytes;
-        total += bytes;
-        params += elems;
+            .or_default();
+        *slot = slot.saturating_add(bytes);
+        total = total.saturating_add(bytes);
+        params = params.saturating_add(elems);
     }
     let mut by_type: Vec<(String, u64)> = by_type.into_iter().collect();
     by_type.sort_by_key(|t| std::cmp::Reverse(t.1));
@@ -123,7 +255,7 @@ fn spec_from_content(c: &Content, path: &Path, name: &str) -> Result<Spec, Input
         num_kv_heads: kv_heads,
         head_dim,
         vocab_size: vocab,
-        max_position_embeddings: num("context_length"),
+        max_position_embeddings: num("context_length")?,
         tie_word_embeddings: !c.tensor_infos.contains_key("output.weight"),
         sliding_window: window.filter(|_| sliding_layers > 0),
         sliding_layers,
@@ -177,6 +309,38 @@ fn spec_from_content(c: &Content, path: &Path, name: &str) -> Result<Spec, Input
         notes: Vec::new(),
         layout: None,
         keep_dense: Vec::new(),
+    })
+}
+
+/// A header number within the ceiling of what it counts (`limits::for_key`).
+fn within(path: &Path, key: &str, n: u64) -> Result<u64, InputError> {
+    let (max, what) = crate::limits::for_key(key);
+    if n > max {
+        return Err(InputError::BadField {
+            path: path.to_path_buf(),
+            field: key.to_string(),
+            value: n.to_string(),
+            why: format!(
+                "past llm-oom's ceiling of {} for a {what}; no real model comes near it",
+                crate::units::group(max)
+            ),
+        });
+    }
+    Ok(n)
+}
+
+/// A tensor's element count, refused past `limits::MAX_TENSOR_ELEMENTS` (dims of 2^33 × 2^33
+/// would wrap 64 bits to 0 bytes).
+fn elements(path: &Path, name: &str, dims: &[usize]) -> Result<u64, InputError> {
+    let n = dims
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))
+        .filter(|n| *n <= crate::limits::MAX_TENSOR_ELEMENTS);
+    n.ok_or_else(|| InputError::Gguf {
+        path: path.to_path_buf(),
+        reason: format!(
+            "tensor `{name}` has dimensions {dims:?}, past llm-oom's ceiling of 2^44 elements"
+        ),
     })
 }
 

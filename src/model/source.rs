@@ -57,11 +57,28 @@ fn offline() -> bool {
         .is_ok_and(|v| matches!(v.trim(), "1" | "true" | "TRUE" | "yes" | "ON" | "on"))
 }
 
+/// The most of a config.json read (64 MiB; published ones are a few KiB).
+pub const MAX_CONFIG_BYTES: u64 = 64 << 20;
+
 fn read(path: &Path) -> Result<String, InputError> {
-    std::fs::read_to_string(path).map_err(|source| InputError::Io {
+    use std::io::Read;
+    let io = |source| InputError::Io {
         path: path.to_path_buf(),
         source,
-    })
+    };
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .map_err(io)?
+        .take(MAX_CONFIG_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(io)?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(InputError::Usage(format!(
+            "{} is larger than llm-oom's ceiling of 64 MiB for a config.json (published ones are a few KiB); pass the model's config.json",
+            path.display()
+        )));
+    }
+    Ok(text)
 }
 
 fn is_gguf(path: &Path) -> bool {
@@ -115,6 +132,11 @@ pub fn resolve(model: &str) -> Result<ResolvedModel, InputError> {
         }
         return Ok(found(spec, SourceKind::ConfigFile, path.to_path_buf()));
     }
+    if path.exists() {
+        return Err(InputError::Usage(format!(
+            "{model} is neither a regular file nor a folder; pass a checkpoint folder, a config.json or a .gguf file"
+        )));
+    }
     if looks_like_path(model) {
         return Err(InputError::Io {
             path: path.to_path_buf(),
@@ -146,9 +168,16 @@ pub fn resolve(model: &str) -> Result<ResolvedModel, InputError> {
         cache_dir.display()
     );
     if offline() || !model.contains('/') {
+        let hint = if offline() {
+            "or unset HF_HUB_OFFLINE to fetch its config.json from the hub".to_string()
+        } else {
+            "or a Hugging Face id of the form owner/name to fetch its config.json from the hub"
+                .to_string()
+        };
         return Err(InputError::ModelNotFound {
             id: model.to_string(),
             tried,
+            hint,
         });
     }
     let config = fetch_config(model, cache)?;

@@ -175,7 +175,9 @@ pub struct TensorGroup {
 
 impl TensorGroup {
     pub fn params(&self) -> u64 {
-        self.rows * self.cols * self.count
+        self.rows
+            .saturating_mul(self.cols)
+            .saturating_mul(self.count)
     }
 }
 
@@ -230,7 +232,10 @@ impl Spec {
         if self.qk_norm {
             t.push(g(Role::Vector, 1, self.head_dim.saturating_mul(2), l));
         }
-        let dense_layers = self.experts.as_ref().map_or(l, |e| l - e.sparse_layers);
+        let dense_layers = self
+            .experts
+            .as_ref()
+            .map_or(l, |e| l.saturating_sub(e.sparse_layers));
         let mlp = |t: &mut Vec<TensorGroup>, inter: u64, count: u64| {
             if count > 0 && inter > 0 {
                 t.push(g(Role::MlpGate, inter, h, count));
@@ -262,7 +267,11 @@ impl Spec {
     pub fn parameters(&self) -> u64 {
         match &self.gguf {
             Some(g) => g.parameters,
-            None => self.tensors().iter().map(TensorGroup::params).sum(),
+            None => self
+                .tensors()
+                .iter()
+                .map(TensorGroup::params)
+                .fold(0, u64::saturating_add),
         }
     }
 
@@ -274,7 +283,7 @@ impl Spec {
                 .iter()
                 .filter(|g| g.window.is_none())
                 .map(|g| g.layers)
-                .sum(),
+                .fold(0, u64::saturating_add),
             None => self.num_layers.saturating_sub(self.sliding_layers),
         }
     }

@@ -387,7 +387,10 @@ pub fn fitting_max_memory(
         .filter(|s| matches!(s.device, Place::Gpu(_)))
         .map(|s| {
             s.capacity_bytes.saturating_sub(
-                s.kv_cache_bytes + s.activations_bytes + s.runtime_bytes + s.margin_bytes,
+                s.kv_cache_bytes
+                    .saturating_add(s.activations_bytes)
+                    .saturating_add(s.runtime_bytes)
+                    .saturating_add(s.margin_bytes),
             )
         })
         .collect();

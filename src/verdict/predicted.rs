@@ -10,7 +10,11 @@ use crate::units::{group, Bytes};
 /// Name the one cause that breaks the budget, from the estimate's decomposition.
 pub fn verdict(planner: &Planner, w: &Workload, est: &Estimate) -> Verdict {
     let vram = planner.vram;
-    let fixed = est.weights + est.runtime + est.margin;
+    // Saturating: a component past 64 bits is `u64::MAX` (it never fits) and must not wrap.
+    let fixed = est
+        .weights
+        .saturating_add(est.runtime)
+        .saturating_add(est.margin);
     let confidence = match Profile::of(w.engine).calibration {
         Calibration::Measured { .. } => 0.85,
         Calibration::Derived => 0.7,
@@ -45,7 +49,9 @@ pub fn verdict(planner: &Planner, w: &Workload, est: &Estimate) -> Verdict {
                 Bytes(est.margin),
                 Bytes(est.allocator)
             ),
-            est.runtime + est.margin + est.allocator,
+            est.runtime
+                .saturating_add(est.margin)
+                .saturating_add(est.allocator),
         ),
         Evidence::bytes(
             format!("peak {} on a {} card", Bytes(est.total), Bytes(vram)),
@@ -67,7 +73,7 @@ pub fn verdict(planner: &Planner, w: &Workload, est: &Estimate) -> Verdict {
     } else if fixed > vram {
         let s = format!(
             "weights: {} of {} weights plus {} of runtime and margin exceed the {} card before any token",
-            Bytes(est.weights), w.weight_dtype, Bytes(est.runtime + est.margin), Bytes(vram)
+            Bytes(est.weights), w.weight_dtype, Bytes(est.runtime.saturating_add(est.margin)), Bytes(vram)
         );
         (Cause::Weights, Stage::Load, s, 0.95)
     } else if w.batch > 1 && planner.fits(&Workload { batch: 1, ..*w }) {
@@ -87,7 +93,7 @@ pub fn verdict(planner: &Planner, w: &Workload, est: &Estimate) -> Verdict {
     } else if est.peak_phase == Phase::Prefill && est.activations > est.kv_cache {
         let s = format!(
             "activations: the prefill of {} tokens needs {} of activations next to a {} KV cache, {} over the {} card",
-            group(w.prompt_tokens * w.batch), Bytes(est.activations), Bytes(est.kv_cache), Bytes(over), Bytes(vram)
+            group(w.prompt_tokens.saturating_mul(w.batch)), Bytes(est.activations), Bytes(est.kv_cache), Bytes(over), Bytes(vram)
         );
         (Cause::Activations, Stage::FirstToken, s, confidence)
     } else {
@@ -108,7 +114,7 @@ pub fn verdict(planner: &Planner, w: &Workload, est: &Estimate) -> Verdict {
     let mut contributing = Vec::new();
     if cause != Cause::None {
         let mut add = |c: Cause, bytes: u64, what: &str| {
-            if c != cause && bytes * 10 >= est.total {
+            if c != cause && bytes.saturating_mul(10) >= est.total {
                 contributing.push(Contributing {
                     cause: c,
                     evidence: Evidence::bytes(format!("{what}: {}", Bytes(bytes)), bytes),
@@ -121,7 +127,7 @@ pub fn verdict(planner: &Planner, w: &Workload, est: &Estimate) -> Verdict {
         if w.batch > 1 {
             add(
                 Cause::Concurrency,
-                est.kv_cache + est.activations,
+                est.kv_cache.saturating_add(est.activations),
                 &format!("{} sequences' KV cache and activations", w.batch),
             );
         }

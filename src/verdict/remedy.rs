@@ -70,7 +70,10 @@ impl Remedy {
             action: format!("{} → {effect}", describe(change)),
             how: how(change, engine),
             change,
-            saves_bytes: Some(old_peak as i64 - new_peak as i64),
+            saves_bytes: Some(
+                (old_peak as i128 - new_peak as i128).clamp(i64::MIN as i128, i64::MAX as i128)
+                    as i64,
+            ),
             new_budget: Some(RemedyBudget {
                 peak_bytes: new_peak,
                 vram_bytes: vram,

@@ -2,10 +2,16 @@
 //! record the memory of its whole process tree, and when it ends say where the memory went.
 
 pub mod capture;
+pub mod guard;
+pub mod oomkill;
+pub mod signals;
 pub mod timeline;
 pub mod tree;
 
+use std::collections::HashSet;
 use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -23,6 +29,9 @@ use crate::verdict::read::read_log;
 use crate::verdict::remedy::Change;
 use crate::verdict::{Cause, Evidence, Remedy, Stage, Verdict};
 use capture::Capture;
+use guard::Guard;
+use oomkill::{OomKill, OomWatch};
+use signals::Forwarder;
 use timeline::{phases, Phase, PhaseKind, Sample, Timeline};
 
 #[derive(Debug, Clone)]
@@ -31,6 +40,9 @@ pub struct WatchRequest {
     pub interval: Duration,
     pub gpu_index: u32,
     pub engine: Engine,
+    /// The llm-oom binary, to start the guardian that kills the tree if watch is killed
+    /// (`guard`); `None`: only the program's own death signal.
+    pub guard_exe: Option<PathBuf>,
 }
 
 /// How the program ended.
@@ -62,6 +74,12 @@ pub struct WatchReport {
     pub phases: Vec<Phase>,
     pub oom_at_ms: Option<u64>,
     pub findings: Vec<Finding>,
+    /// Kills by the kernel's OOM killer in the tree (kernel log or cgroup counters).
+    pub oom_kills: Vec<OomKill>,
+    /// Whether the kernel log could be read (else only cgroup counters say).
+    pub kernel_log_read: bool,
+    /// watch killed the tree itself after the program ignored SIGTERM or a second Ctrl-C.
+    pub killed_by_watch: bool,
     pub output_bytes: u64,
     pub output_kept_bytes: u64,
     /// Up to 400 samples (maxima kept when thinned).
@@ -142,39 +160,40 @@ pub fn watch(req: &WatchRequest) -> Result<WatchReport> {
     unsafe {
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     }
+    let guard = req.guard_exe.as_deref().and_then(Guard::start);
+    let guard_pid = guard.as_ref().map(Guard::pid);
+    let oom = OomWatch::start();
     let start = Instant::now();
-    let mut child = Command::new(program)
+    let mut command = Command::new(program);
+    command
         .args(args)
         .stdin(Stdio::inherit())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| {
-            InputError::Usage(format!(
-                "cannot start `{program}`: {e}; check the command after --"
-            ))
-        })?;
-    let root = child.id();
-
-    // Signals sent to llm-oom go to the program. (Ctrl-C in a terminal reaches the whole
-    // foreground group, the program first among them, so SIGINT is not sent twice.)
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGHUP,
-        signal_hook::consts::SIGINT,
-    ])
-    .map_err(|e| Error::Internal(format!("cannot install signal handlers: {e}")))?;
-    let sig_handle = signals.handle();
-    let forwarder = std::thread::spawn(move || {
-        for sig in signals.forever() {
-            if sig != signal_hook::consts::SIGINT {
-                // SAFETY: kill(2) with a pid we spawned and a valid signal number.
-                unsafe {
-                    libc::kill(root as libc::pid_t, sig);
-                }
-            }
+        .stderr(Stdio::piped());
+    // Without a guardian the program gets SIGKILL when watch dies, however it dies. With one it
+    // must outlive watch for a moment: the guardian walks the tree down from it, whole.
+    if guard.is_none() {
+        // SAFETY: between fork and exec the closure calls only prctl(2), which is
+        // async-signal-safe.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+                Ok(())
+            });
         }
-    });
+    }
+    let mut child = command.spawn().map_err(|e| {
+        InputError::Usage(format!(
+            "cannot start `{program}`: {e}; check the command after --"
+        ))
+    })?;
+    let root = child.id();
+    let mut guard = guard;
+    if let Some(g) = guard.as_mut() {
+        g.tell(&[root]);
+    }
+    let done = Arc::new(AtomicBool::new(false));
+    let forwarder = Forwarder::start(root, guard_pid, Arc::clone(&done))?;
 
     let cap = Arc::new(Mutex::new(Capture::default()));
     let out = child
@@ -194,18 +213,27 @@ pub fn watch(req: &WatchRequest) -> Result<WatchReport> {
         Err(note) => (None, note),
     };
     let timeline = Arc::new(Mutex::new(Timeline::new(20_000)));
-    let done = Arc::new(AtomicBool::new(false));
     let gpu_total = Arc::new(Mutex::new(None));
+    let watched = Arc::new(Mutex::new(Watched {
+        guard,
+        oom,
+        seen: HashSet::new(),
+    }));
     let sampler = {
-        let (timeline, done, gpu_total) = (
+        let (timeline, done, gpu_total, watched) = (
             Arc::clone(&timeline),
             Arc::clone(&done),
             Arc::clone(&gpu_total),
+            Arc::clone(&watched),
         );
         let interval = req.interval;
         std::thread::spawn(move || {
             while !done.load(Ordering::Relaxed) {
-                let pids = tree::descendants_of_us(root);
+                let mut pids = tree::descendants_of_us(root);
+                pids.retain(|p| Some(*p) != guard_pid);
+                if let Ok(mut w) = watched.lock() {
+                    w.see(&pids);
+                }
                 let host: u64 = pids.iter().map(|&p| tree::rss_bytes(p)).sum();
                 let reading = gpu.as_ref().and_then(|g| g.read(&pids));
                 if let (Some(r), Ok(mut t)) = (reading, gpu_total.lock()) {
@@ -229,15 +257,29 @@ pub fn watch(req: &WatchRequest) -> Result<WatchReport> {
     let status = child
         .wait()
         .map_err(|e| Error::Internal(format!("waiting for the program: {e}")))?;
-    // Descendants that outlived the program were reparented to us: wait for them too.
-    reap_orphans();
+    // Descendants that outlived the program were reparented to us: wait for them too (the
+    // guardian, our child as well, is waited for when it is released).
+    reap_orphans(guard_pid);
     for t in [out, err].into_iter().flatten() {
         let _ = t.join();
     }
     done.store(true, Ordering::Relaxed);
     let _ = sampler.join();
-    sig_handle.close();
-    let _ = forwarder.join();
+    let killed_by_watch = forwarder.escalated.load(Ordering::Relaxed);
+    forwarder.stop();
+    let (oom_kills, kernel_log_read) = match Arc::try_unwrap(watched)
+        .ok()
+        .and_then(|m| m.into_inner().ok())
+    {
+        Some(w) => {
+            if let Some(g) = w.guard {
+                g.release();
+            }
+            let read = w.oom.reads_kernel_log();
+            (w.oom.finish(&w.seen), read)
+        }
+        None => (Vec::new(), false),
+    };
 
     use std::os::unix::process::ExitStatusExt;
     let exit = match (status.code(), status.signal()) {
@@ -264,20 +306,62 @@ pub fn watch(req: &WatchRequest) -> Result<WatchReport> {
         .map(|c| (c.text(), c.total, c.kept(), c.oom_at_ms))
         .unwrap_or_default();
     let gpu_total = gpu_total.lock().ok().and_then(|g| *g);
-    Ok(report(
-        req,
+    let ended = Ended {
         exit,
         duration_ms,
-        &timeline,
-        capture,
-        gpu_total,
-        gpu_note,
-    ))
+        oom_kills,
+        kernel_log_read,
+        killed_by_watch,
+    };
+    Ok(report(req, ended, &timeline, capture, gpu_total, gpu_note))
+}
+
+/// What the sampler keeps about the tree besides its memory: every pid seen (for the kernel
+/// log), their cgroups' counters, and the guardian to tell.
+struct Watched {
+    guard: Option<Guard>,
+    oom: OomWatch,
+    seen: HashSet<u32>,
+}
+
+impl Watched {
+    fn see(&mut self, pids: &[u32]) {
+        let new: Vec<u32> = pids
+            .iter()
+            .copied()
+            .filter(|p| self.seen.insert(*p))
+            .collect();
+        if new.is_empty() {
+            return;
+        }
+        for &p in &new {
+            self.oom.see(p);
+        }
+        if let Some(g) = self.guard.as_mut() {
+            g.tell(&new);
+        }
+    }
+}
+
+/// How the run ended, beside the output and the timeline.
+struct Ended {
+    exit: Exit,
+    duration_ms: u64,
+    oom_kills: Vec<OomKill>,
+    kernel_log_read: bool,
+    killed_by_watch: bool,
 }
 
 /// Wait for every process that was reparented to us, so none is left behind.
-fn reap_orphans() {
+fn reap_orphans(guard: Option<u32>) {
     loop {
+        let others: Vec<u32> = tree::descendants(std::process::id())
+            .into_iter()
+            .filter(|p| *p != std::process::id() && Some(*p) != guard)
+            .collect();
+        if others.is_empty() {
+            break;
+        }
         let mut status = 0;
         // SAFETY: waitpid(-1) on our own children; status is a valid out-pointer.
         let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
@@ -289,13 +373,19 @@ fn reap_orphans() {
 
 fn report(
     req: &WatchRequest,
-    exit: Exit,
-    duration_ms: u64,
+    ended: Ended,
     timeline: &Timeline,
     (text, total, kept, oom_at_ms): (Vec<u8>, u64, u64, Option<u64>),
     gpu_total: Option<u64>,
     gpu_note: String,
 ) -> WatchReport {
+    let Ended {
+        exit,
+        duration_ms,
+        oom_kills,
+        kernel_log_read,
+        killed_by_watch,
+    } = ended;
     let phases = phases(&timeline.series());
     let explained = if text.iter().all(u8::is_ascii_whitespace) {
         None
@@ -320,29 +410,65 @@ fn report(
     let peak_gpu = timeline.peak_gpu().filter(|b| *b > 0);
     let peak_host = timeline.peak_host();
 
-    // Killed by SIGKILL with no GPU error in the output: the OOM killer is the usual sender.
-    if verdict.cause == Cause::None && exit.signal == Some(libc::SIGKILL) {
-        verdict.cause = Cause::HostMemory;
-        verdict.stage = Stage::Unknown;
-        verdict.confidence = 0.6;
-        verdict.summary = format!(
-            "host_memory: the program was killed with SIGKILL at {} resident — what the Linux OOM killer sends (dmesg says for sure)",
-            Bytes(peak_host)
-        );
-        remedies.push(Remedy::advice(Change::MoreHostMemory, req.engine, None));
-    }
-    // An OOM the text could not place: let the curve decide.
-    if verdict.cause == Cause::Unknown {
-        if let Some((cause, stage, why)) = from_curve(&phases, oom_at_ms) {
-            verdict.cause = cause;
-            verdict.stage = stage;
-            verdict.confidence = 0.55;
-            verdict.summary = format!(
-                "{cause}: {why} (from the memory timeline; the output alone did not decide)"
-            );
+    if verdict.cause == Cause::None {
+        if let Some(why) = host_oom(
+            &oom_kills,
+            exit,
+            peak_host,
+            kernel_log_read,
+            killed_by_watch,
+        ) {
+            verdict.cause = Cause::HostMemory;
+            verdict.stage = Stage::Unknown;
+            verdict.confidence = if oom_kills.is_empty() { 0.5 } else { 0.9 };
+            verdict.summary = format!("host_memory: {why}");
+            remedies.push(Remedy::advice(Change::MoreHostMemory, req.engine, None));
         }
     }
-    if verdict.cause == Cause::None {
+    for k in &oom_kills {
+        verdict.evidence.push(Evidence::text(match (k.source, k.pid) {
+            ("dmesg", Some(pid)) => format!(
+                "the kernel's OOM killer killed pid {pid} ({}) of the tree, {} anonymous resident (dmesg)",
+                k.process.as_deref().unwrap_or("?"),
+                Bytes(k.anon_rss_bytes.unwrap_or(0))
+            ),
+            _ => format!(
+                "{} OOM kill(s) counted during the run in {}",
+                k.count,
+                k.cgroup.as_deref().unwrap_or("the tree's cgroup")
+            ),
+        }));
+    }
+    // An OOM the text could not place: let the curve decide — a GPU curve only: without NVML the
+    // curve is host memory, which does not say what filled the card.
+    if verdict.cause == Cause::Unknown {
+        if let Some((cause, stage, why)) = from_curve(&phases, oom_at_ms) {
+            if peak_gpu.is_some() {
+                verdict.cause = cause;
+                verdict.stage = stage;
+                verdict.confidence = 0.55;
+                verdict.summary = format!(
+                    "{cause}: {why} (from the memory timeline; the output alone did not decide)"
+                );
+            } else {
+                verdict.evidence.push(Evidence::text(format!(
+                    "host memory: {why}; on a GPU's curve that shape would point to {cause}, but GPU memory was not read ({gpu_note})"
+                )));
+            }
+        }
+    }
+    if verdict.cause == Cause::None && exit.signal == Some(libc::SIGKILL) {
+        verdict.summary = if killed_by_watch {
+            "no out-of-memory: llm-oom killed the process tree after the program ignored its signals".to_string()
+        } else {
+            format!(
+                "no out-of-memory seen: the program was killed with SIGKILL at {} resident, with no OOM kill in {}; something else sent it",
+                Bytes(peak_host),
+                if kernel_log_read { "the kernel log" } else { "the cgroup counters llm-oom could read" }
+            )
+        };
+    }
+    if verdict.cause == Cause::None && exit.signal != Some(libc::SIGKILL) {
         verdict.summary = match exit.code {
             0 => format!(
                 "no out-of-memory: the program exited cleanly after {:.1} s",
@@ -396,11 +522,50 @@ fn report(
         phases,
         oom_at_ms,
         findings,
+        oom_kills,
+        kernel_log_read,
+        killed_by_watch,
         output_bytes: total,
         output_kept_bytes: kept,
         timeline: timeline.thinned(400),
         interval_ms: req.interval.as_millis() as u64,
     }
+}
+
+/// Why the end looks like the host running out of memory, if it does: the OOM killer killed a
+/// process of the tree (kernel log or a cgroup counter), or — when neither can be read — the
+/// program died of SIGKILL holding at least half the host's memory. A SIGKILL with little resident
+/// and no recorded kill (`sh -c 'kill -9 $$'`) is not one.
+fn host_oom(
+    kills: &[OomKill],
+    exit: Exit,
+    peak_host: u64,
+    kernel_log_read: bool,
+    killed_by_watch: bool,
+) -> Option<String> {
+    if let Some(k) = kills.first() {
+        return Some(match (k.pid, &k.process) {
+            (Some(pid), Some(name)) => format!(
+                "the kernel's OOM killer killed {name} (pid {pid}) of the program's tree at {} resident",
+                Bytes(k.anon_rss_bytes.unwrap_or(0))
+            ),
+            _ => format!(
+                "{} OOM kill(s) in the program's memory cgroup during the run",
+                k.count
+            ),
+        });
+    }
+    if killed_by_watch || exit.signal != Some(libc::SIGKILL) || kernel_log_read {
+        return None;
+    }
+    let host = tree::mem_total()?;
+    (peak_host >= host / 2).then(|| {
+        format!(
+            "the program was killed with SIGKILL at {} resident, half the host's {} or more — what the Linux OOM killer sends (the kernel log was not readable to confirm it)",
+            Bytes(peak_host),
+            Bytes(host)
+        )
+    })
 }
 
 /// What the shape of the curve says about an OOM at `oom_at_ms`: a death during the first climb is

@@ -50,6 +50,14 @@ fn read_ppid(pid: u32) -> Option<u32> {
     after.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// When a process started (field 22 of /proc/PID/stat, in clock ticks since boot): with the pid it
+/// names one process, even after the pid is reused.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.get(stat.rfind(')')? + 2..)?;
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
 /// Resident bytes of one process (VmRSS), 0 if it is gone.
 pub fn rss_bytes(pid: u32) -> u64 {
     let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
@@ -67,6 +75,15 @@ pub fn mem_available() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     info.lines()
         .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+}
+
+/// The host's memory (MemTotal).
+pub fn mem_total() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
         .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
         .map(|kb| kb * 1024)
 }
