@@ -208,7 +208,8 @@ pub fn phases(series: &[(u64, u64)]) -> Vec<Phase> {
     let mut seen_load = false;
     while r < runs.len() {
         let (k, a, b) = runs[r];
-        let climbs = k == Step::Jump || (k == Step::Rise && series[b].1 - series[a].1 >= jump);
+        let climbs =
+            k == Step::Jump || (k == Step::Rise && series[b].1.saturating_sub(series[a].1) >= jump);
         if !seen_load && climbs {
             // Extend the load through climbs and short pauses until a plateau.
             let mut end = b;
@@ -233,7 +234,9 @@ pub fn phases(series: &[(u64, u64)]) -> Vec<Phase> {
         }
         let kind = match k {
             Step::Jump if seen_load => PhaseKind::Spike,
-            Step::Rise if seen_load && series[b].1 - series[a].1 >= jump => PhaseKind::Growth,
+            Step::Rise if seen_load && series[b].1.saturating_sub(series[a].1) >= jump => {
+                PhaseKind::Growth
+            }
             _ => PhaseKind::Steady,
         };
         let p = phase(kind, a, b);
@@ -293,6 +296,34 @@ mod tests {
             "{p:?}"
         );
         assert_eq!(p[0].to_bytes, 1000 * M);
+    }
+
+    #[test]
+    fn any_series_is_read_without_panicking() {
+        // Noisy, falling and repeating samples (a process tree whose members come and go): the
+        // phases are whatever they are, but reading them never underflows.
+        let mut x: u64 = 7;
+        for len in [3usize, 17, 64, 257] {
+            let s: Vec<(u64, u64)> = (0..len as u64)
+                .map(|i| {
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    (i * 20, (x >> 40) % (2000 * M))
+                })
+                .collect();
+            let _ = phases(&s);
+            let falling: Vec<(u64, u64)> = (0..len as u64)
+                .map(|i| (i * 20, (len as u64 - i) * 50 * M))
+                .collect();
+            let _ = phases(&falling);
+        }
+        // Rising, one sharp drop (a member of the tree exits), rising again: the drop is taken
+        // as noise inside one rise that ends lower than it began (it underflowed in watch_cli).
+        let mut s: Vec<(u64, u64)> = (0..3).map(|i| (i * 20, 600 * M + i * 10 * M)).collect();
+        s.extend((0..3).map(|i| (60 + i * 20, 100 * M + i * 10 * M)));
+        s.extend((0..5).map(|i| (120 + i * 20, 120 * M)));
+        let _ = phases(&s);
     }
 
     #[test]
