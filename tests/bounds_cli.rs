@@ -168,6 +168,22 @@ fn gguf_headers_with_impossible_numbers_are_refused() {
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stderr.contains("general.alignment"), "{}", r.stderr);
     assert!(!r.stderr.contains("panicked"));
+    // diagnose reads the same file through the runtime's loader: refused too, never a panic.
+    let path = home.path().join("align.gguf");
+    let r = run(
+        home.path(),
+        &[
+            "diagnose",
+            "--model",
+            path.to_str().unwrap(),
+            "--engine",
+            "candle",
+            "--device",
+            "cpu",
+        ],
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
 }
 
 #[test]

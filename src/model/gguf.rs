@@ -31,16 +31,21 @@ pub fn read_gguf_from<R: Read + Seek>(
         path: path.to_path_buf(),
         reason,
     };
-    // candle divides by `general.alignment` unchecked; a header that sets it to 0 is refused here.
-    let start = reader.stream_position().map_err(|e| bad(e.to_string()))?;
+    let content = read_content(reader).map_err(bad)?;
+    spec_from_content(&content, path, name)
+}
+
+/// candle's `Content::read`, guarded: candle divides by `general.alignment` unchecked, so a header
+/// that sets it to 0 is refused here (the runtime reads GGUF files through this too).
+pub fn read_content<R: Read + Seek>(reader: &mut R) -> Result<Content, String> {
+    let start = reader.stream_position().map_err(|e| e.to_string())?;
     if header_alignment(reader).ok().flatten() == Some(0) {
-        return Err(bad("`general.alignment` is 0".into()));
+        return Err("`general.alignment` is 0".into());
     }
     reader
         .seek(SeekFrom::Start(start))
-        .map_err(|e| bad(e.to_string()))?;
-    let content = Content::read(reader).map_err(|e| bad(e.to_string()))?;
-    spec_from_content(&content, path, name)
+        .map_err(|e| e.to_string())?;
+    Content::read(reader).map_err(|e| e.to_string())
 }
 
 /// The integer `general.alignment` of a GGUF header, if it sets one (`None` when it does not, or

@@ -631,7 +631,8 @@ impl Weights {
         };
         let file = File::open(path).map_err(|e| bad(e.to_string()))?;
         let mut reader = BufReader::new(file);
-        let content = gguf_file::Content::read(&mut reader).map_err(|e| bad(first_line(&e)))?;
+        let content = crate::model::gguf::read_content(&mut reader)
+            .map_err(|e| bad(e.lines().next().unwrap_or_default().to_string()))?;
         Loader {
             spec,
             dtype,
