@@ -61,3 +61,45 @@ fn a_pickle_that_names_code_is_refused_in_one_line() {
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
 }
+
+/// `watch` of a Python program: the hook's folder reaches the program through the environment,
+/// and a snapshot found there after the OOM (written here by the program itself, as the hook
+/// does on a GPU) decides the verdict; the folder is kept and named for PyTorch's viewer.
+#[test]
+fn watch_takes_the_verdict_from_pytorchs_record_when_there_is_one() {
+    let home = temp();
+    let fixture = fixture("long_prompt_oom");
+    let program = format!(
+        "import os, shutil\n\
+         d = os.environ['LLM_OOM_SNAPSHOT_DIR']\n\
+         shutil.copy({fixture:?}, os.path.join(d, 'snapshot-%d-oom.pickle' % os.getpid()))\n\
+         print('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.07 GiB. GPU 0 has a total capacity of 23.52 GiB of which 600.00 MiB is free.')\n\
+         raise SystemExit(1)\n"
+    );
+    let out = util::llm_oom(home.path())
+        .args(["watch", "--json", "--", "python3", "-c", &program])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let start = stderr.find('{').expect("a JSON report on stderr");
+    let v: Value = serde_json::from_str(&stderr[start..]).expect("json");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(v["verdict"]["cause"], "activations", "{}", v["verdict"]);
+    let kept = v["torch"]["snapshot_path"]
+        .as_str()
+        .expect("the snapshot is named");
+    assert!(std::path::Path::new(kept).exists());
+    let _ = std::fs::remove_dir_all(
+        std::path::Path::new(kept)
+            .parent()
+            .and_then(|p| p.parent())
+            .expect("the hook's folder"),
+    );
+    // --torch off: the program sees no hook folder.
+    let out = util::llm_oom(home.path())
+        .args(["watch", "--json", "--torch", "off", "--", "python3", "-c"])
+        .arg("import os; raise SystemExit(0 if 'LLM_OOM_SNAPSHOT_DIR' not in os.environ else 3)")
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(0));
+}

@@ -73,6 +73,18 @@ pub struct Cli {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TorchChoice {
+    On,
+    Off,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SnapshotChoice {
+    Oom,
+    Always,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ColorChoice {
     Auto,
     Always,
@@ -226,6 +238,14 @@ pub struct WatchArgs {
     /// Also draw the memory timeline, phases and OOM point as an SVG file.
     #[arg(long)]
     pub svg: Option<std::path::PathBuf>,
+    /// PyTorch's own record for a Python program: a sitecustomize that turns on the allocator's
+    /// history once CUDA starts and dumps its snapshot at the first OOM (+25–40 % decode time
+    /// while on, docs/watch-torch.md). `off` leaves the program untouched.
+    #[arg(long, value_enum, default_value_t = TorchChoice::On)]
+    pub torch: TorchChoice,
+    /// When the hook writes the snapshot: at the first OOM, or also at exit.
+    #[arg(long, value_enum, default_value_t = SnapshotChoice::Oom)]
+    pub snapshot: SnapshotChoice,
     /// The program and its arguments, after --.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,

@@ -129,6 +129,13 @@ fn watch_command(args: &args::WatchArgs, format: Format, color: ColorChoice) -> 
         gpu_index: args.gpu,
         engine: args.engine.parse()?,
         guard_exe: std::env::current_exe().ok(),
+        torch: match (args.torch, args.snapshot) {
+            (args::TorchChoice::Off, _) => None,
+            (_, args::SnapshotChoice::Oom) => Some(llm_oom::snapshot::hook::SnapshotMode::Oom),
+            (_, args::SnapshotChoice::Always) => {
+                Some(llm_oom::snapshot::hook::SnapshotMode::Always)
+            }
+        },
     };
     let r = watch(&req)?;
     // The report goes to stderr (the program's own output has stdout): colour follows it.

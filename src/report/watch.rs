@@ -62,7 +62,27 @@ fn text(r: &WatchReport, style: &Style) -> String {
             Bytes(o)
         ));
     }
-    out.push_str(&style.dim(&format!("{}\n\n", r.gpu_note)));
+    out.push_str(&style.dim(&format!("{}\n", r.gpu_note)));
+    if let Some(t) = &r.torch {
+        out.push_str(&style.dim(&format!("{}\n", torch_line(t))));
+    }
+    out.push('\n');
+    if let Some(rec) = r.torch.as_ref().and_then(|t| t.record.as_ref()) {
+        out.push_str(&style.bold("PyTorch's record at the OOM (live bytes)"));
+        out.push('\n');
+        let mut t = table(&["component", "bytes", "largest site"], 1);
+        for row in &rec.breakdown {
+            t.add_row(vec![
+                row.label.to_string(),
+                Bytes(row.bytes).to_string(),
+                row.sites
+                    .first()
+                    .map(|s| s.label.clone())
+                    .unwrap_or_default(),
+            ]);
+        }
+        out.push_str(&format!("{t}\n\n"));
+    }
     if !r.phases.is_empty() {
         out.push_str(&style.bold("Phases"));
         out.push('\n');
@@ -119,7 +139,23 @@ fn markdown(r: &WatchReport) -> String {
         r.peak_gpu_bytes
             .map_or("not sampled".into(), |b| Bytes(b).to_string())
     ));
-    out.push_str(&format!("| peak host | {} |\n\n", Bytes(r.peak_host_bytes)));
+    out.push_str(&format!("| peak host | {} |\n", Bytes(r.peak_host_bytes)));
+    if let Some(t) = &r.torch {
+        out.push_str(&format!("| PyTorch's record | {} |\n", torch_line(t)));
+    }
+    out.push('\n');
+    if let Some(rec) = r.torch.as_ref().and_then(|t| t.record.as_ref()) {
+        out.push_str("| live at the OOM | bytes | largest site |\n|---|--:|---|\n");
+        for row in &rec.breakdown {
+            out.push_str(&format!(
+                "| {} | {} | `{}` |\n",
+                row.label,
+                Bytes(row.bytes),
+                row.sites.first().map(|s| s.label.as_str()).unwrap_or("")
+            ));
+        }
+        out.push('\n');
+    }
     if !r.phases.is_empty() {
         out.push_str("| phase | from | to | memory |\n|---|--:|--:|---|\n");
         for p in &r.phases {
@@ -293,4 +329,28 @@ fn svg(r: &WatchReport) -> String {
     }
     s.push_str("</svg>\n");
     s
+}
+
+/// Whether PyTorch's record was on, and what it left.
+fn torch_line(t: &crate::commands::watch::torch::TorchRecord) -> String {
+    if let Some(p) = &t.snapshot_path {
+        return format!(
+            "PyTorch's record: torch {}, snapshot at the OOM kept in {}{} (open it at pytorch.org/memory_viz)",
+            t.torch.as_deref().unwrap_or("?"),
+            p.display(),
+            t.dump_seconds
+                .map(|s| format!(", dumped in {s:.2} s"))
+                .unwrap_or_default()
+        );
+    }
+    match (&t.torch, t.cuda_initialised) {
+        (None, _) => "PyTorch's record: the program did not import torch".into(),
+        (Some(v), false) => {
+            format!("PyTorch's record: torch {v} never initialised CUDA (history not turned on)")
+        }
+        (Some(v), true) => format!(
+            "PyTorch's record: on (torch {v}, history {}), no out-of-memory to dump",
+            if t.history { "on" } else { "off" }
+        ),
+    }
 }

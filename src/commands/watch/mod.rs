@@ -6,6 +6,7 @@ pub mod guard;
 pub mod oomkill;
 pub mod signals;
 pub mod timeline;
+pub mod torch;
 pub mod tree;
 
 use std::collections::HashSet;
@@ -43,6 +44,8 @@ pub struct WatchRequest {
     /// The llm-oom binary, to start the guardian that kills the tree if watch is killed
     /// (`guard`); `None`: only the program's own death signal.
     pub guard_exe: Option<PathBuf>,
+    /// PyTorch's record through the sitecustomize hook (Python programs only); `None`: off.
+    pub torch: Option<crate::snapshot::hook::SnapshotMode>,
 }
 
 /// How the program ended.
@@ -85,9 +88,36 @@ pub struct WatchReport {
     /// Up to 400 samples (maxima kept when thinned).
     pub timeline: Vec<Sample>,
     pub interval_ms: u64,
+    /// PyTorch's own record, when the hook ran in a Python program.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub torch: Option<torch::TorchRecord>,
 }
 
 impl WatchReport {
+    /// PyTorch's record decides when it has a snapshot of the OOM: measured, not read from the
+    /// text; what the text said is kept as evidence when it disagrees.
+    fn use_torch_record(&mut self, t: torch::TorchRecord) {
+        if let Some(rec) = &t.record {
+            let from_text = self.verdict.cause;
+            let mut v = crate::verdict::snapshot::from_snapshot(rec);
+            if from_text != v.cause && from_text != Cause::None {
+                v.evidence.push(Evidence::text(format!(
+                    "the program's output alone reads as {from_text}: {}",
+                    self.verdict.summary
+                )));
+            }
+            if self.verdict.stage != Stage::Unknown && v.stage == Stage::Unknown {
+                v.stage = self.verdict.stage;
+            }
+            let cause = v.cause.to_string();
+            if !v.summary.starts_with(&cause) {
+                v.summary = format!("{cause}: {}", v.summary);
+            }
+            self.verdict = v;
+        }
+        self.torch = Some(t);
+    }
+
     /// The program's own exit code, or 1 with `--fail-on-oom` when an OOM was seen.
     pub fn exit_status(&self, fail_on_oom: bool) -> ExitStatus {
         if fail_on_oom && self.verdict.cause != Cause::None && self.exit.code == 0 {
@@ -182,6 +212,7 @@ pub fn watch(req: &WatchRequest) -> Result<WatchReport> {
             });
         }
     }
+    let torch_hook = torch::prepare(&req.command, req.torch, &mut command);
     let mut child = command.spawn().map_err(|e| {
         InputError::Usage(format!(
             "cannot start `{program}`: {e}; check the command after --"
@@ -313,7 +344,12 @@ pub fn watch(req: &WatchRequest) -> Result<WatchReport> {
         kernel_log_read,
         killed_by_watch,
     };
-    Ok(report(req, ended, &timeline, capture, gpu_total, gpu_note))
+    let torch = torch_hook.map(torch::collect);
+    let mut r = report(req, ended, &timeline, capture, gpu_total, gpu_note);
+    if let Some(t) = torch {
+        r.use_torch_record(t);
+    }
+    Ok(r)
 }
 
 /// What the sampler keeps about the tree besides its memory: every pid seen (for the kernel
@@ -529,6 +565,7 @@ fn report(
         output_kept_bytes: kept,
         timeline: timeline.thinned(400),
         interval_ms: req.interval.as_millis() as u64,
+        torch: None,
     }
 }
 
