@@ -84,6 +84,9 @@ pub struct Context {
     pub model: Option<ModelHint>,
     /// Bytes the reader skipped in the middle of an over-long input (its marker line).
     pub skipped_bytes: Option<u64>,
+    /// Lines that look like a failure but are not an out-of-memory event (a SIGKILL that
+    /// Kubernetes did not call OOMKilled), with what the `none` verdict says about them.
+    pub not_oom: Vec<(usize, String)>,
 }
 
 /// The marker `read_bounded` leaves where it skipped the middle of an input.
@@ -124,6 +127,14 @@ fn frames(line: &str, n: usize, ctx: &mut Context) {
         "llama_model_load",
         "model.to(",
         ".cuda()",
+        // Module.to / .cuda / .half move every parameter through `_apply(convert)`.
+        "in _apply",
+        "self._apply(",
+        "param_applied = fn(param)",
+        // candle / mistral.rs (Rust backtraces): weights read from safetensors.
+        "MmapedSafetensors",
+        "var_builder",
+        "VarBuilder",
     ];
     const GENERATION: &[&str] = &[
         "in generate",
@@ -226,6 +237,11 @@ fn stage_hint(line: &str) -> Option<StageHint> {
                 "Loading checkpoint shards",
                 "Loading model",
                 "load_tensors",
+                "self._apply(",
+                "param_applied = fn(param)",
+                "MmapedSafetensors",
+                "var_builder",
+                "VarBuilder",
             ],
         ),
         (

@@ -190,14 +190,19 @@ pub enum Event {
     },
     /// Host RAM: a container limit (Kubernetes `OOMKilled`).
     ContainerOomKilled,
-    /// Kubernetes: exit code 137 under a reason other than OOMKilled (a SIGKILL, cause unsaid).
-    ContainerKilled { reason: Option<String> },
     /// Exit code 137 (SIGKILL, usually the OOM killer).
     Exit137,
     /// PyTorch could not allocate host memory.
     HostAllocFailed { bytes: Option<u64> },
     /// A line with out-of-memory words that no reader knows: an OOM whose cause is undecided.
     OomWords,
+    /// The log ends right after an engine allocated a buffer (the error after it is missing).
+    EndsAtAllocation {
+        buffer: LlamaBuffer,
+        bytes: Option<u64>,
+        /// Metal's recommendedMaxWorkingSetSize, when the log prints it.
+        working_set: Option<u64>,
+    },
 }
 
 impl Event {
@@ -228,8 +233,9 @@ impl Event {
             Event::HostOomKiller { .. } | Event::Exit137 => Source::Kernel,
             Event::RayOomKill => Source::Ray,
             Event::HostMemoryShort { .. } => Source::Ollama,
-            Event::ContainerOomKilled | Event::ContainerKilled { .. } => Source::Kubernetes,
+            Event::ContainerOomKilled => Source::Kubernetes,
             Event::OomWords => Source::Unrecognised,
+            Event::EndsAtAllocation { .. } => Source::LlamaCpp,
         }
     }
 }
@@ -330,6 +336,10 @@ pub fn scan(lines: &[String]) -> (Vec<Finding>, Context) {
     }
     if st.findings.is_empty() {
         st.findings = std::mem::take(&mut st.unrecognised);
+    }
+    if st.findings.is_empty() {
+        st.findings
+            .extend(super::engines::ends_at_allocation(lines));
     }
     (st.findings, st.ctx)
 }
