@@ -425,7 +425,7 @@ fn host(lines: &[String], i: usize, st: &mut Scan) -> bool {
     let line = &lines[i];
     let killer = re(
         &KILLER,
-        r"Out of memory: Kill(?:ed)? process \d+ \(([^)]+)\)(?:.*?anon-rss:(\d+)kB)?",
+        r"(?i:out of memory): Kill(?:ed)? process \d+ \(([^)]+)\)(?:.*?anon-rss:(\d+)kB)?",
     );
     if let Some(c) = killer.captures(line) {
         let event = Event::HostOomKiller {
@@ -639,6 +639,18 @@ mod tests {
         assert_eq!(e, vec![Event::SglangNoKvRoom]);
         let fine = events("max_total_tokens=131072 is larger than the profiled value 561981. Use the profiled value instead.");
         assert!(fine.is_empty(), "{fine:?}");
+    }
+
+    #[test]
+    fn a_cgroup_oom_kill_is_the_oom_killer() {
+        let e = events("[ 812.4] Memory cgroup out of memory: Killed process 4242 (python3) total-vm:91234567kB, anon-rss:31457280kB, file-rss:0kB");
+        assert_eq!(
+            e,
+            vec![Event::HostOomKiller {
+                process: Some("python3".into()),
+                rss: Some(31_457_280 * 1024)
+            }]
+        );
     }
 
     #[test]
