@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use regex::Regex;
 use serde::Serialize;
 
-use super::parse::{cap_u64, re};
+use super::parse::{cap_u64, re, size};
 
 /// The moment a line shows, for the stage rules of the verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -82,6 +82,10 @@ pub struct Context {
     pub served_ok: Vec<usize>,
     pub workload: WorkloadHint,
     pub model: Option<ModelHint>,
+    /// What the engine says the weights took once loaded, and what it left free: SGLang's
+    /// `Load weight end … avail mem=X GB, mem usage=Y GB`, vLLM's `Loading model weights took
+    /// Y GB` / `Model loading took Y GiB` — (line, weights, free after).
+    pub weights_loaded: Option<(usize, u64, Option<u64>)>,
     /// Bytes the reader skipped in the middle of an over-long input (its marker line).
     pub skipped_bytes: Option<u64>,
     /// Lines that look like a failure but are not an out-of-memory event (a SIGKILL that
@@ -103,6 +107,9 @@ pub fn mark(line: &str, n: usize, ctx: &mut Context) {
         ctx.served_ok.push(n);
     }
     workload(line, n, ctx);
+    if let Some(w) = weights_loaded(line) {
+        ctx.weights_loaded = Some((n, w.0, w.1));
+    }
     if ctx.model.is_none() {
         ctx.model = model(line).map(|name| ModelHint { name, line: n });
     }
@@ -336,6 +343,32 @@ fn workload(line: &str, n: usize, ctx: &mut Context) {
     }
 }
 
+/// The weights' footprint an engine reports after loading: (weights, free after).
+fn weights_loaded(line: &str) -> Option<(u64, Option<u64>)> {
+    static SGLANG: OnceLock<Regex> = OnceLock::new();
+    static VLLM: OnceLock<Regex> = OnceLock::new();
+    if !line.contains("Load weight end")
+        && !line.contains("oading model weights took")
+        && !line.contains("Model loading took")
+    {
+        return None;
+    }
+    let sglang = re(
+        &SGLANG,
+        r"Load weight end\..*?avail mem=([\d.]+) GB, mem usage=([\d.]+) GB",
+    );
+    if let Some(c) = sglang.captures(line) {
+        let gb = |i: usize| c.get(i).and_then(|m| size(m.as_str(), "GB"));
+        return Some((gb(2)?, gb(1)));
+    }
+    let vllm = re(
+        &VLLM,
+        r"(?:Loading model weights|Model loading) took ([\d.]+) ?(GiB|GB)",
+    );
+    let c = vllm.captures(line)?;
+    Some((size(c.get(1)?.as_str(), c.get(2)?.as_str())?, None))
+}
+
 /// The model a line names, if any.
 fn model(line: &str) -> Option<String> {
     static MODEL: OnceLock<Regex> = OnceLock::new();
@@ -375,6 +408,19 @@ fn model(line: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_what_the_weights_took() {
+        // sglang-7691: 166.59 GB of weights, 21.73 GB left.
+        let (w, free) = weights_loaded("[2025-07-02 07:41:58 DP0 TP0] Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, avail mem=21.73 GB, mem usage=166.59 GB.").unwrap();
+        assert_eq!((w, free), (166_590_000_000, Some(21_730_000_000)));
+        let (w, _) = weights_loaded(
+            "INFO 07-01 model_runner.py:1000] Loading model weights took 14.9888 GB",
+        )
+        .unwrap();
+        assert_eq!(w, 14_988_800_000);
+        assert!(weights_loaded("Load weight begin. avail mem=80 GB").is_none());
+    }
 
     #[test]
     fn reads_workload_and_model() {

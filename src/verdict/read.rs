@@ -601,16 +601,36 @@ fn trt_component(a: &mut Ask, component: &str, total: Option<u64>, free: Option<
 }
 
 /// SGLang: the weights leave no (or a negative) KV pool under --mem-fraction-static.
+/// With the weights' footprint from `Load weight end` the evidence says how much they took
+/// (sglang-7691: 166.59 GB of weights, 21.73 GB left, a negative profiled pool).
 fn sglang_no_kv(a: &mut Ask) -> Decision {
     a.remedy(Change::RaiseUtilization(92), a.engine, None);
+    if let Some(r) = a.remedies.last_mut() {
+        r.how = "--mem-fraction-static 0.92 (SGLang's share of the card for weights and KV pool)"
+            .into();
+    }
     a.remedy(Change::QuantizeWeights(nf4()), a.engine, None);
-    Decision::new(
-        Cause::Weights,
-        Stage::Load,
-        0.8,
-        "weights: the loaded weights leave no memory for SGLang's KV pool under --mem-fraction-static".into(),
-        vec![ev(a.f, "SGLang's KV pool after the weights is empty or negative".into())],
-    )
+    let mut e = vec![ev(
+        a.f,
+        "SGLang's KV pool after the weights is empty or negative".into(),
+    )];
+    let mut summary = "weights: the loaded weights leave no memory for SGLang's KV pool under --mem-fraction-static".to_string();
+    if let Some((line, weights, free)) = a.ctx.weights_loaded {
+        let left = free.map_or(String::new(), |f| {
+            format!(", {} left on the card", Bytes(f))
+        });
+        let text = format!("the weights took {}{left}", Bytes(weights));
+        summary = format!("weights: {text} — no room for SGLang's KV pool under --mem-fraction-static (more GPUs, tensor parallelism, or quantized weights)");
+        e.insert(
+            0,
+            Evidence {
+                text,
+                bytes: Some(weights),
+                line: Some(line),
+            },
+        );
+    }
+    Decision::new(Cause::Weights, Stage::Load, 0.8, summary, e)
 }
 
 /// MLX asks Metal for one buffer above its maximum: one tensor, so never the weights. Under the
