@@ -129,7 +129,8 @@ fn llama_alloc(lines: &[String], i: usize, st: &mut Scan) -> bool {
         &ALLOC,
         r"(?x)
         allocating\ (?P<mib>[\d.]+)\ MiB\ on\ device\ \d+:\ \w*(?:cudaMalloc|hipMalloc|malloc)\w*\ failed
-        | failed\ to\ allocate\ (?:CUDA|ROCm|Vulkan|Metal|SYCL|CANN|MUSA)\d*\ buffer\ of\ size\ (?P<b>\d+)
+        | failed\ to\ allocate\ (?:CUDA|ROCm|Vulkan|Metal|SYCL|CANN|MUSA|CPU)\d*\ buffer\ of\ size\ (?P<b>\d+)
+        | ggml_backend_cpu_buffer_type_alloc_buffer:\ failed\ to\ allocate\ buffer\ of\ size\ (?P<b4>\d+)
         | buffer\ '(?P<name>[^']*)'\ size\ (?P<b2>\d+)\ is\ larger\ than\ buffer\ maximum
         | ggml_backend_(?:metal|cuda|vk|vulkan|sycl|hip|rocm)\w*:\ (?:error:\ )?failed\ to\ allocate\ buffer,\ size\ =\ *(?P<mib2>[\d.]+)\ MiB
         | ggml_vulkan:\ Device\ memory\ allocation\ of\ size\ (?P<b3>\d+)\ failed",
@@ -145,7 +146,8 @@ fn llama_alloc(lines: &[String], i: usize, st: &mut Scan) -> bool {
         .or_else(|| mib("mib2"))
         .or_else(|| count("b"))
         .or_else(|| count("b2"))
-        .or_else(|| count("b3"));
+        .or_else(|| count("b3"))
+        .or_else(|| count("b4"));
     let buffer = c
         .name("name")
         .and_then(|m| named_buffer(m.as_str()))
@@ -195,7 +197,7 @@ fn llama_followup(lines: &[String], i: usize, st: &mut Scan) -> bool {
             },
         ),
         (None, Some(_)) if line.contains("unable to allocate") && line.contains("buffer") => {}
-        (None, None) if line.contains("unable to allocate CUDA") && line.contains("buffer") => {
+        (None, None) if unable_to_allocate_a_device_buffer(line) => {
             let event = Event::LlamaCppBuffer {
                 buffer: LlamaBuffer::Model,
                 bytes: None,
@@ -205,6 +207,14 @@ fn llama_followup(lines: &[String], i: usize, st: &mut Scan) -> bool {
         _ => return false,
     }
     true
+}
+
+/// `llama_model_load: error loading model: unable to allocate CUDA0 buffer` in each backend.
+fn unable_to_allocate_a_device_buffer(line: &str) -> bool {
+    ["CUDA", "ROCm", "Metal", "Vulkan", "SYCL", "backend"]
+        .iter()
+        .any(|b| line.contains(&format!("unable to allocate {b}")))
+        && line.contains("buffer")
 }
 
 /// ggml-metal's buffer names: `data` holds the weights, `kv` the KV cache, `alloc` / `eval` /
@@ -320,6 +330,13 @@ fn sglang_exllama(lines: &[String], i: usize, st: &mut Scan) -> bool {
     }
     if line.contains("alloc_req_slots runs out of memory") {
         once(st, i + 1, line, Event::SglangReqSlots);
+        return true;
+    }
+    // transformers / accelerate refuse a quantized model that does not fit the GPU(s).
+    if line.contains("Some modules are dispatched on the CPU or the disk")
+        && line.contains("enough GPU RAM")
+    {
+        once(st, i + 1, line, Event::WeightsDispatchedOff);
         return true;
     }
     if line.contains("Insufficient VRAM for model and cache") {
@@ -639,6 +656,33 @@ mod tests {
         assert_eq!(e, vec![Event::SglangNoKvRoom]);
         let fine = events("max_total_tokens=131072 is larger than the profiled value 561981. Use the profiled value instead.");
         assert!(fine.is_empty(), "{fine:?}");
+    }
+
+    #[test]
+    fn host_and_device_buffers_of_ggml() {
+        // llamacpp-8101, llamafile-554: a CPU buffer named by the line after it (the KV cache).
+        let cpu = events("ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 137438953504\nllama_kv_cache_init: failed to allocate buffer for kv cache");
+        assert_eq!(
+            cpu,
+            vec![Event::LlamaCppBuffer {
+                buffer: LlamaBuffer::KvCache,
+                bytes: Some(137_438_953_504)
+            }]
+        );
+        let rocm = events("llama_model_load: error loading model: unable to allocate ROCm0 buffer");
+        assert!(matches!(
+            rocm[0],
+            Event::LlamaCppBuffer {
+                buffer: LlamaBuffer::Model,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_quantized_model_dispatched_off_the_gpu_is_the_weights_not_fitting() {
+        let e = events("ValueError: Some modules are dispatched on the CPU or the disk. Make sure you have enough GPU RAM to fit the quantized model. If you want to dispatch the model on the CPU or the disk while keeping these modules in 32-bit, you need to set `llm_int8_enable_fp32_cpu_offload=True`");
+        assert_eq!(e, vec![Event::WeightsDispatchedOff]);
     }
 
     #[test]

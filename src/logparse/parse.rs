@@ -152,6 +152,9 @@ pub enum Event {
     SglangNoKvRoom,
     /// SGLang: the request-slot pool ran out.
     SglangReqSlots,
+    /// transformers / accelerate: a quantized model's modules would go to the CPU or disk
+    /// ("Make sure you have enough GPU RAM to fit the quantized model").
+    WeightsDispatchedOff,
     /// exllamav2's autosplit: `Insufficient VRAM for model and cache`.
     ExllamaInsufficient,
     /// Apple Metal: a command buffer failed for lack of memory (no figures).
@@ -225,6 +228,7 @@ impl Event {
             Event::TensorrtOom { .. } | Event::TensorrtComponent { .. } => Source::TensorrtLlm,
             Event::SglangNoKvRoom | Event::SglangReqSlots => Source::Sglang,
             Event::ExllamaInsufficient => Source::Exllamav2,
+            Event::WeightsDispatchedOff => Source::Pytorch,
             Event::MetalOom => Source::Metal,
             Event::MlxBufferTooLarge { .. } => Source::Mlx,
             Event::DeviceBufferOom { .. } => Source::Accelerator,

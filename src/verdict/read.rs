@@ -340,6 +340,7 @@ fn decide(a: &mut Ask) -> Decision {
             free,
         } => trt_component(a, component, *total, *free),
         Event::SglangNoKvRoom => sglang_no_kv(a),
+        Event::WeightsDispatchedOff => dispatched_off(a),
         Event::MlxBufferTooLarge {
             requested,
             max_buffer,
@@ -633,6 +634,21 @@ fn sglang_no_kv(a: &mut Ask) -> Decision {
     Decision::new(Cause::Weights, Stage::Load, 0.8, summary, e)
 }
 
+/// transformers would put a quantized model's modules on the CPU or disk: the weights do not
+/// fit the GPU(s) at that precision (the check before any allocation).
+fn dispatched_off(a: &mut Ask) -> Decision {
+    a.remedy(Change::QuantizeWeights(nf4()), a.engine, None);
+    a.remedy(Change::CpuOffload, a.engine, None);
+    a.remedy(Change::LargerGpu(0), a.engine, None);
+    Decision::new(
+        Cause::Weights,
+        Stage::Load,
+        0.85,
+        "weights: the quantized model does not fit the GPU(s) — device_map put modules on the CPU or disk".into(),
+        vec![ev(a.f, "transformers dispatched modules off the GPU: not enough GPU RAM for the weights".into())],
+    )
+}
+
 /// MLX asks Metal for one buffer above its maximum: one tensor, so never the weights. Under the
 /// prompt cache it is the KV cache (mlx-lmstudio-2240); elsewhere an activation.
 fn mlx_buffer(a: &mut Ask, requested: Option<u64>, max: Option<u64>) -> Decision {
@@ -732,7 +748,7 @@ fn host(a: &mut Ask) -> Decision {
             return Decision::new(Cause::HostMemory, Stage::Unknown, 0.95, summary, vec![ev(f, "kernel OOM killer".into())]);
         }
         Event::ContainerOomKilled => ("the container hit its memory limit (OOMKilled)".to_string(), 0.9),
-        Event::HostAllocFailed { bytes } => (format!("PyTorch could not allocate {} of host RAM", bytes.map_or("?".into(), |b| Bytes(b).to_string())), 0.9),
+        Event::HostAllocFailed { bytes } => (format!("the process could not allocate {} of host RAM", bytes.map_or("?".into(), |b| Bytes(b).to_string())), 0.9),
         Event::RayOomKill => ("Ray's memory monitor killed workers for host memory pressure".to_string(), 0.9),
         Event::HostMemoryShort { needed, available } => (format!(
             "the model needs {} of system memory, {} is available",
@@ -1362,6 +1378,7 @@ pub fn kind_name(e: &Event) -> &'static str {
         Event::SglangNoKvRoom => "sglang_no_kv_room",
         Event::SglangReqSlots => "sglang_req_slots",
         Event::ExllamaInsufficient => "exllamav2_insufficient_vram",
+        Event::WeightsDispatchedOff => "weights_dispatched_off",
         Event::MetalOom => "metal_oom",
         Event::MlxBufferTooLarge { .. } => "mlx_buffer_too_large",
         Event::DeviceBufferOom { .. } => "device_buffer_oom",
