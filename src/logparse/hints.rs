@@ -182,6 +182,20 @@ fn frames(line: &str, n: usize, ctx: &mut Context) {
         "key_cache",
         "prompt_cache",
     ];
+    // One pass over the line for all keys first: most lines of a long log have none.
+    static ANY: OnceLock<Regex> = OnceLock::new();
+    let all = [
+        LOAD,
+        GENERATION,
+        EAGER,
+        ACTIVATION,
+        CACHE,
+        &["Exception in thread"],
+    ]
+    .concat();
+    if !literals(&ANY, &all).is_match(line) {
+        return;
+    }
     let has = |keys: &[&str]| keys.iter().any(|k| line.contains(k));
     let lists: [(&[&str], &mut Vec<usize>); 5] = [
         (LOAD, &mut ctx.load_lines),
@@ -283,10 +297,27 @@ fn stage_hint(line: &str) -> Option<StageHint> {
             ],
         ),
     ];
+    static ANY: OnceLock<Regex> = OnceLock::new();
+    let all: Vec<&str> = HINTS
+        .iter()
+        .flat_map(|(_, keys)| keys.iter().copied())
+        .collect();
+    if !literals(&ANY, &all).is_match(line) {
+        return None;
+    }
     HINTS
         .iter()
         .find(|(_, keys)| keys.iter().any(|k| line.contains(k)))
         .map(|(h, _)| *h)
+}
+
+/// One regex matching any of `keys` literally (built once; a single scan of the line).
+fn literals(cell: &'static OnceLock<Regex>, keys: &[&str]) -> &'static Regex {
+    cell.get_or_init(|| {
+        let alternation: Vec<String> = keys.iter().map(|k| regex::escape(k)).collect();
+        Regex::new(&alternation.join("|"))
+            .unwrap_or_else(|e| unreachable!("escaped literals always compile: {e}"))
+    })
 }
 
 /// The workload figures a line states; most lines have none, so a cheap look comes first.

@@ -330,7 +330,9 @@ pub fn scan(lines: &[String]) -> (Vec<Finding>, Context) {
     let mut st = Scan::default();
     for (i, line) in lines.iter().enumerate() {
         super::hints::mark(line, i + 1, &mut st.ctx);
-        if super::words::negated(line) || !super::words::worth_reading(line) {
+        // The bounded reader's own marker (it names "out-of-memory words") is no event.
+        let marker = line.starts_with(super::hints::SKIPPED_MARKER);
+        if marker || !super::words::worth_reading(line) || super::words::negated(line) {
             continue;
         }
         if super::torch::read(lines, i, &mut st) || super::engines::read(lines, i, &mut st) {
@@ -423,6 +425,14 @@ mod tests {
         };
         assert_eq!(t.requested, None);
         assert_eq!(t.requested_as_written.as_deref(), Some("1e26 GiB"));
+    }
+
+    #[test]
+    fn the_skip_marker_is_not_an_event() {
+        let marker = format!("{}1064304640 bytes of input (kept the first 4096 KiB, the last 4096 KiB and the lines with out-of-memory words between; stopped reading after 1024 MiB)", super::super::hints::SKIPPED_MARKER);
+        let (f, ctx) = scan(&lines(&marker));
+        assert!(f.is_empty(), "{f:?}");
+        assert_eq!(ctx.skipped_bytes, Some(1_064_304_640));
     }
 
     #[test]

@@ -24,7 +24,7 @@ pub fn negated(line: &str) -> bool {
     static NEG: OnceLock<Regex> = OnceLock::new();
     re(
         &NEG,
-        r"(?i)\b(?:no|zero|without|never|didn't|did not|0)\s+(?:[\w-]+\s+){0,3}?(?:out of memory|ooms?|run(?:ning)? out of memory)\b",
+        r"(?i)(?-u:\b)(?:no|zero|without|never|didn't|did not|0)\s+(?:[A-Za-z0-9_-]+\s+){0,3}?(?:out of memory|ooms?|run(?:ning)? out of memory)(?-u:\b)",
     )
     .is_match(line)
 }
@@ -59,7 +59,7 @@ pub fn says_oom(line: &str) -> bool {
     static WORDS: OnceLock<Regex> = OnceLock::new();
     let words = re(
         &WORDS,
-        r"(?i:out[ _-]?of[ _-]?(?:(?:device|gpu|host|video|system)[ _-]?)?(?:memory|vram)|failed to allocate|(?:cannot|can't|could not|couldn't|unable to) allocate|could not be allocated|insufficient (?:\w+ ){0,2}(?:memory|vram)|not enough (?:\w+ ){0,2}(?:memory|vram)|memory exhausted|resource_exhausted|ran out of (?:\w+ )?memory|_ALLOC_FAILED|bad_alloc|\bMemoryError\b|\bENOMEM\b)|\bOOM\b",
+        r"(?i:out[ _-]?of[ _-]?(?:(?:device|gpu|host|video|system)[ _-]?)?(?:memory|vram)|failed to allocate|(?:cannot|can't|could not|couldn't|unable to) allocate|could not be allocated|insufficient (?:[A-Za-z]+ ){0,2}(?:memory|vram)|not enough (?:[A-Za-z]+ ){0,2}(?:memory|vram)|memory exhausted|resource_exhausted|ran out of (?:[A-Za-z]+ )?memory|_ALLOC_FAILED|bad_alloc|(?-u:\b)MemoryError(?-u:\b)|(?-u:\b)ENOMEM(?-u:\b))|(?-u:\b)OOM(?-u:\b)",
     );
     words.is_match(line) || (line.to_ascii_lowercase().contains("exceed") && line.contains("emory"))
 }
@@ -70,7 +70,7 @@ pub fn advice(line: &str) -> bool {
     static ADVICE: OnceLock<Regex> = OnceLock::new();
     re(
         &ADVICE,
-        r"(?i)\b(?:if|in case|may|might|could|can|to avoid|to prevent|avoid(?:ing)?|prevent(?:ing)?|risk of|lead to|cause|reduce|reducing|consider)\b[^.;]{0,40}?(?:\boom\b|out[ -]of[ -]memory|running out of memory)",
+        r"(?i)(?-u:\b)(?:if|in case|may|might|could|can|to avoid|to prevent|avoid(?:ing)?|prevent(?:ing)?|risk of|lead to|cause|reduce|reducing|consider)(?-u:\b)[^.;]{0,40}?(?:(?-u:\b)oom(?-u:\b)|out[ -]of[ -]memory|running out of memory)",
     )
     .is_match(line)
 }

@@ -4,6 +4,8 @@ use super::markdown::{remedies as md_remedies, verdict_block};
 use super::text::{remedies, Style};
 use super::Render;
 use crate::commands::explain::ExplainReport;
+use crate::logparse::bounded::{HEAD, STOP_AFTER, TAIL, WINDOW_LINES};
+use crate::units::Bytes;
 use crate::verdict::Cause;
 
 impl Render for ExplainReport {
@@ -65,6 +67,16 @@ fn text(r: &ExplainReport, style: &Style) -> String {
     }
     if let Some(d) = &r.to_decide {
         out.push_str(&format!("{} {d}\n", style.bold("To decide:")));
+    }
+    if let Some(skipped) = r.skipped_bytes {
+        out.push_str(&style.dim(&format!(
+            "Read in bounded memory: {} in the middle of the input were skipped (the first {} and the last {}, at most {} lines each, and the lines with out-of-memory words between were read; reading stops after {}).\n",
+            Bytes(skipped),
+            Bytes(HEAD as u64),
+            Bytes(TAIL as u64),
+            WINDOW_LINES,
+            Bytes(STOP_AFTER)
+        )));
     }
     out
 }
