@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use regex::bytes::Regex;
 
-use super::hints::SKIPPED_MARKER;
+use super::hints::{RESUMED_MARKER, SKIPPED_MARKER};
 
 /// Kept whole from the start of the input.
 pub const HEAD: usize = 4 << 20;
@@ -84,6 +84,7 @@ pub fn read_bounded_with(mut r: impl Read, limits: Limits) -> io::Result<Bounded
     }
     let stopped = total >= limits.stop_after;
     state.cap_tail_lines(limits.lines);
+    state.align_tail();
     Ok(state.finish(head, stopped, &limits))
 }
 
@@ -112,6 +113,11 @@ struct Window {
     tail: Vec<u8>,
     middle: Vec<u8>,
     skipped: u64,
+    /// Line ends in everything that left the window (kept middle lines included), so the tail's
+    /// lines keep their numbers in the input.
+    lines_out: u64,
+    /// The last byte that left the window: the tail starts mid-line unless it is a line end.
+    last_out: Option<u8>,
 }
 
 impl Window {
@@ -122,6 +128,18 @@ impl Window {
             return;
         }
         if let Some(at) = memchr_nth(&self.tail, ends - n) {
+            let dropped: Vec<u8> = self.tail.drain(..=at).collect();
+            self.keep_oom_lines(&dropped);
+        }
+    }
+
+    /// A tail that starts mid-line gives that partial line the middle's way, so the kept end
+    /// starts on a line of its own.
+    fn align_tail(&mut self) {
+        if matches!(self.last_out, None | Some(b'\n')) {
+            return;
+        }
+        if let Some(at) = self.tail.iter().position(|&b| b == b'\n') {
             let dropped: Vec<u8> = self.tail.drain(..=at).collect();
             self.keep_oom_lines(&dropped);
         }
@@ -138,6 +156,11 @@ impl Window {
 
     /// From bytes about to be dropped, keep the lines with out-of-memory words.
     fn keep_oom_lines(&mut self, dropped: &[u8]) {
+        let ends = dropped.iter().filter(|&&b| b == b'\n').count() as u64;
+        if let Some(&b) = dropped.last() {
+            self.last_out = Some(b);
+        }
+        self.lines_out = self.lines_out.saturating_add(ends);
         static WORDS: OnceLock<Regex> = OnceLock::new();
         let words = WORDS.get_or_init(|| {
             // The families of words::says_oom and the engines' own wordings without them.
@@ -192,8 +215,11 @@ impl Window {
                 String::new()
             }
         );
+        let head_lines = head.iter().filter(|&&b| b == b'\n').count() as u64;
+        let resumed = head_lines.saturating_add(self.lines_out).saturating_add(1);
         head.extend_from_slice(note.as_bytes());
         head.extend_from_slice(&self.middle);
+        head.extend_from_slice(format!("{RESUMED_MARKER}{resumed}\n").as_bytes());
         head.extend_from_slice(&self.tail);
         Bounded {
             bytes: head,
@@ -223,10 +249,29 @@ mod tests {
         let b = read_bounded_with(&input[..], SMALL).unwrap();
         let text = String::from_utf8_lossy(&b.bytes);
         let lines = text.lines().count();
-        assert!(lines <= 2 * 1000 + 3, "{lines}");
+        assert!(lines <= 2 * 1000 + 4, "{lines}");
         assert!(text.contains("CUDA error: out of memory"));
         assert!(text.ends_with("y\n"));
         assert_eq!(b.skipped, 2 * 1000);
+    }
+
+    #[test]
+    fn the_kept_end_keeps_its_line_numbers() {
+        let mut input = Vec::new();
+        for i in 1..=5000 {
+            input.extend_from_slice(format!("line {i}\n").as_bytes());
+        }
+        let b = read_bounded_with(&input[..], SMALL).unwrap();
+        let lines: Vec<String> = String::from_utf8_lossy(&b.bytes)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        let (_, ctx) = super::super::parse::scan(&lines);
+        let (at, first) = ctx.resumed.unwrap();
+        // The line after the resume marker is the input's line `first`.
+        assert_eq!(lines[at], format!("line {first}"));
+        assert_eq!(lines.last().unwrap(), "line 5000");
+        assert_eq!(first + (lines.len() - at - 1), 5000);
     }
 
     #[test]

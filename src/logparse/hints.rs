@@ -91,10 +91,47 @@ pub struct Context {
     /// Lines that look like a failure but are not an out-of-memory event (a SIGKILL that
     /// Kubernetes did not call OOMKilled), with what the `none` verdict says about them.
     pub not_oom: Vec<(usize, String)>,
+    /// (the resume marker's line, the input's number of the line after it) in a skipped input.
+    #[serde(skip)]
+    pub resumed: Option<(usize, usize)>,
+}
+
+impl Context {
+    /// Renumber every line after `at` by `by`: the kept end of a skipped input gets the line
+    /// numbers it has in the input.
+    pub fn shift_after(&mut self, at: usize, by: usize) {
+        let s = |l: &mut usize| {
+            if *l > at {
+                *l = l.saturating_add(by);
+            }
+        };
+        for v in [
+            &mut self.load_lines,
+            &mut self.generation_lines,
+            &mut self.eager_attention_lines,
+            &mut self.activation_lines,
+            &mut self.cache_lines,
+            &mut self.thread_exceptions,
+            &mut self.served_ok,
+        ] {
+            v.iter_mut().for_each(s);
+        }
+        self.batch_seq.iter_mut().for_each(|b| s(&mut b.0));
+        self.stage_hints.iter_mut().for_each(|h| s(&mut h.0));
+        self.not_oom.iter_mut().for_each(|x| s(&mut x.0));
+        if let Some(m) = &mut self.model {
+            s(&mut m.line);
+        }
+        if let Some(w) = &mut self.weights_loaded {
+            s(&mut w.0);
+        }
+    }
 }
 
 /// The marker `read_bounded` leaves where it skipped the middle of an input.
 pub const SKIPPED_MARKER: &str = "[llm-oom] skipped ";
+/// The marker before the kept end of a skipped input: the input's line number of the next line.
+pub const RESUMED_MARKER: &str = "[llm-oom] the end of the input resumes at line ";
 
 /// Mark one line's context: frames, stage signals, workload and model.
 pub fn mark(line: &str, n: usize, ctx: &mut Context) {
@@ -112,6 +149,9 @@ pub fn mark(line: &str, n: usize, ctx: &mut Context) {
     }
     if ctx.model.is_none() {
         ctx.model = model(line).map(|name| ModelHint { name, line: n });
+    }
+    if let Some(rest) = line.strip_prefix(RESUMED_MARKER) {
+        ctx.resumed = rest.trim().parse().ok().map(|at| (n, at));
     }
     if let Some(rest) = line.strip_prefix(SKIPPED_MARKER) {
         ctx.skipped_bytes = rest.split(' ').next().and_then(|s| s.parse().ok());

@@ -331,7 +331,8 @@ pub fn scan(lines: &[String]) -> (Vec<Finding>, Context) {
     for (i, line) in lines.iter().enumerate() {
         super::hints::mark(line, i + 1, &mut st.ctx);
         // The bounded reader's own marker (it names "out-of-memory words") is no event.
-        let marker = line.starts_with(super::hints::SKIPPED_MARKER);
+        let marker = line.starts_with(super::hints::SKIPPED_MARKER)
+            || line.starts_with(super::hints::RESUMED_MARKER);
         if marker || !super::words::worth_reading(line) || super::words::negated(line) {
             continue;
         }
@@ -346,6 +347,13 @@ pub fn scan(lines: &[String]) -> (Vec<Finding>, Context) {
     if st.findings.is_empty() {
         st.findings
             .extend(super::engines::ends_at_allocation(lines));
+    }
+    if let Some((at, first)) = st.ctx.resumed {
+        let by = first.saturating_sub(at + 1);
+        st.ctx.shift_after(at, by);
+        for f in st.findings.iter_mut().filter(|f| f.line > at) {
+            f.line = f.line.saturating_add(by);
+        }
     }
     (st.findings, st.ctx)
 }

@@ -102,9 +102,14 @@ pub fn read_log(raw: &[u8], engine: Engine) -> Result<LogReading> {
     }
     let lines = clean_lines(text.as_bytes());
     let (findings, ctx) = scan(&lines);
+    // A skipped input counts its lines as the input has them.
+    let total = match ctx.resumed {
+        Some((at, first)) => lines.len().saturating_add(first.saturating_sub(at + 1)),
+        None => lines.len(),
+    };
     let r = match findings.first() {
         Some(first) => classify(first, &findings, &ctx, engine),
-        None => no_oom(lines.len(), &ctx),
+        None => no_oom(total, &ctx),
     };
     Ok(LogReading {
         confidence_band: confidence_band(r.verdict.confidence),
@@ -112,7 +117,7 @@ pub fn read_log(raw: &[u8], engine: Engine) -> Result<LogReading> {
         remedies: r.remedies,
         to_decide: r.to_decide,
         findings,
-        lines: lines.len(),
+        lines: total,
         workload_hint: ctx.workload.clone(),
         model_hint: ctx.model.clone(),
         skipped_bytes: ctx.skipped_bytes,
