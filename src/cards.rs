@@ -11,7 +11,7 @@
 //! versions differ and `sysctl iogpu.wired_limit_mb` raises it), so those entries are 75 % of RAM.
 
 use crate::error::InputError;
-use crate::units::{group, Bytes, GIB, MIB};
+use crate::units::{group, Bytes, MIB};
 
 /// One card: the ids `--vram` accepts, its name, and its total in MiB.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,6 +142,8 @@ pub fn find(id: &str) -> Option<&'static Card> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Vram {
     pub bytes: u64,
+    /// A card name or an `NGB` class was resolved to a card's total (not an exact size).
+    pub card: bool,
     /// e.g. `24GB → RTX 4090 24 GB class, 24,564 MiB`.
     pub resolved: String,
 }
@@ -154,7 +156,13 @@ pub fn parse_vram(s: &str) -> Result<Vram, InputError> {
     if let Some(card) = find(t) {
         return Ok(Vram {
             bytes: card.bytes(),
-            resolved: format!("{t} → {}, {} MiB", card.name, group(card.mib)),
+            card: true,
+            resolved: format!(
+                "{t} → {}, {} MiB ({} bytes)",
+                card.name,
+                group(card.mib),
+                group(card.bytes())
+            ),
         });
     }
     if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.') {
@@ -169,7 +177,13 @@ pub fn parse_vram(s: &str) -> Result<Vram, InputError> {
                 if let Some(card) = find(id) {
                     return Ok(Vram {
                         bytes: card.bytes(),
-                        resolved: format!("{t} → {} class, {} MiB", card.name, group(card.mib)),
+                        card: true,
+                        resolved: format!(
+                            "{t} → {} class, {} MiB ({} bytes)",
+                            card.name,
+                            group(card.mib),
+                            group(card.bytes())
+                        ),
                     });
                 }
             }
@@ -178,29 +192,51 @@ pub fn parse_vram(s: &str) -> Result<Vram, InputError> {
     let b: Bytes = t.parse()?;
     Ok(Vram {
         bytes: b.0,
+        card: false,
         resolved: format!("{t} → {} bytes ({})", group(b.0), Bytes(b.0)),
     })
 }
 
-/// The card whose total is exactly `bytes`, to name it in a report.
-pub fn describe(bytes: u64) -> Option<String> {
-    if bytes % MIB != 0 || bytes < GIB {
-        return None;
+/// `--vram` naming several GPUs: a comma list (`24GiB,24GiB`, `rtx4090,rtx3090`) whose items may
+/// repeat (`2x24GiB`, `2xrtx4090`, `4xh100`). One device is the list of one.
+pub fn parse_devices(s: &str) -> Result<Vec<Vram>, InputError> {
+    let mut out = Vec::new();
+    for item in s.split(',') {
+        let t = item.trim();
+        if t.is_empty() {
+            return Err(InputError::Usage(format!(
+                "--vram {s}: an empty device between commas; write it like 24GiB,12GiB"
+            )));
+        }
+        let (n, each) = match t.split_once(['x', 'X']) {
+            Some((n, rest)) if !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()) => {
+                let n: usize = n.parse().map_err(|_| too_many(t))?;
+                (n, rest)
+            }
+            _ => (1, t),
+        };
+        if n == 0 || out.len() + n > MAX_GPUS {
+            return Err(too_many(t));
+        }
+        let v = parse_vram(each)?;
+        out.extend(std::iter::repeat_n(v, n));
     }
-    let mib = bytes / MIB;
-    CARDS.iter().find(|c| c.mib == mib).map(|c| {
-        format!(
-            "{} MiB ({} bytes): the {} total",
-            group(mib),
-            group(bytes),
-            c.name
-        )
-    })
+    Ok(out)
+}
+
+/// The most GPUs one plan takes (a node of 8, times 8 nodes).
+pub const MAX_GPUS: usize = 64;
+
+fn too_many(t: &str) -> InputError {
+    InputError::Usage(format!(
+        "--vram {t}: write 1 to {MAX_GPUS} devices, like 2x24GiB or 24GiB,12GiB"
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::units::GIB;
 
     #[test]
     fn a_24_gb_card_is_its_real_total() {
@@ -231,6 +267,24 @@ mod tests {
         assert!(parse_vram("24XB").is_err());
         assert!(parse_vram("rtx9999").is_err());
         assert!(parse_vram("").is_err());
+    }
+
+    #[test]
+    fn several_devices_are_a_list_or_a_count() {
+        let b =
+            |s: &str| -> Vec<u64> { parse_devices(s).unwrap().iter().map(|v| v.bytes).collect() };
+        assert_eq!(b("24GiB,24GiB"), vec![24 * GIB, 24 * GIB]);
+        assert_eq!(b("2x24GiB"), vec![24 * GIB, 24 * GIB]);
+        assert_eq!(b("2xrtx4090"), vec![24_564 * MIB; 2]);
+        assert_eq!(b("24GiB, 12GiB"), vec![24 * GIB, 12 * GIB]);
+        assert_eq!(b("rtx4090"), vec![24_564 * MIB]);
+        assert_eq!(
+            b("2x24GB,rtx3090"),
+            vec![24_564 * MIB, 24_564 * MIB, 24_576 * MIB]
+        );
+        for bad in ["0x24GiB", "65x24GiB", "2x", "24GiB,,24GiB", "2x24"] {
+            assert!(parse_devices(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

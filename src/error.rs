@@ -75,6 +75,10 @@ pub enum InputError {
     },
     #[error("{0}")]
     Usage(String),
+    #[error("{} is not a PyTorch memory snapshot llm-oom can read: {reason}", path.display())]
+    Snapshot { path: PathBuf, reason: String },
+    #[error("the checkpoint's {file} cannot be read ({reason}); check the repository or pass the folder of a complete download")]
+    Checkpoint { file: String, reason: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -18,10 +18,12 @@ pub mod exit;
 pub mod logparse;
 pub mod meter;
 pub mod model;
+pub mod placement;
 pub mod probe;
 pub mod report;
 pub mod request;
 pub mod runtime;
+pub mod snapshot;
 pub mod units;
 pub mod verdict;
 

@@ -86,7 +86,16 @@ pub struct WorkloadRequest {
     pub engine: Engine,
     /// The card to plan for; `None` = the detected GPU's free memory, else an assumed 24 GiB.
     pub vram: Option<u64>,
+    /// How `--vram` was read when it named a card or a card class (`24GB → RTX 4090 24 GB
+    /// class, 24,564 MiB`), said in the report's notes; `None` for an exact size.
+    pub vram_read: Option<String>,
     pub gpu_index: u32,
+    /// Every GPU's total when `--vram` names more than one (`24GiB,24GiB`, `2xrtx4090`); then
+    /// `vram` is the first. Empty for one device: the single-device plan is unchanged.
+    pub gpus: Vec<u64>,
+    /// The host RAM offered as the offload tier (`--host-ram`; `None` = the detected
+    /// MemAvailable, as accelerate reads it).
+    pub host_ram: Option<u64>,
 }
 
 impl WorkloadRequest {

@@ -38,3 +38,23 @@ fn no_command_imports_another() {
     }
     assert!(found.is_empty(), "commands import commands: {found:?}");
 }
+
+#[test]
+fn placement_sits_below_the_verdict() {
+    // placement/ prices parts on devices from the estimate and the Spec; it decides no verdict,
+    // renders nothing and knows no command.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/placement");
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    assert!(!files.is_empty(), "the placement wing is there");
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        for above in ["commands", "report", "verdict", "budget", "probe", "cli"] {
+            assert!(
+                !text.contains(&format!("crate::{above}")),
+                "{} uses {above}",
+                f.display()
+            );
+        }
+    }
+}

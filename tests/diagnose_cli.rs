@@ -317,9 +317,13 @@ fn normalise(md: &str) -> String {
             .into_owned();
     }
     md.lines()
-        .filter(|l| !l.starts_with("<sub>llm-oom"))
+        // The footers name the machine (version, time, the environment): not the report's shape.
+        .filter(|l| !l.starts_with("<sub>llm-oom") && !l.starts_with("<sub>environment"))
         .collect::<Vec<_>>()
         .join("\n")
+        .trim_end()
+        .to_string()
+        + "\n"
 }
 
 #[test]
@@ -412,4 +416,79 @@ fn a_prompt_file_sets_the_prompt_with_the_models_tokenizer() {
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["workload"]["prompt_tokens"], 100);
     assert_eq!(stage(&v, "first_token")["prompt_tokens"], 100);
+}
+
+/// Ctrl-C at a terminal reaches llm-oom and its probe child together (one process group): the
+/// report of what was measured so far is printed, the stages left are marked, the exit code is
+/// 130, and no child is left running.
+#[test]
+fn ctrl_c_prints_what_was_measured_so_far_and_leaves_no_child() {
+    use std::os::unix::process::CommandExt;
+    let home = temp();
+    // A 0.5 B preset with random weights: its load alone takes seconds in a debug build.
+    let mut c = llm_oom(home.path());
+    c.args([
+        "diagnose",
+        "--model",
+        "qwen2.5-0.5b-instruct",
+        "--engine",
+        "candle",
+    ])
+    .args([
+        "--device", "cpu", "--dtype", "f32", "-p", "2048", "-n", "64", "--json",
+    ])
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .process_group(0);
+    let child = c.spawn().expect("spawns");
+    let pgid = child.id() as i32;
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    // What a terminal does on Ctrl-C: SIGINT to the whole foreground group.
+    unsafe { libc::kill(-pgid, libc::SIGINT) };
+    let out = child.wait_with_output().expect("ends");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "a partial report ({e}): {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(out.status.code(), Some(130), "{v}");
+    assert_eq!(v["interrupted"], true);
+    let stages = v["stages"].as_array().cloned().unwrap_or_default();
+    assert!(
+        stages.iter().any(|s| s["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("interrupted (Ctrl-C)"))),
+        "{v}"
+    );
+    for pid in v["children"].as_array().into_iter().flatten() {
+        let pid = pid["pid"].as_i64().unwrap_or(0) as i32;
+        assert!(pid > 0);
+        assert_ne!(unsafe { libc::kill(pid, 0) }, 0, "child {pid} still runs");
+    }
+}
+
+/// A workload past the model's trained context is refused before anything runs (exit 2, one
+/// line, the flag that allows it named); the flag lets it through to the probe.
+#[test]
+fn past_the_context_is_refused_unless_allowed() {
+    let c = case();
+    let r = c.diagnose(&["-p", "65000", "-n", "1000"], &[]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("--allow-past-context"), "{}", r.stderr);
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+    let r = c.diagnose(
+        &[
+            "-p",
+            "65000",
+            "-n",
+            "1000",
+            "--allow-past-context",
+            "--vram-limit",
+            "8MiB",
+        ],
+        &[],
+    );
+    assert_ne!(r.code, 2, "{}", r.stderr);
 }

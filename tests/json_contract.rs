@@ -280,8 +280,8 @@ fn diagnose_json_keeps_its_contract() {
     check(
         "diagnose-cpu",
         &[
-            "diagnose", "--model", model, "--device", "cpu", "-p", "64", "-n", "8", "-b", "2",
-            "--dtype", "f32", "--json",
+            "diagnose", "--model", model, "--engine", "candle", "--device", "cpu", "-p", "64",
+            "-n", "8", "-b", "2", "--dtype", "f32", "--json",
         ],
         false,
     );
@@ -291,6 +291,8 @@ fn diagnose_json_keeps_its_contract() {
             "diagnose",
             "--model",
             model,
+            "--engine",
+            "candle",
             "--device",
             "cpu",
             "-p",

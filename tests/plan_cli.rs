@@ -529,7 +529,7 @@ fn deepseek_v3_is_planned_with_its_latent_cache_and_fp8_weights() {
     assert!((670_000_000_000..672_000_000_000).contains(&p), "{p}");
     assert_eq!(
         plan("transformers")["kv_cache_bytes_per_token"],
-        61 * (128 * 192 + 128 * 128) * 2
+        61 * 576 * 2
     );
 }
 

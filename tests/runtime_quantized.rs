@@ -172,6 +172,8 @@ fn a_gguf_file_computes_the_model_it_was_converted_from() {
         &[
             "diagnose",
             "--json",
+            "--engine",
+            "candle",
             "--model",
             q8.to_str().unwrap(),
             "--device",

@@ -83,3 +83,91 @@ fn without_transformers_the_answer_is_predicted_and_says_so() {
         .is_some_and(|a| a.iter().all(|s| s["outcome"] == "skipped")));
     assert_eq!(out.status.code(), Some(0), "{v}");
 }
+
+/// On the H200 a non-CUDA llm-oom defaulted the transformers child to the CPU (the default device
+/// asked for candle's CUDA build), so every "GPU" run measured RSS. Now the device is the user's
+/// torch's business: `--device cuda` reaches the child, which says what its torch can do.
+#[test]
+fn the_transformers_child_is_given_the_gpu_whatever_this_binary_was_built_with() {
+    let Some(python) = std::env::var_os("LLM_OOM_TEST_PYTHON") else {
+        eprintln!("LLM_OOM_TEST_PYTHON is not set: the transformers device path is not run here");
+        return;
+    };
+    let home = temp();
+    let out = llm_oom(home.path())
+        .args([
+            "diagnose",
+            "--model",
+            &fixture(),
+            "--device",
+            "cuda",
+            "-p",
+            "16",
+        ])
+        .args(["-n", "2", "--dtype", "f32", "--python"])
+        .arg(&python)
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if cfg!(feature = "cuda") || stderr.contains("probing") && out.status.code() == Some(0) {
+        return; // a machine whose torch sees a GPU: nothing to refuse
+    }
+    assert!(
+        !stderr.contains("built without the `cuda` feature"),
+        "the transformers child must not need llm-oom's CUDA build: {stderr}"
+    );
+    assert!(
+        stderr.contains("CUDA is not available to torch"),
+        "{stderr}"
+    );
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+}
+
+/// A long prompt is prefilled once in transformers: the first-token stage is read off the long
+/// generation's prefill (its own detail says so), with the prompt's cache and its time to first
+/// token; the long generation has the whole.
+#[test]
+fn a_long_prompt_is_prefilled_once() {
+    let Some(python) = std::env::var_os("LLM_OOM_TEST_PYTHON") else {
+        eprintln!("LLM_OOM_TEST_PYTHON is not set: the transformers path is not run here");
+        return;
+    };
+    let home = temp();
+    let config = util::write(
+        &home.path().join("long/config.json"),
+        r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":64,
+        "intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,
+        "vocab_size":256,"max_position_embeddings":65536,"torch_dtype":"float32","rms_norm_eps":1e-5}"#,
+    );
+    let out = llm_oom(home.path())
+        .args([
+            "diagnose", "--device", "cpu", "-p", "8192", "-n", "16", "--json", "--model",
+        ])
+        .arg(config.parent().expect("dir"))
+        .arg("--python")
+        .arg(&python)
+        .output()
+        .expect("runs");
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    let stage = |name: &str| {
+        v["stages"]
+            .as_array()
+            .and_then(|a| a.iter().find(|s| s["name"] == name))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let (first, long) = (stage("first_token"), stage("long_generation"));
+    assert_eq!(first["outcome"], "ok", "{v}");
+    assert!(first["detail"]
+        .as_str()
+        .is_some_and(|d| d.contains("the long generation's")));
+    assert_eq!(first["new_tokens"], 1);
+    assert_eq!(long["outcome"], "ok");
+    assert_eq!(long["new_tokens"], 16);
+    assert_eq!(first["ttft_seconds"], long["ttft_seconds"]);
+    // 2 layers × 2 KV heads × 16 × (K + V) × f32 = 512 B per token.
+    assert_eq!(first["components"]["kv_cache"], 8192 * 512);
+    assert!(long["components"]["kv_cache"].as_u64() > first["components"]["kv_cache"].as_u64());
+}

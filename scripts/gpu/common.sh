@@ -6,7 +6,7 @@ FINAL=${OUT:-./gpu-out}
 OUT=$(mktemp -d)
 trap 'nvidia-smi --query-compute-apps=pid,used_memory --format=csv > "$OUT/apps-after.txt" 2>&1; tar czf "$FINAL/$1.tgz" -C "$OUT" . ; cp "$OUT/summary.txt" "$FINAL/summary-$1.txt" 2>/dev/null' EXIT
 mkdir -p "$FINAL"
-B=dist/llm-oom-cuda
+B=${B:-dist/llm-oom-cuda}
 timed() { # name, then the command: stdout to $OUT/name.json, stderr to $OUT/name.log, wall time to the summary
   local name=$1; shift
   local t0=$(date +%s%N)

@@ -46,7 +46,10 @@ def diagnose(rec, prompt, mode):
     return {"rc": p.returncode, "wall_s": round(wall, 2), "cause": r["verdict"]["cause"],
             "stage": r["verdict"]["stage"], "mode": r.get("mode"),
             "max_prompt": budget.get("max_prompt_tokens"), "row": row,
-            "stages": [(s["name"], s["outcome"], s["memory"]["peak"]) for s in r.get("stages", [])]}
+            "stages": [(s["name"], s["outcome"], s["memory"]["peak"], (s.get("reason") or "")[:600])
+                       for s in r.get("stages", [])],
+            "summary": r["verdict"].get("summary", "")[:300], "seconds": r.get("seconds"),
+            "warmup_seconds": r.get("warmup_seconds")}
 
 
 for rec in limits:

@@ -39,7 +39,6 @@ pub struct DeviceFacts {
 /// The card to plan for; what was assumed is said in `notes`.
 pub fn choose(vram: Option<u64>, gpu_index: u32, notes: &mut Vec<String>) -> DeviceFacts {
     if let Some(v) = vram {
-        notes.extend(crate::cards::describe(v).map(|d| format!("planned for {d}")));
         return DeviceFacts {
             vram_bytes: v,
             source: CardSource::Flag,

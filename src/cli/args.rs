@@ -9,6 +9,7 @@ Examples:
   llm-oom plan --model ./my-model --prompt-tokens 8000 --max-new-tokens 1000 --batch 4 --vram 24GiB
   llm-oom plan --model llama-2-13b-hf --dtype nf4 --vram 16GiB --markdown
   llm-oom plan --model model.Q4_K_M.gguf --engine llama.cpp --vram 8GiB --json
+  llm-oom plan --model meta-llama/Llama-3.3-70B-Instruct --dtype nf4 --vram 2x24GiB
   llm-oom plan --list-presets";
 
 const EXPLAIN_EXAMPLES: &str = "\
@@ -31,10 +32,23 @@ Examples:
   llm-oom diagnose
   llm-oom diagnose --model mistralai/Mistral-7B-Instruct-v0.2 --prompt-tokens 8000 --vram 24GiB";
 
+/// `--version`: the version and what this binary can run.
+#[cfg(feature = "cuda")]
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (features: cuda; diagnose --engine candle runs on the GPU)"
+);
+#[cfg(not(feature = "cuda"))]
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (features: no cuda; diagnose --engine candle runs on the CPU, --engine transformers uses your torch)"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "llm-oom",
     version,
+    long_version = LONG_VERSION,
     about = "Find out why a local LLM runs out of GPU memory, and what to change.",
     long_about = "Find out why a local LLM runs out of GPU memory, and what to change.\n\n\
         Weights, KV cache, activations, concurrency, fragmentation or another process: llm-oom names \
@@ -84,6 +98,16 @@ pub enum Command {
     Run(RunArgs),
     #[command(hide = true, name = "__probe")]
     Probe(ProbeArgs),
+    /// What matters for GPU memory on this machine (GPUs, driver, host RAM, this build, the Python
+    /// packages, the allocator's settings), to paste beside a report.
+    Env {
+        /// The Python whose packages are listed [default: $LLM_OOM_PYTHON, else python3]
+        #[arg(long)]
+        python: Option<std::path::PathBuf>,
+    },
+    /// Print the man page (roff), for packagers.
+    #[command(hide = true)]
+    Man,
     /// Print a shell completion script.
     Completions {
         /// bash, zsh, fish, elvish or powershell
@@ -131,7 +155,9 @@ pub struct WorkloadArgs {
         allow_negative_numbers = true
     )]
     pub batch: Option<i64>,
-    /// The card to plan for (24GiB, 80GB…) [default: the detected GPU's free memory]
+    /// The card to plan for (24GiB, 80GB, rtx4090…); plan takes several GPUs too (24GiB,12GiB,
+    /// 2x24GiB, 2xrtx4090) and places the model like device_map="auto" [default: the detected
+    /// GPU's free memory]
     #[arg(long, allow_hyphen_values = true)]
     pub vram: Option<String>,
     /// Which engine's memory behaviour: transformers, transformers-eager, vllm, llama.cpp, candle
@@ -149,6 +175,9 @@ pub struct PlanArgs {
     /// List the embedded model presets and exit.
     #[arg(long)]
     pub list_presets: bool,
+    /// Host RAM offered for offloaded layers (64GiB…) [default: this machine's MemAvailable]
+    #[arg(long, allow_hyphen_values = true)]
+    pub host_ram: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -223,7 +252,8 @@ pub struct RunArgs {
 pub struct DiagnoseArgs {
     #[command(flatten)]
     pub workload: WorkloadArgs,
-    /// cpu, cuda, cuda:N [default: cuda when built with it and a GPU is present, else cpu]
+    /// cpu, cuda, cuda:N [default: GPU 0 when NVML sees one (with --engine candle: and this binary
+    /// was built with CUDA), else cpu]
     #[arg(long)]
     pub device: Option<String>,
     /// Emulate a smaller card (24GiB…): a ballast allocation on CUDA, the allocator's limit on
@@ -236,6 +266,10 @@ pub struct DiagnoseArgs {
     /// Re-run the failing workload with the top remedy the probe can apply, and say if it fits.
     #[arg(long)]
     pub verify: bool,
+    /// Probe a prompt + new tokens longer than the model's trained context (refused otherwise:
+    /// past it the model's quality, not its memory, is the question).
+    #[arg(long)]
+    pub allow_past_context: bool,
     /// Random weights of the model's shapes even when its safetensors are there (memory is the same).
     #[arg(long)]
     pub random_weights: bool,

@@ -12,27 +12,36 @@ use super::{positive, print};
 use llm_oom::commands::diagnose::{diagnose, DiagnoseRequest};
 use llm_oom::error::InputError;
 use llm_oom::model::presets::DIAGNOSE_DEFAULT_MODEL;
-use llm_oom::report::{render, Format, Render};
+use llm_oom::report::{Format, Render};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use llm_oom::estimate::Engine;
 use llm_oom::request::Device;
 use llm_oom::units::Bytes;
 use llm_oom::ExitStatus;
 
 pub fn run(args: &DiagnoseArgs, format: Format) -> Result<ExitStatus> {
     let w = &args.workload;
+    let engine: Engine = w.engine.parse()?;
+    // Only llm-oom's own runtime needs this binary's CUDA build; transformers' child uses the
+    // user's torch, which finds the GPU itself.
+    let candle = engine == Engine::Candle;
     let device = match &args.device {
         Some(d) => d.parse::<Device>()?,
-        None => best_device(),
+        None => best_device(candle),
     };
-    llm_oom::runtime::check_device(device).map_err(|e| InputError::Usage(e.to_string()))?;
+    if candle {
+        llm_oom::runtime::check_device(device).map_err(|e| InputError::Usage(e.to_string()))?;
+    }
     let embedded = w.model.is_none();
     let on_cpu = device == Device::Cpu;
     let model = w
         .model
         .clone()
         .unwrap_or_else(|| DIAGNOSE_DEFAULT_MODEL.to_string());
-    let prompt = super::prompt_from_file(&model, w)?
-        .or(w.prompt_tokens)
-        .unwrap_or(if embedded && on_cpu { 512 } else { 2048 });
+    let prompt_given = super::prompt_from_file(&model, w)?.or(w.prompt_tokens);
+    let prompt = prompt_given.unwrap_or(if embedded && on_cpu { 512 } else { 2048 });
     let batch = w.batch.unwrap_or(if embedded { 2 } else { 1 });
     let size = |s: &Option<String>| {
         s.as_deref()
@@ -56,9 +65,10 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<ExitStatus> {
         model,
         dtype: w.dtype.as_deref().map(str::parse).transpose()?,
         prompt_tokens: positive("--prompt-tokens", prompt)?,
+        prompt_is_default: prompt_given.is_none(),
         max_new_tokens: positive("--max-new-tokens", w.max_new_tokens)?,
         batch: positive("--batch", batch)?,
-        engine: w.engine.parse()?,
+        engine,
         device,
         vram_limit,
         find_limits: args.find_limits,
@@ -69,18 +79,21 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<ExitStatus> {
         python: args
             .python
             .clone()
-            .unwrap_or_else(llm_oom::commands::diagnose::engine::default_python),
+            .unwrap_or_else(llm_oom::probe::launcher::default_python),
         stage_timeout: Duration::from_secs(args.stage_timeout.max(1)),
+        allow_past_context: args.allow_past_context,
+        interrupt: Some(interrupt_flag()),
     };
     let interactive = !matches!(format, Format::Json) && std::io::stderr().is_terminal();
-    if !matches!(format, Format::Json) {
-        eprintln!(
+    // Said once the request is known to be good (the first stage), so bad input stays one line.
+    let mut announce = (!matches!(format, Format::Json)).then(|| {
+        format!(
             "llm-oom: probing {} on {}{}",
             req.model,
             device,
             vram_limit.map_or(String::new(), |l| format!(" as a {} card", Bytes(l)))
-        );
-    }
+        )
+    });
     let spinner = interactive.then(|| {
         let pb = ProgressBar::new_spinner();
         if let Ok(style) = ProgressStyle::with_template("{spinner} {elapsed:>3} {msg}") {
@@ -90,6 +103,12 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<ExitStatus> {
         pb
     });
     let mut progress = |what: &str| {
+        if let Some(line) = announce.take() {
+            match &spinner {
+                Some(pb) => pb.println(line),
+                None => eprintln!("{line}"),
+            }
+        }
         if let Some(pb) = &spinner {
             pb.set_message(what.to_string());
         }
@@ -102,16 +121,27 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<ExitStatus> {
     if let (Some(path), Some(svg)) = (&args.svg, r.svg()) {
         super::write_file(path, &svg)?;
     }
-    print(&render(&r, format)?)?;
+    print(&super::report_text(&r, format)?)?;
     Ok(r.exit_status())
 }
 
-/// CUDA when this binary was built with it and NVML sees a GPU; else the CPU. (No CUDA context is
-/// created here: the probe's child does that.)
-fn best_device() -> Device {
-    if cfg!(feature = "cuda") && llm_oom::meter::gpu::read_gpu(0).is_ok() {
+/// GPU 0 when NVML sees one (for candle, also only when this binary was built with CUDA); else
+/// the CPU. (No CUDA context is created here: the probe's child does that.)
+fn best_device(candle: bool) -> Device {
+    if (cfg!(feature = "cuda") || !candle) && llm_oom::meter::gpu::read_gpu(0).is_ok() {
         Device::Cuda(0)
     } else {
         Device::Cpu
     }
+}
+
+/// Ctrl-C (SIGINT) and SIGTERM set this flag instead of killing llm-oom: the probe's child gets the
+/// same SIGINT from the terminal and stops, the stages left are skipped, and the report of what was
+/// measured so far is printed (exit 130). If the handler cannot be installed the defaults stay.
+fn interrupt_flag() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let _ = signal_hook::flag::register(sig, Arc::clone(&flag));
+    }
+    flag
 }

@@ -25,8 +25,15 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
                 print(&list_presets(format)?)?;
                 return Ok(ExitStatus::Fits);
             }
-            let r = plan(&plan_request(&args.workload)?)?;
-            print(&render(&r, format)?)?;
+            let mut req = plan_request(&args.workload)?;
+            req.host_ram = args
+                .host_ram
+                .as_deref()
+                .map(str::parse::<llm_oom::units::Bytes>)
+                .transpose()?
+                .map(|b| b.0);
+            let r = plan(&req)?;
+            print(&report_text(&r, format)?)?;
             Ok(ExitStatus::of(&r.verdict))
         }
         Command::Diagnose(args) => diagnose::run(args, format),
@@ -38,6 +45,15 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
             Ok(ExitStatus::Fits)
         }
         Command::Explain(args) => {
+            // PyTorch's allocator snapshot (a pickle) is a record, not a log.
+            let path = std::path::Path::new(&args.input);
+            if args.input != "-" && llm_oom::commands::snapshot::is_snapshot(path) {
+                let r = llm_oom::commands::snapshot::explain_snapshot(
+                    &llm_oom::commands::snapshot::SnapshotRequest { path: path.into() },
+                )?;
+                print(&report_text(&r, format)?)?;
+                return Ok(r.exit_status());
+            }
             let raw = read_input(&args.input)?;
             let plan = match &args.workload.model {
                 Some(_) => Some(plan_request(&args.workload)?),
@@ -48,7 +64,7 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
                 engine: args.workload.engine.parse()?,
             };
             let r = explain(&raw, &req)?;
-            print(&render(&r, format)?)?;
+            print(&report_text(&r, format)?)?;
             Ok(ExitStatus::of(&r.verdict))
         }
         Command::Watch(args) => {
@@ -69,7 +85,7 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
                 },
                 other => other,
             };
-            let text = render(&r, format)?;
+            let text = report_text(&r, format)?;
             if let (Some(path), Some(svg)) = (&args.svg, r.svg()) {
                 write_file(path, &svg)?;
             }
@@ -94,6 +110,25 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
                 quantize: args.quantize.as_deref().map(str::parse).transpose()?,
             })?;
             print(&report::json(&r)?)?;
+            Ok(ExitStatus::Fits)
+        }
+        Command::Env { python } => {
+            let r = llm_oom::commands::env::env(&llm_oom::commands::env::EnvRequest {
+                python: python
+                    .clone()
+                    .unwrap_or_else(llm_oom::probe::launcher::default_python),
+            });
+            print(&render(&r, format)?)?;
+            Ok(ExitStatus::Fits)
+        }
+        Command::Man => {
+            let mut roff = Vec::new();
+            clap_mangen::Man::new(Cli::command())
+                .render(&mut roff)
+                .map_err(|e| {
+                    llm_oom::Error::Internal(format!("cannot render the man page: {e}"))
+                })?;
+            print(&String::from_utf8_lossy(&roff))?;
             Ok(ExitStatus::Fits)
         }
         Command::Completions { shell } => {
@@ -212,6 +247,17 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
     let prompt = prompt_from_file(&model, a)?
         .or(a.prompt_tokens)
         .unwrap_or(2048);
+    let devices = a
+        .vram
+        .as_deref()
+        .map(llm_oom::cards::parse_devices)
+        .transpose()?
+        .unwrap_or_default();
+    let gpus = match devices.len() {
+        0 | 1 => Vec::new(),
+        _ => devices.iter().map(|v| v.bytes).collect(),
+    };
+    let vram = devices.into_iter().next();
     Ok(PlanRequest {
         model,
         dtype: a.dtype.as_deref().map(str::parse).transpose()?,
@@ -220,12 +266,14 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
         max_new_tokens: positive("--max-new-tokens", a.max_new_tokens)?,
         batch: positive("--batch", a.batch.unwrap_or(1))?,
         engine: a.engine.parse()?,
-        vram: a
-            .vram
-            .as_deref()
-            .map(|s| llm_oom::cards::parse_vram(s).map(|v| v.bytes))
-            .transpose()?,
+        vram_read: vram
+            .as_ref()
+            .filter(|v| v.card)
+            .map(|v| format!("--vram {}", v.resolved)),
+        vram: vram.map(|v| v.bytes),
         gpu_index: a.gpu,
+        gpus,
+        host_ram: None,
     })
 }
 
@@ -254,6 +302,19 @@ fn list_presets(format: Format) -> Result<String> {
             format!("{t}\n")
         }
     })
+}
+
+/// A command's report in the format asked; a Markdown report (pasted into an issue) ends with the
+/// short form of `llm-oom env`.
+pub(crate) fn report_text<R: llm_oom::report::Render>(r: &R, format: Format) -> Result<String> {
+    let mut text = render(r, format)?;
+    if matches!(format, Format::Markdown) {
+        text.push_str(&format!(
+            "\n<sub>{}</sub>\n",
+            llm_oom::commands::env::short_line()
+        ));
+    }
+    Ok(text)
 }
 
 /// Print, treating a closed pipe (`llm-oom plan | head`) as a normal end.

@@ -174,7 +174,10 @@ fn from_log(report: &ExplainReport, engine: Engine) -> Option<WorkloadRequest> {
         batch,
         engine,
         vram: None,
+        vram_read: None,
         gpu_index: 0,
+        gpus: Vec::new(),
+        host_ram: None,
     })
 }
 

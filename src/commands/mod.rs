@@ -3,7 +3,9 @@
 //! `budget`, `probe`, `model` …).
 
 pub mod diagnose;
+pub mod env;
 pub mod explain;
 pub mod plan;
 pub mod run;
+pub mod snapshot;
 pub mod watch;

@@ -10,7 +10,10 @@ use crate::estimate::{
     kv_bytes_per_token_at, CachePolicy, Calibration, Engine, Estimate, Profile, Workload,
 };
 use crate::model::{facts, resolve, ModelFacts, ResolvedModel};
+use crate::placement::llamacpp::{fitting_ngl, plan_layers, Split};
+use crate::placement::{fitting_max_memory, plan_auto, Devices, Fix, Placement};
 use crate::request::{past_context, WorkloadRequest};
+use crate::verdict::placed::from_placement;
 use crate::verdict::predicted::forecast;
 use crate::verdict::{Remedy, Verdict};
 
@@ -36,12 +39,40 @@ pub struct PlanReport {
     pub device: DeviceFacts,
     pub engine: EngineFacts,
     pub weights_bytes: u64,
+    /// Where `weights_bytes` comes from: the checkpoint's own tensor table (`safetensors_headers`,
+    /// `gguf`) or the tensor shapes the config implies (`config`).
+    pub weights_from: WeightsFrom,
     pub kv_cache_bytes_per_token: u64,
     pub kv_cache_bytes: u64,
     pub components: Estimate,
     pub budget: Budget,
     pub quantization: Vec<WhatIf>,
+    /// Where `device_map="auto"` puts each part, per device: with several GPUs, or when the
+    /// weights do not fit the one card (the offload answer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
     pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WeightsFrom {
+    SafetensorsHeaders,
+    Gguf,
+    Config,
+}
+
+impl WeightsFrom {
+    fn of(spec: &crate::model::Spec, dtype: crate::dtype::WeightDtype) -> WeightsFrom {
+        let native = dtype == spec.native_dtype;
+        if spec.gguf.is_some() && native {
+            WeightsFrom::Gguf
+        } else if spec.checkpoint.is_some() && native {
+            WeightsFrom::SafetensorsHeaders
+        } else {
+            WeightsFrom::Config
+        }
+    }
 }
 
 pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
@@ -55,9 +86,32 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             req.engine
         ));
     }
+    notes.extend(req.vram_read.clone());
     let device = card::choose(req.vram, req.gpu_index, &mut notes);
     let planner = Planner::new(&spec, device.vram_bytes);
-    let f = forecast(&planner, &w);
+    let mut f = forecast(&planner, &w);
+    let oom = f.verdict.cause != crate::verdict::Cause::None;
+    let placement = place(req, &spec, &w, &f.estimate, oom);
+    if placement.is_none() && req.gpus.len() > 1 {
+        notes.push(format!(
+            "{} GPUs asked: how {} spreads a model over several GPUs is not modelled yet \
+             (docs/multi-gpu.md); this plan is for one {} card",
+            req.gpus.len(),
+            req.engine,
+            crate::units::Bytes(device.vram_bytes)
+        ));
+    }
+    if let Some(p) = placement.as_ref().filter(|_| req.gpus.len() > 1) {
+        // Several GPUs: the placement decides, and the one-card remedies do not apply.
+        notes.push(format!(
+            "{} GPUs: the safe token budget and quantization what-if (in --json) are for one {} \
+             card; the verdict is the placement's",
+            req.gpus.len(),
+            crate::units::Bytes(device.vram_bytes)
+        ));
+        f.verdict = from_placement(p);
+        f.remedies.clear();
+    }
     let profile = Profile::of(req.engine);
     Ok(PlanReport {
         command: "plan",
@@ -73,6 +127,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             note: profile.calibration_note(),
         },
         weights_bytes: f.estimate.weights,
+        weights_from: WeightsFrom::of(&spec, w.weight_dtype),
         kv_cache_bytes_per_token: kv_bytes_per_token_at(
             &spec,
             w.kv_dtype,
@@ -83,6 +138,65 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         budget: planner.budget(&w),
         quantization: planner.quantization_what_if(&w),
         components: f.estimate,
+        placement,
         notes,
     })
+}
+
+/// The placement over the GPUs asked and the host RAM, with several GPUs or one card the workload
+/// does not fit (the offload answer): transformers' `device_map="auto"`, llama.cpp's layer split.
+fn place(
+    req: &PlanRequest,
+    spec: &crate::model::Spec,
+    w: &Workload,
+    e: &Estimate,
+    oom: bool,
+) -> Option<Placement> {
+    let gpus = match (req.gpus.len(), req.vram) {
+        (2.., _) => req.gpus.clone(),
+        (_, Some(v)) if oom => vec![v],
+        _ => return None,
+    };
+    let host_ram = req
+        .host_ram
+        .or_else(|| crate::meter::host::host_memory().map(|(_, available)| available));
+    let d = Devices {
+        gpus,
+        host_ram,
+        max_memory: None,
+        context: e.runtime,
+        strategy: crate::placement::accelerate::Strategy::Balanced,
+    };
+    match req.engine {
+        Engine::Transformers | Engine::TransformersEager if spec.gguf.is_none() => {
+            let mut p = plan_auto(spec, w.weight_dtype, &d, e);
+            if p.runs_out.is_some() || p.refused.is_some() {
+                p.fix = fitting_max_memory(spec, w.weight_dtype, &d, e)
+                    .map(|(_, fixed)| Fix::of(&fixed));
+            }
+            Some(p)
+        }
+        Engine::LlamaCpp => {
+            let split = Split {
+                ngl: 999,
+                tensor_split: even_or_by_size(&d.gpus),
+                kv_offload: true,
+            };
+            let mut p = plan_layers(spec, w.weight_dtype, &d, &split, e);
+            if p.runs_out.is_some() {
+                p.fix = fitting_ngl(spec, w.weight_dtype, &d, &split, e);
+            }
+            Some(p)
+        }
+        _ => None,
+    }
+}
+
+/// `--tensor-split` as a person writes it: `1,1` for equal cards, else each card's GiB (what
+/// llama.cpp's default split by free memory comes to).
+fn even_or_by_size(gpus: &[u64]) -> Vec<f64> {
+    if gpus.windows(2).all(|w| w[0] == w[1]) {
+        return vec![1.0; gpus.len()];
+    }
+    gpus.iter().map(|&g| (g >> 30).max(1) as f64).collect()
 }

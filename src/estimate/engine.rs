@@ -125,6 +125,9 @@ pub struct Profile {
     pub caps_sliding_window: bool,
     /// What a multi-head latent attention layer caches per token (see `kv::MlaCache`).
     pub mla_cache: MlaCache,
+    /// The latent is decompressed to every head's K and V over the whole context in each
+    /// layer's attention (transformers' `expand_kv`): one layer's worth is alive at a time.
+    pub expands_mla: bool,
     /// Conv state of state-space layers: the whole kernel (transformers' Mamba caches keep
     /// `conv_kernel` columns) or kernel − 1 (vLLM, llama.cpp).
     pub conv_state_full_kernel: bool,
@@ -179,9 +182,13 @@ impl Profile {
             kv_slack: 0.24,
             activation_slack: 0.16,
             caps_sliding_window: false,
-            // modeling_deepseek_v3.py: `past_key_value.update(key_states, value_states, …)`
-            // after decompressing through kv_b_proj.
-            mla_cache: MlaCache::Full,
+            // transformers 5.17 caches MLA's compressed latent: modeling_deepseek_v2.py (and _v3,
+            // kimi_linear) call `past_key_values.update(k_nope, k_pe, …)` with the kv_lora_rank
+            // and rope parts viewed as one head, then `expand_kv` decompresses the whole context
+            // for each layer's attention. Measured by tests/transformers_cache.rs through the real
+            // generate(): 576 bf16 elements per token per layer at V2-Lite's widths.
+            mla_cache: MlaCache::Latent,
+            expands_mla: true,
             conv_state_full_kernel: true,
             recurrent_state_f32: false,
             memory_fraction: 1.0,
@@ -206,6 +213,7 @@ impl Profile {
                 caps_sliding_window: true,
                 // the MLA attention backends cache the latent (kv_lora_rank + rope) per token
                 mla_cache: MlaCache::Latent,
+                expands_mla: false,
                 conv_state_full_kernel: false,
                 ..transformers
             },
@@ -232,6 +240,7 @@ impl Profile {
                 activation_slack: 0.0,
                 caps_sliding_window: true,
                 mla_cache: MlaCache::LatentKv,
+                expands_mla: false,
                 conv_state_full_kernel: false,
                 recurrent_state_f32: true,
                 prefill_chunk: Some(512),

@@ -17,11 +17,11 @@ use crate::model::Spec;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MlaCache {
-    /// The decompressed per-head K (nope + rope) and V, as transformers' DeepseekV3Attention
-    /// hands `key_states`/`value_states` to `past_key_value.update`.
+    /// The decompressed per-head K (nope + rope) and V: the most an engine could keep (the
+    /// bound `CachePolicy::KEEP_ALL` uses; transformers before 5.x cached this).
     Full,
     /// The compressed latent `kv_lora_rank + qk_rope_head_dim` once per token (vLLM's and
-    /// SGLang's MLA backends).
+    /// SGLang's MLA backends, transformers 5.17's DynamicCache).
     Latent,
     /// llama.cpp's MLA: the latent as K (`key_length` = kv_lora_rank + rope, one KV head) plus
     /// `value_length` = kv_lora_rank as V.

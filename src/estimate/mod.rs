@@ -222,6 +222,9 @@ fn activations(spec: &Spec, p: &Profile, w: &Workload, d: f64, kv_full: u64) -> 
         step_tokens * (repeat + fused) * d
             + step_tokens * context * (spec.num_heads as f64 * bytes + d)
     });
+    // MLA decompressed for attention: every head's K and V over the context, one layer at a time.
+    let expanded = mla_expanded_row(spec, p) * d;
+    let attn = attn + expanded * batch * prompt;
     let logit_rows = match p.logit_positions {
         LogitPositions::Last => batch,
         LogitPositions::All => step_tokens,
@@ -236,9 +239,29 @@ fn activations(spec: &Spec, p: &Profile, w: &Workload, d: f64, kv_full: u64) -> 
         KvLayout::Concatenated => kv_full as f64 / (2.0 * spec.num_layers as f64),
         _ => 0.0,
     };
-    let decode =
-        batch * (per_token + mlp) + batch.max(p.sampler_warmup_seqs as f64) * v * 8.0 + concat;
+    let decode = batch * (per_token + mlp)
+        + batch.max(p.sampler_warmup_seqs as f64) * v * 8.0
+        + concat
+        + expanded * batch * w.total_tokens() as f64;
     (prefill as u64, decode as u64)
+}
+
+/// Elements per token of one MLA layer decompressed to every head's K and V (transformers'
+/// `expand_kv`), the largest over the model's latent layers; 0 for an engine that attends on the
+/// latent or a model without MLA.
+fn mla_expanded_row(spec: &Spec, p: &Profile) -> f64 {
+    if !p.expands_mla {
+        return 0.0;
+    }
+    spec.attention_groups()
+        .iter()
+        .filter_map(|g| match g.row {
+            crate::model::layout::KvRow::Latent { full_k, full_v, .. } => {
+                Some(full_k.saturating_add(full_v) as f64)
+            }
+            crate::model::layout::KvRow::Heads { .. } => None,
+        })
+        .fold(0.0, f64::max)
 }
 
 #[cfg(test)]

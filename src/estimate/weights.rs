@@ -13,13 +13,19 @@ pub fn weight_bytes(spec: &Spec, dtype: WeightDtype) -> u64 {
             return g.total_bytes;
         }
     }
+    // The checkpoint's own bytes, read from its safetensors headers, for the dtype it is stored in.
+    if let Some(c) = &spec.checkpoint {
+        if dtype == spec.native_dtype {
+            return c.total_bytes;
+        }
+    }
     spec.tensors()
         .iter()
         .map(|t| group_bytes(spec, t, dtype))
         .sum()
 }
 
-fn group_bytes(spec: &Spec, t: &TensorGroup, dtype: WeightDtype) -> u64 {
+pub fn group_bytes(spec: &Spec, t: &TensorGroup, dtype: WeightDtype) -> u64 {
     let n = t.rows * t.cols;
     let dense = dtype.dense_bytes();
     match dtype {
@@ -134,9 +140,10 @@ fn gguf_group_bytes(spec: &Spec, t: &TensorGroup, mix: GgufMix) -> u64 {
 /// How many of `n` layers llama.cpp's `use_more_bits` upgrades: the first and last eighth, and every
 /// third layer in between.
 pub fn more_bits_layers(n: u64) -> u64 {
-    (0..n)
-        .filter(|&i| i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2)
-        .count() as u64
+    // Closed form of `(0..n).filter(|i| i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2)`.
+    let first = n / 8;
+    let last = (u128::from(n) * 7 / 8) as u64;
+    first + (n - last) + (last - first) / 3
 }
 
 #[cfg(test)]
@@ -244,5 +251,12 @@ mod tests {
         // 32 layers: 0-3, 28-31, and 6, 9, …, 27.
         assert_eq!(more_bits_layers(32), 16);
         assert_eq!(more_bits_layers(1), 1);
+        for n in 0..200u64 {
+            let looped = (0..n)
+                .filter(|&i| i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2)
+                .count() as u64;
+            assert_eq!(more_bits_layers(n), looped, "{n}");
+        }
+        assert!(more_bits_layers(u64::MAX) > 0);
     }
 }

@@ -24,8 +24,14 @@ pub struct GpuProcess {
 
 /// Read GPU `index` through NVML. `Err` carries the one-line reason it is not available.
 pub fn read_gpu(index: u32) -> Result<GpuInfo, String> {
-    let nvml = Nvml::init()
-        .map_err(|e| format!("NVML not available ({e}): no NVIDIA driver on this machine"))?;
+    read_with(&open()?, index)
+}
+
+fn open() -> Result<Nvml, String> {
+    Nvml::init().map_err(|e| format!("NVML not available ({e}): no NVIDIA driver on this machine"))
+}
+
+fn read_with(nvml: &Nvml, index: u32) -> Result<GpuInfo, String> {
     let device = nvml
         .device_by_index(index)
         .map_err(|e| format!("NVML sees no GPU {index} ({e})"))?;
@@ -53,6 +59,38 @@ pub fn read_gpu(index: u32) -> Result<GpuInfo, String> {
         free_bytes: mem.free,
         driver: nvml.sys_driver_version().unwrap_or_default(),
         processes,
+    })
+}
+
+/// Every GPU NVML sees, each with its compute capability (`9.0`), and the CUDA version the driver
+/// supports (`13.0`).
+pub struct AllGpus {
+    pub gpus: Vec<(GpuInfo, Option<String>)>,
+    pub cuda_driver: Option<String>,
+}
+
+/// [`AllGpus`]; `Err`: NVML is not there.
+pub fn read_all() -> Result<AllGpus, String> {
+    let nvml = open()?;
+    let count = nvml
+        .device_count()
+        .map_err(|e| format!("NVML cannot count the GPUs ({e})"))?;
+    let cuda = nvml
+        .sys_cuda_driver_version()
+        .ok()
+        .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10));
+    let mut gpus = Vec::new();
+    for index in 0..count {
+        let cc = nvml
+            .device_by_index(index)
+            .and_then(|d| d.cuda_compute_capability())
+            .ok()
+            .map(|c| format!("{}.{}", c.major, c.minor));
+        gpus.push((read_with(&nvml, index)?, cc));
+    }
+    Ok(AllGpus {
+        gpus,
+        cuda_driver: cuda,
     })
 }
 

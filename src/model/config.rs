@@ -37,13 +37,14 @@ pub fn parse_config(text: &str, path: &Path, name: &str) -> Result<Spec, InputEr
         .and_then(Value::as_str)
         .unwrap_or("");
     let defaults = super::families::defaults(model_type);
-    Reader {
+    let reader = Reader {
         cfg,
         outer: &outer,
         defaults: &defaults,
         path,
-    }
-    .spec(name)
+    };
+    let spec = reader.spec(name)?;
+    reader.bounded(spec)
 }
 
 /// One config.json, with the language model's part first, then the wrapper, then the family's
@@ -114,6 +115,32 @@ impl Reader<'_> {
             value: v.to_string(),
             why: why.into(),
         }
+    }
+
+    /// `spec`, or the error naming its largest size when its parameters overflow 64 bits or pass
+    /// `layout::MAX_PARAMETERS` — so that no byte count formed later can overflow.
+    fn bounded(&self, spec: Spec) -> Result<Spec, InputError> {
+        if super::layout::bounded_parameters(&spec.tensors()).is_some() {
+            return Ok(spec);
+        }
+        let sizes = [
+            ("num_hidden_layers", spec.num_layers),
+            ("hidden_size", spec.hidden_size),
+            ("vocab_size", spec.vocab_size),
+            ("intermediate_size", spec.intermediate_size),
+            ("num_attention_heads", spec.num_heads),
+            ("head_dim", spec.head_dim),
+            ("num_experts", spec.experts.as_ref().map_or(0, |e| e.count)),
+        ];
+        let (field, value) = sizes
+            .into_iter()
+            .max_by_key(|(_, v)| *v)
+            .unwrap_or(("num_hidden_layers", spec.num_layers));
+        Err(self.bad(
+            field,
+            &Value::from(value),
+            "the model it describes has more than 10^15 parameters, the most llm-oom sizes",
+        ))
     }
 
     fn spec(&self, name: &str) -> Result<Spec, InputError> {
@@ -190,9 +217,7 @@ impl Reader<'_> {
                     .and_then(Value::as_array)
                     .map(|a| a.iter().filter_map(Value::as_u64).collect())
                     .unwrap_or_default();
-                let sparse_layers = (0..layers)
-                    .filter(|i| !mlp_only.contains(i) && (i + 1) % step == 0)
-                    .count() as u64;
+                let sparse_layers = super::layout::sparse_every(layers, step, &mlp_only);
                 Some(Experts {
                     count,
                     active: self.opt_u64(&["num_experts_per_tok"])?.unwrap_or(2),
@@ -253,6 +278,7 @@ impl Reader<'_> {
             numerics: self.numerics(family, &arch),
             native_dtype,
             gguf: None,
+            checkpoint: None,
             notes,
             layout: None,
             keep_dense,
@@ -300,6 +326,7 @@ impl Reader<'_> {
             numerics: self.numerics(family, &arch),
             native_dtype,
             gguf: None,
+            checkpoint: None,
             notes,
             layout: Some(b.layout),
             keep_dense,
@@ -377,7 +404,7 @@ impl Reader<'_> {
                     .opt_u64(&["sliding_window_pattern"])?
                     .unwrap_or(6)
                     .max(1);
-                (0..layers).filter(|i| (i + 1) % pattern != 0).count() as u64
+                layers - super::layout::every_nth(layers, pattern)
             }
             Family::Qwen2 | Family::Qwen3 | Family::QwenMoe => {
                 if self.bool("use_sliding_window").unwrap_or(false) {

@@ -79,7 +79,7 @@ fn spec_from_content(c: &Content, path: &Path, name: &str) -> Result<Spec, Input
     let sliding_layers = match (window, arch.as_str()) {
         (None, _) => 0,
         (Some(_), "gemma2") => layers.div_ceil(2),
-        (Some(_), "gemma3") => (0..layers).filter(|i| (i + 1) % 6 != 0).count() as u64,
+        (Some(_), "gemma3") => layers - super::layout::every_nth(layers, 6),
         (Some(_), _) => layers,
     };
 
@@ -164,6 +164,7 @@ fn spec_from_content(c: &Content, path: &Path, name: &str) -> Result<Spec, Input
             Some("MOSTLY_BF16") => WeightDtype::Bf16,
             _ => WeightDtype::Gguf(GgufMix::Q4KM),
         },
+        checkpoint: None,
         gguf: Some(GgufWeights {
             total_bytes: total,
             tensor_count: c.tensor_infos.len() as u64,

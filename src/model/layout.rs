@@ -35,7 +35,8 @@ pub enum KvRow {
     Heads { k: u64, v: u64 },
     /// Multi-head latent attention (DeepSeek-V2/V3). What is cached depends on the engine:
     /// the compressed latent `kv_lora_rank + qk_rope_head_dim` (vLLM, SGLang), that latent as K plus
-    /// `kv_lora_rank` as V (llama.cpp), or the decompressed per-head K and V (transformers).
+    /// `kv_lora_rank` as V (llama.cpp). transformers 5.17 caches the latent too and decompresses
+    /// it per layer for attention.
     Latent {
         kv_lora_rank: u64,
         rope_dim: u64,
@@ -112,5 +113,83 @@ impl Tensors {
             .iter()
             .try_fold(0u64, |acc, t| acc.checked_add(t.params()))
             .map(|_| self.groups)
+    }
+}
+
+/// How many of the layers `0..n` have `i % period == residue`, in O(1): the per-layer patterns
+/// of configs (`attn_layer_period`, `moe_layer_freq`, `sliding_window_pattern`…) counted without
+/// a loop over the layers, so a config's layer count cannot make the estimate slow. `period` 0
+/// matches nothing.
+pub fn layers_where(n: u64, period: u64, residue: u64) -> u64 {
+    if period == 0 || residue >= period || n <= residue {
+        return 0;
+    }
+    (n - residue - 1) / period + 1
+}
+
+/// The layers `0..n` for which `(i + 1) % period == 0` (every `period`-th layer, 1-based).
+pub fn every_nth(n: u64, period: u64) -> u64 {
+    match period {
+        0 => 0,
+        p => n / p,
+    }
+}
+
+/// Layers with experts when every `step`-th layer (1-based) has them except those listed in
+/// `mlp_only` (Qwen-MoE's `decoder_sparse_step` and `mlp_only_layers`).
+pub fn sparse_every(n: u64, step: u64, mlp_only: &[u64]) -> u64 {
+    let mut listed: Vec<u64> = mlp_only
+        .iter()
+        .copied()
+        .filter(|i| *i < n && step > 0 && (i + 1) % step == 0)
+        .collect();
+    listed.sort_unstable();
+    listed.dedup();
+    every_nth(n, step).saturating_sub(listed.len() as u64)
+}
+
+/// The most parameters a model may have before llm-oom refuses it: 10^15, over a thousand times
+/// the largest open model. Below it every byte count the estimate forms fits in 64 bits.
+pub const MAX_PARAMETERS: u64 = 1_000_000_000_000_000;
+
+/// The total of `groups`, or `None` when it overflows or passes `MAX_PARAMETERS`.
+pub fn bounded_parameters(groups: &[TensorGroup]) -> Option<u64> {
+    groups
+        .iter()
+        .try_fold(0u64, |acc, t| {
+            t.rows
+                .checked_mul(t.cols)
+                .and_then(|n| n.checked_mul(t.count))
+                .and_then(|n| acc.checked_add(n))
+        })
+        .filter(|n| *n <= MAX_PARAMETERS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layer_patterns_match_a_loop() {
+        for n in 0..40u64 {
+            for p in 0..7u64 {
+                for r in 0..8u64 {
+                    let looped = (0..n).filter(|i| p > 0 && i % p == r).count() as u64;
+                    assert_eq!(layers_where(n, p, r), looped, "{n} {p} {r}");
+                }
+                let looped = (0..n).filter(|i| p > 0 && (i + 1) % p == 0).count() as u64;
+                assert_eq!(every_nth(n, p), looped, "{n} {p}");
+            }
+        }
+        assert_eq!(layers_where(1 << 62, 8, 4), 1 << 59);
+        let only = [0, 3, 3, 7, 100];
+        for n in 0..20u64 {
+            for step in 1..4u64 {
+                let looped = (0..n)
+                    .filter(|i| !only.contains(i) && (i + 1) % step == 0)
+                    .count() as u64;
+                assert_eq!(sparse_every(n, step, &only), looped, "{n} {step}");
+            }
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! What a model is, as far as memory is concerned: its `Spec`, and where `--model` finds it.
 
+pub mod checkpoint;
 pub mod config;
 pub mod facts;
 pub mod families;

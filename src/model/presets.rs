@@ -106,6 +106,14 @@ pub const PRESETS: &[(&str, &str)] = &[
         "microsoft/Phi-3.5-MoE-instruct",
         include_str!("../../presets/phi-3.5-moe-instruct.json"),
     ),
+    (
+        "tiiuae/Falcon-H1-7B-Instruct",
+        include_str!("../../presets/falcon-h1-7b-instruct.json"),
+    ),
+    (
+        "ibm-granite/granite-4.0-h-tiny",
+        include_str!("../../presets/granite-4.0-h-tiny.json"),
+    ),
 ];
 
 /// The model `llm-oom plan` uses when none is named.

@@ -1,10 +1,12 @@
 //! Where `--model` comes from, in order: a local directory or config.json, a GGUF file, the local
-//! Hugging Face cache, the embedded presets, then the hub (config.json only).
+//! Hugging Face cache, the embedded presets, then the hub (`HF_ENDPOINT`): config.json, and the
+//! safetensors headers that price the weights exactly (`checkpoint`).
 
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::checkpoint;
 use super::config::parse_config;
 use super::gguf::read_gguf;
 use super::presets;
@@ -73,7 +75,9 @@ pub fn resolve(model: &str) -> Result<ResolvedModel, InputError> {
     if path.is_dir() {
         let config = path.join("config.json");
         if config.is_file() {
-            let spec = parse_config(&read(&config)?, &config, model)?;
+            let mut spec = parse_config(&read(&config)?, &config, model)?;
+            let w = checkpoint::from_dir(path, spec.num_layers)?;
+            attach(&mut spec, w);
             return Ok(found(spec, SourceKind::Directory, config));
         }
         // A folder with one GGUF file (as LM Studio and ollama exports lay them out).
@@ -101,7 +105,14 @@ pub fn resolve(model: &str) -> Result<ResolvedModel, InputError> {
                 path.to_path_buf(),
             ));
         }
-        let spec = parse_config(&read(path)?, path, model)?;
+        let mut spec = parse_config(&read(path)?, path, model)?;
+        // A config.json beside its shards: read their headers too.
+        if path.file_name().is_some_and(|n| n == "config.json") {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                let w = checkpoint::from_dir(dir, spec.num_layers)?;
+                attach(&mut spec, w);
+            }
+        }
         return Ok(found(spec, SourceKind::ConfigFile, path.to_path_buf()));
     }
     if looks_like_path(model) {
@@ -113,8 +124,11 @@ pub fn resolve(model: &str) -> Result<ResolvedModel, InputError> {
 
     let cache_dir = hf_hub_cache_dir();
     let cache = hf_hub::Cache::new(cache_dir.clone());
+    let hub = checkpoint::Hub::from_env(cache_dir.clone(), offline());
     if let Some(config) = cache.model(model.to_string()).get("config.json") {
-        let spec = parse_config(&read(&config)?, &config, model)?;
+        let mut spec = parse_config(&read(&config)?, &config, model)?;
+        let w = checkpoint::from_hub(&hub, model, spec.num_layers)?;
+        attach(&mut spec, w);
         return Ok(found(spec, SourceKind::HfCache, config));
     }
     if let Some((id, json)) = presets::find(model) {
@@ -138,8 +152,18 @@ pub fn resolve(model: &str) -> Result<ResolvedModel, InputError> {
         });
     }
     let config = fetch_config(model, cache)?;
-    let spec = parse_config(&read(&config)?, &config, model)?;
+    let mut spec = parse_config(&read(&config)?, &config, model)?;
+    let w = checkpoint::from_hub(&hub, model, spec.num_layers)?;
+    attach(&mut spec, w);
     Ok(found(spec, SourceKind::Hub, config))
+}
+
+/// Price the weights from the checkpoint's headers when they were read, and say so.
+fn attach(spec: &mut Spec, w: Option<checkpoint::CheckpointWeights>) {
+    if let Some(w) = w {
+        spec.notes.push(w.note());
+        spec.checkpoint = Some(w);
+    }
 }
 
 fn found(spec: Spec, kind: SourceKind, path: PathBuf) -> ResolvedModel {
@@ -172,6 +196,7 @@ fn fetch_config(id: &str, cache: hf_hub::Cache) -> Result<PathBuf, InputError> {
         .filter(|t| !t.is_empty())
         .or_else(|| cache.token());
     let api = hf_hub::api::sync::ApiBuilder::from_cache(cache)
+        .with_endpoint(checkpoint::endpoint())
         .with_token(token)
         .with_progress(false)
         .build()

@@ -45,6 +45,9 @@ pub struct Spec {
     /// Exact tensor bytes when the source is a GGUF file.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gguf: Option<GgufWeights>,
+    /// Exact tensor bytes from the checkpoint's safetensors headers, when they could be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<super::checkpoint::CheckpointWeights>,
     /// Things the reader noticed that the user should know (an ignored quantization method…).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
@@ -178,13 +181,14 @@ impl TensorGroup {
 
 impl Spec {
     pub fn q_dim(&self) -> u64 {
-        self.num_heads * self.head_dim
+        self.num_heads.saturating_mul(self.head_dim)
     }
     pub fn kv_dim(&self) -> u64 {
-        self.num_kv_heads * self.head_dim
+        self.num_kv_heads.saturating_mul(self.head_dim)
     }
     /// Every weight tensor as transformers lays it out (fused projections counted as their parts:
-    /// the bytes are the same).
+    /// the bytes are the same). Sizes saturate; a spec read from a config has passed the
+    /// parameter bound (`layout::MAX_PARAMETERS`), so none does.
     pub fn tensors(&self) -> Vec<TensorGroup> {
         let (h, l, v) = (self.hidden_size, self.num_layers, self.vocab_size);
         let (q, kv) = (self.q_dim(), self.kv_dim());
@@ -205,16 +209,26 @@ impl Spec {
             g(Role::AttnV, kv, h, l),
             g(Role::AttnO, h, q, l),
             // final norm + per-layer norms
-            g(Role::Vector, 1, h, 1 + self.norms_per_layer * l),
+            g(
+                Role::Vector,
+                1,
+                h,
+                self.norms_per_layer.saturating_mul(l).saturating_add(1),
+            ),
         ];
         if !self.tie_word_embeddings {
             t.push(g(Role::LmHead, v, h, 1));
         }
         if self.qkv_bias {
-            t.push(g(Role::Vector, 1, q + 2 * kv, l));
+            t.push(g(
+                Role::Vector,
+                1,
+                q.saturating_add(kv.saturating_mul(2)),
+                l,
+            ));
         }
         if self.qk_norm {
-            t.push(g(Role::Vector, 1, 2 * self.head_dim, l));
+            t.push(g(Role::Vector, 1, self.head_dim.saturating_mul(2), l));
         }
         let dense_layers = self.experts.as_ref().map_or(l, |e| l - e.sparse_layers);
         let mlp = |t: &mut Vec<TensorGroup>, inter: u64, count: u64| {
@@ -228,7 +242,11 @@ impl Spec {
         if let Some(e) = &self.experts {
             t.push(g(Role::Router, e.count, h, e.sparse_layers));
             let experts = t.len();
-            mlp(&mut t, e.intermediate_size, e.count * e.sparse_layers);
+            mlp(
+                &mut t,
+                e.intermediate_size,
+                e.count.saturating_mul(e.sparse_layers),
+            );
             for x in &mut t[experts..] {
                 x.routed = true;
             }

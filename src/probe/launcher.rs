@@ -58,6 +58,13 @@ impl Launcher {
     }
 }
 
+/// The user's Python: `LLM_OOM_PYTHON`, else `python3`.
+pub fn default_python() -> PathBuf {
+    std::env::var_os("LLM_OOM_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("python3"))
+}
+
 impl Drop for Launcher {
     fn drop(&mut self) {
         if let Some(dir) = &self.scratch {

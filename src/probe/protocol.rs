@@ -94,6 +94,8 @@ pub enum Outcome {
     Oom,
     Skipped,
     Error,
+    /// The child did not answer within `--stage-timeout` and was stopped: a probe fault, not an OOM.
+    Timeout,
 }
 
 /// An out-of-memory as the child saw it.

@@ -17,6 +17,10 @@ use crate::error::{Error, InputError, Result};
 use crate::meter::host::Part;
 
 /// What came back for a task.
+/// The least time a child gets to start and greet (Python imports torch and transformers in
+/// 5–30 s on a cold disk).
+const HELLO_TIMEOUT: Duration = Duration::from_secs(180);
+
 #[derive(Debug, Clone)]
 pub enum Reply {
     Done(Box<TaskResult>),
@@ -25,7 +29,11 @@ pub enum Reply {
         message: String,
         oom: Option<OomFacts>,
     },
-    TimedOut(Duration),
+    /// No answer within the stage timeout; the child was killed. `words`: its last stderr lines.
+    TimedOut {
+        after: Duration,
+        words: String,
+    },
 }
 
 /// One child process, after it ended.
@@ -105,7 +113,7 @@ impl Session {
             .map_err(|e| match e.kind() {
                 // No such interpreter: the engine is not there to measure in.
                 std::io::ErrorKind::NotFound => Error::EngineUnavailable(format!(
-                    "{} was not found",
+                    "the Python interpreter {} was not found",
                     self.launcher.program.display()
                 )),
                 _ => Error::Internal(format!(
@@ -149,7 +157,10 @@ impl Session {
             lines: rx,
             stderr,
         };
-        match running.lines.recv_timeout(self.timeout) {
+        // Starting (importing torch and transformers, creating the CUDA context, holding the
+        // ballast) is not a stage: it gets at least HELLO_TIMEOUT whatever --stage-timeout says.
+        let greet_within = self.timeout.max(HELLO_TIMEOUT);
+        match running.lines.recv_timeout(greet_within) {
             Ok(line) => {
                 let hello: Hello = match serde_json::from_str(&line) {
                     Ok(h) => h,
@@ -180,6 +191,14 @@ impl Session {
                     .rev()
                     .find_map(|l| l.strip_prefix("llm-oom: "))
                     .map_or_else(|| words.trim().to_string(), str::to_string);
+                let message = if message.is_empty() {
+                    format!(
+                        "it did not greet within {:.0} s and was stopped",
+                        greet_within.as_secs_f64()
+                    )
+                } else {
+                    message
+                };
                 Err(match status.and_then(|s| s.code()) {
                     Some(2) => InputError::Usage(message).into(),
                     _ => Error::Internal(format!("the probe could not start: {message}")),
@@ -249,8 +268,11 @@ impl Session {
                 }
             },
             Err(RecvTimeoutError::Timeout) => {
-                self.end(true);
-                Reply::TimedOut(started.elapsed())
+                let (_, words) = self.end(true);
+                Reply::TimedOut {
+                    after: started.elapsed(),
+                    words: tail_lines(&words, 5),
+                }
             }
             Err(RecvTimeoutError::Disconnected) => {
                 let (status, words) = self.end(false);
@@ -326,6 +348,32 @@ fn wait_for(child: &mut Child, limit: Duration) -> Option<std::process::ExitStat
             Err(_) => return None,
         }
     }
+}
+
+/// What to quote of a child's stderr: after a Python stack dump (faulthandler, "most recent call
+/// first") its innermost `n` frames; otherwise the last `n` non-empty lines. Joined with " | ".
+fn tail_lines(words: &str, n: usize) -> String {
+    if let Some(at) = words.rfind("most recent call first") {
+        let frames: Vec<&str> = words[at..]
+            .lines()
+            .skip(1)
+            .map(str::trim)
+            .filter(|l| l.starts_with("File ") && !l.starts_with("File \"<frozen"))
+            .take(n)
+            .collect();
+        if !frames.is_empty() {
+            return frames.join(" | ");
+        }
+    }
+    let mut lines: Vec<&str> = words
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .rev()
+        .take(n)
+        .collect();
+    lines.reverse();
+    lines.join(" | ")
 }
 
 fn last_words(stderr: &Arc<Mutex<Vec<u8>>>) -> String {
@@ -417,6 +465,16 @@ fn leftover(index: u32, pid: u32) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_stack_dump_is_quoted_by_its_innermost_frames() {
+        let words = "loading\nTimeout (0:00:20)!\nThread 0x7f (most recent call first):\n  File \"/x/init.py\", line 10 in normal_\n  File \"/x/modeling.py\", line 5 in _init_weights\n  File \"/p.py\", line 1 in main\n";
+        assert_eq!(
+            tail_lines(words, 2),
+            "File \"/x/init.py\", line 10 in normal_ | File \"/x/modeling.py\", line 5 in _init_weights"
+        );
+        assert_eq!(tail_lines("a\n\nb\nc\n", 2), "b | c");
+    }
     use super::*;
 
     #[test]

@@ -45,6 +45,7 @@ observer).
 """
 import ctypes
 import ctypes.util
+import faulthandler
 import gc
 import json
 import os
@@ -69,6 +70,9 @@ transformers = None
 # ---------------------------------------------------------------------------------------------
 _OUT = None
 
+
+# Seconds a task may run before its Python stacks are written to stderr (and again each period).
+STALL_S = float(os.environ.get("LLM_OOM_PROBE_STALL_S", "20"))
 
 def _claim_stdout():
     global _OUT
@@ -660,8 +664,9 @@ class Child:
             # Before this process touches CUDA: what all GPUs use (nvml-delta's reference).
             used_before = nvml.used_sum() if nvml is not None else None
             if not torch.cuda.is_available():
-                raise Fatal("CUDA is not available to torch %s (built for CUDA %s)"
-                            % (torch.__version__, torch.version.cuda), 1)
+                raise Fatal("CUDA is not available to torch %s (built for CUDA %s) in %s: pass --device cpu, "
+                            "or --python an interpreter whose torch sees the GPU"
+                            % (torch.__version__, torch.version.cuda, sys.executable), 2)
             if index >= torch.cuda.device_count():
                 raise Fatal("there is no %s (torch sees %d GPU(s))" % (s["device"], torch.cuda.device_count()), 2)
             self.device = torch.device("cuda", index)
@@ -776,6 +781,9 @@ class Child:
         r["used"]["before"] = self.meter.held_used()
         self.phase = "other"
         failure = None
+        # A task that stalls leaves its stacks on stderr every STALL_S seconds: the parent quotes
+        # them when it stops a child that did not answer within --stage-timeout.
+        faulthandler.dump_traceback_later(STALL_S, repeat=True, file=sys.stderr)
         try:
             if kind == "load":
                 self.load(r)
@@ -799,6 +807,7 @@ class Child:
             traceback.clear_frames(e.__traceback__)
             e.__traceback__ = None
             del e
+        faulthandler.cancel_dump_traceback_later()
         if isinstance(failure, dict):
             r["outcome"], r["oom"] = "oom", failure
         elif failure is not None:

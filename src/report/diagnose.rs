@@ -7,12 +7,44 @@ use super::markdown::{remedies as md_remedies, verdict_block};
 use super::svg::escape;
 use super::text::{budget_table, remedies, table, verdict_line, Style};
 use super::Render;
+use crate::commands::diagnose::engine::Mode;
 use crate::commands::diagnose::DiagnoseReport;
 use crate::units::{group, Bytes};
 use crate::verdict::measured::{StageOutcome, StageRecord};
 use crate::verdict::Cause;
 
 const BAR: usize = 24;
+
+/// What the budget table is: measured in candle, the transformers profile corrected by what
+/// transformers did here, or the engine's profile alone.
+fn budget_title(r: &DiagnoseReport) -> String {
+    match r.mode {
+        Mode::Predicted => format!(
+            "Safe token budget predicted by the {} profile for this card (nothing ran)",
+            r.prediction.engine
+        ),
+        Mode::Measured if r.measured.is_some() => {
+            "Safe token budget measured on this device".into()
+        }
+        Mode::Measured => format!(
+            "Safe token budget for {} on this device (its profile, corrected by the stages it ran)",
+            r.prediction.engine
+        ),
+    }
+}
+
+/// Predicted mode: no stage table (nothing ran), the budget, the notes that say why.
+fn predicted_tail(out: &mut String, r: &DiagnoseReport, style: &Style) {
+    out.push_str(&style.dim(&format!("Stages: none ran — {}\n\n", r.probe)));
+    remedies(out, &r.remedies, style);
+    if let Some(b) = &r.budget {
+        budget_table(out, b, &r.workload, &budget_title(r), style);
+    }
+    for n in &r.notes {
+        out.push_str(&style.dim(&format!("note: {n}\n")));
+    }
+    out.push_str(&style.dim(&format!("{:.1} s in all\n", r.seconds)));
+}
 
 impl Render for DiagnoseReport {
     fn text(&self, style: &Style) -> String {
@@ -66,6 +98,7 @@ fn outcome_word(s: &StageRecord) -> &'static str {
         StageOutcome::Oom => "OOM",
         StageOutcome::Skipped => "skipped",
         StageOutcome::Error => "error",
+        StageOutcome::Timeout => "timed out",
     }
 }
 
@@ -79,8 +112,24 @@ fn limit_text(r: &DiagnoseReport) -> String {
 
 fn text(r: &DiagnoseReport, style: &Style) -> String {
     let mut out = String::new();
+    headline(&mut out, r, style);
+    if r.mode == Mode::Predicted {
+        predicted_tail(&mut out, r, style);
+        return out;
+    }
+    stage_table(&mut out, r, style);
+    remedies(&mut out, &r.remedies, style);
+    if let Some(b) = &r.budget {
+        budget_table(&mut out, b, &r.workload, &budget_title(r), style);
+    }
+    limits_and_verification(&mut out, r, style);
+    footer(&mut out, r, style);
+    out
+}
+
+/// The verdict first (a person reads it, a log grep finds it), then what ran where.
+fn headline(out: &mut String, r: &DiagnoseReport, style: &Style) {
     let d = &r.device;
-    // The verdict first: a person reads it, a log grep finds it.
     out.push_str(&verdict_line(&r.verdict, style, "NO OOM", "OUT OF MEMORY"));
     out.push('\n');
     out.push_str(&style.dim(&format!(
@@ -103,6 +152,11 @@ fn text(r: &DiagnoseReport, style: &Style) -> String {
         }
     }
     out.push('\n');
+}
+
+/// One row per stage with a bar of the card, then the fragmentation line and what failed.
+fn stage_table(out: &mut String, r: &DiagnoseReport, style: &Style) {
+    let d = &r.device;
     out.push_str(&style.bold(&format!("Stages ({})", r.probe)));
     out.push('\n');
     let mut t = table(
@@ -122,20 +176,9 @@ fn text(r: &DiagnoseReport, style: &Style) -> String {
                 Bytes(b).to_string()
             }
         };
-        let ran = ran(s);
-        let mut time = if s.outcome == StageOutcome::Skipped {
-            String::new()
-        } else {
-            format!("{:.2} s", s.seconds)
-        };
-        if let Some(tps) = s.tokens_per_second {
-            time.push_str(&format!(" · {tps:.0} tok/s"));
-        } else if let Some(ttft) = s.ttft_seconds {
-            time.push_str(&format!(" · TTFT {ttft:.2} s"));
-        }
         t.add_row(vec![
             s.name.to_string(),
-            ran,
+            ran(s),
             outcome_word(s).to_string(),
             shown(s.memory.peak),
             shown(c.weights),
@@ -143,7 +186,7 @@ fn text(r: &DiagnoseReport, style: &Style) -> String {
             shown(c.activations),
             shown(c.other),
             shown(free),
-            time,
+            time_text(s),
             bar(s, d.capacity_bytes),
         ]);
     }
@@ -165,23 +208,32 @@ fn text(r: &DiagnoseReport, style: &Style) -> String {
                 Bytes(f.reserved.saturating_sub(f.in_use))
             ));
         }
-        if s.outcome == StageOutcome::Error {
+        if matches!(s.outcome, StageOutcome::Error | StageOutcome::Timeout) {
             if let Some(why) = &s.reason {
                 out.push_str(&format!("{} failed: {why}\n", s.name));
             }
         }
     }
     out.push('\n');
-    remedies(&mut out, &r.remedies, style);
-    if let Some(b) = &r.budget {
-        budget_table(
-            &mut out,
-            b,
-            &r.workload,
-            "Safe token budget measured on this device",
-            style,
-        );
+}
+
+/// `0.27 s · 53 tok/s`, `0.21 s · TTFT 0.20 s`, or nothing for a skipped stage.
+fn time_text(s: &StageRecord) -> String {
+    let mut time = if s.outcome == StageOutcome::Skipped {
+        String::new()
+    } else {
+        format!("{:.2} s", s.seconds)
+    };
+    if let Some(tps) = s.tokens_per_second {
+        time.push_str(&format!(" · {tps:.0} tok/s"));
+    } else if let Some(ttft) = s.ttft_seconds {
+        time.push_str(&format!(" · TTFT {ttft:.2} s"));
     }
+    time
+}
+
+/// `--find-limits` beside the budget, and `--verify`'s re-run.
+fn limits_and_verification(out: &mut String, r: &DiagnoseReport, style: &Style) {
     if let Some(l) = &r.limits {
         out.push_str(&style.bold("Limits found by trial"));
         out.push('\n');
@@ -206,9 +258,13 @@ fn text(r: &DiagnoseReport, style: &Style) -> String {
                 style.bad("still out of memory")
             },
             Bytes(v.memory.peak),
-            Bytes(d.capacity_bytes)
+            Bytes(r.device.capacity_bytes)
         ));
     }
+}
+
+/// The profile's prediction beside the measurement, the notes, the children and the time.
+fn footer(out: &mut String, r: &DiagnoseReport, style: &Style) {
     let p = &r.prediction;
     out.push_str(&style.dim(&format!(
         "plan's {} profile predicts a peak of {} on this card ({})\n",
@@ -228,7 +284,6 @@ fn text(r: &DiagnoseReport, style: &Style) -> String {
             ", of which {w:.1} s warm-up (kernels compiled on a machine's first run, workspaces)"
         ))
     )));
-    out
 }
 
 fn leftover_text(r: &DiagnoseReport) -> String {
@@ -300,7 +355,11 @@ fn markdown(r: &DiagnoseReport) -> String {
     out.push('\n');
     md_remedies(&mut out, &r.remedies);
     if let Some(b) = &r.budget {
-        out.push_str("<details><summary>Safe token budget measured on this device</summary>\n\n| concurrency | max tokens / request | prompt | new |\n|--:|--:|--:|--:|\n");
+        out.push_str(&format!(
+            "<details><summary>{}</summary>\n\n",
+            budget_title(r)
+        ));
+        out.push_str("| concurrency | max tokens / request | prompt | new |\n|--:|--:|--:|--:|\n");
         for row in &b.table {
             out.push_str(&format!(
                 "| {} | {} | {} | {} |\n",

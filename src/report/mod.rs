@@ -4,9 +4,12 @@
 //! the pieces the renderers share.
 
 pub mod diagnose;
+pub mod env;
 pub mod explain;
 pub mod markdown;
+pub mod placement;
 pub mod plan;
+pub mod snapshot;
 pub mod svg;
 pub mod text;
 pub mod watch;

@@ -7,7 +7,7 @@ use super::text::{budget_table, limit_word, remedies, table, Style};
 use super::Render;
 use crate::budget::card::CardSource;
 use crate::budget::Limit;
-use crate::commands::plan::PlanReport;
+use crate::commands::plan::{PlanReport, WeightsFrom};
 use crate::units::{group, Bytes};
 
 impl Render for PlanReport {
@@ -24,12 +24,16 @@ fn text(r: &PlanReport, style: &Style) -> String {
     let m = &r.model;
     let w = &r.workload;
     let c = &r.components;
+    let gpus = multi_gpu(r);
     out.push_str(&format!(
-        "{} {} · {} · {} card ({})\n\n",
+        "{} {} · {} · {} ({})\n\n",
         style.bold("llm-oom plan"),
         m.name,
         r.engine.name,
-        Bytes(r.device.vram_bytes),
+        gpus.as_ref()
+            .map_or(format!("{} card", Bytes(r.device.vram_bytes)), |g| g
+                .0
+                .clone()),
         match r.device.source {
             CardSource::Flag => "--vram".to_string(),
             CardSource::Nvml => format!(
@@ -63,15 +67,21 @@ fn text(r: &PlanReport, style: &Style) -> String {
         w.kv_dtype
     ));
     out.push_str(&format!(
-        "Per token KV cache {} · weights {}\n\n",
+        "Per token KV cache {} · weights {}{}\n\n",
         Bytes(r.kv_cache_bytes_per_token),
-        Bytes(r.weights_bytes)
+        Bytes(r.weights_bytes),
+        match r.weights_from {
+            WeightsFrom::SafetensorsHeaders => " (the checkpoint's safetensors headers)",
+            WeightsFrom::Gguf => " (the GGUF tensor table)",
+            WeightsFrom::Config => "",
+        }
     ));
 
     let phase = c.peak_phase.describe();
     out.push_str(&style.bold(&format!("Where the memory goes (peak at the {phase})")));
     out.push('\n');
     let mut t = table(&["component", "bytes", "share"], 1);
+    let of = gpus.as_ref().map_or(r.device.vram_bytes, |g| g.1);
     for (name, b) in [
         ("weights", c.weights),
         ("KV cache", c.kv_cache),
@@ -80,21 +90,23 @@ fn text(r: &PlanReport, style: &Style) -> String {
         ("CUDA runtime", c.runtime),
         ("margin", c.margin),
     ] {
-        t.add_row(vec![
-            name.to_string(),
-            Bytes(b).to_string(),
-            percent(b, r.device.vram_bytes),
-        ]);
+        t.add_row(vec![name.to_string(), Bytes(b).to_string(), percent(b, of)]);
     }
     t.add_row(vec![
         "total".to_string(),
         Bytes(c.total).to_string(),
-        percent(c.total, r.device.vram_bytes),
+        percent(c.total, of),
     ]);
     out.push_str(&t.to_string());
     out.push_str("\n\n");
+    if let Some(p) = &r.placement {
+        super::placement::text(&mut out, p, style);
+    }
 
     remedies(&mut out, &r.remedies, style);
+    if gpus.is_some() {
+        return tail(out, r, style);
+    }
 
     budget_table(&mut out, &r.budget, w, "Safe token budget", style);
 
@@ -133,11 +145,34 @@ fn text(r: &PlanReport, style: &Style) -> String {
     }
     out.push_str(&t.to_string());
     out.push_str("\n\n");
+    tail(out, r, style)
+}
+
+fn tail(mut out: String, r: &PlanReport, style: &Style) -> String {
     for n in &r.notes {
         out.push_str(&style.dim(&format!("note: {n}\n")));
     }
     out.push_str(&style.dim(&format!("engine profile: {}\n", r.engine.note)));
     out
+}
+
+/// With several GPUs: how the header names them (`2 GPUs: 24.0 GiB + 24.0 GiB`) and their sum.
+fn multi_gpu(r: &PlanReport) -> Option<(String, u64)> {
+    let p = r.placement.as_ref()?;
+    let caps: Vec<u64> = p
+        .devices
+        .iter()
+        .filter(|s| matches!(s.device, crate::placement::accelerate::Place::Gpu(_)))
+        .map(|s| s.capacity_bytes)
+        .collect();
+    if caps.len() < 2 {
+        return None;
+    }
+    let names: Vec<String> = caps.iter().map(|&b| Bytes(b).to_string()).collect();
+    Some((
+        format!("{} GPUs: {}", caps.len(), names.join(" + ")),
+        caps.iter().fold(0u64, |a, &b| a.saturating_add(b)),
+    ))
 }
 
 fn markdown(r: &PlanReport) -> String {
@@ -192,6 +227,9 @@ fn markdown(r: &PlanReport) -> String {
         ));
     }
     out.push('\n');
+    if let Some(p) = &r.placement {
+        super::placement::markdown(&mut out, p);
+    }
     md_remedies(&mut out, &r.remedies);
 
     out.push_str("<details><summary>Safe token budget</summary>\n\n| concurrency | max tokens / request | prompt | new | limited by |\n|--:|--:|--:|--:|---|\n");

@@ -119,96 +119,14 @@ const FRAGMENTED: f64 = 0.25;
 pub fn classify(stages: &[StageRecord], card: &CardFacts) -> Verdict {
     let fragmentation = stages.iter().find_map(|s| s.fragmentation.clone());
     let Some(failed) = stages.iter().find(|s| s.outcome == StageOutcome::Oom) else {
-        if let Some(broken) = stages.iter().find(|s| s.outcome == StageOutcome::Error) {
-            let why = broken.reason.clone().unwrap_or_else(|| "it failed".into());
-            return Verdict {
-                cause: Cause::Unknown,
-                stage: broken.name,
-                confidence: 0.0,
-                summary: format!(
-                    "the probe failed at {} before any out-of-memory: {why}",
-                    broken.name
-                ),
-                evidence: vec![Evidence::text(why)],
-                contributing: Vec::new(),
-            };
-        }
-        return fits(stages, card, fragmentation.as_ref());
+        return broken_probe(stages).unwrap_or_else(|| fits(stages, card, fragmentation.as_ref()));
     };
-    let oom = failed.oom.clone().unwrap_or(OomFacts {
-        requested: None,
-        held: failed.memory.peak,
-        part: Part::Other,
-        message: "out of memory".into(),
-        free: None,
-        largest_block: None,
-        cached: None,
-        emulated: false,
-    });
-    let c = failed.components;
-    let requested = oom.requested.unwrap_or(0);
-    let need = oom.held.max(failed.memory.peak) + requested;
-    let fixed = c.weights + c.other;
-    // A cache that failed part-way needed what it held plus the allocation that failed.
-    let kv = if oom.part == Part::KvCache {
-        c.kv_cache + requested
-    } else {
-        c.kv_cache
-    };
-    let act_need = need.saturating_sub(fixed + kv);
-    let mut evidence = vec![
-        Evidence::text(format!(
-            "{} ran out of memory{}: {}",
-            failed.name,
-            match oom.requested {
-                Some(r) => format!(" allocating {} for the {}", Bytes(r), part_name(oom.part)),
-                None => String::new(),
-            },
-            oom.message
-        )),
-        Evidence::bytes(
-            format!("held at that moment: {}", Bytes(oom.held)),
-            oom.held,
-        ),
-        Evidence::bytes(format!("weights: {}", Bytes(c.weights)), c.weights),
-        Evidence::bytes(format!("KV cache: {}", Bytes(kv)), kv),
-        Evidence::bytes(
-            format!("activations needed: at least {}", Bytes(act_need)),
-            act_need,
-        ),
-        Evidence::bytes(
-            format!("CUDA context and libraries: {}", Bytes(c.other)),
-            c.other,
-        ),
-        Evidence::bytes(
-            format!("the card for the probe: {}", Bytes(card.capacity)),
-            card.capacity,
-        ),
-    ];
-    let others: u64 = card.others.iter().filter_map(|p| p.bytes).sum();
-    // Fragmentation only when what the stage must hold at least would fit the card: weights that
-    // are simply too large, or a cache too long, stay the cause however the pool looks.
-    let must_hold = match failed.name {
-        Stage::Load => card.weights_bytes + c.other,
-        _ => {
-            let kv_need = kv;
-            card.weights_bytes.max(c.weights) + c.other + kv_need
-        }
-    };
-    let frag_at_failure = oom.requested.filter(|&r| {
-        need <= card.capacity
-            && must_hold + r <= card.capacity
-            && (oom.cached.is_some_and(|c| c >= r)
-                || (oom.free.is_some_and(|f| f >= r) && oom.largest_block.is_some_and(|l| l < r)))
-    });
-
-    let by_stage = stage_cause(failed.name, oom.part, kv, act_need);
-    let (cause, summary) = if card.emulated_limit.is_none()
-        && others > 0
-        && need <= card.capacity + others
-    {
-        for p in &card.others {
-            evidence.push(Evidence::bytes(
+    let f = Failure::of(failed);
+    let mut evidence = f.evidence(card);
+    let by_stage = stage_cause(failed.name, f.oom.part, f.kv, f.act_need);
+    let (cause, summary) = if let Some(others) = f.other_processes(card) {
+        evidence.extend(card.others.iter().map(|p| {
+            Evidence::bytes(
                 format!(
                     "process {} ({}) holds {}",
                     p.pid,
@@ -217,34 +135,172 @@ pub fn classify(stages: &[StageRecord], card: &CardFacts) -> Verdict {
                         .map_or("an unknown amount".into(), |b| Bytes(b).to_string())
                 ),
                 p.bytes.unwrap_or(0),
-            ));
-        }
+            )
+        }));
         (
             Cause::OtherProcess,
             format!(
                 "other_process: {} needed {} at {}; other processes hold {} of this GPU, without them it would fit",
                 failed.name,
-                Bytes(need),
+                Bytes(f.need),
                 failed.detail,
                 Bytes(others)
             ),
         )
-    } else if let Some(r) = frag_at_failure {
+    } else if let Some(r) = f.fragmented(card) {
         (
             Cause::Fragmentation,
             format!(
                 "fragmentation: a {} request failed with {} free and {} cached, but no block that large",
                 Bytes(r),
-                Bytes(oom.free.unwrap_or(0)),
-                Bytes(oom.cached.unwrap_or(0))
+                Bytes(f.oom.free.unwrap_or(0)),
+                Bytes(f.oom.cached.unwrap_or(0))
             ),
         )
     } else {
-        let s = match by_stage {
+        (by_stage, f.summary(by_stage, card))
+    };
+    Verdict {
+        cause,
+        stage: failed.name,
+        confidence: if f.oom.emulated { 0.9 } else { 0.95 },
+        summary,
+        evidence,
+        contributing: f.contributing(cause, by_stage),
+    }
+}
+
+/// A stage that failed (or timed out) with no out-of-memory: the probe's fault, said as such.
+fn broken_probe(stages: &[StageRecord]) -> Option<Verdict> {
+    let broken = stages
+        .iter()
+        .find(|s| matches!(s.outcome, StageOutcome::Error | StageOutcome::Timeout))?;
+    let why = broken.reason.clone().unwrap_or_else(|| "it failed".into());
+    Some(Verdict {
+        cause: Cause::Unknown,
+        stage: broken.name,
+        confidence: 0.0,
+        summary: format!(
+            "the probe failed at {} before any out-of-memory: {why}",
+            broken.name
+        ),
+        evidence: vec![Evidence::text(why)],
+        contributing: Vec::new(),
+    })
+}
+
+/// The numbers of the stage that ran out of memory.
+struct Failure<'a> {
+    stage: &'a StageRecord,
+    oom: OomFacts,
+    c: Components,
+    /// What the stage needed: held at the failure plus the allocation that failed.
+    need: u64,
+    /// The KV cache it needed (a cache that failed part-way: what it held plus the request).
+    kv: u64,
+    /// What is left of `need` for activations.
+    act_need: u64,
+}
+
+impl<'a> Failure<'a> {
+    fn of(failed: &'a StageRecord) -> Failure<'a> {
+        let oom = failed.oom.clone().unwrap_or(OomFacts {
+            requested: None,
+            held: failed.memory.peak,
+            part: Part::Other,
+            message: "out of memory".into(),
+            free: None,
+            largest_block: None,
+            cached: None,
+            emulated: false,
+        });
+        let c = failed.components;
+        let requested = oom.requested.unwrap_or(0);
+        let need = oom.held.max(failed.memory.peak).saturating_add(requested);
+        let kv = if oom.part == Part::KvCache {
+            c.kv_cache.saturating_add(requested)
+        } else {
+            c.kv_cache
+        };
+        let act_need = need.saturating_sub(c.weights + c.other + kv);
+        Failure {
+            stage: failed,
+            oom,
+            c,
+            need,
+            kv,
+            act_need,
+        }
+    }
+
+    fn evidence(&self, card: &CardFacts) -> Vec<Evidence> {
+        let (oom, c, kv) = (&self.oom, &self.c, self.kv);
+        vec![
+            Evidence::text(format!(
+                "{} ran out of memory{}: {}",
+                self.stage.name,
+                match oom.requested {
+                    Some(r) => format!(" allocating {} for the {}", Bytes(r), part_name(oom.part)),
+                    None => String::new(),
+                },
+                oom.message
+            )),
+            Evidence::bytes(
+                format!("held at that moment: {}", Bytes(oom.held)),
+                oom.held,
+            ),
+            Evidence::bytes(format!("weights: {}", Bytes(c.weights)), c.weights),
+            Evidence::bytes(format!("KV cache: {}", Bytes(kv)), kv),
+            Evidence::bytes(
+                format!("activations needed: at least {}", Bytes(self.act_need)),
+                self.act_need,
+            ),
+            Evidence::bytes(
+                format!("CUDA context and libraries: {}", Bytes(c.other)),
+                c.other,
+            ),
+            Evidence::bytes(
+                format!("the card for the probe: {}", Bytes(card.capacity)),
+                card.capacity,
+            ),
+        ]
+    }
+
+    /// What other processes hold, when without them the stage would have fit (and no
+    /// `--vram-limit` made the card smaller on purpose).
+    fn other_processes(&self, card: &CardFacts) -> Option<u64> {
+        let others: u64 = card.others.iter().filter_map(|p| p.bytes).sum();
+        (card.emulated_limit.is_none()
+            && others > 0
+            && self.need <= card.capacity.saturating_add(others))
+        .then_some(others)
+    }
+
+    /// The failed request, when fragmentation explains it: what the stage must hold at least fits
+    /// the card (weights that are simply too large, or a cache too long, stay the cause however
+    /// the pool looks), and the pool had the bytes cached or free but not in one block.
+    fn fragmented(&self, card: &CardFacts) -> Option<u64> {
+        let (oom, c) = (&self.oom, &self.c);
+        let must_hold = match self.stage.name {
+            Stage::Load => card.weights_bytes + c.other,
+            _ => card.weights_bytes.max(c.weights) + c.other + self.kv,
+        };
+        oom.requested.filter(|&r| {
+            self.need <= card.capacity
+                && must_hold.saturating_add(r) <= card.capacity
+                && (oom.cached.is_some_and(|c| c >= r)
+                    || (oom.free.is_some_and(|f| f >= r)
+                        && oom.largest_block.is_some_and(|l| l < r)))
+        })
+    }
+
+    fn summary(&self, cause: Cause, card: &CardFacts) -> String {
+        let (failed, c) = (self.stage, &self.c);
+        match cause {
             Cause::Weights => format!(
                 "weights: the model's {} of weights (and {} more while loading) do not fit the {} card beside {} of CUDA context",
                 Bytes(card.weights_bytes),
-                Bytes(need.saturating_sub(c.other + card.weights_bytes)),
+                Bytes(self.need.saturating_sub(c.other + card.weights_bytes)),
                 Bytes(card.capacity),
                 Bytes(c.other)
             ),
@@ -252,66 +308,61 @@ pub fn classify(stages: &[StageRecord], card: &CardFacts) -> Verdict {
                 "concurrency: one sequence fits, {} do not: {} needs more than {} on the {} card",
                 failed.batch.unwrap_or(0),
                 failed.detail,
-                Bytes(need),
+                Bytes(self.need),
                 Bytes(card.capacity)
             ),
             Cause::Activations => format!(
                 "activations: {} needs at least {} of activations beside a {} KV cache, past the {} card",
                 failed.detail,
-                Bytes(act_need),
-                Bytes(kv),
+                Bytes(self.act_need),
+                Bytes(self.kv),
                 Bytes(card.capacity)
             ),
             _ => format!(
                 "kv_cache: {} needs a {} KV cache beside {} of weights, past the {} card",
                 failed.detail,
-                Bytes(kv),
+                Bytes(self.kv),
                 Bytes(c.weights),
                 Bytes(card.capacity)
             ),
-        };
-        (by_stage, s)
-    };
-    let mut contributing = Vec::new();
-    let mut add = |cause_: Cause, bytes: u64, what: String| {
-        if cause_ != cause
-            && bytes > 0
-            && bytes * 10 >= need
-            && !contributing
-                .iter()
-                .any(|c: &Contributing| c.cause == cause_)
-        {
-            contributing.push(Contributing {
-                cause: cause_,
-                evidence: Evidence::bytes(format!("{what}: {}", Bytes(bytes)), bytes),
-            });
         }
-    };
-    add(Cause::Weights, c.weights, "weights".into());
-    add(Cause::KvCache, kv, "KV cache".into());
-    if failed.name != Stage::Load {
-        add(Cause::Activations, act_need, "activations".into());
     }
-    if failed.name == Stage::Concurrency {
-        add(
-            Cause::Concurrency,
-            kv + act_need,
-            format!(
-                "{} sequences' KV cache and activations",
-                failed.batch.unwrap_or(0)
-            ),
-        );
-    }
-    if cause == Cause::OtherProcess {
-        add(by_stage, need, format!("what {} needed", failed.name));
-    }
-    Verdict {
-        cause,
-        stage: failed.name,
-        confidence: if oom.emulated { 0.9 } else { 0.95 },
-        summary,
-        evidence,
-        contributing,
+
+    /// The other parts that took at least a tenth of what was needed.
+    fn contributing(&self, cause: Cause, by_stage: Cause) -> Vec<Contributing> {
+        let failed = self.stage;
+        let mut out: Vec<Contributing> = Vec::new();
+        let mut add = |part: Cause, bytes: u64, what: String| {
+            if part != cause
+                && bytes > 0
+                && bytes.saturating_mul(10) >= self.need
+                && !out.iter().any(|c| c.cause == part)
+            {
+                out.push(Contributing {
+                    cause: part,
+                    evidence: Evidence::bytes(format!("{what}: {}", Bytes(bytes)), bytes),
+                });
+            }
+        };
+        add(Cause::Weights, self.c.weights, "weights".into());
+        add(Cause::KvCache, self.kv, "KV cache".into());
+        if failed.name != Stage::Load {
+            add(Cause::Activations, self.act_need, "activations".into());
+        }
+        if failed.name == Stage::Concurrency {
+            add(
+                Cause::Concurrency,
+                self.kv + self.act_need,
+                format!(
+                    "{} sequences' KV cache and activations",
+                    failed.batch.unwrap_or(0)
+                ),
+            );
+        }
+        if cause == Cause::OtherProcess {
+            add(by_stage, self.need, format!("what {} needed", failed.name));
+        }
+        out
     }
 }
 

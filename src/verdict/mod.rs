@@ -3,10 +3,12 @@
 //! and the remedies with their price (`remedy`, `pricing`).
 
 pub mod measured;
+pub mod placed;
 pub mod predicted;
 pub mod pricing;
 pub mod read;
 pub mod remedy;
+pub mod snapshot;
 
 use std::fmt;
 

@@ -16,142 +16,168 @@ const CARDS_GIB: [u64; 8] = [24, 32, 40, 48, 80, 94, 141, 192];
 /// Every change that lowers the peak, priced by re-running the estimate; those that make it fit
 /// first, cheapest first.
 pub fn price(planner: &Planner, w: &Workload, est: &Estimate) -> Vec<Remedy> {
-    let vram = planner.vram;
-    let mut out = Vec::new();
-    let mut try_change = |change: Change, alt: Workload| {
-        let new = planner.estimate(&alt).total;
-        if new < est.total {
-            out.push(Remedy::new(change, w.engine, est.total, new, vram));
-        }
+    let mut p = Pricer {
+        planner,
+        w,
+        est,
+        out: Vec::new(),
     };
-    let fits = |alt: &Workload| planner.fits(alt);
-    // A remedy never suggests more context than the model was trained for.
-    let context = planner.spec.max_position_embeddings.unwrap_or(u64::MAX);
-    let prompt_cap = w
-        .prompt_tokens
-        .saturating_sub(1)
-        .min(context.saturating_sub(w.max_new_tokens));
-    let new_cap = w
-        .max_new_tokens
-        .saturating_sub(1)
-        .min(context.saturating_sub(w.prompt_tokens));
-    if let Some(p) = crate::budget::largest(1, prompt_cap, |p| {
-        fits(&Workload {
+    p.shorter_or_fewer();
+    p.engine_settings();
+    p.quantized_weights();
+    p.utilization_and_card();
+    // Those that make it fit first; within each group, the order above is cheapest first.
+    let mut out = p.out;
+    out.sort_by_key(|r| !r.fits());
+    out
+}
+
+struct Pricer<'a> {
+    planner: &'a Planner<'a>,
+    w: &'a Workload,
+    est: &'a Estimate,
+    out: Vec<Remedy>,
+}
+
+impl Pricer<'_> {
+    /// Keep `change` when the workload it makes peaks lower.
+    fn try_change(&mut self, change: Change, alt: Workload) {
+        let new = self.planner.estimate(&alt).total;
+        if new < self.est.total {
+            self.out.push(Remedy::new(
+                change,
+                self.w.engine,
+                self.est.total,
+                new,
+                self.planner.vram,
+            ));
+        }
+    }
+
+    /// The largest prompt, output and batch that fit — never more context than the model was
+    /// trained for.
+    fn shorter_or_fewer(&mut self) {
+        let (w, planner) = (*self.w, self.planner);
+        let context = planner.spec.max_position_embeddings.unwrap_or(u64::MAX);
+        let prompt_cap = w
+            .prompt_tokens
+            .saturating_sub(1)
+            .min(context.saturating_sub(w.max_new_tokens));
+        let new_cap = w
+            .max_new_tokens
+            .saturating_sub(1)
+            .min(context.saturating_sub(w.prompt_tokens));
+        let fits = |alt: &Workload| planner.fits(alt);
+        let with_prompt = |p| Workload {
             prompt_tokens: p,
-            ..*w
-        })
-    }) {
-        try_change(
-            Change::TruncatePrompt(p),
-            Workload {
-                prompt_tokens: p,
-                ..*w
-            },
-        );
-    }
-    if let Some(n) = crate::budget::largest(1, new_cap, |n| {
-        fits(&Workload {
+            ..w
+        };
+        let with_new = |n| Workload {
             max_new_tokens: n,
-            ..*w
-        })
-    }) {
-        try_change(
-            Change::CapNewTokens(n),
-            Workload {
-                max_new_tokens: n,
-                ..*w
-            },
-        );
-    }
-    if w.batch > 1 {
-        if let Some(b) =
-            crate::budget::largest(1, w.batch - 1, |b| fits(&Workload { batch: b, ..*w }))
-        {
-            try_change(Change::LimitConcurrency(b), Workload { batch: b, ..*w });
+            ..w
+        };
+        if let Some(p) = crate::budget::largest(1, prompt_cap, |p| fits(&with_prompt(p))) {
+            self.try_change(Change::TruncatePrompt(p), with_prompt(p));
         }
-    }
-    if w.engine == Engine::TransformersEager {
-        try_change(
-            Change::UseSdpa,
-            Workload {
-                engine: Engine::Transformers,
-                ..*w
-            },
-        );
-    }
-    if w.weight_dtype == WeightDtype::F32 {
-        try_change(
-            Change::HalfPrecision(WeightDtype::Bf16),
-            Workload {
-                weight_dtype: WeightDtype::Bf16,
-                kv_dtype: KvDtype::Bf16,
-                ..*w
-            },
-        );
-    }
-    match w.engine {
-        Engine::Vllm if w.kv_dtype.elem_bytes().as_f64() > 1.0 => try_change(
-            Change::QuantizeKv(KvDtype::Fp8),
-            Workload {
-                kv_dtype: KvDtype::Fp8,
-                ..*w
-            },
-        ),
-        Engine::LlamaCpp if w.kv_dtype.elem_bytes().as_f64() > 1.1 => try_change(
-            Change::QuantizeKv(KvDtype::Q8_0),
-            Workload {
-                kv_dtype: KvDtype::Q8_0,
-                ..*w
-            },
-        ),
-        _ => {}
-    }
-    let quants: &[&str] = match w.engine {
-        Engine::LlamaCpp => &["q4_k_m"],
-        Engine::Candle => &["q8_0", "q4_k_m"],
-        _ => &["int8", "nf4"],
-    };
-    for q in quants {
-        if let Ok(d) = q.parse::<WeightDtype>() {
-            if crate::estimate::weight_bytes(planner.spec, d) < est.weights {
-                let kv_dtype = if w.kv_dtype == w.weight_dtype.compute_kv_dtype() {
-                    d.compute_kv_dtype()
-                } else {
-                    w.kv_dtype
-                };
-                try_change(
-                    Change::QuantizeWeights(d),
-                    Workload {
-                        weight_dtype: d,
-                        kv_dtype,
-                        ..*w
-                    },
-                );
+        if let Some(n) = crate::budget::largest(1, new_cap, |n| fits(&with_new(n))) {
+            self.try_change(Change::CapNewTokens(n), with_new(n));
+        }
+        if w.batch > 1 {
+            if let Some(b) =
+                crate::budget::largest(1, w.batch - 1, |b| fits(&Workload { batch: b, ..w }))
+            {
+                self.try_change(Change::LimitConcurrency(b), Workload { batch: b, ..w });
             }
         }
     }
-    if w.engine == Engine::Vllm {
-        // Spend the 10 % vLLM leaves unused by default, down to 5 %.
-        let p = Profile::of(Engine::Vllm);
-        let freed = ((0.95 - p.memory_fraction) * vram as f64) as u64;
-        let new = est.total.saturating_sub(freed);
-        out.push(Remedy::new(
-            Change::RaiseUtilization(95),
-            w.engine,
-            est.total,
-            new,
-            vram,
-        ));
+
+    /// SDPA instead of eager attention, half precision instead of f32, a quantized KV cache.
+    fn engine_settings(&mut self) {
+        let w = *self.w;
+        if w.engine == Engine::TransformersEager {
+            self.try_change(
+                Change::UseSdpa,
+                Workload {
+                    engine: Engine::Transformers,
+                    ..w
+                },
+            );
+        }
+        if w.weight_dtype == WeightDtype::F32 {
+            self.try_change(
+                Change::HalfPrecision(WeightDtype::Bf16),
+                Workload {
+                    weight_dtype: WeightDtype::Bf16,
+                    kv_dtype: KvDtype::Bf16,
+                    ..w
+                },
+            );
+        }
+        let kv = match w.engine {
+            Engine::Vllm if w.kv_dtype.elem_bytes().as_f64() > 1.0 => Some(KvDtype::Fp8),
+            Engine::LlamaCpp if w.kv_dtype.elem_bytes().as_f64() > 1.1 => Some(KvDtype::Q8_0),
+            _ => None,
+        };
+        if let Some(kv_dtype) = kv {
+            self.try_change(Change::QuantizeKv(kv_dtype), Workload { kv_dtype, ..w });
+        }
     }
-    // The smallest common card this workload fits on.
-    if est.total > vram {
+
+    /// The weight quantizations the engine runs, when they are smaller than what is loaded.
+    fn quantized_weights(&mut self) {
+        let w = *self.w;
+        let quants: &[&str] = match w.engine {
+            Engine::LlamaCpp => &["q4_k_m"],
+            Engine::Candle => &["q8_0", "q4_k_m"],
+            _ => &["int8", "nf4"],
+        };
+        for d in quants.iter().filter_map(|q| q.parse::<WeightDtype>().ok()) {
+            if crate::estimate::weight_bytes(self.planner.spec, d) >= self.est.weights {
+                continue;
+            }
+            let kv_dtype = if w.kv_dtype == w.weight_dtype.compute_kv_dtype() {
+                d.compute_kv_dtype()
+            } else {
+                w.kv_dtype
+            };
+            self.try_change(
+                Change::QuantizeWeights(d),
+                Workload {
+                    weight_dtype: d,
+                    kv_dtype,
+                    ..w
+                },
+            );
+        }
+    }
+
+    /// vLLM's unused share of the card, and the smallest common card the workload fits on.
+    fn utilization_and_card(&mut self) {
+        let (w, est, vram) = (self.w, self.est, self.planner.vram);
+        if w.engine == Engine::Vllm {
+            // Spend the 10 % vLLM leaves unused by default, down to 5 %.
+            let p = Profile::of(Engine::Vllm);
+            let freed = ((0.95 - p.memory_fraction) * vram as f64) as u64;
+            let new = est.total.saturating_sub(freed);
+            self.out.push(Remedy::new(
+                Change::RaiseUtilization(95),
+                w.engine,
+                est.total,
+                new,
+                vram,
+            ));
+        }
+        if est.total <= vram {
+            return;
+        }
+        let planner = self.planner;
         if let Some(gib) = CARDS_GIB.iter().copied().find(|g| {
             let card = g * GIB;
             card > vram && planner.on_card(card).fits(w)
         }) {
             let card = gib * GIB;
             let new = planner.on_card(card).estimate(w).total;
-            out.push(Remedy::new(
+            self.out.push(Remedy::new(
                 Change::LargerGpu(card),
                 w.engine,
                 est.total,
@@ -160,9 +186,6 @@ pub fn price(planner: &Planner, w: &Workload, est: &Estimate) -> Vec<Remedy> {
             ));
         }
     }
-    // Those that make it fit first; within each group, the order above is cheapest first.
-    out.sort_by_key(|r| !r.fits());
-    out
 }
 
 /// Advice that comes before the priced remedies: what no estimate of the workload sees (the

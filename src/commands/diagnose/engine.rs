@@ -143,10 +143,3 @@ pub fn corrected_card(profile: &Planner, w: &Workload, stages: &[StageRecord]) -
     let card = capacity - worst.unwrap_or(0);
     card.min(cap).clamp(0, u64::MAX as i128) as u64
 }
-
-/// `LLM_OOM_PYTHON`, else `python3`.
-pub fn default_python() -> PathBuf {
-    std::env::var_os("LLM_OOM_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("python3"))
-}

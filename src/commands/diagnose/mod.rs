@@ -16,13 +16,15 @@ mod stages;
 mod verify;
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
 use crate::budget::{Budget, Planner};
 use crate::dtype::ComputeDtype;
-use crate::error::{Error, Result};
+use crate::error::{Error, InputError, Result};
 use crate::estimate::candle::Compute;
 use crate::estimate::{kv_bytes_per_token, Engine, MeasuredModel, Workload};
 use crate::exit::ExitStatus;
@@ -52,6 +54,8 @@ pub struct DiagnoseRequest {
     /// The probe's compute dtype (`None`: the checkpoint's).
     pub dtype: Option<ComputeDtype>,
     pub prompt_tokens: u64,
+    /// The prompt length is the default, not asked: shortened to fit the model's context.
+    pub prompt_is_default: bool,
     pub max_new_tokens: u64,
     pub batch: u64,
     /// Whose knobs the remedies name; `transformers-eager` also makes the probe materialise scores.
@@ -68,6 +72,19 @@ pub struct DiagnoseRequest {
     /// The Python whose torch and transformers run the transformers stages.
     pub python: PathBuf,
     pub stage_timeout: Duration,
+    /// Probe a workload past the model's trained context (refused otherwise).
+    pub allow_past_context: bool,
+    /// Set by the CLI's Ctrl-C handler: the stages still to run are skipped and the report shows
+    /// what was measured so far.
+    pub interrupt: Option<Arc<AtomicBool>>,
+}
+
+impl DiagnoseRequest {
+    pub fn interrupted(&self) -> bool {
+        self.interrupt
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::SeqCst))
+    }
 }
 
 /// The device the stages ran on.
@@ -156,6 +173,9 @@ pub struct DiagnoseReport {
     pub warmup_seconds: Option<f64>,
     pub seconds: f64,
     pub notes: Vec<String>,
+    /// Ctrl-C stopped the probe: a partial report (exit 130).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
 }
 
 impl DiagnoseReport {
@@ -163,6 +183,9 @@ impl DiagnoseReport {
     /// (a crash, a hang), not an out-of-memory.
     pub fn exit_status(&self) -> ExitStatus {
         let oom = self.stages.iter().any(|s| s.outcome == Outcome::Oom);
+        if self.interrupted && !oom {
+            return ExitStatus::Program(130);
+        }
         match self.verdict.cause {
             Cause::Unknown if !oom => ExitStatus::Failure,
             _ => ExitStatus::of(&self.verdict),
@@ -187,6 +210,14 @@ const POOL_SLACK_FLOOR: u64 = 256 << 20;
 pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<DiagnoseReport> {
     let started = Instant::now();
     let mut prep = prepare(req)?;
+    if let Some(why) = crate::request::past_context(&prep.spec, &prep.workload) {
+        if !req.allow_past_context {
+            return Err(InputError::Usage(format!(
+                "{why}, or pass --allow-past-context to probe it anyway"
+            ))
+            .into());
+        }
+    }
     progress.stage("environment");
     let env = Environment::read(req.device, &mut prep.notes);
     let mut setup = setup(req, &prep, &env);
@@ -210,7 +241,7 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
     progress.stage("load");
     let load = match session.run(&Task::Load) {
         Err(Error::EngineUnavailable(why)) => {
-            let why = format!("{why}: install them (pip install torch transformers) or pass --python to measure in transformers itself");
+            let why = format!("{why}: to measure in transformers itself, install torch and transformers (pip install torch transformers) or pass --python PATH");
             return Ok(predicted(req, prep, env, why, started));
         }
         other => other?,
@@ -221,12 +252,18 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
         .ok_or_else(|| Error::Internal("the probe did not greet".into()))?;
     note_others(&mut prep.notes, &env, req, &hello);
     prep.notes.extend(hello.notes.iter().cloned());
-    let mut m = Measured::default();
+    let mut m = Measured {
+        stop: req.interrupt.clone(),
+        // transformers' cache grows with the tokens: its long generation's prefill is a first
+        // token's, so a long prompt is prefilled once (candle preallocates the whole cache).
+        prefill_once: model_dir.is_some(),
+        ..Measured::default()
+    };
     stages::load(&mut m, hello.base_bytes, load);
     let (p, n, b) = (
-        req.prompt_tokens as usize,
-        req.max_new_tokens as usize,
-        req.batch as usize,
+        prep.workload.prompt_tokens as usize,
+        prep.workload.max_new_tokens as usize,
+        prep.workload.batch as usize,
     );
     let on_gpu = req.device.gpu().is_some();
     stages::run_all(&mut session, &mut m, (p, n, b), on_gpu, progress)?;
@@ -271,14 +308,21 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
     let priced = (transformers && ran) || measured.is_some();
     let mut remedies = remedies(&verdict, &planner, &prep.workload, &env);
 
-    let limits = if req.find_limits && m.loaded {
+    let interrupted = req.interrupted();
+    if interrupted {
+        prep.notes.push(
+            "interrupted (Ctrl-C): the report shows what was measured until then; the stages marked skipped did not run"
+                .into(),
+        );
+    }
+    let limits = if req.find_limits && m.loaded && !interrupted {
         progress.stage("limits");
         Some(find_limits(&mut session, &planner, &prep)?)
     } else {
         None
     };
     let mut verification = None;
-    if req.verify {
+    if req.verify && !req.interrupted() {
         let (note, rerun) = verify::verify(
             &mut session,
             &mut remedies,
@@ -318,6 +362,7 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
         warmup_seconds: m.warmup_seconds,
         seconds: started.elapsed().as_secs_f64(),
         notes: prep.notes,
+        interrupted: req.interrupted(),
     })
 }
 
@@ -416,6 +461,7 @@ fn predicted(
         warmup_seconds: None,
         seconds: started.elapsed().as_secs_f64(),
         notes: prep.notes,
+        interrupted: false,
     }
 }
 

@@ -55,15 +55,28 @@ pub fn prepare(req: &DiagnoseRequest) -> Result<Prepared> {
         (false, None) => dtype.weights(),
     };
     let expected_weights = runtime_weight_bytes(&spec, dtype.weights(), &weights, req.quantize);
+    let mut notes = spec.notes.clone();
+    let mut prompt_tokens = req.prompt_tokens;
+    if let (true, Some(max)) = (req.prompt_is_default, spec.max_position_embeddings) {
+        let room = max.saturating_sub(req.max_new_tokens).max(1);
+        if prompt_tokens > room {
+            notes.push(format!(
+                "the default {}-token prompt was shortened to {} so prompt + new tokens stay within the model's {}-token context",
+                crate::units::group(prompt_tokens),
+                crate::units::group(room),
+                crate::units::group(max)
+            ));
+            prompt_tokens = room;
+        }
+    }
     let workload = Workload {
-        prompt_tokens: req.prompt_tokens,
+        prompt_tokens,
         max_new_tokens: req.max_new_tokens,
         batch: req.batch,
         weight_dtype,
         kv_dtype: dtype.kv(),
         engine: req.engine,
     };
-    let mut notes = spec.notes.clone();
     notes.extend(past_context(&spec, &workload));
     Ok(Prepared {
         eager: req.engine == Engine::TransformersEager,

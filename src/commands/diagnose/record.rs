@@ -78,11 +78,16 @@ pub fn died(stage: Stage, reply: Reply, detail: &str) -> StageRecord {
             s.oom = oom;
             s.reason = Some(message);
         }
-        Reply::TimedOut(t) => {
-            s.outcome = Outcome::Error;
+        Reply::TimedOut { after, words } => {
+            s.outcome = Outcome::Timeout;
+            let last = if words.is_empty() {
+                String::new()
+            } else {
+                format!("; its last words: {words}")
+            };
             s.reason = Some(format!(
-                "no answer after {:.0} s; the probe was stopped (raise --stage-timeout)",
-                t.as_secs_f64()
+                "no answer after {:.0} s; the probe was stopped (raise --stage-timeout){last}",
+                after.as_secs_f64()
             ));
         }
         Reply::Done(_) => {}

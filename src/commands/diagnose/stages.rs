@@ -2,6 +2,9 @@
 //! concurrency, fragmentation. A stage after an out-of-memory or a failure is skipped with the
 //! reason; what each stage measured is kept for the verdict and the fit.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use super::fit::{LongPoint, PrefillPoint};
 use super::record::{from_reply, prefill_point, record};
 use super::Progress;
@@ -27,9 +30,25 @@ pub struct Measured {
     pub warmup_seconds: Option<f64>,
     pub prefill_points: Vec<PrefillPoint>,
     pub long_point: Option<LongPoint>,
+    /// Ctrl-C: set by the CLI's handler; what is left is skipped.
+    pub stop: Option<Arc<AtomicBool>>,
+    /// A long prompt is prefilled once: the first-token stage is read off the long generation's
+    /// prefill (transformers' cache grows with the tokens, so its prefill is a first token's).
+    pub prefill_once: bool,
 }
 
+/// From this prompt length on, `prefill_once` saves a prefill (35 s of 80 for Mistral-7B at
+/// 35,840 tokens on the H200, session 3).
+pub const PREFILL_ONCE_FROM: usize = 8192;
+
+/// Why a stage did not run after Ctrl-C.
+pub const INTERRUPTED: &str = "interrupted (Ctrl-C) before it finished";
+
 impl Measured {
+    pub fn stopped(&self) -> bool {
+        self.stop.as_ref().is_some_and(|f| f.load(Ordering::SeqCst))
+    }
+
     fn failed(&self) -> bool {
         !self.loaded
             || self
@@ -74,6 +93,9 @@ pub fn load(m: &mut Measured, base: u64, reply: Reply) {
             }
         };
     }
+    if m.stopped() && s.outcome != Outcome::Ok {
+        s = StageRecord::skipped(Stage::Load, INTERRUPTED);
+    }
     m.loaded = s.outcome == Outcome::Ok;
     m.held_base = base;
     m.stages.push(s);
@@ -82,6 +104,9 @@ pub fn load(m: &mut Measured, base: u64, reply: Reply) {
 /// Kernels compiled, library workspaces allocated: timed apart from the stages.
 pub fn warm_up(session: &mut Session, m: &mut Measured, prompt: usize) -> Result<()> {
     session.warmup_tokens = prompt;
+    if m.stopped() {
+        return Ok(());
+    }
     let task = Task::Warmup {
         prompt_tokens: prompt,
     };
@@ -108,6 +133,10 @@ fn stage(
     task: GenerateTask,
     detail: String,
 ) -> Result<Option<Box<TaskResult>>> {
+    if m.stopped() {
+        m.stages.push(StageRecord::skipped(stage, INTERRUPTED));
+        return Ok(None);
+    }
     if m.failed() {
         m.stages.push(StageRecord::skipped(
             stage,
@@ -116,6 +145,11 @@ fn stage(
         return Ok(None);
     }
     let reply = session.run(&Task::Generate(task.clone()))?;
+    if m.stopped() && !matches!(&reply, Reply::Done(r) if r.outcome == Outcome::Ok) {
+        // The terminal's SIGINT reached the child too: its death is the interruption, not a fault.
+        m.stages.push(StageRecord::skipped(stage, INTERRUPTED));
+        return Ok(None);
+    }
     let raw = match &reply {
         Reply::Done(r) if r.outcome == Outcome::Ok => Some(r.clone()),
         _ => None,
@@ -131,7 +165,7 @@ fn stage(
 /// Stage 2: the first token at batch 1, with a half-length prefill before it so the fit can tell
 /// the constant from the per-token part.
 pub fn first_token(session: &mut Session, m: &mut Measured, p: usize) -> Result<()> {
-    if p >= 64 && !m.failed() {
+    if p >= 64 && !m.failed() && !m.stopped() {
         if let Reply::Done(r) =
             session.run(&Task::Generate(gen("first_token_half", p / 2, 1, 1, 0)))?
         {
@@ -161,7 +195,7 @@ pub fn long_generation(session: &mut Session, m: &mut Measured, p: usize, n: usi
     let task = gen("long_generation", p, n, 1, n.saturating_sub(1).min(4));
     let mut long = stage(session, m, Stage::LongGeneration, task, detail)?.map(|r| (n, r));
     let oom = m.stages.last().is_some_and(|s| s.outcome == Outcome::Oom);
-    if long.is_none() && oom {
+    if long.is_none() && oom && !m.stopped() {
         for new in [n / 4, n / 16].into_iter().filter(|&x| x > 1) {
             let task = gen("long_generation_scout", p, new, 1, 1);
             if let Reply::Done(r) = session.run(&Task::Generate(task))? {
@@ -186,6 +220,106 @@ pub fn long_generation(session: &mut Session, m: &mut Measured, p: usize, n: usi
             .map(|d| d.saturating_sub(r.used.before + r.kv_bytes)),
     });
     Ok(())
+}
+
+/// Stages 2 and 3 from one generation: the first token is its prefill (peak, time, the cache of
+/// the prompt), the long generation the whole of it. An out-of-memory before the prefill ended is
+/// the first token's; after it, the long generation's.
+pub fn prefill_once(session: &mut Session, m: &mut Measured, p: usize, n: usize) -> Result<()> {
+    let first_detail = format!("prefill {} tokens (the long generation's)", group(p as u64));
+    let long_detail = format!("{} + {} tokens", group(p as u64), group(n as u64));
+    let skip_both = |m: &mut Measured, why: &str| {
+        m.stages.push(StageRecord::skipped(Stage::FirstToken, why));
+        m.stages
+            .push(StageRecord::skipped(Stage::LongGeneration, why));
+    };
+    if m.stopped() {
+        skip_both(m, INTERRUPTED);
+        return Ok(());
+    }
+    if m.failed() {
+        skip_both(m, "an earlier stage ran out of memory or failed");
+        return Ok(());
+    }
+    let task = gen("long_generation", p, n, 1, n.saturating_sub(1).min(4));
+    let reply = session.run(&Task::Generate(task))?;
+    let ran_ok = matches!(&reply, Reply::Done(r) if r.outcome == Outcome::Ok);
+    if m.stopped() && !ran_ok {
+        skip_both(m, INTERRUPTED);
+        return Ok(());
+    }
+    let prefilled = match &reply {
+        Reply::Done(r) => r.prefill_seconds.map(|_| prefill_part(r, p, n)),
+        _ => None,
+    };
+    let sized = |mut s: StageRecord, new: usize| {
+        s.prompt_tokens = Some(p as u64);
+        s.new_tokens = Some(new as u64);
+        s.batch = Some(1);
+        s
+    };
+    let Some(prefill) = prefilled else {
+        // It ran out (or failed) before its prefill ended: that is the first token's.
+        let first = from_reply(Stage::FirstToken, reply, m.weights_measured, &first_detail);
+        m.stages.push(sized(first, 1));
+        m.stages.push(StageRecord::skipped(
+            Stage::LongGeneration,
+            "the prefill ran out of memory or failed (first_token)",
+        ));
+        return Ok(());
+    };
+    m.prefill_points.push(prefill_point(&prefill, p, p + 1));
+    let first = record(
+        Stage::FirstToken,
+        &prefill,
+        m.weights_measured,
+        &first_detail,
+    );
+    m.stages.push(sized(first, 1));
+    if let Reply::Done(r) = &reply {
+        if r.outcome == Outcome::Ok {
+            m.long_point = Some(LongPoint {
+                prompt_tokens: p as u64,
+                total_tokens: (p + n) as u64,
+                prefill_activations: r
+                    .used
+                    .prefill_peak
+                    .unwrap_or(r.used.peak)
+                    .saturating_sub(r.used.before + r.kv_bytes),
+                decode_activations: r
+                    .used
+                    .decode_peak
+                    .map(|d| d.saturating_sub(r.used.before + r.kv_bytes)),
+            });
+        }
+    }
+    let long = from_reply(
+        Stage::LongGeneration,
+        reply,
+        m.weights_measured,
+        &long_detail,
+    );
+    m.stages.push(sized(long, n));
+    Ok(())
+}
+
+/// A generation's result as if it had stopped after its prefill: the prefill's peaks and time,
+/// the cache of the prompt (the end's cache scaled to `p` of its `p + n - 1` tokens).
+fn prefill_part(r: &TaskResult, p: usize, n: usize) -> TaskResult {
+    let mut t = r.clone();
+    let tokens = (p + n).saturating_sub(1).max(1) as u128;
+    t.kv_bytes = (r.kv_bytes as u128 * p as u128 / tokens) as u64;
+    t.peak = r.prefill_peak.unwrap_or(r.peak);
+    t.used.peak = r.used.prefill_peak.unwrap_or(r.used.peak);
+    t.decode_peak = None;
+    t.used.decode_peak = None;
+    t.decode_tokens_per_second = None;
+    t.seconds = r.prefill_seconds.unwrap_or(r.seconds);
+    // What came after the prefill (an out-of-memory in the decode) is the long generation's.
+    t.outcome = Outcome::Ok;
+    t.oom = None;
+    t.error = None;
+    t
 }
 
 /// Stage 4: the asked batch at the asked lengths.
@@ -215,6 +349,11 @@ pub fn concurrency(
 
 /// Stage 5: free memory against the largest block the device still gives, after the stages.
 pub fn fragmentation(session: &mut Session, m: &mut Measured, on_gpu: bool) -> Result<()> {
+    if m.stopped() {
+        m.stages
+            .push(StageRecord::skipped(Stage::Fragmentation, INTERRUPTED));
+        return Ok(());
+    }
     if !(on_gpu && m.loaded) {
         m.stages.push(StageRecord::skipped(
             Stage::Fragmentation,
@@ -252,10 +391,15 @@ pub fn run_all(
         progress.stage("warm-up");
         warm_up(session, m, p)?;
     }
-    progress.stage("first token");
-    first_token(session, m, p)?;
-    progress.stage("long generation");
-    long_generation(session, m, p, n)?;
+    if m.prefill_once && p >= PREFILL_ONCE_FROM && n > 1 {
+        progress.stage("first token and long generation");
+        prefill_once(session, m, p, n)?;
+    } else {
+        progress.stage("first token");
+        first_token(session, m, p)?;
+        progress.stage("long generation");
+        long_generation(session, m, p, n)?;
+    }
     progress.stage("concurrency");
     concurrency(session, m, p, n, b)?;
     progress.stage("fragmentation");

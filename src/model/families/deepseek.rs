@@ -11,11 +11,11 @@
 //! The multi-token-prediction layer (`num_nextn_predict_layers`) is not loaded by transformers
 //! (`_keys_to_ignore_on_load_unexpected`) and is not counted.
 
-use super::{add, common, embeddings, finish, mul, Built};
+use super::{add, common, embeddings, finish, moe, mul, Built};
 use crate::error::InputError;
 use crate::model::config::Reader;
-use crate::model::layout::{AttentionGroup, KvRow, Layout, Tensors};
-use crate::model::spec::{Experts, Role};
+use crate::model::layout::{layers_where, AttentionGroup, KvRow, Layout, Tensors};
+use crate::model::spec::Role;
 
 pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     let (h, layers, vocab) = common(r)?;
@@ -40,9 +40,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     let sparse = if routed == 0 {
         0
     } else {
-        (0..layers)
-            .filter(|i| *i >= first_dense && i % freq == 0)
-            .count() as u64
+        layers_where(layers, freq, 0) - layers_where(first_dense.min(layers), freq, 0)
     };
     let dense = layers - sparse;
     let inter = if dense > 0 {
@@ -121,17 +119,15 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
         head_dim: qk_head,
         vocab,
         tie,
-        experts: (sparse > 0).then(|| Experts {
-            count: routed,
-            active: r
-                .opt_u64(&["num_experts_per_tok"])
-                .ok()
-                .flatten()
-                .unwrap_or(1),
-            intermediate_size: moe_inter,
-            sparse_layers: sparse,
-            shared_intermediate_size: shared_inter,
-        }),
+        experts: moe(
+            r,
+            &["num_experts_per_tok"],
+            1,
+            routed,
+            moe_inter,
+            sparse,
+            shared_inter,
+        )?,
         layout: Layout {
             tensors,
             attention: vec![AttentionGroup {

@@ -18,10 +18,12 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     };
     let inter = r.u64(&["intermediate_size"])?;
     let tie = r.bool("tie_word_embeddings").unwrap_or(false);
+    // FalconH1Config: `mamba_d_ssm` defaults to 1024; null means mamba_expand × hidden.
     let inner = match r.opt_u64(&["mamba_d_ssm"])? {
-        Some(d) if d > 0 => d,
+        Some(d) if d > 0 && !r.is_null("mamba_d_ssm") => d,
         _ => mul(r, "mamba_expand", r.u64(&["mamba_expand"])?, h)?,
     };
+    super::mamba2::check_head_dim(r, inner)?;
     let mixer = Mixer {
         hidden: h,
         inner,
@@ -37,15 +39,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     let mut t = Tensors::default();
     embeddings(&mut t, vocab, h, tie);
     let bias = r.bool("attention_bias").unwrap_or(false);
-    Gqa {
-        hidden: h,
-        heads,
-        kv_heads,
-        head_dim,
-        qkv_bias: bias,
-        o_bias: bias,
-    }
-    .add(r, &mut t, layers)?;
+    Gqa::uniform(h, heads, kv_heads, head_dim, bias).add(r, &mut t, layers)?;
     mixer.add(r, &mut t, layers)?;
     t.gated_mlp(h, inter, layers, false);
     if r.bool("mlp_bias").unwrap_or(false) {

@@ -6,11 +6,11 @@
 //! biases too; no dense MLP. The published checkpoints store the experts in MXFP4
 //! (`quantization_config`), everything else in bf16.
 
-use super::{common, embeddings, finish, gqa_row, layer_types, mul, Built, Gqa, Kind};
+use super::{common, embeddings, finish, gqa_row, layer_types, moe, mul, Built, Gqa, Kind};
 use crate::error::InputError;
 use crate::model::config::Reader;
 use crate::model::layout::{AttentionGroup, Layout, Tensors};
-use crate::model::spec::{Experts, Role};
+use crate::model::spec::Role;
 
 pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     let (h, layers, vocab) = common(r)?;
@@ -30,15 +30,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     let mut t = Tensors::default();
     embeddings(&mut t, vocab, h, tie);
     let bias = r.bool("attention_bias").unwrap_or(true);
-    Gqa {
-        hidden: h,
-        heads,
-        kv_heads,
-        head_dim,
-        qkv_bias: bias,
-        o_bias: bias,
-    }
-    .add(r, &mut t, layers)?;
+    Gqa::uniform(h, heads, kv_heads, head_dim, bias).add(r, &mut t, layers)?;
     t.vector(heads, layers); // sinks
     t.vector(h, layers.saturating_mul(2));
     t.add(Role::Router, experts, h, layers);
@@ -76,15 +68,15 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
         tie,
         sliding_window: window.filter(|_| sliding > 0),
         sliding_layers: sliding,
-        experts: Some(Experts {
-            count: experts,
-            active: r
-                .opt_u64(&["num_experts_per_tok", "experts_per_token"])?
-                .unwrap_or(4),
-            intermediate_size: inter,
-            sparse_layers: layers,
-            shared_intermediate_size: 0,
-        }),
+        experts: moe(
+            r,
+            &["num_experts_per_tok", "experts_per_token"],
+            4,
+            experts,
+            inter,
+            layers,
+            0,
+        )?,
         layout: Layout {
             tensors,
             attention,

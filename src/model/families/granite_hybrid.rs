@@ -34,6 +34,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     };
     let shared = r.u64(&["shared_intermediate_size"])?;
     let inner = mul(r, "mamba_expand", r.u64(&["mamba_expand"])?, h)?;
+    super::mamba2::check_head_dim(r, inner)?;
     let mixer = Mixer {
         hidden: h,
         inner,
@@ -50,15 +51,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     let mut t = Tensors::default();
     embeddings(&mut t, vocab, h, tie);
     let bias = r.bool("attention_bias").unwrap_or(false);
-    Gqa {
-        hidden: h,
-        heads,
-        kv_heads,
-        head_dim,
-        qkv_bias: bias,
-        o_bias: bias,
-    }
-    .add(r, &mut t, attention)?;
+    Gqa::uniform(h, heads, kv_heads, head_dim, bias).add(r, &mut t, attention)?;
     mixer.add(r, &mut t, mamba)?;
     t.vector(h, layers.saturating_mul(2));
     // shared MLP: input_linear is gate and up in one matrix

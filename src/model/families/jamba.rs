@@ -8,11 +8,11 @@
 //! RMSNorms. Only the attention layers have a KV cache; each Mamba layer keeps inner × d_conv of
 //! conv state and inner × d_state of SSM state per sequence.
 
-use super::{common, embeddings, finish, gqa_row, mul, Built, Gqa};
+use super::{common, embeddings, finish, gqa_row, moe, mul, Built, Gqa};
 use crate::error::InputError;
 use crate::model::config::Reader;
-use crate::model::layout::{AttentionGroup, Layout, StateGroup, Tensors};
-use crate::model::spec::{Experts, Role};
+use crate::model::layout::{layers_where, AttentionGroup, Layout, StateGroup, Tensors};
+use crate::model::spec::Role;
 use serde_json::Value;
 
 pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
@@ -27,12 +27,10 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     let exp_period = r.u64(&["expert_layer_period"])?;
     let exp_offset = r.opt_u64(&["expert_layer_offset"])?.unwrap_or(0);
     let experts = r.opt_u64(&["num_experts"])?.unwrap_or(1);
-    let attention = (0..layers)
-        .filter(|i| i % attn_period == attn_offset)
-        .count() as u64;
+    let attention = layers_where(layers, attn_period, attn_offset);
     let mamba = layers - attention;
     let sparse = if experts > 1 {
-        (0..layers).filter(|i| i % exp_period == exp_offset).count() as u64
+        layers_where(layers, exp_period, exp_offset)
     } else {
         0
     };
@@ -55,15 +53,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
 
     let mut t = Tensors::default();
     embeddings(&mut t, vocab, h, tie);
-    Gqa {
-        hidden: h,
-        heads,
-        kv_heads,
-        head_dim,
-        qkv_bias: false,
-        o_bias: false,
-    }
-    .add(r, &mut t, attention)?;
+    Gqa::uniform(h, heads, kv_heads, head_dim, false).add(r, &mut t, attention)?;
     t.add(Role::Mixer, mul(r, "mamba_expand", inner, 2)?, h, mamba);
     t.add(Role::Conv, inner, d_conv, mamba);
     if r.bool("mamba_conv_bias").unwrap_or(true) {
@@ -100,17 +90,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
         head_dim,
         vocab,
         tie,
-        experts: (sparse > 0).then(|| Experts {
-            count: experts,
-            active: r
-                .opt_u64(&["num_experts_per_tok"])
-                .ok()
-                .flatten()
-                .unwrap_or(2),
-            intermediate_size: inter,
-            sparse_layers: sparse,
-            shared_intermediate_size: 0,
-        }),
+        experts: moe(r, &["num_experts_per_tok"], 2, experts, inter, sparse, 0)?,
         layout: Layout {
             tensors,
             attention: vec![AttentionGroup {

@@ -7,11 +7,11 @@
 //! `intermediate_size` and one shared expert of the same width; the rest a dense MLP of
 //! `intermediate_size_mlp`.
 
-use super::{common, embeddings, finish, gqa_row, layer_types, Built, Gqa, Kind};
+use super::{common, embeddings, finish, gqa_row, layer_types, moe, Built, Gqa, Kind};
 use crate::error::InputError;
 use crate::model::config::Reader;
-use crate::model::layout::{AttentionGroup, Layout, Tensors};
-use crate::model::spec::{Experts, Role};
+use crate::model::layout::{every_nth, AttentionGroup, Layout, Tensors};
+use crate::model::spec::Role;
 use serde_json::Value;
 
 pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
@@ -30,17 +30,19 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     let tie = r.bool("tie_word_embeddings").unwrap_or(false);
 
     // Llama4TextConfig: moe_layers = range(step - 1, layers, step) unless given.
-    let mut moe_layers: Vec<u64> = match r.get("moe_layers").and_then(Value::as_array) {
-        Some(a) => a
-            .iter()
-            .filter_map(Value::as_u64)
-            .filter(|i| *i < layers)
-            .collect(),
-        None => (0..layers).filter(|i| (i + 1) % step == 0).collect(),
+    let sparse = match r.get("moe_layers").and_then(Value::as_array) {
+        Some(a) => {
+            let mut listed: Vec<u64> = a
+                .iter()
+                .filter_map(Value::as_u64)
+                .filter(|i| *i < layers)
+                .collect();
+            listed.sort_unstable();
+            listed.dedup();
+            listed.len() as u64
+        }
+        None => every_nth(layers, step),
     };
-    moe_layers.sort_unstable();
-    moe_layers.dedup();
-    let sparse = moe_layers.len() as u64;
     // no_rope_layers[i] = 1 → RoPE + chunked attention; 0 → NoPE global. Empty = the default
     // (every fourth layer NoPE).
     let chunked = match layer_types(r, Kind::Llama4, layers)? {
@@ -56,7 +58,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
                 }
                 a.iter().filter(|v| v.as_u64() == Some(1)).count() as u64
             }
-            _ => (0..layers).filter(|i| (i + 1) % 4 != 0).count() as u64,
+            _ => layers - every_nth(layers, 4),
         },
     };
     let chunked = if chunk.is_some() { chunked } else { 0 };
@@ -64,15 +66,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     let mut t = Tensors::default();
     embeddings(&mut t, vocab, h, tie);
     let bias = r.bool("attention_bias").unwrap_or(false);
-    Gqa {
-        hidden: h,
-        heads,
-        kv_heads,
-        head_dim,
-        qkv_bias: bias,
-        o_bias: bias,
-    }
-    .add(r, &mut t, layers)?;
+    Gqa::uniform(h, heads, kv_heads, head_dim, bias).add(r, &mut t, layers)?;
     t.vector(h, layers.saturating_mul(2));
     t.gated_mlp(h, inter_mlp, layers - sparse, false);
     t.add(Role::Router, experts, h, sparse);
@@ -116,17 +110,15 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
         tie,
         sliding_window: chunk.filter(|_| chunked > 0),
         sliding_layers: chunked,
-        experts: (sparse > 0).then(|| Experts {
-            count: experts,
-            active: r
-                .opt_u64(&["num_experts_per_tok"])
-                .ok()
-                .flatten()
-                .unwrap_or(1),
-            intermediate_size: inter,
-            sparse_layers: sparse,
-            shared_intermediate_size: inter,
-        }),
+        experts: moe(
+            r,
+            &["num_experts_per_tok"],
+            1,
+            experts,
+            inter,
+            sparse,
+            inter,
+        )?,
         layout: Layout {
             tensors,
             attention,

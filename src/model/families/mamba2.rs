@@ -82,6 +82,22 @@ impl Mixer {
     }
 }
 
+/// A hybrid's `mamba_d_head`, when a number, must be the mixer's inner size over
+/// `mamba_n_heads` — transformers refuses the config otherwise, and so does llm-oom.
+pub(super) fn check_head_dim(r: &Reader, inner: u64) -> Result<(), InputError> {
+    let heads = r.u64(&["mamba_n_heads"])?;
+    match r.get("mamba_d_head") {
+        Some(v) if v.as_str() == Some("auto") => Ok(()),
+        Some(v) if v.as_u64().and_then(|d| d.checked_mul(heads)) == Some(inner) => Ok(()),
+        Some(v) => Err(r.bad(
+            "mamba_d_head",
+            v,
+            &format!("times mamba_n_heads ({heads}) it must be the mixer's inner size {inner}"),
+        )),
+        None => Ok(()),
+    }
+}
+
 pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     let (h, layers, vocab) = common(r)?;
     let heads = r.u64(&["num_heads"])?;

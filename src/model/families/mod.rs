@@ -247,6 +247,7 @@ pub fn defaults(model_type: &str) -> Map<String, Value> {
             "mamba_n_heads": 128, "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_conv": 4,
             "mamba_expand": 2, "mamba_conv_bias": true, "mamba_proj_bias": false,
             "mamba_rms_norm": false, "projectors_bias": false, "attention_bias": false,
+            "mamba_d_ssm": 1024,
             "mlp_bias": false, "tie_word_embeddings": false
         }),
         _ => json!({}),
@@ -257,26 +258,34 @@ pub fn defaults(model_type: &str) -> Map<String, Value> {
     }
 }
 
+/// The error for sizes that overflow: it names `field`, or the layer count when that is what
+/// made the product too large, and the bound.
+fn too_large(r: &Reader, field: &str, value: u64) -> InputError {
+    let layers = r
+        .opt_u64(&["num_hidden_layers", "n_layer", "num_layers"])
+        .ok()
+        .flatten()
+        .unwrap_or(0);
+    let (field, value) = if layers > value {
+        ("num_hidden_layers", layers)
+    } else {
+        (field, value)
+    };
+    r.bad(
+        field,
+        &Value::from(value),
+        "too large: the sizes it implies overflow 64 bits; llm-oom sizes models up to 10^15 parameters",
+    )
+}
+
 /// `a × b`, or the config error that says which product overflowed.
 pub(crate) fn mul(r: &Reader, field: &str, a: u64, b: u64) -> Result<u64, InputError> {
-    a.checked_mul(b).ok_or_else(|| {
-        r.bad(
-            field,
-            &Value::from(a),
-            "too large: the sizes it implies overflow",
-        )
-    })
+    a.checked_mul(b).ok_or_else(|| too_large(r, field, a))
 }
 
 /// `a + b`, likewise.
 pub(crate) fn add(r: &Reader, field: &str, a: u64, b: u64) -> Result<u64, InputError> {
-    a.checked_add(b).ok_or_else(|| {
-        r.bad(
-            field,
-            &Value::from(a),
-            "too large: the sizes it implies overflow",
-        )
-    })
+    a.checked_add(b).ok_or_else(|| too_large(r, field, a))
 }
 
 /// The finished tensor list, or an error naming `field` when a size overflowed.
@@ -285,13 +294,8 @@ pub(crate) fn finish(
     field: &str,
     t: Tensors,
 ) -> Result<Vec<super::spec::TensorGroup>, InputError> {
-    t.finish().ok_or_else(|| {
-        r.bad(
-            field,
-            &Value::from("…"),
-            "too large: the tensor sizes it implies overflow",
-        )
-    })
+    let value = r.opt_u64(&[field]).ok().flatten().unwrap_or(0);
+    t.finish().ok_or_else(|| too_large(r, field, value))
 }
 
 /// `layer_types` as strings, checked against what the family knows and against the layer count.
@@ -342,6 +346,28 @@ pub(crate) fn embeddings(t: &mut Tensors, vocab: u64, hidden: u64, tie: bool) {
     t.vector(hidden, 1);
 }
 
+/// The experts block of an MoE family: `count` experts of `inter` in `sparse` layers, `active`
+/// per token (the first of `keys` set, else `default`), a shared expert of `shared` (0: none);
+/// `None` when no layer is sparse.
+pub(crate) fn moe(
+    r: &Reader,
+    keys: &[&str],
+    default: u64,
+    count: u64,
+    inter: u64,
+    sparse: u64,
+    shared: u64,
+) -> Result<Option<Experts>, InputError> {
+    let active = r.opt_u64(keys)?.unwrap_or(default);
+    Ok((sparse > 0).then_some(Experts {
+        count,
+        active,
+        intermediate_size: inter,
+        sparse_layers: sparse,
+        shared_intermediate_size: shared,
+    }))
+}
+
 /// q/k/v/o of a grouped-query attention layer in `count` layers (with their biases if any).
 pub(crate) struct Gqa {
     pub hidden: u64,
@@ -353,6 +379,24 @@ pub(crate) struct Gqa {
 }
 
 impl Gqa {
+    /// The same bias (or none) on q, k, v and o.
+    pub(crate) fn uniform(
+        hidden: u64,
+        heads: u64,
+        kv_heads: u64,
+        head_dim: u64,
+        bias: bool,
+    ) -> Gqa {
+        Gqa {
+            hidden,
+            heads,
+            kv_heads,
+            head_dim,
+            qkv_bias: bias,
+            o_bias: bias,
+        }
+    }
+
     pub(crate) fn add(&self, r: &Reader, t: &mut Tensors, count: u64) -> Result<(), InputError> {
         use super::spec::Role;
         let q = mul(r, "num_attention_heads", self.heads, self.head_dim)?;

@@ -2,11 +2,11 @@
 //! with a bias, a router over `num_local_experts` experts of `intermediate_size` in every layer,
 //! and a biased lm_head (`lm_head_bias`).
 
-use super::{common, embeddings, finish, gqa_row, mul, Built, Gqa};
+use super::{common, embeddings, finish, gqa_row, moe, mul, Built, Gqa};
 use crate::error::InputError;
 use crate::model::config::Reader;
 use crate::model::layout::{AttentionGroup, Layout, Tensors};
-use crate::model::spec::{Experts, Role};
+use crate::model::spec::Role;
 
 pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     let (h, layers, vocab) = common(r)?;
@@ -28,15 +28,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
         t.vector(vocab, 1);
     }
     let bias = r.bool("attention_bias").unwrap_or(true);
-    Gqa {
-        hidden: h,
-        heads,
-        kv_heads,
-        head_dim,
-        qkv_bias: bias,
-        o_bias: bias,
-    }
-    .add(r, &mut t, layers)?;
+    Gqa::uniform(h, heads, kv_heads, head_dim, bias).add(r, &mut t, layers)?;
     t.vector(h, layers.saturating_mul(4)); // two LayerNorms, weight and bias
     t.add(Role::Router, experts, h, layers);
     t.gated_mlp(
@@ -58,13 +50,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
         tie,
         sliding_window: window,
         sliding_layers: if window.is_some() { layers } else { 0 },
-        experts: Some(Experts {
-            count: experts,
-            active: r.opt_u64(&["num_experts_per_tok"])?.unwrap_or(2),
-            intermediate_size: inter,
-            sparse_layers: layers,
-            shared_intermediate_size: 0,
-        }),
+        experts: moe(r, &["num_experts_per_tok"], 2, experts, inter, layers, 0)?,
         layout: Layout {
             tensors,
             attention: vec![AttentionGroup {

@@ -7,11 +7,11 @@
 //! `out_proj`. MLP: a router over `num_experts` experts, a shared expert and its sigmoid gate.
 //! A DeltaNet layer keeps per sequence its conv state and a v_heads × k_dim × v_dim state.
 
-use super::{add, common, embeddings, finish, gqa_row, layer_types, mul, Built, Gqa, Kind};
+use super::{add, common, embeddings, finish, gqa_row, layer_types, moe, mul, Built, Gqa, Kind};
 use crate::error::InputError;
 use crate::model::config::Reader;
-use crate::model::layout::{AttentionGroup, Layout, StateGroup, Tensors};
-use crate::model::spec::{Experts, Role};
+use crate::model::layout::{every_nth, sparse_every, AttentionGroup, Layout, StateGroup, Tensors};
+use crate::model::spec::Role;
 use serde_json::Value;
 
 pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
@@ -23,7 +23,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     let interval = r.u64(&["full_attention_interval"])?;
     let full = match layer_types(r, Kind::Qwen3Next, layers)? {
         Some(types) => types.iter().filter(|t| *t == "full_attention").count() as u64,
-        None => (0..layers).filter(|i| (i + 1) % interval == 0).count() as u64,
+        None => every_nth(layers, interval),
     };
     let linear = layers - full;
     let (nk, nv) = (
@@ -52,9 +52,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
         .map(|a| a.iter().filter_map(Value::as_u64).collect())
         .unwrap_or_default();
     let sparse = if experts > 0 {
-        (0..layers)
-            .filter(|i| !mlp_only.contains(i) && (i + 1) % step == 0)
-            .count() as u64
+        sparse_every(layers, step, &mlp_only)
     } else {
         0
     };
@@ -75,15 +73,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     let mut t = Tensors::default();
     embeddings(&mut t, vocab, h, tie);
     let bias = r.bool("attention_bias").unwrap_or(false);
-    Gqa {
-        hidden: h,
-        heads,
-        kv_heads,
-        head_dim,
-        qkv_bias: bias,
-        o_bias: bias,
-    }
-    .add(r, &mut t, full)?;
+    Gqa::uniform(h, heads, kv_heads, head_dim, bias).add(r, &mut t, full)?;
     // the output gate doubles q_proj
     t.add(
         Role::AttnQ,
@@ -130,17 +120,15 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
         head_dim,
         vocab,
         tie,
-        experts: (sparse > 0).then(|| Experts {
-            count: experts,
-            active: r
-                .opt_u64(&["num_experts_per_tok"])
-                .ok()
-                .flatten()
-                .unwrap_or(1),
-            intermediate_size: moe_inter,
-            sparse_layers: sparse,
-            shared_intermediate_size: shared_inter,
-        }),
+        experts: moe(
+            r,
+            &["num_experts_per_tok"],
+            1,
+            experts,
+            moe_inter,
+            sparse,
+            shared_inter,
+        )?,
         layout: Layout {
             tensors,
             attention: vec![AttentionGroup {

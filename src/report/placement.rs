@@ -1,0 +1,120 @@
+//! The per-device table of a placement (`device_map="auto"`), for the terminal and Markdown.
+
+use super::text::{table, Style};
+use crate::placement::accelerate::Place;
+use crate::placement::{DeviceShare, Placement};
+use crate::units::Bytes;
+
+const HEADER: [&str; 9] = [
+    "device",
+    "holds",
+    "weights",
+    "KV cache",
+    "activations",
+    "runtime",
+    "margin",
+    "free",
+    "of",
+];
+
+fn cells(s: &DeviceShare) -> Vec<String> {
+    let gpu = matches!(s.device, Place::Gpu(_));
+    let dash = |b: u64| {
+        if gpu {
+            Bytes(b).to_string()
+        } else {
+            "—".into()
+        }
+    };
+    let free = if s.device == Place::Disk {
+        "—".to_string()
+    } else if s.free_bytes < 0 {
+        format!("−{} short", Bytes(s.free_bytes.unsigned_abs()))
+    } else {
+        Bytes(s.free_bytes.unsigned_abs()).to_string()
+    };
+    vec![
+        s.device.to_string(),
+        s.holds.join(", "),
+        Bytes(s.weights_bytes).to_string(),
+        if s.kv_cache_bytes > 0 {
+            Bytes(s.kv_cache_bytes).to_string()
+        } else {
+            dash(0)
+        },
+        dash(s.activations_bytes),
+        dash(s.runtime_bytes),
+        dash(s.margin_bytes),
+        free,
+        if s.device == Place::Disk {
+            "—".into()
+        } else {
+            Bytes(s.capacity_bytes).to_string()
+        },
+    ]
+}
+
+fn fix_line(p: &Placement) -> Option<String> {
+    let f = p.fix.as_ref()?;
+    let free: Vec<String> = f
+        .free_bytes
+        .iter()
+        .map(|(d, b)| format!("{d} {} free", Bytes(b.unsigned_abs())))
+        .collect();
+    Some(format!(
+        "load with {}: {} of {} layers on the GPUs, {}",
+        f.load_with,
+        f.layers_on_gpus,
+        p.layers_total,
+        free.join(", ")
+    ))
+}
+
+pub fn text(out: &mut String, p: &Placement, style: &Style) {
+    out.push_str(&style.bold(&format!(
+        "Per device ({}: {} of {} layers on the GPUs)",
+        p.load_with, p.layers_on_gpus, p.layers_total
+    )));
+    out.push('\n');
+    let mut t = table(&HEADER, 2);
+    for s in &p.devices {
+        t.add_row(cells(s));
+    }
+    out.push_str(&t.to_string());
+    out.push('\n');
+    if let Some(r) = &p.refused {
+        out.push_str(&format!("{r}\n"));
+    }
+    if let Some(f) = fix_line(p) {
+        out.push_str(&format!("{f}\n"));
+    }
+    for n in &p.notes {
+        out.push_str(&style.dim(&format!("placement: {n}\n")));
+    }
+    out.push('\n');
+}
+
+pub fn markdown(out: &mut String, p: &Placement) {
+    out.push_str(&format!(
+        "#### Per device (`{}`: {} of {} layers on the GPUs)\n\n| {} |\n|---|---|{}\n",
+        p.load_with,
+        p.layers_on_gpus,
+        p.layers_total,
+        HEADER.join(" | "),
+        "--:|".repeat(HEADER.len() - 2)
+    ));
+    for s in &p.devices {
+        out.push_str(&format!("| {} |\n", cells(s).join(" | ")));
+    }
+    out.push('\n');
+    if let Some(r) = &p.refused {
+        out.push_str(&format!("{r}\n\n"));
+    }
+    if let Some(f) = fix_line(p) {
+        out.push_str(&format!("{f}\n\n"));
+    }
+    for n in &p.notes {
+        out.push_str(&format!("> placement: {n}\n"));
+    }
+    out.push('\n');
+}

@@ -1,0 +1,91 @@
+//! The verdict from PyTorch's own record ([`crate::snapshot::SnapshotReport`]): measured, not read
+//! from text, so it comes first when `watch` or `explain` has one.
+
+use super::{Cause, Contributing, Evidence, Stage, Verdict};
+use crate::snapshot::attribute::{SnapshotCause, SnapshotReport};
+use crate::units::Bytes;
+
+/// The verdict a snapshot supports; `confidence` is high when stacks were recorded, lower when
+/// only the segments are there (history off: fragmentation is still exact, attribution is not).
+pub fn from_snapshot(r: &SnapshotReport) -> Verdict {
+    let s = &r.summary;
+    let cause = match s.cause {
+        SnapshotCause::Weights => Cause::Weights,
+        SnapshotCause::KvCache => Cause::KvCache,
+        SnapshotCause::Activations => Cause::Activations,
+        SnapshotCause::Fragmentation => Cause::Fragmentation,
+        SnapshotCause::Other | SnapshotCause::Unknown => Cause::Unknown,
+    };
+    let stage = match cause {
+        Cause::Weights => Stage::Load,
+        Cause::Activations => Stage::FirstToken,
+        Cause::Fragmentation => Stage::Fragmentation,
+        _ => Stage::Unknown,
+    };
+    let mut evidence = Vec::new();
+    if let Some(o) = &r.oom {
+        let what = o
+            .site
+            .as_deref()
+            .map(|s| format!(" from {s}"))
+            .unwrap_or_default();
+        evidence.push(Evidence::bytes(
+            format!(
+                "the allocator's request of {}{what} failed with {} free on the device",
+                Bytes(o.request),
+                Bytes(o.device_free)
+            ),
+            o.request,
+        ));
+    }
+    for row in r.breakdown.iter().take(4) {
+        let site = row
+            .sites
+            .first()
+            .map(|s| format!(", most from {}", s.label))
+            .unwrap_or_default();
+        evidence.push(Evidence::bytes(
+            format!(
+                "{} live in {} blocks ({:.0} %){site}",
+                row.label,
+                row.blocks,
+                row.share * 100.0
+            ),
+            row.bytes,
+        ));
+    }
+    evidence.push(Evidence::bytes(
+        format!(
+            "{} reserved but free in {} blocks over {} segments; the largest free block is {}",
+            Bytes(r.slack.cached_free),
+            r.slack.free_blocks,
+            r.slack.segments,
+            Bytes(r.slack.largest_free_block)
+        ),
+        r.slack.cached_free,
+    ));
+    let mut contributing = Vec::new();
+    if cause != Cause::Fragmentation
+        && r.slack.cached_free >= r.oom.as_ref().map_or(u64::MAX, |o| o.request)
+    {
+        contributing.push(Contributing {
+            cause: Cause::Fragmentation,
+            evidence: Evidence::bytes(
+                "the cache held enough free bytes in total",
+                r.slack.cached_free,
+            ),
+        });
+    }
+    Verdict {
+        cause,
+        stage,
+        confidence: match (r.history, cause) {
+            (_, Cause::Unknown) => 0.3,
+            (true, _) | (false, Cause::Fragmentation) => 0.9,
+            (false, _) => 0.5,
+        },
+        summary: format!("PyTorch's allocator record: {}", s.text),
+        evidence,
+        contributing,
+    }
+}
