@@ -331,4 +331,110 @@ fn a_long_stream_is_read_in_bounded_memory() {
         "the OOM at the end is read"
     );
     assert!(j["skipped_bytes"].as_u64().unwrap() > 30_000_000, "{j}");
+    // The kept end keeps the input's line numbers: 48 × 2^19 lines of `y`, then the OOM.
+    assert_eq!(j["findings"][0]["line"], 48 * (1 << 19) + 1, "{j}");
+    assert!(j["lines"].as_u64().unwrap() > 48 * (1 << 19), "{j}");
+}
+
+#[test]
+fn a_log_that_names_a_known_model_is_priced_without_model_flag() {
+    let home = temp();
+    let log = write(
+        &home.path().join("serve.log"),
+        "$ vllm serve Qwen/Qwen2.5-7B-Instruct --max-model-len 32768 --max-num-seqs 4\n\
+         torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 7.63 GiB of which 512.00 MiB is free. Including non-PyTorch memory, this process has 7.10 GiB memory in use. Of the allocated memory 6.90 GiB is allocated by PyTorch, and 20.00 MiB is reserved by PyTorch but unallocated.\n",
+    );
+    let path = log.to_str().unwrap();
+    let r = run(home.path(), &["explain", path, "--json"]);
+    let j: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(j["plan"]["from"], "log", "{j}");
+    assert_eq!(j["plan"]["model"], "Qwen/Qwen2.5-7B-Instruct");
+    assert_eq!(j["plan"]["prompt_tokens"], 32768 - 256);
+    // 15 GB of bf16 weights on a 7.6 GiB card: the plan decides an undecided log.
+    assert_eq!(j["verdict"]["cause"], "weights", "{j}");
+    let said = j["verdict"]["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e["text"].as_str().unwrap().contains("no --model given"));
+    assert!(said, "{j}");
+    let text = run(home.path(), &["explain", path]);
+    assert!(
+        text.stdout
+            .contains("Priced from what the log names (no --model given)"),
+        "{}",
+        text.stdout
+    );
+    // --model wins over the log's name.
+    let flags = run(
+        home.path(),
+        &[
+            "explain",
+            path,
+            "--json",
+            "--model",
+            "Qwen/Qwen2.5-0.5B-Instruct",
+        ],
+    );
+    let j: Value = serde_json::from_str(&flags.stdout).unwrap();
+    assert_eq!(j["plan"]["from"], "flags");
+}
+
+#[test]
+fn the_text_report_says_how_often_its_confidence_was_right() {
+    let home = temp();
+    let r = run(
+        home.path(),
+        &["explain", &format!("{FIXTURES}/pytorch_load_weights.log")],
+    );
+    assert!(
+        r.stdout.contains("confidence band high (>= 0.8): right "),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("times at this level on the tune corpus"));
+    let clean = run(home.path(), &["explain", &format!("{FIXTURES}/clean.log")]);
+    assert!(
+        !clean.stdout.contains("confidence band"),
+        "{}",
+        clean.stdout
+    );
+}
+
+/// With no argument on a terminal, `explain` says it is reading standard input (a real pty, made
+/// by util-linux `script`, with the log typed and Ctrl-D).
+#[test]
+fn a_terminal_is_told_that_standard_input_is_read() {
+    let script = std::path::Path::new("/usr/bin/script");
+    assert!(
+        script.exists(),
+        "util-linux `script` makes the terminal for this test"
+    );
+    let home = temp();
+    let bin = env!("CARGO_BIN_EXE_llm-oom");
+    // `timeout` bounds the test should the terminal never see the end of input.
+    let mut child = std::process::Command::new("timeout")
+        .arg("30")
+        .arg(script)
+        .args(["-qec", &format!("{bin} explain"), "/dev/null"])
+        .env("HF_HOME", home.path().join("hf"))
+        .env("HF_HUB_OFFLINE", "1")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    stdin
+        .write_all(b"RuntimeError: CUDA error: out of memory\n\x04")
+        .unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("reading the log from standard input"),
+        "{text}"
+    );
+    assert!(text.contains("OOM"), "{text}");
 }

@@ -1,32 +1,55 @@
-//! The public corpus (tests/fixtures/logs/real, 106 logs from GitHub issues with a manifest of
-//! labels) through the real binary: per split, the share with the right cause and the OOMs
-//! called `none`. The tune split is asserted (≥ 90 % right, no OOM called none, no look-alike
-//! called an OOM); the held-out split only for no OOM called none — its score is printed, not
-//! asserted, so CI shows it as it is.
+//! Real OOM logs through the real binary, scored per split of a corpus folder under
+//! tests/fixtures/logs/ (each folder has a manifest.json: file, source, engine, oom, cause, stage,
+//! evidence, split). `score(folder, split)` works for any folder and any split name, so a new
+//! held-out corpus is one more test of a few lines (see `heldout_test_template` below).
+//!
+//! The public corpus (`real`, 106 logs from GitHub issues) is all `tune` since session 4: its old
+//! held-out split was scored once (22/36) and then seen while fixing the rules; those entries say
+//! `"was_heldout": true`. The tune test asserts the recorded score, no OOM called `none` and no
+//! look-alike called an OOM. A fresh held-out corpus is scored by the lead, once.
+//!
+//! Any folder and split can also be scored without editing this file:
+//! `LLM_OOM_CORPUS=real LLM_OOM_SPLIT=tune cargo test --test explain_corpus -- --ignored --nocapture`.
 
 mod util;
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use serde_json::Value;
 use util::{run, temp};
 
-const REAL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/logs/real");
+/// The tune split's recorded score (docs/explain.md says which 8 it misses and why).
+const TUNE_RIGHT: usize = 98;
+const TUNE_LOGS: usize = 106;
 
 #[derive(Default)]
-struct Score {
-    n: usize,
-    right: usize,
-    oom_called_none: Vec<String>,
-    look_alike_called_oom: Vec<String>,
-    misses: Vec<String>,
-    per_engine: BTreeMap<String, (usize, usize)>,
+pub struct Score {
+    pub n: usize,
+    pub right: usize,
+    pub oom_called_none: Vec<String>,
+    pub look_alike_called_oom: Vec<String>,
+    pub misses: Vec<String>,
+    pub per_engine: BTreeMap<String, (usize, usize)>,
     /// (confidence, right) per verdict, for the calibration table.
-    confidences: Vec<(f64, bool)>,
+    pub confidences: Vec<(f64, bool)>,
 }
 
-fn manifest() -> Vec<Value> {
-    let text = std::fs::read_to_string(format!("{REAL}/manifest.json")).expect("manifest");
+impl Score {
+    pub fn percent(&self) -> f64 {
+        100.0 * self.right as f64 / self.n.max(1) as f64
+    }
+}
+
+fn folder(corpus: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/logs")
+        .join(corpus)
+}
+
+fn manifest(corpus: &str) -> Vec<Value> {
+    let path = folder(corpus).join("manifest.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str::<Value>(&text)
         .expect("manifest is JSON")
         .as_array()
@@ -34,14 +57,18 @@ fn manifest() -> Vec<Value> {
         .expect("manifest is a list")
 }
 
-fn score(split: &str) -> Score {
+/// Run `explain --json` on every log of `split` in tests/fixtures/logs/`corpus` and score it
+/// against the manifest's labels.
+pub fn score(corpus: &str, split: &str) -> Score {
     let home = temp();
+    let dir = folder(corpus);
     let mut s = Score::default();
-    for e in manifest().iter().filter(|e| e["split"] == split) {
+    for e in manifest(corpus).iter().filter(|e| e["split"] == split) {
         let file = e["file"].as_str().expect("file");
+        let path = dir.join(file);
         let r = run(
             home.path(),
-            &["explain", &format!("{REAL}/{file}"), "--json"],
+            &["explain", path.to_str().expect("path"), "--json"],
         );
         let j: Value = serde_json::from_str(&r.stdout)
             .unwrap_or_else(|err| panic!("{file}: not JSON ({err}): {}", r.stderr));
@@ -75,12 +102,13 @@ fn score(split: &str) -> Score {
     s
 }
 
-fn report(split: &str, s: &Score) {
+/// Print the score, per engine, the misses and the calibration table (per confidence band).
+pub fn report(name: &str, s: &Score) {
     println!(
-        "{split}: {}/{} right ({:.1} %), {} OOM(s) called none, {} look-alike(s) called an OOM",
+        "{name}: {}/{} right ({:.1} %), {} OOM(s) called none, {} look-alike(s) called an OOM",
         s.right,
         s.n,
-        100.0 * s.right as f64 / s.n.max(1) as f64,
+        s.percent(),
         s.oom_called_none.len(),
         s.look_alike_called_oom.len()
     );
@@ -102,29 +130,52 @@ fn report(split: &str, s: &Score) {
     }
 }
 
-#[test]
-fn tune_split_scores_and_never_calls_an_oom_none() {
-    let s = score("tune");
-    report("tune", &s);
-    assert_eq!(s.n, 70, "the tune split has 70 logs");
-    assert!(s.oom_called_none.is_empty(), "{:?}", s.oom_called_none);
+/// The two properties every split must have: no OOM called `none`, no look-alike called an OOM.
+pub fn assert_never_none_for_an_oom(s: &Score) {
     assert!(
-        s.look_alike_called_oom.is_empty(),
-        "{:?}",
-        s.look_alike_called_oom
+        s.oom_called_none.is_empty(),
+        "OOMs called none: {:?}",
+        s.oom_called_none
     );
     assert!(
-        s.right * 10 >= s.n * 9,
-        "tune: {}/{} right, below 90 %",
+        s.look_alike_called_oom.is_empty(),
+        "look-alikes called an OOM: {:?}",
+        s.look_alike_called_oom
+    );
+}
+
+#[test]
+fn tune_split_scores_and_never_calls_an_oom_none() {
+    let s = score("real", "tune");
+    report("real/tune", &s);
+    assert_eq!(s.n, TUNE_LOGS, "the tune split has {TUNE_LOGS} logs");
+    assert_never_none_for_an_oom(&s);
+    assert!(
+        s.right >= TUNE_RIGHT,
+        "real/tune: {}/{} right, below the recorded {TUNE_RIGHT}",
         s.right,
         s.n
     );
 }
 
+/// A held-out corpus is scored like this (copy, rename, un-ignore; scored once):
+///
+/// ```ignore
+/// #[test]
+/// fn fresh_heldout() {
+///     let s = score("real-fresh", "heldout");
+///     report("real-fresh/heldout", &s);
+///     assert_never_none_for_an_oom(&s);
+///     assert!(s.percent() >= 90.0, "{:.1} %", s.percent());
+/// }
+/// ```
 #[test]
-#[ignore = "scored once in session 4: 22/36 right, 3 OOMs called none — the target (0) is not met yet; run with --ignored"]
-fn heldout_split_never_calls_an_oom_none() {
-    let s = score("heldout");
-    report("heldout", &s);
-    assert!(s.oom_called_none.is_empty(), "{:?}", s.oom_called_none);
+#[ignore = "scores LLM_OOM_CORPUS / LLM_OOM_SPLIT (default real / tune); run with --ignored --nocapture"]
+fn heldout_test_template() {
+    let corpus = std::env::var("LLM_OOM_CORPUS").unwrap_or_else(|_| "real".into());
+    let split = std::env::var("LLM_OOM_SPLIT").unwrap_or_else(|_| "tune".into());
+    let s = score(&corpus, &split);
+    report(&format!("{corpus}/{split}"), &s);
+    assert!(s.n > 0, "no log in {corpus} has split {split}");
+    assert_never_none_for_an_oom(&s);
 }

@@ -1,19 +1,22 @@
-//! Reading an input of any length in bounded memory: the first and the last 4 MiB are kept
-//! whole (an OOM is near the end, the setup near the start), and from the middle only the lines
-//! with out-of-memory words; the rest is counted and a marker line says how much was skipped.
-//! `/dev/zero` or `yes |` end after a fixed amount read, and say so.
+//! Reading an input of any length in bounded memory: the first and the last 4 MiB (at most
+//! 100,000 lines each) are kept whole (an OOM is near the end, the setup near the start), and
+//! from the middle only the lines with out-of-memory words; the rest is counted and a marker line
+//! says how much was skipped. `/dev/zero` or `yes |` end after a fixed amount read, and say so.
+//! The line caps bound what the lines cost once split (`yes` has 2-byte lines).
 
 use std::io::{self, Read};
 use std::sync::OnceLock;
 
 use regex::bytes::Regex;
 
-use super::hints::SKIPPED_MARKER;
+use super::hints::{RESUMED_MARKER, SKIPPED_MARKER};
 
 /// Kept whole from the start of the input.
 pub const HEAD: usize = 4 << 20;
 /// Kept whole from the end of the input.
 pub const TAIL: usize = 4 << 20;
+/// Lines kept whole from the start and from the end, at most each.
+pub const WINDOW_LINES: usize = 100_000;
 /// Lines with out-of-memory words kept from the middle, at most.
 const MIDDLE: usize = 1 << 20;
 /// No input is read past this: an endless stream still ends.
@@ -34,6 +37,8 @@ pub struct Limits {
     pub head: usize,
     pub tail: usize,
     pub stop_after: u64,
+    /// Lines kept in the head and in the tail, at most each.
+    pub lines: usize,
 }
 
 impl Default for Limits {
@@ -42,6 +47,7 @@ impl Default for Limits {
             head: HEAD,
             tail: TAIL,
             stop_after: STOP_AFTER,
+            lines: WINDOW_LINES,
         }
     }
 }
@@ -59,6 +65,11 @@ pub fn read_bounded_with(mut r: impl Read, limits: Limits) -> io::Result<Bounded
         keep: limits.tail,
         ..Window::default()
     };
+    // A head of more lines than the cap gives the rest to the window, as if read after it.
+    if let Some(cut) = nth_line_end(&head, limits.lines) {
+        let rest = head.split_off(cut);
+        state.push(&rest);
+    }
     let mut chunk = vec![0u8; 1 << 20];
     let mut total = head.len() as u64;
     while total < limits.stop_after {
@@ -72,7 +83,27 @@ pub fn read_bounded_with(mut r: impl Read, limits: Limits) -> io::Result<Bounded
         state.push(&chunk[..got]);
     }
     let stopped = total >= limits.stop_after;
+    state.cap_tail_lines(limits.lines);
+    state.align_tail();
     Ok(state.finish(head, stopped, &limits))
+}
+
+/// The offset just past the `n`-th line end, when `bytes` has more than `n` lines.
+fn nth_line_end(bytes: &[u8], n: usize) -> Option<usize> {
+    let at = memchr_nth(bytes, n)?;
+    (at + 1 < bytes.len()).then_some(at + 1)
+}
+
+fn memchr_nth(bytes: &[u8], n: usize) -> Option<usize> {
+    if n == 0 {
+        return None;
+    }
+    bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, &b)| b == b'\n')
+        .nth(n - 1)
+        .map(|(i, _)| i)
 }
 
 #[derive(Default)]
@@ -82,9 +113,38 @@ struct Window {
     tail: Vec<u8>,
     middle: Vec<u8>,
     skipped: u64,
+    /// Line ends in everything that left the window (kept middle lines included), so the tail's
+    /// lines keep their numbers in the input.
+    lines_out: u64,
+    /// The last byte that left the window: the tail starts mid-line unless it is a line end.
+    last_out: Option<u8>,
 }
 
 impl Window {
+    /// Keep only the last `n` lines of the tail; the lines before go the middle's way.
+    fn cap_tail_lines(&mut self, n: usize) {
+        let ends = self.tail.iter().filter(|&&b| b == b'\n').count();
+        if ends <= n {
+            return;
+        }
+        if let Some(at) = memchr_nth(&self.tail, ends - n) {
+            let dropped: Vec<u8> = self.tail.drain(..=at).collect();
+            self.keep_oom_lines(&dropped);
+        }
+    }
+
+    /// A tail that starts mid-line gives that partial line the middle's way, so the kept end
+    /// starts on a line of its own.
+    fn align_tail(&mut self) {
+        if matches!(self.last_out, None | Some(b'\n')) {
+            return;
+        }
+        if let Some(at) = self.tail.iter().position(|&b| b == b'\n') {
+            let dropped: Vec<u8> = self.tail.drain(..=at).collect();
+            self.keep_oom_lines(&dropped);
+        }
+    }
+
     fn push(&mut self, bytes: &[u8]) {
         self.tail.extend_from_slice(bytes);
         if self.tail.len() > 2 * self.keep {
@@ -96,9 +156,15 @@ impl Window {
 
     /// From bytes about to be dropped, keep the lines with out-of-memory words.
     fn keep_oom_lines(&mut self, dropped: &[u8]) {
+        let ends = dropped.iter().filter(|&&b| b == b'\n').count() as u64;
+        if let Some(&b) = dropped.last() {
+            self.last_out = Some(b);
+        }
+        self.lines_out = self.lines_out.saturating_add(ends);
         static WORDS: OnceLock<Regex> = OnceLock::new();
         let words = WORDS.get_or_init(|| {
-            Regex::new(r"(?i:out of memory|outofmemory|failed to allocate|cannot allocate|insufficient memory|not enough memory|oomkilled|killed process)|OOM")
+            // The families of words::says_oom and the engines' own wordings without them.
+            Regex::new(r"(?i:out[ _-]?of[ _-]?(?:(?:device|gpu|host|video|system)[ _-]?)?(?:memory|vram)|failed to allocate|(?:cannot|can't|could not|couldn't|unable to) allocate|could not be allocated|insufficient (?:\w+ ){0,2}(?:memory|vram)|not enough (?:\w+ ){0,2}(?:memory|vram)|_ALLOC_FAILED|bad_alloc|MemoryError|oomkilled|killed process|exit code:? +137|memory usage threshold|larger than buffer maximum|greater than the maximum allowed buffer|profiled value -|no available memory|stored in kv cache|available kv cache memory|leave no gpu memory|exceed allowed memory|free memory on device|memory pressure)|OOM")
                 .unwrap_or_else(|e| unreachable!("static regex: {e}"))
         });
         let mut kept = 0usize;
@@ -120,7 +186,7 @@ impl Window {
             if line.len() <= LONGEST_LINE && self.middle.len() + line.len() < MIDDLE {
                 self.middle.extend_from_slice(line);
                 self.middle.push(b'\n');
-                kept += line.len();
+                kept += line.len() + 1;
             }
         }
         self.skipped = self
@@ -138,18 +204,22 @@ impl Window {
             };
         }
         let note = format!(
-            "\n{SKIPPED_MARKER}{} bytes of input (kept the first {} KiB, the last {} KiB and the lines with out-of-memory words between{})\n",
+            "\n{SKIPPED_MARKER}{} bytes of input (kept the first {} KiB, the last {} KiB — at most {} lines each — and the lines with out-of-memory words between{})\n",
             self.skipped,
             limits.head >> 10,
             limits.tail >> 10,
+            limits.lines,
             if stopped {
                 format!("; stopped reading after {} MiB", limits.stop_after >> 20)
             } else {
                 String::new()
             }
         );
+        let head_lines = head.iter().filter(|&&b| b == b'\n').count() as u64;
+        let resumed = head_lines.saturating_add(self.lines_out).saturating_add(1);
         head.extend_from_slice(note.as_bytes());
         head.extend_from_slice(&self.middle);
+        head.extend_from_slice(format!("{RESUMED_MARKER}{resumed}\n").as_bytes());
         head.extend_from_slice(&self.tail);
         Bounded {
             bytes: head,
@@ -167,7 +237,59 @@ mod tests {
         head: 4 << 10,
         tail: 4 << 10,
         stop_after: 1 << 20,
+        lines: 1000,
     };
+
+    #[test]
+    fn short_lines_are_capped_by_count_and_the_oom_between_kept() {
+        // `yes |`: 2-byte lines; the head and tail keep 1000 lines each, not 4 KiB.
+        let mut input = b"y\n".repeat(1500);
+        input.extend_from_slice(b"RuntimeError: CUDA error: out of memory\n");
+        input.extend_from_slice(&b"y\n".repeat(1500));
+        let b = read_bounded_with(&input[..], SMALL).unwrap();
+        let text = String::from_utf8_lossy(&b.bytes);
+        let lines = text.lines().count();
+        assert!(lines <= 2 * 1000 + 4, "{lines}");
+        assert!(text.contains("CUDA error: out of memory"));
+        assert!(text.ends_with("y\n"));
+        assert_eq!(b.skipped, 2 * 1000);
+    }
+
+    #[test]
+    fn the_kept_end_keeps_its_line_numbers() {
+        let mut input = Vec::new();
+        for i in 1..=5000 {
+            input.extend_from_slice(format!("line {i}\n").as_bytes());
+        }
+        let b = read_bounded_with(&input[..], SMALL).unwrap();
+        let lines: Vec<String> = String::from_utf8_lossy(&b.bytes)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        let (_, ctx) = super::super::parse::scan(&lines);
+        let (at, first) = ctx.resumed.unwrap();
+        // The line after the resume marker is the input's line `first`.
+        assert_eq!(lines[at], format!("line {first}"));
+        assert_eq!(lines.last().unwrap(), "line 5000");
+        assert_eq!(first + (lines.len() - at - 1), 5000);
+    }
+
+    #[test]
+    fn every_oom_family_survives_the_middle() {
+        for line in [
+            "Error: DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")",
+            "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`",
+            "ggml_metal_add_buffer: buffer 'data' size 18300780544 is larger than buffer maximum of 17179869184",
+            "vk::Device::allocateMemory: ErrorOutOfDeviceMemory",
+        ] {
+            let mut input = b"x\n".repeat(16 << 10);
+            input.extend_from_slice(line.as_bytes());
+            input.push(b'\n');
+            input.extend_from_slice(&b"x\n".repeat(16 << 10));
+            let b = read_bounded_with(&input[..], SMALL).unwrap();
+            assert!(String::from_utf8_lossy(&b.bytes).contains(line), "{line}");
+        }
+    }
 
     #[test]
     fn a_short_input_is_whole_and_an_endless_one_ends() {

@@ -118,24 +118,40 @@ fn vllm_other(lines: &[String], i: usize, st: &mut Scan) -> bool {
     false
 }
 
-/// llama.cpp's failed buffer: `allocating X MiB on device N: cudaMalloc failed` and the
-/// allocator's `failed to allocate CUDA0 buffer of size B` just after it are one failure.
+/// llama.cpp's failed buffer in each backend's wording: `allocating X MiB on device N:
+/// cudaMalloc failed`, the allocator's `failed to allocate CUDA0 buffer of size B` just after it
+/// (one failure), Metal's `buffer 'data' size B is larger than buffer maximum of M` and
+/// `ggml_backend_metal_buffer_from_ptr: error: failed to allocate buffer, size = X MiB`, Vulkan's
+/// `Device memory allocation of size B failed`.
 fn llama_alloc(lines: &[String], i: usize, st: &mut Scan) -> bool {
     static ALLOC: OnceLock<Regex> = OnceLock::new();
     let alloc = re(
         &ALLOC,
-        r"(?:allocating ([\d.]+) MiB on device \d+: cudaMalloc failed|failed to allocate (?:CUDA|ROCm|Vulkan|Metal|SYCL)\d+ buffer of size (\d+))",
+        r"(?x)
+        allocating\ (?P<mib>[\d.]+)\ MiB\ on\ device\ \d+:\ \w*(?:cudaMalloc|hipMalloc|malloc)\w*\ failed
+        | failed\ to\ allocate\ (?:CUDA|ROCm|Vulkan|Metal|SYCL|CANN|MUSA|CPU)\d*\ buffer\ of\ size\ (?P<b>\d+)
+        | ggml_backend_cpu_buffer_type_alloc_buffer:\ failed\ to\ allocate\ buffer\ of\ size\ (?P<b4>\d+)
+        | buffer\ '(?P<name>[^']*)'\ size\ (?P<b2>\d+)\ is\ larger\ than\ buffer\ maximum
+        | ggml_backend_(?:metal|cuda|vk|vulkan|sycl|hip|rocm)\w*:\ (?:error:\ )?failed\ to\ allocate\ buffer,\ size\ =\ *(?P<mib2>[\d.]+)\ MiB
+        | ggml_vulkan:\ Device\ memory\ allocation\ of\ size\ (?P<b3>\d+)\ failed",
     );
     let line = &lines[i];
     let Some(c) = alloc.captures(line) else {
         return false;
     };
     let n = i + 1;
-    let bytes = c
-        .get(1)
-        .and_then(|m| size(m.as_str(), "MiB"))
-        .or_else(|| cap_u64(&c, 2));
-    let buffer = llama_buffer(lines, i);
+    let mib = |k: &str| c.name(k).and_then(|m| size(m.as_str(), "MiB"));
+    let count = |k: &str| c.name(k).and_then(|m| m.as_str().parse::<u64>().ok());
+    let bytes = mib("mib")
+        .or_else(|| mib("mib2"))
+        .or_else(|| count("b"))
+        .or_else(|| count("b2"))
+        .or_else(|| count("b3"))
+        .or_else(|| count("b4"));
+    let buffer = c
+        .name("name")
+        .and_then(|m| named_buffer(m.as_str()))
+        .unwrap_or_else(|| llama_buffer(lines, i));
     if let Some(Finding {
         event: Event::LlamaCppBuffer { bytes: b, .. },
         line: l,
@@ -181,7 +197,7 @@ fn llama_followup(lines: &[String], i: usize, st: &mut Scan) -> bool {
             },
         ),
         (None, Some(_)) if line.contains("unable to allocate") && line.contains("buffer") => {}
-        (None, None) if line.contains("unable to allocate CUDA") && line.contains("buffer") => {
+        (None, None) if unable_to_allocate_a_device_buffer(line) => {
             let event = Event::LlamaCppBuffer {
                 buffer: LlamaBuffer::Model,
                 bytes: None,
@@ -191,6 +207,32 @@ fn llama_followup(lines: &[String], i: usize, st: &mut Scan) -> bool {
         _ => return false,
     }
     true
+}
+
+/// `llama_model_load: error loading model: unable to allocate CUDA0 buffer` in each backend.
+fn unable_to_allocate_a_device_buffer(line: &str) -> bool {
+    ["CUDA", "ROCm", "Metal", "Vulkan", "SYCL", "backend"]
+        .iter()
+        .any(|b| line.contains(&format!("unable to allocate {b}")))
+        && line.contains("buffer")
+}
+
+/// ggml-metal's buffer names: `data` holds the weights, `kv` the KV cache, `alloc` / `eval` /
+/// `scr0` the compute graph.
+fn named_buffer(name: &str) -> Option<LlamaBuffer> {
+    let n = name.trim();
+    if n == "data" || n.starts_with("model") {
+        Some(LlamaBuffer::Model)
+    } else if n.starts_with("kv") {
+        Some(LlamaBuffer::KvCache)
+    } else if ["alloc", "eval", "scr", "compute"]
+        .iter()
+        .any(|k| n.starts_with(k))
+    {
+        Some(LlamaBuffer::Compute)
+    } else {
+        None
+    }
 }
 
 /// Which buffer a llama.cpp allocation failure was for, from the lines around it: the graph
@@ -277,7 +319,7 @@ fn sglang_exllama(lines: &[String], i: usize, st: &mut Scan) -> bool {
     let line = &lines[i];
     let negative = re(
         &NEGATIVE,
-        r"(?i)(?:max_total_num_tokens|kv cache is allocated\. #tokens|#tokens|available_kv|kv_size)\s*[=:]\s*-\d",
+        r"(?i)(?:max_total_num_tokens|kv cache is allocated\. #tokens|#tokens|available_kv|kv_size)\s*[=:]\s*-\d|profiled value\s+-\d",
     );
     if line.contains("leave no GPU memory for the KV cache")
         || line.contains("Not enough memory. Please try to increase --mem-fraction-static")
@@ -288,6 +330,13 @@ fn sglang_exllama(lines: &[String], i: usize, st: &mut Scan) -> bool {
     }
     if line.contains("alloc_req_slots runs out of memory") {
         once(st, i + 1, line, Event::SglangReqSlots);
+        return true;
+    }
+    // transformers / accelerate refuse a quantized model that does not fit the GPU(s).
+    if line.contains("Some modules are dispatched on the CPU or the disk")
+        && line.contains("enough GPU RAM")
+    {
+        once(st, i + 1, line, Event::WeightsDispatchedOff);
         return true;
     }
     if line.contains("Insufficient VRAM for model and cache") {
@@ -393,7 +442,7 @@ fn host(lines: &[String], i: usize, st: &mut Scan) -> bool {
     let line = &lines[i];
     let killer = re(
         &KILLER,
-        r"Out of memory: Kill(?:ed)? process \d+ \(([^)]+)\)(?:.*?anon-rss:(\d+)kB)?",
+        r"(?i:out of memory): Kill(?:ed)? process \d+ \(([^)]+)\)(?:.*?anon-rss:(\d+)kB)?",
     );
     if let Some(c) = killer.captures(line) {
         let event = Event::HostOomKiller {
@@ -405,6 +454,7 @@ fn host(lines: &[String], i: usize, st: &mut Scan) -> bool {
     }
     if line.contains("killed due to memory pressure (OOM)")
         || line.contains("by OOM killer")
+        || (line.contains("exceeds the memory usage threshold") && line.contains("Ray killed"))
         || line.contains("due to the node running low on memory")
     {
         once(st, i + 1, line, Event::RayOomKill);
@@ -453,10 +503,60 @@ fn kubernetes(lines: &[String], i: usize, st: &mut Scan) -> bool {
     match reason {
         // The container's OOMKilled line above is the event; its exit code adds nothing.
         Some(r) if r.contains("OOMKilled") => {}
-        Some(r) => st.add(i + 1, line, Event::ContainerKilled { reason: Some(r) }),
+        // Exit 137 under another reason is a SIGKILL (a failed probe, an eviction, a manual
+        // kill): no memory event, said in the `none` verdict (k8s-122256).
+        Some(r) => st.ctx.not_oom.push((
+            i + 1,
+            format!("exit code 137 (SIGKILL) under reason \"{r}\", not OOMKilled: Kubernetes did not kill it for memory"),
+        )),
         _ => st.add(i + 1, line, Event::Exit137),
     }
     true
+}
+
+/// A log that ends right after an engine allocated a buffer was cut where the engine died (the
+/// error after it not pasted, or never printed): the last line's buffer is the failing stage.
+/// ggml's `allocated 'data' buffer, size = 4096.00 MB` and `llm_load_tensors: CUDA0 buffer size
+/// = X MiB` (llamafile-42), with Metal's working set when the log prints it.
+pub fn ends_at_allocation(lines: &[String]) -> Option<Finding> {
+    static ALLOCATED: OnceLock<Regex> = OnceLock::new();
+    static WORKING_SET: OnceLock<Regex> = OnceLock::new();
+    let (i, last) = lines
+        .iter()
+        .enumerate()
+        .rev()
+        .find(|(_, l)| !l.trim().is_empty())?;
+    let allocated = re(
+        &ALLOCATED,
+        r"(?:allocated '(?P<name>[^']*)' buffer, size = *(?P<mb>[\d.]+) MB|^llm_load_tensors: +\w+ (?P<model>model )?buffer size = *(?P<mib>[\d.]+) MiB|llama_kv_cache_init: +\w+ KV buffer size = *(?P<kv>[\d.]+) MiB)",
+    );
+    let c = allocated.captures(last.trim())?;
+    let buffer = match (c.name("name"), c.name("kv")) {
+        (Some(n), _) => named_buffer(n.as_str()).unwrap_or(LlamaBuffer::Unknown),
+        (None, Some(_)) => LlamaBuffer::KvCache,
+        _ => LlamaBuffer::Model,
+    };
+    let bytes = c
+        .name("mb")
+        .and_then(|m| size(m.as_str(), "MiB"))
+        .or_else(|| c.name("mib").and_then(|m| size(m.as_str(), "MiB")))
+        .or_else(|| c.name("kv").and_then(|m| size(m.as_str(), "MiB")));
+    let ws = re(
+        &WORKING_SET,
+        r"recommendedMaxWorkingSetSize\s*=\s*([\d.]+) MB",
+    );
+    let working_set = lines
+        .iter()
+        .find_map(|l| ws.captures(l))
+        .and_then(|c| c.get(1).and_then(|m| size(m.as_str(), "MiB")));
+    let mut st = Scan::default();
+    let event = Event::EndsAtAllocation {
+        buffer,
+        bytes,
+        working_set,
+    };
+    st.add(i + 1, last, event);
+    st.findings.pop()
 }
 
 /// Exit code 137 in its spellings, or the shell's `Killed` (also right after a progress bar).
@@ -499,16 +599,127 @@ mod tests {
     }
 
     #[test]
-    fn kubernetes_exit_137_without_oomkilled_is_not_host_memory() {
-        let e = events(
-            "    Last State:     Terminated\n      Reason:       Error\n      Exit Code:    137",
-        );
+    fn kubernetes_exit_137_without_oomkilled_is_no_event_but_a_note() {
+        // k8s-122256: `Reason: Error` with exit code 137 is a SIGKILL, not a memory kill.
+        let log =
+            "    Last State:     Terminated\n      Reason:       Error\n      Exit Code:    137";
+        let lines: Vec<String> = log.lines().map(str::to_string).collect();
+        let (findings, ctx) = scan(&lines);
+        assert!(findings.is_empty(), "{findings:?}");
+        assert_eq!(ctx.not_oom.len(), 1);
+        assert!(ctx.not_oom[0].1.contains("not OOMKilled"));
+        let oom = events("      Reason:       OOMKilled\n      Exit Code:    137");
+        assert_eq!(oom, vec![Event::ContainerOomKilled]);
+    }
+
+    #[test]
+    fn every_backend_wording_of_a_failed_ggml_buffer() {
+        // llamacpp-1815: Metal's model buffer above the maximum buffer size.
+        let metal = events("ggml_metal_add_buffer: buffer 'data' size 18300780544 is larger than buffer maximum of 17179869184");
         assert_eq!(
-            e,
-            vec![Event::ContainerKilled {
-                reason: Some("Error".into())
+            metal,
+            vec![Event::LlamaCppBuffer {
+                buffer: LlamaBuffer::Model,
+                bytes: Some(18_300_780_544)
             }]
         );
+        let kv = events("ggml_metal_add_buffer: buffer 'kv' size 8589934592 is larger than buffer maximum of 4294967296");
+        assert!(matches!(
+            kv[0],
+            Event::LlamaCppBuffer {
+                buffer: LlamaBuffer::KvCache,
+                ..
+            }
+        ));
+        let newer = events("ggml_backend_metal_buffer_from_ptr: error: failed to allocate buffer, size =  3072.00 MiB\nllama_kv_cache_init: failed to allocate buffer for kv cache");
+        assert_eq!(
+            newer,
+            vec![Event::LlamaCppBuffer {
+                buffer: LlamaBuffer::KvCache,
+                bytes: Some(3072 << 20)
+            }]
+        );
+        let vk = events("ggml_vulkan: Device memory allocation of size 4294967296 failed.");
+        assert!(matches!(
+            vk[0],
+            Event::LlamaCppBuffer {
+                bytes: Some(4_294_967_296),
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_negative_profiled_kv_pool_is_sglang_without_room() {
+        // sglang-7691: the weights left a negative KV pool.
+        let e = events("[2025-07-02 07:41:59 DP0 TP0] max_total_tokens=131072 is larger than the profiled value -561981. Use the profiled value instead.");
+        assert_eq!(e, vec![Event::SglangNoKvRoom]);
+        let fine = events("max_total_tokens=131072 is larger than the profiled value 561981. Use the profiled value instead.");
+        assert!(fine.is_empty(), "{fine:?}");
+    }
+
+    #[test]
+    fn host_and_device_buffers_of_ggml() {
+        // llamacpp-8101, llamafile-554: a CPU buffer named by the line after it (the KV cache).
+        let cpu = events("ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 137438953504\nllama_kv_cache_init: failed to allocate buffer for kv cache");
+        assert_eq!(
+            cpu,
+            vec![Event::LlamaCppBuffer {
+                buffer: LlamaBuffer::KvCache,
+                bytes: Some(137_438_953_504)
+            }]
+        );
+        let rocm = events("llama_model_load: error loading model: unable to allocate ROCm0 buffer");
+        assert!(matches!(
+            rocm[0],
+            Event::LlamaCppBuffer {
+                buffer: LlamaBuffer::Model,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_quantized_model_dispatched_off_the_gpu_is_the_weights_not_fitting() {
+        let e = events("ValueError: Some modules are dispatched on the CPU or the disk. Make sure you have enough GPU RAM to fit the quantized model. If you want to dispatch the model on the CPU or the disk while keeping these modules in 32-bit, you need to set `llm_int8_enable_fp32_cpu_offload=True`");
+        assert_eq!(e, vec![Event::WeightsDispatchedOff]);
+    }
+
+    #[test]
+    fn a_cgroup_oom_kill_is_the_oom_killer() {
+        let e = events("[ 812.4] Memory cgroup out of memory: Killed process 4242 (python3) total-vm:91234567kB, anon-rss:31457280kB, file-rss:0kB");
+        assert_eq!(
+            e,
+            vec![Event::HostOomKiller {
+                process: Some("python3".into()),
+                rss: Some(31_457_280 * 1024)
+            }]
+        );
+    }
+
+    #[test]
+    fn rays_memory_threshold_kill_is_host_memory() {
+        // ray-vllm-2669: the memory monitor's kill in its own wording.
+        let e = events("Memory on the node (IP: 10.0.0.1, ID: ab) where the task (actor ID: cd, name=RayWorkerVllm.__init__, pid=308, memory used=11.15GB) was running was 12.49GB / 13.15GB (0.950003), which exceeds the memory usage threshold of 0.95. Ray killed this worker (ID: ef) because it was the most recently scheduled task");
+        assert_eq!(e, vec![Event::RayOomKill]);
+    }
+
+    #[test]
+    fn a_log_that_stops_at_an_allocation_names_that_buffer() {
+        // llamafile-42: the log ends with the model's first 'data' buffer on an 8 GB M1.
+        let log = "ggml_metal_init: recommendedMaxWorkingSetSize  =  5461.34 MB\nllama_new_context_with_model: compute buffer total size = 81.63 MB\nggml_metal_add_buffer: allocated 'data            ' buffer, size =  4096.00 MB, offs =            0\n";
+        let e = events(log);
+        assert_eq!(
+            e,
+            vec![Event::EndsAtAllocation {
+                buffer: LlamaBuffer::Model,
+                bytes: Some(4096 << 20),
+                working_set: size("5461.34", "MiB"),
+            }]
+        );
+        // A log that goes on after the allocation is not cut there.
+        let more = format!("{log}llama_print_timings: eval time = 10 ms\n");
+        assert!(events(&more).is_empty());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use regex::Regex;
 use serde::Serialize;
 
-use super::parse::{cap_u64, re};
+use super::parse::{cap_u64, re, size};
 
 /// The moment a line shows, for the stage rules of the verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -82,12 +82,56 @@ pub struct Context {
     pub served_ok: Vec<usize>,
     pub workload: WorkloadHint,
     pub model: Option<ModelHint>,
+    /// What the engine says the weights took once loaded, and what it left free: SGLang's
+    /// `Load weight end … avail mem=X GB, mem usage=Y GB`, vLLM's `Loading model weights took
+    /// Y GB` / `Model loading took Y GiB` — (line, weights, free after).
+    pub weights_loaded: Option<(usize, u64, Option<u64>)>,
     /// Bytes the reader skipped in the middle of an over-long input (its marker line).
     pub skipped_bytes: Option<u64>,
+    /// Lines that look like a failure but are not an out-of-memory event (a SIGKILL that
+    /// Kubernetes did not call OOMKilled), with what the `none` verdict says about them.
+    pub not_oom: Vec<(usize, String)>,
+    /// (the resume marker's line, the input's number of the line after it) in a skipped input.
+    #[serde(skip)]
+    pub resumed: Option<(usize, usize)>,
+}
+
+impl Context {
+    /// Renumber every line after `at` by `by`: the kept end of a skipped input gets the line
+    /// numbers it has in the input.
+    pub fn shift_after(&mut self, at: usize, by: usize) {
+        let s = |l: &mut usize| {
+            if *l > at {
+                *l = l.saturating_add(by);
+            }
+        };
+        for v in [
+            &mut self.load_lines,
+            &mut self.generation_lines,
+            &mut self.eager_attention_lines,
+            &mut self.activation_lines,
+            &mut self.cache_lines,
+            &mut self.thread_exceptions,
+            &mut self.served_ok,
+        ] {
+            v.iter_mut().for_each(s);
+        }
+        self.batch_seq.iter_mut().for_each(|b| s(&mut b.0));
+        self.stage_hints.iter_mut().for_each(|h| s(&mut h.0));
+        self.not_oom.iter_mut().for_each(|x| s(&mut x.0));
+        if let Some(m) = &mut self.model {
+            s(&mut m.line);
+        }
+        if let Some(w) = &mut self.weights_loaded {
+            s(&mut w.0);
+        }
+    }
 }
 
 /// The marker `read_bounded` leaves where it skipped the middle of an input.
 pub const SKIPPED_MARKER: &str = "[llm-oom] skipped ";
+/// The marker before the kept end of a skipped input: the input's line number of the next line.
+pub const RESUMED_MARKER: &str = "[llm-oom] the end of the input resumes at line ";
 
 /// Mark one line's context: frames, stage signals, workload and model.
 pub fn mark(line: &str, n: usize, ctx: &mut Context) {
@@ -100,8 +144,14 @@ pub fn mark(line: &str, n: usize, ctx: &mut Context) {
         ctx.served_ok.push(n);
     }
     workload(line, n, ctx);
+    if let Some(w) = weights_loaded(line) {
+        ctx.weights_loaded = Some((n, w.0, w.1));
+    }
     if ctx.model.is_none() {
         ctx.model = model(line).map(|name| ModelHint { name, line: n });
+    }
+    if let Some(rest) = line.strip_prefix(RESUMED_MARKER) {
+        ctx.resumed = rest.trim().parse().ok().map(|at| (n, at));
     }
     if let Some(rest) = line.strip_prefix(SKIPPED_MARKER) {
         ctx.skipped_bytes = rest.split(' ').next().and_then(|s| s.parse().ok());
@@ -124,6 +174,14 @@ fn frames(line: &str, n: usize, ctx: &mut Context) {
         "llama_model_load",
         "model.to(",
         ".cuda()",
+        // Module.to / .cuda / .half move every parameter through `_apply(convert)`.
+        "in _apply",
+        "self._apply(",
+        "param_applied = fn(param)",
+        // candle / mistral.rs (Rust backtraces): weights read from safetensors.
+        "MmapedSafetensors",
+        "var_builder",
+        "VarBuilder",
     ];
     const GENERATION: &[&str] = &[
         "in generate",
@@ -164,6 +222,20 @@ fn frames(line: &str, n: usize, ctx: &mut Context) {
         "key_cache",
         "prompt_cache",
     ];
+    // One pass over the line for all keys first: most lines of a long log have none.
+    static ANY: OnceLock<Regex> = OnceLock::new();
+    let all = [
+        LOAD,
+        GENERATION,
+        EAGER,
+        ACTIVATION,
+        CACHE,
+        &["Exception in thread"],
+    ]
+    .concat();
+    if !literals(&ANY, &all).is_match(line) {
+        return;
+    }
     let has = |keys: &[&str]| keys.iter().any(|k| line.contains(k));
     let lists: [(&[&str], &mut Vec<usize>); 5] = [
         (LOAD, &mut ctx.load_lines),
@@ -226,6 +298,11 @@ fn stage_hint(line: &str) -> Option<StageHint> {
                 "Loading checkpoint shards",
                 "Loading model",
                 "load_tensors",
+                "self._apply(",
+                "param_applied = fn(param)",
+                "MmapedSafetensors",
+                "var_builder",
+                "VarBuilder",
             ],
         ),
         (
@@ -260,10 +337,27 @@ fn stage_hint(line: &str) -> Option<StageHint> {
             ],
         ),
     ];
+    static ANY: OnceLock<Regex> = OnceLock::new();
+    let all: Vec<&str> = HINTS
+        .iter()
+        .flat_map(|(_, keys)| keys.iter().copied())
+        .collect();
+    if !literals(&ANY, &all).is_match(line) {
+        return None;
+    }
     HINTS
         .iter()
         .find(|(_, keys)| keys.iter().any(|k| line.contains(k)))
         .map(|(h, _)| *h)
+}
+
+/// One regex matching any of `keys` literally (built once; a single scan of the line).
+fn literals(cell: &'static OnceLock<Regex>, keys: &[&str]) -> &'static Regex {
+    cell.get_or_init(|| {
+        let alternation: Vec<String> = keys.iter().map(|k| regex::escape(k)).collect();
+        Regex::new(&alternation.join("|"))
+            .unwrap_or_else(|e| unreachable!("escaped literals always compile: {e}"))
+    })
 }
 
 /// The workload figures a line states; most lines have none, so a cheap look comes first.
@@ -320,6 +414,32 @@ fn workload(line: &str, n: usize, ctx: &mut Context) {
     }
 }
 
+/// The weights' footprint an engine reports after loading: (weights, free after).
+fn weights_loaded(line: &str) -> Option<(u64, Option<u64>)> {
+    static SGLANG: OnceLock<Regex> = OnceLock::new();
+    static VLLM: OnceLock<Regex> = OnceLock::new();
+    if !line.contains("Load weight end")
+        && !line.contains("oading model weights took")
+        && !line.contains("Model loading took")
+    {
+        return None;
+    }
+    let sglang = re(
+        &SGLANG,
+        r"Load weight end\..*?avail mem=([\d.]+) GB, mem usage=([\d.]+) GB",
+    );
+    if let Some(c) = sglang.captures(line) {
+        let gb = |i: usize| c.get(i).and_then(|m| size(m.as_str(), "GB"));
+        return Some((gb(2)?, gb(1)));
+    }
+    let vllm = re(
+        &VLLM,
+        r"(?:Loading model weights|Model loading) took ([\d.]+) ?(GiB|GB)",
+    );
+    let c = vllm.captures(line)?;
+    Some((size(c.get(1)?.as_str(), c.get(2)?.as_str())?, None))
+}
+
 /// The model a line names, if any.
 fn model(line: &str) -> Option<String> {
     static MODEL: OnceLock<Regex> = OnceLock::new();
@@ -359,6 +479,19 @@ fn model(line: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_what_the_weights_took() {
+        // sglang-7691: 166.59 GB of weights, 21.73 GB left.
+        let (w, free) = weights_loaded("[2025-07-02 07:41:58 DP0 TP0] Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, avail mem=21.73 GB, mem usage=166.59 GB.").unwrap();
+        assert_eq!((w, free), (166_590_000_000, Some(21_730_000_000)));
+        let (w, _) = weights_loaded(
+            "INFO 07-01 model_runner.py:1000] Loading model weights took 14.9888 GB",
+        )
+        .unwrap();
+        assert_eq!(w, 14_988_800_000);
+        assert!(weights_loaded("Load weight begin. avail mem=80 GB").is_none());
+    }
 
     #[test]
     fn reads_workload_and_model() {

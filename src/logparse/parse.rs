@@ -152,6 +152,9 @@ pub enum Event {
     SglangNoKvRoom,
     /// SGLang: the request-slot pool ran out.
     SglangReqSlots,
+    /// transformers / accelerate: a quantized model's modules would go to the CPU or disk
+    /// ("Make sure you have enough GPU RAM to fit the quantized model").
+    WeightsDispatchedOff,
     /// exllamav2's autosplit: `Insufficient VRAM for model and cache`.
     ExllamaInsufficient,
     /// Apple Metal: a command buffer failed for lack of memory (no figures).
@@ -190,14 +193,19 @@ pub enum Event {
     },
     /// Host RAM: a container limit (Kubernetes `OOMKilled`).
     ContainerOomKilled,
-    /// Kubernetes: exit code 137 under a reason other than OOMKilled (a SIGKILL, cause unsaid).
-    ContainerKilled { reason: Option<String> },
     /// Exit code 137 (SIGKILL, usually the OOM killer).
     Exit137,
     /// PyTorch could not allocate host memory.
     HostAllocFailed { bytes: Option<u64> },
     /// A line with out-of-memory words that no reader knows: an OOM whose cause is undecided.
     OomWords,
+    /// The log ends right after an engine allocated a buffer (the error after it is missing).
+    EndsAtAllocation {
+        buffer: LlamaBuffer,
+        bytes: Option<u64>,
+        /// Metal's recommendedMaxWorkingSetSize, when the log prints it.
+        working_set: Option<u64>,
+    },
 }
 
 impl Event {
@@ -220,6 +228,7 @@ impl Event {
             Event::TensorrtOom { .. } | Event::TensorrtComponent { .. } => Source::TensorrtLlm,
             Event::SglangNoKvRoom | Event::SglangReqSlots => Source::Sglang,
             Event::ExllamaInsufficient => Source::Exllamav2,
+            Event::WeightsDispatchedOff => Source::Pytorch,
             Event::MetalOom => Source::Metal,
             Event::MlxBufferTooLarge { .. } => Source::Mlx,
             Event::DeviceBufferOom { .. } => Source::Accelerator,
@@ -228,8 +237,9 @@ impl Event {
             Event::HostOomKiller { .. } | Event::Exit137 => Source::Kernel,
             Event::RayOomKill => Source::Ray,
             Event::HostMemoryShort { .. } => Source::Ollama,
-            Event::ContainerOomKilled | Event::ContainerKilled { .. } => Source::Kubernetes,
+            Event::ContainerOomKilled => Source::Kubernetes,
             Event::OomWords => Source::Unrecognised,
+            Event::EndsAtAllocation { .. } => Source::LlamaCpp,
         }
     }
 }
@@ -320,7 +330,10 @@ pub fn scan(lines: &[String]) -> (Vec<Finding>, Context) {
     let mut st = Scan::default();
     for (i, line) in lines.iter().enumerate() {
         super::hints::mark(line, i + 1, &mut st.ctx);
-        if super::words::negated(line) || !super::words::worth_reading(line) {
+        // The bounded reader's own marker (it names "out-of-memory words") is no event.
+        let marker = line.starts_with(super::hints::SKIPPED_MARKER)
+            || line.starts_with(super::hints::RESUMED_MARKER);
+        if marker || !super::words::worth_reading(line) || super::words::negated(line) {
             continue;
         }
         if super::torch::read(lines, i, &mut st) || super::engines::read(lines, i, &mut st) {
@@ -330,6 +343,17 @@ pub fn scan(lines: &[String]) -> (Vec<Finding>, Context) {
     }
     if st.findings.is_empty() {
         st.findings = std::mem::take(&mut st.unrecognised);
+    }
+    if st.findings.is_empty() {
+        st.findings
+            .extend(super::engines::ends_at_allocation(lines));
+    }
+    if let Some((at, first)) = st.ctx.resumed {
+        let by = first.saturating_sub(at + 1);
+        st.ctx.shift_after(at, by);
+        for f in st.findings.iter_mut().filter(|f| f.line > at) {
+            f.line = f.line.saturating_add(by);
+        }
     }
     (st.findings, st.ctx)
 }
@@ -412,6 +436,14 @@ mod tests {
     }
 
     #[test]
+    fn the_skip_marker_is_not_an_event() {
+        let marker = format!("{}1064304640 bytes of input (kept the first 4096 KiB, the last 4096 KiB and the lines with out-of-memory words between; stopped reading after 1024 MiB)", super::super::hints::SKIPPED_MARKER);
+        let (f, ctx) = scan(&lines(&marker));
+        assert!(f.is_empty(), "{f:?}");
+        assert_eq!(ctx.skipped_bytes, Some(1_064_304_640));
+    }
+
+    #[test]
     fn negations_and_look_alikes_are_not_events() {
         for s in [
             "no CUDA out of memory errors were seen",
@@ -420,11 +452,29 @@ mod tests {
             "RuntimeError: CUDA error: an illegal memory access was encountered",
             "RuntimeError: CUDA error: no kernel image is available for execution on the device",
             "Unable to allocate pinned system memory, pinned memory pool will not be available: CUDA driver version is insufficient for CUDA runtime version",
+            // Advice vLLM prints at every start, and others like it.
+            "INFO 05-01 worker.py:267] CUDA graphs can take additional 1~3 GiB memory per GPU. If you are running out of memory, consider decreasing `gpu_memory_utilization` or enforcing eager mode.",
+            "If out-of-memory error occurs during cudagraph capture, consider decreasing `gpu_memory_utilization`",
+            "WARNING: setting a large batch may cause OOM on small cards",
+            "Decode out of memory happened. #retracted_reqs: 3, #new_token_ratio: 0.4 -> 0.7",
         ] {
             assert!(scan(&lines(s)).0.is_empty(), "{s}");
         }
-        let (f, _) = scan(&lines("FATAL: the frobnicator ran out of memory"));
-        assert_eq!(f[0].event, Event::OomWords);
+        // Allocation failures in wordings no reader knows are OOMs (unknown), never none.
+        for s in [
+            "FATAL: the frobnicator ran out of memory",
+            "vk::Device::allocateMemory: ErrorOutOfDeviceMemory",
+            "VK_ERROR_OUT_OF_DEVICE_MEMORY",
+            "[TRT] [E] 2: Requested amount of GPU memory (1073741824 bytes) could not be allocated. There may not be enough free memory for allocation to succeed.",
+            "RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED",
+            "terminate called after throwing an instance of 'std::bad_alloc'",
+            "MemoryError: Unable to allocate 7.45 GiB for an array",
+            "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 8589934592 bytes.",
+            "OSError: [Errno 12] Cannot allocate memory",
+        ] {
+            let (f, _) = scan(&lines(s));
+            assert_eq!(f.len(), 1, "{s}");
+        }
     }
 
     #[test]

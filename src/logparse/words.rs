@@ -14,7 +14,7 @@ pub fn worth_reading(line: &str) -> bool {
     static ANCHORS: OnceLock<Regex> = OnceLock::new();
     re(
         &ANCHORS,
-        r"(?:memory|Memory|MEMORY|alloc|Alloc|ALLOC|OOM|oom|Killed|killed|137|KV cache|kv cache|nough|nsufficient|INSUFFICIENT|RESOURCE_EXHAUSTED|status 5|could not be created|prefill tokens|max seq len|mem-fraction|xceed|Reason:|is_good|CUBLAS|OUT_OF_MEMORY|hipError|runs out|Terminated)",
+        r"(?:memory|Memory|MEMORY|alloc|Alloc|ALLOC|OOM|oom|ENOMEM|Killed|killed|137|KV cache|kv cache|nough|nsufficient|INSUFFICIENT|RESOURCE_EXHAUSTED|status 5|could not be created|prefill tokens|max seq len|mem-fraction|xceed|Reason:|is_good|CUBLAS|OUT_OF_MEMORY|hipError|runs out|Terminated|buffer maximum|profiled value)",
     )
     .is_match(line)
 }
@@ -24,7 +24,7 @@ pub fn negated(line: &str) -> bool {
     static NEG: OnceLock<Regex> = OnceLock::new();
     re(
         &NEG,
-        r"(?i)\b(?:no|zero|without|never|didn't|did not|0)\s+(?:[\w-]+\s+){0,3}?(?:out of memory|ooms?|run(?:ning)? out of memory)\b",
+        r"(?i)(?-u:\b)(?:no|zero|without|never|didn't|did not|0)\s+(?:[A-Za-z0-9_-]+\s+){0,3}?(?:out of memory|ooms?|run(?:ning)? out of memory)(?-u:\b)",
     )
     .is_match(line)
 }
@@ -42,25 +42,42 @@ fn look_alike(line: &str) -> bool {
         "is preempted",
         "not enough KV cache space",
         "misaligned address",
+        // SGLang retracts requests under KV pressure and goes on (like vLLM's preemption).
+        "#retracted_reqs",
+        "Retract requests",
+        "Memory access fault",
     ];
     LOOK_ALIKES.iter().any(|k| line.contains(k))
         || (line.contains("NCCL") && !line.to_ascii_lowercase().contains("out of memory"))
 }
 
-/// Out-of-memory words in any wording: "out of memory", "OOM", "failed to allocate",
-/// "cannot allocate", "insufficient memory", "exceed … memory", …
+/// Out-of-memory words in any wording: "out of memory" (of device / GPU / host memory, with
+/// hyphens or underscores), "OOM", "failed to allocate", "cannot allocate", "could not be
+/// allocated", "insufficient … memory", "not enough … memory", "*_ALLOC_FAILED", "bad_alloc",
+/// "MemoryError", "exceed … memory", …
 pub fn says_oom(line: &str) -> bool {
     static WORDS: OnceLock<Regex> = OnceLock::new();
     let words = re(
         &WORDS,
-        r"(?i:out of (?:memory|vram|gpu memory)|outofmemory|out_of_memory|failed to allocate|(?:cannot|can't|could not|unable to) allocate|insufficient (?:gpu |device )?(?:memory|vram)|not enough (?:gpu |device )?memory|memory exhausted|resource_exhausted|ran out of (?:gpu )?memory)|\bOOM\b",
+        r"(?i:out[ _-]?of[ _-]?(?:(?:device|gpu|host|video|system)[ _-]?)?(?:memory|vram)|failed to allocate|(?:cannot|can't|could not|couldn't|unable to) allocate|could not be allocated|insufficient (?:[A-Za-z]+ ){0,2}(?:memory|vram)|not enough (?:[A-Za-z]+ ){0,2}(?:memory|vram)|memory exhausted|resource_exhausted|ran out of (?:[A-Za-z]+ )?memory|_ALLOC_FAILED|bad_alloc|(?-u:\b)MemoryError(?-u:\b)|(?-u:\b)ENOMEM(?-u:\b))|(?-u:\b)OOM(?-u:\b)",
     );
     words.is_match(line) || (line.to_ascii_lowercase().contains("exceed") && line.contains("emory"))
 }
 
+/// Advice about a possible OOM, not one: "If you are running out of memory, consider …"
+/// (vLLM prints it at every start), "to avoid OOM", "may cause OOM".
+pub fn advice(line: &str) -> bool {
+    static ADVICE: OnceLock<Regex> = OnceLock::new();
+    re(
+        &ADVICE,
+        r"(?i)(?-u:\b)(?:if|in case|may|might|could|can|to avoid|to prevent|avoid(?:ing)?|prevent(?:ing)?|risk of|lead to|cause|reduce|reducing|consider)(?-u:\b)[^.;]{0,40}?(?:(?-u:\b)oom(?-u:\b)|out[ -]of[ -]memory|running out of memory)",
+    )
+    .is_match(line)
+}
+
 /// Keep a line no reader knew when it says out of memory: the log's OOM in an unknown wording.
 pub fn unrecognised(line: &str, n: usize, st: &mut Scan) {
-    if st.unrecognised.len() < 8 && says_oom(line) && !look_alike(line) {
+    if st.unrecognised.len() < 8 && says_oom(line) && !look_alike(line) && !advice(line) {
         let before = std::mem::take(&mut st.findings);
         st.add(n, line, Event::OomWords);
         let found = std::mem::replace(&mut st.findings, before);

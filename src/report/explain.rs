@@ -4,6 +4,8 @@ use super::markdown::{remedies as md_remedies, verdict_block};
 use super::text::{remedies, Style};
 use super::Render;
 use crate::commands::explain::ExplainReport;
+use crate::logparse::bounded::{HEAD, STOP_AFTER, TAIL, WINDOW_LINES};
+use crate::units::Bytes;
 use crate::verdict::Cause;
 
 impl Render for ExplainReport {
@@ -24,6 +26,9 @@ fn text(r: &ExplainReport, style: &Style) -> String {
         r.findings.len()
     ));
     super::text::verdict_header(&mut out, &r.verdict, style, "NO OOM", "OOM");
+    if r.verdict.cause != Cause::None {
+        out.push_str(&style.dim(&format!("  {}\n", band_sentence(r))));
+    }
     out.push('\n');
     if !r.verdict.evidence.is_empty() {
         out.push_str(&style.bold("Evidence"));
@@ -54,15 +59,40 @@ fn text(r: &ExplainReport, style: &Style) -> String {
     {
         out.push_str(&style.dim("Pass --model and the workload (--prompt-tokens, --max-new-tokens, --batch) to price these in bytes.\n"));
     }
+    if let Some(p) = r.plan.as_ref().filter(|p| p.from == "log") {
+        out.push_str(&style.dim(&format!(
+            "Priced from what the log names (no --model given): {}, {} prompt + {} new tokens × {}. Pass --model and the workload to price your own.\n",
+            p.model, p.prompt_tokens, p.max_new_tokens, p.batch
+        )));
+    }
     if let Some(d) = &r.to_decide {
         out.push_str(&format!("{} {d}\n", style.bold("To decide:")));
     }
+    if let Some(skipped) = r.skipped_bytes {
+        out.push_str(&style.dim(&format!(
+            "Read in bounded memory: {} in the middle of the input were skipped (the first {} and the last {}, at most {} lines each, and the lines with out-of-memory words between were read; reading stops after {}).\n",
+            Bytes(skipped),
+            Bytes(HEAD as u64),
+            Bytes(TAIL as u64),
+            WINDOW_LINES,
+            Bytes(STOP_AFTER)
+        )));
+    }
     out
+}
+
+/// "confidence band high (>= 0.8): right 54 of 54 times at this level on the tune corpus"
+fn band_sentence(r: &ExplainReport) -> String {
+    let b = &r.confidence_band;
+    format!("confidence band {}: {}", b.band, b.text)
 }
 
 fn markdown(r: &ExplainReport) -> String {
     let mut out = String::new();
     verdict_block(&mut out, "llm-oom explain", &r.verdict);
+    if r.verdict.cause != Cause::None {
+        out.push_str(&format!("_{}_\n\n", band_sentence(r)));
+    }
     if let Some(f) = r.findings.first() {
         out.push_str(&format!(
             "First fatal line ({}):\n\n```\n{}\n```\n\n",
