@@ -164,7 +164,7 @@ impl Window {
         static WORDS: OnceLock<Regex> = OnceLock::new();
         let words = WORDS.get_or_init(|| {
             // The families of words::says_oom and the engines' own wordings without them.
-            Regex::new(r"(?i:out[ _-]?of[ _-]?(?:(?:device|gpu|host|video|system)[ _-]?)?(?:memory|vram)|failed to allocate|(?:cannot|can't|could not|couldn't|unable to) allocate|could not be allocated|insufficient (?:\w+ ){0,2}(?:memory|vram)|not enough (?:\w+ ){0,2}(?:memory|vram)|_ALLOC_FAILED|bad_alloc|MemoryError|oomkilled|killed process|exit code:? +137|memory usage threshold|larger than buffer maximum|greater than the maximum allowed buffer|profiled value -|no available memory|stored in kv cache|available kv cache memory|leave no gpu memory|exceed allowed memory|free memory on device|memory pressure)|OOM")
+            Regex::new(r"(?i:out[ _-]?of[ _-]?(?:(?:device|gpu|host|video|system)[ _-]?)?(?:memory|vram)|failed to allocate|(?:cannot|can't|could not|couldn't|unable to) allocate|could not be allocated|insufficient (?:\w+ ){0,2}(?:memory|vram)|not enough (?:\w+ ){0,2}(?:memory|vram)|_ALLOC_FAILED|[A-Za-z_]*alloc[A-Za-z_]* failed|allocation (?:of [^ ]+ (?:[A-Za-z]+ )?)?failed|bad_alloc|MemoryError|oomkilled|killed process|exit code:? +137|memory usage threshold|larger than buffer maximum|greater than the maximum allowed buffer|profiled value -|no available memory|stored in kv cache|available kv cache memory|leave no gpu memory|exceed allowed memory|free memory on device|memory pressure)|OOM")
                 .unwrap_or_else(|e| unreachable!("static regex: {e}"))
         });
         let mut kept = 0usize;

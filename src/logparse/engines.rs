@@ -119,7 +119,8 @@ fn vllm_other(lines: &[String], i: usize, st: &mut Scan) -> bool {
 }
 
 /// llama.cpp's failed buffer in each backend's wording: `allocating X MiB on device N:
-/// cudaMalloc failed`, the allocator's `failed to allocate CUDA0 buffer of size B` just after it
+/// cudaMalloc failed` (the backend logs that line only when the allocation failed, so a log cut
+/// off after `on device N:` is still the failure), the allocator's `failed to allocate CUDA0 buffer of size B` just after it
 /// (one failure), Metal's `buffer 'data' size B is larger than buffer maximum of M` and
 /// `ggml_backend_metal_buffer_from_ptr: error: failed to allocate buffer, size = X MiB`, Vulkan's
 /// `Device memory allocation of size B failed`.
@@ -129,6 +130,7 @@ fn llama_alloc(lines: &[String], i: usize, st: &mut Scan) -> bool {
         &ALLOC,
         r"(?x)
         allocating\ (?P<mib>[\d.]+)\ MiB\ on\ device\ \d+:\ \w*(?:cudaMalloc|hipMalloc|malloc)\w*\ failed
+        | ggml_backend_\w+_buffer_type_alloc_buffer:\ allocating\ (?P<mib3>[\d.]+)\ MiB\ on\ device\ \d+
         | failed\ to\ allocate\ (?:CUDA|ROCm|Vulkan|Metal|SYCL|CANN|MUSA|CPU)\d*\ buffer\ of\ size\ (?P<b>\d+)
         | ggml_backend_cpu_buffer_type_alloc_buffer:\ failed\ to\ allocate\ buffer\ of\ size\ (?P<b4>\d+)
         | buffer\ '(?P<name>[^']*)'\ size\ (?P<b2>\d+)\ is\ larger\ than\ buffer\ maximum
@@ -144,6 +146,7 @@ fn llama_alloc(lines: &[String], i: usize, st: &mut Scan) -> bool {
     let count = |k: &str| c.name(k).and_then(|m| m.as_str().parse::<u64>().ok());
     let bytes = mib("mib")
         .or_else(|| mib("mib2"))
+        .or_else(|| mib("mib3"))
         .or_else(|| count("b"))
         .or_else(|| count("b2"))
         .or_else(|| count("b3"))
@@ -250,6 +253,13 @@ fn llama_buffer(lines: &[String], i: usize) -> LlamaBuffer {
         LlamaBuffer::KvCache
     } else if near.contains("compute") || near.contains("gallocr") {
         LlamaBuffer::Compute
+    } else if near.contains("llama_new_context_with_model")
+        || near.contains("llama_init_from_model")
+        || near.contains("llama_context:")
+    {
+        // The context is being made: its first buffer is the KV cache (compute buffers say so
+        // in the lines after, checked above).
+        LlamaBuffer::KvCache
     } else if near.contains("llama_model_load")
         || near.contains("load_tensors")
         || near.contains("model buffer")
@@ -572,6 +582,9 @@ fn is_exit_137(line: &str) -> bool {
         || (t.ends_with("]killed") && t.contains("it/s"))
         || t.strip_prefix("exit code:")
             .is_some_and(|c| c.trim() == "137")
+        // Knative / KServe `lastFailureInfo` and pod YAML: `exitCode: 137`.
+        || t.strip_prefix("exitcode:")
+            .is_some_and(|c| c.trim() == "137")
 }
 
 #[cfg(test)]
@@ -596,6 +609,35 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_buffer_cut_off_while_the_context_is_made_is_the_kv_cache() {
+        // llamaedge-241 (fresh corpus): the log ends inside the failure line.
+        let e = events("llama_new_context_with_model: n_ctx      = 131072\nllama_new_context_with_model: flash_attn = 0\nggml_backend_cuda_buffer_type_alloc_buffer: allocating 8192.00 MiB on device 0: cudaMall");
+        assert!(
+            matches!(
+                e.first(),
+                Some(Event::LlamaCppBuffer {
+                    buffer: LlamaBuffer::KvCache,
+                    bytes: Some(b)
+                }) if *b == 8192 << 20
+            ),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn rays_own_out_of_memory_error_is_the_hosts_not_pytorchs() {
+        // ray-flingbot-11 (fresh corpus).
+        let e = events("ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.");
+        assert_eq!(e, vec![Event::RayOomKill], "{e:?}");
+    }
+
+    #[test]
+    fn a_pod_yaml_exit_code_137_is_a_kill() {
+        assert!(is_exit_137("        exitCode: 137"));
+        assert!(!is_exit_137("        exitCode: 1370"));
     }
 
     #[test]

@@ -16,7 +16,9 @@ pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
         &HEAD,
         r"(?:CUDA|HIP|XPU|MPS backend) out of memory|OutOfMemoryError|(?i:cuda out of memory)",
     );
-    if head.is_match(line) && !line.contains("warming up sampler") {
+    // Other libraries name their own OutOfMemoryError (Ray's is the host's): not PyTorch's.
+    let foreign = line.contains("ray.exceptions.OutOfMemoryError");
+    if head.is_match(line) && !line.contains("warming up sampler") && !foreign {
         message(lines, i, st);
         return true;
     }

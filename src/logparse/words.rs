@@ -53,13 +53,14 @@ fn look_alike(line: &str) -> bool {
 
 /// Out-of-memory words in any wording: "out of memory" (of device / GPU / host memory, with
 /// hyphens or underscores), "OOM", "failed to allocate", "cannot allocate", "could not be
-/// allocated", "insufficient … memory", "not enough … memory", "*_ALLOC_FAILED", "bad_alloc",
+/// allocated", "insufficient … memory", "not enough … memory", "*_ALLOC_FAILED", "*alloc* failed"
+/// (`bm_alloc_gmem failed`, `cudaMalloc failed`), "allocation failed", "bad_alloc",
 /// "MemoryError", "exceed … memory", …
 pub fn says_oom(line: &str) -> bool {
     static WORDS: OnceLock<Regex> = OnceLock::new();
     let words = re(
         &WORDS,
-        r"(?i:out[ _-]?of[ _-]?(?:(?:device|gpu|host|video|system)[ _-]?)?(?:memory|vram)|failed to allocate|(?:cannot|can't|could not|couldn't|unable to) allocate|could not be allocated|insufficient (?:[A-Za-z]+ ){0,2}(?:memory|vram)|not enough (?:[A-Za-z]+ ){0,2}(?:memory|vram)|memory exhausted|resource_exhausted|ran out of (?:[A-Za-z]+ )?memory|_ALLOC_FAILED|bad_alloc|(?-u:\b)MemoryError(?-u:\b)|(?-u:\b)ENOMEM(?-u:\b))|(?-u:\b)OOM(?-u:\b)",
+        r"(?i:out[ _-]?of[ _-]?(?:(?:device|gpu|host|video|system)[ _-]?)?(?:memory|vram)|failed to allocate|(?:cannot|can't|could not|couldn't|unable to) allocate|could not be allocated|insufficient (?:[A-Za-z]+ ){0,2}(?:memory|vram)|not enough (?:[A-Za-z]+ ){0,2}(?:memory|vram)|memory exhausted|resource_exhausted|ran out of (?:[A-Za-z]+ )?memory|_ALLOC_FAILED|[A-Za-z_]*alloc[A-Za-z_]* failed|allocation (?:of [^ ]+ (?:[A-Za-z]+ )?)?failed|bad_alloc|(?-u:\b)MemoryError(?-u:\b)|(?-u:\b)ENOMEM(?-u:\b))|(?-u:\b)OOM(?-u:\b)",
     );
     words.is_match(line) || (line.to_ascii_lowercase().contains("exceed") && line.contains("emory"))
 }
@@ -88,4 +89,22 @@ pub fn unrecognised(line: &str, n: usize, st: &mut Scan) {
 /// Whether a line is a look-alike (for readers that match broad wordings).
 pub fn is_look_alike(line: &str) -> bool {
     look_alike(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_allocator_that_says_it_failed_is_out_of_memory() {
+        // sophgo-llmtpu-8 (fresh corpus): a TPU runtime's own allocator.
+        assert!(says_oom(
+            "[bmlib_memory][error] bm_alloc_gmem failed, dev_id = 0, size = 0xc0fb4000"
+        ));
+        assert!(says_oom("cudaMalloc failed: out of memory"));
+        assert!(says_oom("memory allocation of 16 bytes failed"));
+        assert!(!says_oom(
+            "allocated 3 buffers; loading failed for another reason"
+        ));
+    }
 }

@@ -408,11 +408,13 @@ fn vllm_no_blocks(a: &mut Ask) -> Decision {
     a.remedy(Change::RaiseUtilization(95), Engine::Vllm, None);
     a.remedy(Change::QuantizeWeights(nf4()), Engine::Vllm, None);
     a.remedy(Change::LargerGpu(0), Engine::Vllm, None);
+    // The KV cache got no room: the cause users and maintainers name (three threads of the fresh
+    // corpus), with raising gpu_memory_utilization first and smaller weights after.
     Decision::new(
-        Cause::Weights,
+        Cause::KvCache,
         Stage::Load,
         0.8,
-        "weights: after the weights and the profiling run nothing is left for vLLM's KV cache"
+        "kv_cache: after the weights and the profiling run nothing is left for vLLM's KV cache (0 blocks within gpu_memory_utilization)"
             .into(),
         vec![ev(a.f, "vLLM found no memory for cache blocks".into())],
     )
