@@ -492,3 +492,43 @@ fn past_the_context_is_refused_unless_allowed() {
     );
     assert_ne!(r.code, 2, "{}", r.stderr);
 }
+
+/// A checkpoint that cannot be loaded is bad input (exit 2, what is wrong with which file), never
+/// an out-of-memory; a probe that fails or hangs says PROBE FAILED (exit 3), not OUT OF MEMORY.
+#[test]
+fn a_broken_checkpoint_is_bad_input_and_a_hung_stage_is_a_probe_failure() {
+    let c = case();
+    // A header that promises 256 × 128 f32 embeddings with no bytes behind it.
+    let header = br#"{"model.embed_tokens.weight":{"dtype":"F32","shape":[1000,128],"data_offsets":[0,512000]}}"#;
+    let mut file = (header.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(header);
+    std::fs::write(
+        std::path::Path::new(&c.model).join("model.safetensors"),
+        file,
+    )
+    .expect("write");
+    let r = c.diagnose(&["-p", "16", "-n", "2"], &[]);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("cannot be loaded"), "{}", r.stderr);
+    assert!(!r.stdout.contains("OUT OF MEMORY"), "{}", r.stdout);
+    // The same shapes with random weights run.
+    let r = c.diagnose(&["-p", "16", "-n", "2", "--random-weights"], &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+
+    let home = temp();
+    let r: Run = llm_oom(home.path())
+        .args([
+            "diagnose",
+            "--model",
+            "qwen2.5-0.5b-instruct",
+            "--engine",
+            "candle",
+        ])
+        .args(["--device", "cpu", "--dtype", "f32", "--stage-timeout", "1"])
+        .output()
+        .expect("runs")
+        .into();
+    assert_eq!(r.code, 3, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("PROBE FAILED"), "{}", r.stdout);
+    assert!(r.stdout.contains("timed out"), "{}", r.stdout);
+}

@@ -35,7 +35,7 @@ fn every_fixture_gets_its_verdict() {
         ("ansi_progress.log", "kv_cache", "long_generation"),
         ("vllm_max_len.log", "kv_cache", "load"),
         ("vllm_v1_kv.log", "kv_cache", "load"),
-        ("vllm_no_blocks.log", "weights", "load"),
+        ("vllm_no_blocks.log", "kv_cache", "load"),
         ("vllm_startup_free.log", "other_process", "environment"),
         ("vllm_sampler.log", "concurrency", "load"),
         ("llamacpp_model.log", "weights", "load"),

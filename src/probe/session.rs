@@ -84,6 +84,11 @@ fn unavailable(line: &str) -> Option<Error> {
 const STDERR_KEEP: usize = 64 << 10;
 
 impl Session {
+    /// What every child of this session is started with.
+    pub fn setup(&self) -> &Setup {
+        &self.setup
+    }
+
     pub fn new(launcher: Launcher, setup: Setup, timeout: Duration) -> Session {
         let gpu_index = setup.device.gpu();
         Session {

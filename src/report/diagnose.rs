@@ -130,7 +130,13 @@ fn text(r: &DiagnoseReport, style: &Style) -> String {
 /// The verdict first (a person reads it, a log grep finds it), then what ran where.
 fn headline(out: &mut String, r: &DiagnoseReport, style: &Style) {
     let d = &r.device;
-    out.push_str(&verdict_line(&r.verdict, style, "NO OOM", "OUT OF MEMORY"));
+    // A probe that failed before any out-of-memory says so, not "out of memory".
+    let bad = if r.exit_status() == crate::exit::ExitStatus::Failure {
+        "PROBE FAILED"
+    } else {
+        "OUT OF MEMORY"
+    };
+    out.push_str(&verdict_line(&r.verdict, style, "NO OOM", bad));
     out.push('\n');
     out.push_str(&style.dim(&format!(
         "  {} · {} · card {} · {}\n",

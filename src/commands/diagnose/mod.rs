@@ -236,6 +236,18 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
         }
         ProbeKind::Predicted(why) => return Ok(predicted(req, prep, env, why, started)),
     };
+    let random = match &model_dir {
+        Some(_) => setup.random_weights,
+        None => matches!(
+            crate::runtime::setup::weight_source(&prep.source, req.random_weights),
+            Ok(crate::runtime::weights::WeightSource::Random)
+        ),
+    };
+    if random {
+        prep.notes.push(
+            "random weights of the model's real shapes (no checkpoint was read): the memory is the model's, the generated tokens are noise".into(),
+        );
+    }
     let mut session = Session::new(launcher, setup, req.stage_timeout);
 
     progress.stage("load");
@@ -260,6 +272,21 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
         ..Measured::default()
     };
     stages::load(&mut m, hello.base_bytes, load);
+    // A checkpoint that cannot be loaded (truncated, header-only, shapes that disagree with
+    // config.json, a missing tensor) is bad input, not a probe fault and never an out-of-memory.
+    if let Some(why) = broken_checkpoint(&m, session_random(&session)) {
+        let _ = session.finish();
+        let advice = if why.contains("re-download") {
+            "or pass --random-weights to probe its shapes"
+        } else {
+            "re-download it, or pass --random-weights to probe its shapes"
+        };
+        return Err(InputError::Usage(format!(
+            "the checkpoint of {} cannot be loaded: {why}; {advice}",
+            req.model
+        ))
+        .into());
+    }
     let (p, n, b) = (
         prep.workload.prompt_tokens as usize,
         prep.workload.max_new_tokens as usize,
@@ -386,6 +413,22 @@ fn probe_name(prep: &Prepared, req: &DiagnoseRequest, hello: &Hello, transformer
             "sliced (SDPA-like)"
         }
     )
+}
+
+/// Whether the session's child drew random weights (nothing read from files).
+fn session_random(session: &Session) -> bool {
+    session.setup().random_weights
+}
+
+/// The load's failure when it is the checkpoint's: it failed (not out of memory, not a timeout)
+/// while reading weights from files.
+fn broken_checkpoint(m: &Measured, random: bool) -> Option<String> {
+    let load = m.stages.first()?;
+    (load.outcome == Outcome::Error && !random).then(|| {
+        load.reason
+            .clone()
+            .unwrap_or_else(|| "the load failed".into())
+    })
 }
 
 /// A workload past the model's trained context is a finding of the verdict, not a footnote.
