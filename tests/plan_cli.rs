@@ -593,3 +593,36 @@ fn gemma3s_published_nested_config_is_planned() {
     assert_eq!(j["model"]["vocab_size"], 262_208);
     assert_eq!(j["model"]["sliding_layers"], 40);
 }
+
+/// Past the model's trained context is in the verdict itself (headline and first evidence), not
+/// only a note at the bottom: the memory may fit, the workload is still not what the model does.
+#[test]
+fn past_the_context_is_in_the_verdict() {
+    let home = temp();
+    let args = [
+        "plan",
+        "-m",
+        "qwen2.5-7b-instruct",
+        "-p",
+        "100000",
+        "--vram",
+        "h200",
+    ];
+    let r = run(home.path(), &args);
+    let headline = r
+        .stdout
+        .lines()
+        .find(|l| l.contains("FITS"))
+        .unwrap_or_default();
+    assert!(
+        headline.contains("past the model's 32,768-token context"),
+        "{}",
+        r.stdout
+    );
+    let mut a = args.to_vec();
+    a.push("--json");
+    let j = json(&run(home.path(), &a).stdout);
+    assert!(j["verdict"]["evidence"][0]["text"]
+        .as_str()
+        .is_some_and(|t| t.starts_with("past the context")));
+}

@@ -113,6 +113,20 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         f.verdict = from_placement(p);
         f.remedies.clear();
     }
+    // Past the trained context is a finding of the verdict (memory may fit; the output will not
+    // be what the model was trained for), not only a note at the bottom.
+    if let Some(why) = past_context(&spec, &w) {
+        f.verdict.summary = format!(
+            "{} · but prompt + new tokens ({}) is past the model's {}-token context",
+            f.verdict.summary,
+            crate::units::group(w.total_tokens()),
+            crate::units::group(spec.max_position_embeddings.unwrap_or(0))
+        );
+        f.verdict.evidence.insert(
+            0,
+            crate::verdict::Evidence::text(format!("past the context: {why}")),
+        );
+    }
     let profile = Profile::of(req.engine);
     Ok(PlanReport {
         command: "plan",
