@@ -225,7 +225,11 @@ pub fn plan_auto(spec: &Spec, dtype: WeightDtype, d: &Devices, e: &Estimate) -> 
     places.extend([Place::Cpu, Place::Disk]);
     let kv_per_layer = e.kv_cache / layers_total.max(1);
     let off = |m: &str| !matches!(at(m), Place::Gpu(_));
-    let offloaded = (0..layers_total).any(|i| off(&format!("model.layers.{i}")));
+    // Where each layer went, looked up once (the map is searched by name).
+    let layer_at: Vec<Place> = (0..layers_total)
+        .map(|i| at(&format!("model.layers.{i}")))
+        .collect();
+    let offloaded = layer_at.iter().any(|p| !matches!(p, Place::Gpu(_)));
     // the largest offloaded part is what accelerate's reserve on GPU 0 is for
     let in_transit = [
         (offloaded, real.layer),
@@ -238,9 +242,7 @@ pub fn plan_auto(spec: &Spec, dtype: WeightDtype, d: &Devices, e: &Estimate) -> 
     .max();
     let mut devices = Vec::new();
     for place in places {
-        let layers = (0..layers_total)
-            .filter(|i| at(&format!("model.layers.{i}")) == place)
-            .count() as u64;
+        let layers = layer_at.iter().filter(|p| **p == place).count() as u64;
         let mut holds = Vec::new();
         let mut weights = layers.saturating_mul(real.layer);
         for (m, bytes, label) in [
