@@ -206,20 +206,23 @@ pub fn long_generation(session: &mut Session, m: &mut Measured, p: usize, n: usi
             }
         }
     }
-    m.long_point = long.map(|(new, r)| LongPoint {
+    m.long_point = long.map(|(new, r)| long_point(&r, p, p + new));
+    Ok(())
+}
+
+/// What a long generation of `total` tokens held beyond its cache, in its prefill and its decode.
+fn long_point(r: &TaskResult, p: usize, total: usize) -> LongPoint {
+    let held = r.used.before.saturating_add(r.kv_bytes);
+    LongPoint {
         prompt_tokens: p as u64,
-        total_tokens: (p + new) as u64,
+        total_tokens: total as u64,
         prefill_activations: r
             .used
             .prefill_peak
             .unwrap_or(r.used.peak)
-            .saturating_sub(r.used.before + r.kv_bytes),
-        decode_activations: r
-            .used
-            .decode_peak
-            .map(|d| d.saturating_sub(r.used.before + r.kv_bytes)),
-    });
-    Ok(())
+            .saturating_sub(held),
+        decode_activations: r.used.decode_peak.map(|d| d.saturating_sub(held)),
+    }
 }
 
 /// Stages 2 and 3 from one generation: the first token is its prefill (peak, time, the cache of
@@ -278,19 +281,7 @@ pub fn prefill_once(session: &mut Session, m: &mut Measured, p: usize, n: usize)
     m.stages.push(sized(first, 1));
     if let Reply::Done(r) = &reply {
         if r.outcome == Outcome::Ok {
-            m.long_point = Some(LongPoint {
-                prompt_tokens: p as u64,
-                total_tokens: (p + n) as u64,
-                prefill_activations: r
-                    .used
-                    .prefill_peak
-                    .unwrap_or(r.used.peak)
-                    .saturating_sub(r.used.before + r.kv_bytes),
-                decode_activations: r
-                    .used
-                    .decode_peak
-                    .map(|d| d.saturating_sub(r.used.before + r.kv_bytes)),
-            });
+            m.long_point = Some(long_point(r, p, p + n));
         }
     }
     let long = from_reply(
