@@ -1353,9 +1353,13 @@ fn params_from(base: &str) -> Option<f64> {
         if bytes.get(i + 1).is_some_and(|n| n.is_ascii_alphanumeric()) {
             continue;
         }
+        // Past the last character that is not part of the figure (it may be several bytes long:
+        // cargo-fuzz found `�7b` panicking here).
         let start = base[..i]
-            .rfind(|ch: char| !(ch.is_ascii_digit() || ch == '.' || ch == 'x'))
-            .map_or(0, |p| p + 1);
+            .char_indices()
+            .rev()
+            .find(|(_, ch)| !(ch.is_ascii_digit() || *ch == '.' || *ch == 'x'))
+            .map_or(0, |(p, ch)| p + ch.len_utf8());
         let figure = &base[start..i];
         let v = figure
             .split('x')
@@ -1407,6 +1411,13 @@ pub fn kind_name(e: &Event) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_parameter_count_after_a_multibyte_character_is_read() {
+        // cargo-fuzz (session 5): a byte index inside '�' before "7b".
+        assert_eq!(params_from("模型\u{fffd}7b"), Some(7e9));
+        assert_eq!(params_from("qwen-\u{fffd}0.5b"), Some(0.5e9));
+    }
 
     #[test]
     fn model_names_give_a_weight_size() {
