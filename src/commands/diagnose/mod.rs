@@ -274,7 +274,7 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
     stages::load(&mut m, hello.base_bytes, load);
     // A checkpoint that cannot be loaded (truncated, header-only, shapes that disagree with
     // config.json, a missing tensor) is bad input, not a probe fault and never an out-of-memory.
-    if let Some(why) = broken_checkpoint(&m, session_random(&session)) {
+    if let Some(why) = broken_checkpoint(&m, random) {
         let _ = session.finish();
         let advice = if why.contains("re-download") {
             "or pass --random-weights to probe its shapes"
@@ -413,11 +413,6 @@ fn probe_name(prep: &Prepared, req: &DiagnoseRequest, hello: &Hello, transformer
             "sliced (SDPA-like)"
         }
     )
-}
-
-/// Whether the session's child drew random weights (nothing read from files).
-fn session_random(session: &Session) -> bool {
-    session.setup().random_weights
 }
 
 /// The load's failure when it is the checkpoint's: it failed (not out of memory, not a timeout)
