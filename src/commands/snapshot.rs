@@ -49,12 +49,7 @@ pub fn is_snapshot(path: &Path) -> bool {
 pub fn explain_snapshot(req: &SnapshotRequest) -> Result<SnapshotExplainReport> {
     let snap = read_snapshot(&req.path)?;
     let record = attribute(&snap);
-    let mut verdict = from_snapshot(&record);
-    // The headline names the cause first, as every other report's does.
-    let cause = verdict.cause.to_string();
-    if !verdict.summary.starts_with(&cause) {
-        verdict.summary = format!("{cause}: {}", verdict.summary);
-    }
+    let verdict = from_snapshot(&record);
     Ok(SnapshotExplainReport {
         command: "explain",
         version: env!("CARGO_PKG_VERSION"),

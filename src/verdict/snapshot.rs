@@ -84,7 +84,8 @@ pub fn from_snapshot(r: &SnapshotReport) -> Verdict {
             (true, _) | (false, Cause::Fragmentation) => 0.9,
             (false, _) => 0.5,
         },
-        summary: format!("PyTorch's allocator record: {}", s.text),
+        // The cause first, as every other verdict's summary says it.
+        summary: format!("{cause}: PyTorch's allocator record: {}", s.text),
         evidence,
         contributing,
     }

@@ -109,10 +109,6 @@ impl WatchReport {
             if self.verdict.stage != Stage::Unknown && v.stage == Stage::Unknown {
                 v.stage = self.verdict.stage;
             }
-            let cause = v.cause.to_string();
-            if !v.summary.starts_with(&cause) {
-                v.summary = format!("{cause}: {}", v.summary);
-            }
             self.verdict = v;
         }
         self.torch = Some(t);
