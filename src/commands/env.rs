@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::meter::gpu::{read_all, AllGpus, GpuInfo};
 use crate::meter::host::host_memory;
+use crate::probe::session::wait_for;
 use crate::units::Bytes;
 
 /// The Python packages whose versions change what memory a model takes.
@@ -225,32 +226,22 @@ fn run_python(python: &Path, script: &str) -> Result<String, String> {
         .spawn()
         .map_err(|e| format!("{} cannot be run ({e})", python.display()))?;
     let started = Instant::now();
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => {
-                let mut out = String::new();
-                if let Some(mut s) = child.stdout.take() {
-                    let _ = s.read_to_string(&mut out);
-                }
-                return if status.success() {
-                    Ok(out)
-                } else {
-                    Err(format!("{} exited with {status}", python.display()))
-                };
-            }
-            Ok(None) if started.elapsed() < PYTHON_TIMEOUT => {
-                std::thread::sleep(Duration::from_millis(10))
-            }
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "{} did not answer within {} s",
-                    python.display(),
-                    PYTHON_TIMEOUT.as_secs()
-                ));
-            }
-        }
+    let status = wait_for(&mut child, PYTHON_TIMEOUT);
+    if started.elapsed() >= PYTHON_TIMEOUT {
+        return Err(format!(
+            "{} did not answer within {} s",
+            python.display(),
+            PYTHON_TIMEOUT.as_secs()
+        ));
+    }
+    let mut out = String::new();
+    if let Some(mut s) = child.stdout.take() {
+        let _ = s.read_to_string(&mut out);
+    }
+    match status {
+        Some(s) if s.success() => Ok(out),
+        Some(s) => Err(format!("{} exited with {s}", python.display())),
+        None => Err(format!("{} could not be waited for", python.display())),
     }
 }
 

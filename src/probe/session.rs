@@ -84,11 +84,6 @@ fn unavailable(line: &str) -> Option<Error> {
 const STDERR_KEEP: usize = 64 << 10;
 
 impl Session {
-    /// What every child of this session is started with.
-    pub fn setup(&self) -> &Setup {
-        &self.setup
-    }
-
     pub fn new(launcher: Launcher, setup: Setup, timeout: Duration) -> Session {
         let gpu_index = setup.device.gpu();
         Session {
@@ -340,7 +335,8 @@ impl Drop for Session {
     }
 }
 
-fn wait_for(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+/// Wait at most `limit` for `child`, then kill it; its status (`None`: it could not be waited for).
+pub fn wait_for(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
     let start = Instant::now();
     loop {
         match child.try_wait() {
