@@ -298,14 +298,8 @@ impl Reader<'_> {
                 2
             },
             fused_projections: family == Family::Phi3,
-            rope_theta: self
-                .get("rope_theta")
-                .and_then(Value::as_f64)
-                .unwrap_or(10_000.0),
-            rms_norm_eps: self
-                .get("rms_norm_eps")
-                .and_then(Value::as_f64)
-                .unwrap_or(1e-6),
+            rope_theta: self.f64_or("rope_theta", 10_000.0),
+            rms_norm_eps: self.f64_or("rms_norm_eps", 1e-6),
             numerics: self.numerics(family, &arch),
             native_dtype,
             gguf: None,
@@ -314,6 +308,11 @@ impl Reader<'_> {
             layout: None,
             keep_dense,
         })
+    }
+
+    /// A float field, else the default transformers uses.
+    fn f64_or(&self, key: &str, default: f64) -> f64 {
+        self.get(key).and_then(Value::as_f64).unwrap_or(default)
     }
 
     /// A `Spec` around a family reader's layout: the fields summarise it, the layout decides.
@@ -346,14 +345,8 @@ impl Reader<'_> {
             qk_norm: false,
             norms_per_layer: 2,
             fused_projections: false,
-            rope_theta: self
-                .get("rope_theta")
-                .and_then(Value::as_f64)
-                .unwrap_or(10_000.0),
-            rms_norm_eps: self
-                .get("rms_norm_eps")
-                .and_then(Value::as_f64)
-                .unwrap_or(1e-6),
+            rope_theta: self.f64_or("rope_theta", 10_000.0),
+            rms_norm_eps: self.f64_or("rms_norm_eps", 1e-6),
             numerics: self.numerics(family, &arch),
             native_dtype,
             gguf: None,
