@@ -12,7 +12,7 @@ dtype). Then one plain generate() of random ids, as a user runs it. A cuDNN `mha
 or a cuBLAS allocation failure counts as an OOM (probe.is_oom).
 
     python3 scripts/gpu/transformers-limits.py OUT.jsonl [--vram-limit 24] [--budget-s 540]
-        [--workload PRESET:ATTN:BATCH:NEW[:LIMIT_GIB]]... [--only PRESET,...] [--resume]
+        [--workload PRESET:ATTN:BATCH:NEW[:LIMIT_GIB[:GUESS]]]... [--only PRESET,...] [--resume]
         [--dtype bf16] [--device cuda:0]
 
 Without --workload, the default list below (24 GiB card; qwen2.5-0.5b on 8 GiB). OUT gets JSON lines:
@@ -255,8 +255,10 @@ def search(args, w, f, deadline, prior, stats):
             return None
         return t
 
-    guess = estimate(cfg, w["attn"], w["batch"], w["new"], w["vram_limit"], dsize)
-    # 1. A bracket: start at the estimate (or the context), then move by x1.5 until it is found.
+    guess = w.get("guess") or estimate(cfg, w["attn"], w["batch"], w["new"], w["vram_limit"], dsize)
+    # A given guess (llm-oom's own forecast, a safe side one) is close: step by x1.15, not x1.5.
+    step = 1.15 if w.get("guess") else 1.5
+    # 1. A bracket: start at the estimate (or the context), then move by the step until it is found.
     if hi is None and lo < top:
         p = top if guess >= top else max(16, min(top, guess if lo == 0 else int(lo * 1.5)))
         while True:
@@ -267,7 +269,7 @@ def search(args, w, f, deadline, prior, stats):
                 lo = p
                 if p >= top:
                     break
-                p = min(top, int(p * 1.5))
+                p = min(top, int(p * step))
             else:
                 hi = p
                 if t.get("part") == "weights":
@@ -276,7 +278,7 @@ def search(args, w, f, deadline, prior, stats):
     if lo == 0 and hi is not None and not incomplete and not weights_fail:
         p = hi
         while p > 16 and not incomplete:
-            p = max(16, int(p / 1.5))
+            p = max(16, int(p / step))
             t = attempt(p)
             if t is None:
                 break
@@ -315,11 +317,14 @@ def search(args, w, f, deadline, prior, stats):
 
 def parse_workload(s, default_gib):
     parts = s.split(":")
-    if len(parts) not in (4, 5):
-        raise SystemExit("a workload is PRESET:ATTN:BATCH:NEW[:LIMIT_GIB], not %r" % s)
-    gib = float(parts[4]) if len(parts) == 5 else default_gib
-    return {"preset": parts[0], "attn": parts[1], "batch": int(parts[2]), "new": int(parts[3]),
-            "vram_limit": int(gib * GIB)}
+    if len(parts) not in (4, 5, 6):
+        raise SystemExit("a workload is PRESET:ATTN:BATCH:NEW[:LIMIT_GIB[:GUESS]], not %r" % s)
+    gib = float(parts[4]) if len(parts) >= 5 and parts[4] else default_gib
+    w = {"preset": parts[0], "attn": parts[1], "batch": int(parts[2]), "new": int(parts[3]),
+         "vram_limit": int(gib * GIB)}
+    if len(parts) == 6:
+        w["guess"] = int(parts[5])
+    return w
 
 
 def main():
