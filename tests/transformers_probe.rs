@@ -171,3 +171,74 @@ fn a_long_prompt_is_prefilled_once() {
     assert_eq!(first["components"]["kv_cache"], 8192 * 512);
     assert!(long["components"]["kv_cache"].as_u64() > first["components"]["kv_cache"].as_u64());
 }
+
+fn stage_of(v: &Value, name: &str) -> Value {
+    v["stages"]
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["name"] == name))
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn tiny_diagnose(python: &std::ffi::OsStr, extra: &[&str]) -> (Option<i32>, Value) {
+    let home = temp();
+    let out = llm_oom(home.path())
+        .args(["diagnose", "--model", &fixture(), "--device", "cpu"])
+        .args(["-p", "48", "-n", "8", "-b", "2", "--dtype", "f32", "--json"])
+        .args(extra)
+        .arg("--python")
+        .arg(python)
+        .output()
+        .expect("runs");
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.code(), v)
+}
+
+/// `--fresh-run always`: the asked workload (here the batch of 2) runs once more in a new child,
+/// cold and whole, and that record is the concurrency stage's.
+#[test]
+fn the_whole_workload_runs_in_a_fresh_process_when_asked() {
+    let Some(python) = std::env::var_os("LLM_OOM_TEST_PYTHON") else {
+        eprintln!("LLM_OOM_TEST_PYTHON is not set: the transformers path is not run here");
+        return;
+    };
+    let (code, v) = tiny_diagnose(&python, &["--fresh-run", "always"]);
+    assert_eq!(code, Some(0), "{v}");
+    let c = stage_of(&v, "concurrency");
+    assert_eq!(c["outcome"], "ok", "{v}");
+    assert_eq!(c["fresh_process"], true, "{c}");
+    assert!(c["detail"].as_str().is_some_and(|d| d.contains("a fresh process")
+        && d.contains("the warm probe: peak")));
+    assert_eq!(c["new_tokens"], 8);
+    assert!(v["children"].as_array().is_some_and(|a| a.len() >= 2), "{v}");
+    assert!(v["notes"].to_string().contains("decided by a fresh process"));
+    // Without it, nothing is far enough from the whole host to be at the edge: no fresh run.
+    let (_, plain) = tiny_diagnose(&python, &[]);
+    assert!(stage_of(&plain, "concurrency").get("fresh_process").is_none(), "{plain}");
+}
+
+/// A card just above the staged peak is the edge: the fresh run decides, and the asked workload
+/// is inside the printed budget when it ran.
+#[test]
+fn a_peak_at_the_edge_of_the_card_is_decided_by_a_fresh_process() {
+    let Some(python) = std::env::var_os("LLM_OOM_TEST_PYTHON") else {
+        eprintln!("LLM_OOM_TEST_PYTHON is not set: the transformers path is not run here");
+        return;
+    };
+    let (_, v) = tiny_diagnose(&python, &["--fresh-run", "never"]);
+    let peak = stage_of(&v, "concurrency")["memory"]["peak"]
+        .as_u64()
+        .expect("a peak");
+    let limit = format!("{}B", peak + peak / 50);
+    let (code, v) = tiny_diagnose(&python, &["--vram-limit", &limit]);
+    let c = stage_of(&v, "concurrency");
+    assert_eq!(c["fresh_process"], true, "{v}");
+    if c["outcome"] == "ok" {
+        assert_eq!(code, Some(0), "{v}");
+        let budget = v["budget"]["max_prompt_tokens"].as_u64().unwrap_or(0);
+        assert!(budget >= 48, "the workload ran, the budget says {budget}: {v}");
+    } else {
+        assert_eq!(code, Some(1), "{v}");
+    }
+}

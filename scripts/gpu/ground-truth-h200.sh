@@ -7,6 +7,7 @@
 # Each part is bounded by `timeout` so the call ends inside the device's 600 s.
 set -u
 cd "$(dirname "$0")/../.."
+set -- truth   # common.sh's EXIT trap reads $1
 source scripts/gpu/common.sh truth
 export PYTHONUNBUFFERED=1
 timed limits timeout ${LIMITS_S:-300} python3 scripts/gpu/transformers-limits.py "$OUT/limits.jsonl" \

@@ -260,7 +260,7 @@ def search(args, w, f, deadline, prior, stats):
     step = 1.15 if w.get("guess") else 1.5
     # 1. A bracket: start at the estimate (or the context), then move by the step until it is found.
     if hi is None and lo < top:
-        p = top if guess >= top else max(16, min(top, guess if lo == 0 else int(lo * 1.5)))
+        p = top if guess >= top else max(16, min(top, guess if lo == 0 else int(lo * step)))
         while True:
             t = attempt(p)
             if t is None:

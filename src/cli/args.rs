@@ -85,6 +85,13 @@ pub enum SnapshotChoice {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FreshRunArg {
+    Edge,
+    Always,
+    Never,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ColorChoice {
     Auto,
     Always,
@@ -316,6 +323,10 @@ pub struct DiagnoseArgs {
     /// Give up on a stage that takes longer than this many seconds.
     #[arg(long, default_value_t = 300)]
     pub stage_timeout: u64,
+    /// transformers: when the whole workload runs once more in a fresh process, as your program
+    /// runs it, to decide the verdict: at the edge of the card (default), always, or never.
+    #[arg(long, value_enum, default_value_t = FreshRunArg::Edge)]
+    pub fresh_run: FreshRunArg,
     /// The Python whose torch and transformers run the stages for `--engine transformers`
     /// (default: $LLM_OOM_PYTHON, else python3). Without them the answer is predicted.
     #[arg(long, value_name = "PATH")]

@@ -7,9 +7,9 @@ use std::time::Duration;
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::args::DiagnoseArgs;
+use super::args::{DiagnoseArgs, FreshRunArg};
 use super::{positive, print};
-use llm_oom::commands::diagnose::{diagnose, DiagnoseRequest};
+use llm_oom::commands::diagnose::{diagnose, DiagnoseRequest, FreshRun};
 use llm_oom::error::InputError;
 use llm_oom::model::presets::DIAGNOSE_DEFAULT_MODEL;
 use llm_oom::report::{Format, Render};
@@ -82,6 +82,11 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<ExitStatus> {
             .unwrap_or_else(llm_oom::probe::launcher::default_python),
         stage_timeout: Duration::from_secs(args.stage_timeout.max(1)),
         allow_past_context: args.allow_past_context,
+        fresh_run: match args.fresh_run {
+            FreshRunArg::Edge => FreshRun::Edge,
+            FreshRunArg::Always => FreshRun::Always,
+            FreshRunArg::Never => FreshRun::Never,
+        },
         interrupt: Some(interrupt_flag()),
     };
     let interactive = !matches!(format, Format::Json) && std::io::stderr().is_terminal();

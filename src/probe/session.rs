@@ -61,6 +61,9 @@ pub struct Session {
     gpu_index: Option<u32>,
     /// The prompt a fresh child warms up with.
     pub warmup_tokens: usize,
+    /// A fresh child warms up before its task (so its tasks measure like the first child's);
+    /// off for a task that must run as a user's new program does, cold.
+    pub warm_fresh: bool,
     running: Option<Running>,
     /// The first child's greeting (device, base bytes, capacity).
     pub hello: Option<Hello>,
@@ -92,6 +95,7 @@ impl Session {
             timeout,
             gpu_index,
             warmup_tokens: 256,
+            warm_fresh: true,
             running: None,
             hello: None,
             children: Vec::new(),
@@ -215,7 +219,7 @@ impl Session {
                 match self.exchange(&Task::Load) {
                     Reply::Done(r) if r.outcome == Outcome::Ok => {
                         // A fresh child warms up like the first did, so its tasks measure alike.
-                        if !matches!(task, Task::Warmup { .. }) {
+                        if self.warm_fresh && !matches!(task, Task::Warmup { .. }) {
                             let _ = self.exchange(&Task::Warmup {
                                 prompt_tokens: self.warmup_tokens,
                             });

@@ -71,6 +71,9 @@ pub struct StageRecord {
     /// Memory sampled through the stage (host heap; GPU through NVML).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub timeline: Vec<crate::meter::sampler::MemorySnapshot>,
+    /// Run in a fresh process, as the user's program runs it (the decisive run at the edge).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fresh_process: bool,
 }
 
 impl StageRecord {
@@ -92,6 +95,7 @@ impl StageRecord {
             fragmentation: None,
             allocator_slack: 0,
             timeline: Vec::new(),
+            fresh_process: false,
         }
     }
 }
@@ -492,6 +496,7 @@ mod tests {
             fragmentation: None,
             allocator_slack: 0,
             timeline: Vec::new(),
+            fresh_process: false,
         }
     }
 

@@ -115,6 +115,8 @@ pub fn corrected_card(profile: &Planner, w: &Workload, stages: &[StageRecord]) -
     let capacity = profile.vram as i128;
     let mut worst: Option<i128> = None;
     let mut cap = i128::MAX;
+    // A workload a fresh process ran whole is inside the budget, whatever the other stages say.
+    let mut floor = 0i128;
     for s in stages.iter().filter(|s| {
         matches!(
             s.name,
@@ -135,11 +137,14 @@ pub fn corrected_card(profile: &Planner, w: &Workload, stages: &[StageRecord]) -
             Outcome::Ok => {
                 let under = s.memory.peak as i128 - predicted;
                 worst = Some(worst.map_or(under, |x: i128| x.max(under)));
+                if s.fresh_process {
+                    floor = floor.max(predicted);
+                }
             }
             Outcome::Oom => cap = cap.min(predicted - 1),
             _ => {}
         }
     }
-    let card = capacity - worst.unwrap_or(0);
+    let card = (capacity - worst.unwrap_or(0)).max(floor);
     card.min(cap).clamp(0, u64::MAX as i128) as u64
 }

@@ -6,6 +6,7 @@
 //! (→ the largest prompt and batch with `--find-limits`). A stage after an out-of-memory is skipped
 //! with the reason.
 
+mod decisive;
 pub mod engine;
 mod environment;
 pub mod fit;
@@ -41,6 +42,7 @@ use crate::verdict::measured::{classify, CardFacts, StageRecord};
 use crate::verdict::pricing::{advice_first, advice_last, price};
 use crate::verdict::{Cause, Remedy, Verdict};
 
+pub use decisive::FreshRun;
 use engine::{corrected_card, Mode, ProbeKind};
 use environment::Environment;
 use fit::{fit, FitInput};
@@ -74,6 +76,8 @@ pub struct DiagnoseRequest {
     pub stage_timeout: Duration,
     /// Probe a workload past the model's trained context (refused otherwise).
     pub allow_past_context: bool,
+    /// When the whole workload runs again in a fresh process to decide the verdict (transformers).
+    pub fresh_run: FreshRun,
     /// Set by the CLI's Ctrl-C handler: the stages still to run are skipped and the report shows
     /// what was measured so far.
     pub interrupt: Option<Arc<AtomicBool>>,
@@ -294,29 +298,44 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
     );
     let on_gpu = req.device.gpu().is_some();
     stages::run_all(&mut session, &mut m, (p, n, b), on_gpu, progress)?;
+    let transformers = model_dir.is_some();
+    let capacity = hello.capacity_bytes;
+    let profile = Planner::new(&prep.spec, capacity);
+    if transformers {
+        let predicted_peak = profile.estimate(&prep.workload).total;
+        if let Some(why) = decisive::needed(&m, req.fresh_run, capacity, predicted_peak, b) {
+            prep.notes
+                .extend(decisive::run(&mut session, &mut m, (p, n, b), &why, progress)?);
+        }
+    }
+    // What the verdict and the budget read: the warm probe's out-of-memories a fresh run of the
+    // whole workload contradicted are left out (they stay in the report).
+    let view = decisive::verdict_view(&m);
 
     let card = CardFacts {
-        capacity: hello.capacity_bytes,
+        capacity,
         emulated_limit: req.vram_limit,
         others: env.others.clone(),
         weights_bytes: prep.expected_weights,
     };
-    let mut verdict = classify(&m.stages, &card);
+    let mut verdict = classify(&view, &card);
+    for s in &m.superseded {
+        verdict.evidence.push(crate::verdict::Evidence::text(format!(
+            "at the edge: {s} ran out in the probe's warm process, but a fresh process ran the whole workload"
+        )));
+    }
     context_finding(&mut verdict, &prep);
-    let transformers = model_dir.is_some();
     let measured = (m.loaded && !transformers)
         .then(|| measure(&prep, &m, on_gpu))
         .flatten();
     if measured.is_none() && m.loaded && !transformers {
         prep.notes.push("the first-token stage did not finish, so the budget below the card is not measured; `llm-oom plan` predicts it".into());
     }
-    let capacity = hello.capacity_bytes;
-    let profile = Planner::new(&prep.spec, capacity);
     // transformers: its profile on the card corrected by what transformers measured here;
     // candle: the peak model fitted to the candle stages.
     let corrected = Planner::new(
         &prep.spec,
-        corrected_card(&profile, &prep.workload, &m.stages),
+        corrected_card(&profile, &prep.workload, &view),
     );
     let planner = match (&measured, transformers) {
         (_, true) => corrected,
@@ -328,10 +347,10 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
         (None, false) => profile.on_card(capacity),
     };
     // A budget is claimed only from what ran: a generation stage in transformers, the fit in candle.
-    let ran = m
-        .stages
-        .iter()
-        .any(|s| s.outcome == Outcome::Ok && matches!(s.name, crate::verdict::Stage::FirstToken));
+    let ran = view.iter().any(|s| {
+        s.outcome == Outcome::Ok
+            && (s.fresh_process || matches!(s.name, crate::verdict::Stage::FirstToken))
+    });
     let priced = (transformers && ran) || measured.is_some();
     let mut remedies = remedies(&verdict, &planner, &prep.workload, &env);
 

@@ -60,6 +60,7 @@ pub fn record(stage: Stage, r: &TaskResult, weights: u64, detail: &str) -> Stage
         fragmentation: None,
         allocator_slack: r.peak.saturating_sub(r.used.peak),
         timeline: r.timeline.clone(),
+        fresh_process: false,
     }
 }
 

@@ -35,6 +35,9 @@ pub struct Measured {
     /// A long prompt is prefilled once: the first-token stage is read off the long generation's
     /// prefill (transformers' cache grows with the tokens, so its prefill is a first token's).
     pub prefill_once: bool,
+    /// Stages whose out-of-memory in the warm probe the decisive fresh run contradicted: the
+    /// report keeps them, the verdict and the budget do not read them (decisive.rs).
+    pub superseded: Vec<Stage>,
 }
 
 /// From this prompt length on, `prefill_once` saves a prefill (35 s of 80 for Mistral-7B at
@@ -49,7 +52,7 @@ impl Measured {
         self.stop.as_ref().is_some_and(|f| f.load(Ordering::SeqCst))
     }
 
-    fn failed(&self) -> bool {
+    pub(super) fn failed(&self) -> bool {
         !self.loaded
             || self
                 .stages

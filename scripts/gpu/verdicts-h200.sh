@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# #14 on the H200, session 6: diagnose's verdict and exit code at transformers' own limits, MEASURED
+# mode (the embedded transformers probe, with the decisive fresh run at the edge), after finishing
+# gemma-2-9b's bracket. Binary: .gl/llm-oom (a release build; the transformers child needs no CUDA
+# build). Limits: docs/calibration/transformers-limits-h200-2026-12-01*.jsonl, memory-limited ones.
+#   WORK=first|rest   which limit records (ORDER below) to run; MEASURED_S bounds the part.
+set -u
+cd "$(dirname "$0")/../.."
+set --  verdicts   # common.sh's EXIT trap reads $1
+source scripts/gpu/common.sh verdicts
+export PYTHONUNBUFFERED=1 LLM_OOM_PROBE_STALL_S=15
+B=${ENGINE_B:-.gl/llm-oom}
+if [ -n "${GEMMA:-}" ]; then
+  cp docs/calibration/transformers-limits-h200-2026-12-01-c.jsonl "$OUT/gemma.jsonl"
+  timed gemma timeout 70 python3 scripts/gpu/transformers-limits.py "$OUT/gemma.jsonl" --resume --budget-s 60 \
+    --workload gemma-2-9b-it:sdpa:1:64:20:3344
+  grep '"kind": "limit"' "$OUT/gemma.jsonl" | grep gemma-2 | tail -1 > "$FINAL/gemma-limit.jsonl"
+  grep '"kind": "trial"' "$OUT/gemma.jsonl" | grep gemma-2 >> "$FINAL/gemma-limit.jsonl"
+fi
+python3 - "$OUT/limits.jsonl" "${FIRST:-0}" "${COUNT:-99}" "$FINAL/gemma-limit.jsonl" <<'PY'
+import glob, json, sys
+out, first, count, gemma = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+recs = {}
+for f in sorted(glob.glob("docs/calibration/transformers-limits-h200-2026-12-01*.jsonl")) + glob.glob(gemma):
+    for l in open(f):
+        r = json.loads(l)
+        if r.get("kind") == "limit" and r.get("limited_by") == "memory" and r.get("largest_ok") and r.get("first_oom"):
+            recs[(r["preset"], r["attn"], r["batch"], r["new"], r["vram_limit"])] = r
+order = ["mistral-7b-instruct-v0.2:8", "llama-2-7b:1", "qwen2.5-7b-instruct:1", "phi-3-mini-4k-instruct:4",
+         "mistral-7b-instruct-v0.2:1", "meta-llama-3-8b:1", "qwen2.5-0.5b-instruct:16", "gemma-2-9b-it:1"]
+rank = lambda r: order.index("%s:%d" % (r["preset"], r["batch"])) if "%s:%d" % (r["preset"], r["batch"]) in order else 99
+with open(out, "w") as f:
+    for r in sorted(recs.values(), key=rank)[first:first + count]:
+        f.write(json.dumps(r) + "\n")
+PY
+cat "$OUT/limits.jsonl" | cut -c1-160 >> "$OUT/summary.txt"
+timed measured timeout ${MEASURED_S:-500} env PER_RUN_S=${PER_RUN:-80} python3 scripts/gpu/diagnose-vs-transformers.py \
+  "$OUT/limits.jsonl" "$FINAL/verdicts.jsonl" "$B" ${MODES:-measured}

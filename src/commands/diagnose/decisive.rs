@@ -1,0 +1,278 @@
+//! The decisive run at the edge (transformers). The staged probe measures in one warm process and
+//! grows the cache through transformers' public API before timing the last decode steps; that is
+//! within a few per cent of a user's own `generate()`, which is not enough when the workload sits
+//! that close to the card. So a workload whose staged peak comes within the edge band of the card
+//! — or that ran out where the engine's profile puts it near the card — is run once more exactly
+//! as the user's program runs it: a fresh process, no warm-up, one `generate()` of every new token
+//! (as scripts/gpu/transformers-limits.py, the ground truth, does). That run decides the verdict.
+
+use super::record::from_reply;
+use super::stages::Measured;
+use super::Progress;
+use crate::error::Result;
+use crate::probe::protocol::{GenerateTask, Outcome, Task};
+use crate::probe::session::{Reply, Session};
+use crate::units::{group, Bytes};
+use crate::verdict::measured::StageRecord;
+use crate::verdict::Stage;
+
+/// When the whole workload is run again in a fresh process (`--fresh-run`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FreshRun {
+    /// Only at the edge: a staged peak within the band of the card, or an out-of-memory where
+    /// the profile says the workload is close to it.
+    #[default]
+    Edge,
+    Always,
+    Never,
+}
+
+/// The band around the card inside which a staged answer is not trusted: 5 % of the card, at
+/// least 256 MiB. On the H200 the staged peak and a fresh `generate()` differed by up to ~2 %
+/// (allocator slack of 170–440 MiB at the limits of 7 workloads, docs/gpu-runs.md).
+pub fn edge_band(capacity: u64) -> u64 {
+    (capacity / 20).max(256 << 20)
+}
+
+/// The stage that runs the asked workload: the concurrency stage for a batch, else the long
+/// generation.
+pub fn asked_stage(batch: usize) -> Stage {
+    if batch > 1 {
+        Stage::Concurrency
+    } else {
+        Stage::LongGeneration
+    }
+}
+
+/// Why the decisive run is needed, or `None` when the staged answer stands.
+pub fn needed(
+    m: &Measured,
+    policy: FreshRun,
+    capacity: u64,
+    predicted_peak: u64,
+    batch: usize,
+) -> Option<String> {
+    if policy == FreshRun::Never || !m.loaded || m.stopped() {
+        return None;
+    }
+    if policy == FreshRun::Always {
+        return Some("--fresh-run always".into());
+    }
+    let band = edge_band(capacity);
+    let asked = m.stages.iter().find(|s| s.name == asked_stage(batch))?;
+    let oom = m.stages.iter().find(|s| s.outcome == Outcome::Oom);
+    // A probe fault (an error, a timeout) is reported as such, not overruled.
+    if m
+        .stages
+        .iter()
+        .any(|s| matches!(s.outcome, Outcome::Error | Outcome::Timeout))
+    {
+        return None;
+    }
+    match (asked.outcome, oom) {
+        (Outcome::Ok, None) => {
+            let spare = capacity.saturating_sub(asked.memory.peak);
+            (spare < band).then(|| {
+                format!(
+                    "the staged peak left {} of {} spare, inside the {} edge band",
+                    Bytes(spare),
+                    Bytes(capacity),
+                    Bytes(band)
+                )
+            })
+        }
+        (_, Some(failed)) => (predicted_peak <= capacity.saturating_add(band)).then(|| {
+            format!(
+                "{} ran out in the warm probe while the profile puts the workload at {} of {}, inside the edge band",
+                failed.name,
+                Bytes(predicted_peak),
+                Bytes(capacity)
+            )
+        }),
+        _ => None,
+    }
+}
+
+/// Run the whole workload in a fresh child and put its record in place of the asked stage's.
+/// When it ran, the warm probe's out-of-memories before it are superseded (a user's fresh
+/// program does not meet them); when it failed otherwise (not out of memory), the staged answer
+/// stands and the failure is a note.
+pub fn run(
+    session: &mut Session,
+    m: &mut Measured,
+    (p, n, b): (usize, usize, usize),
+    why: &str,
+    progress: &mut dyn Progress,
+) -> Result<Option<String>> {
+    progress.stage("the whole workload, in a fresh process");
+    let task = GenerateTask {
+        label: "workload_fresh".into(),
+        prompt_tokens: p,
+        new_tokens: n,
+        batch: b,
+        // Every decode pass real: the full generate() path.
+        decode_steps: n.saturating_sub(1),
+        eager: None,
+    };
+    session.retire();
+    session.warm_fresh = false;
+    let reply = session.run(&Task::Generate(task));
+    session.warm_fresh = true;
+    let reply = reply?;
+    if m.stopped() {
+        return Ok(None);
+    }
+    let failed_otherwise = match &reply {
+        Reply::Done(r) => matches!(r.outcome, Outcome::Error | Outcome::Timeout),
+        Reply::Died { oom, .. } => oom.is_none(),
+        Reply::TimedOut { .. } => true,
+    };
+    if failed_otherwise {
+        return Ok(Some(format!(
+            "the decisive run of the whole workload in a fresh process failed, so the staged answer stands ({why})"
+        )));
+    }
+    let stage = asked_stage(b);
+    let at = m.stages.iter().position(|s| s.name == stage);
+    let warm = at.map_or_else(
+        || "not run".to_string(),
+        |i| warm_words(&m.stages[i]),
+    );
+    let detail = format!(
+        "{} + {} tokens × {b}, a fresh process: one generate() as your program runs it (the warm probe: {warm})",
+        group(p as u64),
+        group(n as u64)
+    );
+    let mut s = from_reply(stage, reply, m.weights_measured, &detail);
+    s.prompt_tokens = Some(p as u64);
+    s.new_tokens = Some(n as u64);
+    s.batch = Some(b as u64);
+    s.fresh_process = true;
+    let ran = s.outcome == Outcome::Ok;
+    match at {
+        Some(i) => m.stages[i] = s,
+        None => m.stages.push(s),
+    }
+    if ran {
+        m.superseded = m
+            .stages
+            .iter()
+            .filter(|x| x.outcome == Outcome::Oom && !x.fresh_process)
+            .map(|x| x.name)
+            .collect();
+    }
+    Ok(Some(format!(
+        "decided by a fresh process running the whole workload ({why})"
+    )))
+}
+
+fn warm_words(s: &StageRecord) -> String {
+    match s.outcome {
+        Outcome::Ok => format!("peak {}", Bytes(s.memory.peak)),
+        Outcome::Oom => "ran out of memory".into(),
+        Outcome::Skipped => "skipped".into(),
+        Outcome::Error => "failed".into(),
+        Outcome::Timeout => "timed out".into(),
+    }
+}
+
+/// The stages the verdict and the budget read: those the fresh run superseded are left out (they
+/// stay in the report, as measured).
+pub fn verdict_view(m: &Measured) -> Vec<StageRecord> {
+    m.stages
+        .iter()
+        .filter(|s| !(s.outcome == Outcome::Oom && m.superseded.contains(&s.name)))
+        .cloned()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verdict::measured::StageMemory;
+
+    const GIB: u64 = 1 << 30;
+
+    fn stage(name: Stage, outcome: Outcome, peak: u64) -> StageRecord {
+        let mut s = StageRecord::skipped(name, "");
+        s.outcome = outcome;
+        s.reason = None;
+        s.memory = StageMemory {
+            before: 0,
+            peak,
+            after: 0,
+        };
+        s
+    }
+
+    fn measured(stages: Vec<StageRecord>) -> Measured {
+        Measured {
+            loaded: true,
+            stages,
+            ..Measured::default()
+        }
+    }
+
+    #[test]
+    fn a_staged_peak_inside_the_band_is_decided_by_a_fresh_run() {
+        let m = measured(vec![
+            stage(Stage::Load, Outcome::Ok, 14 * GIB),
+            stage(Stage::LongGeneration, Outcome::Ok, 16 * GIB - (300 << 20)),
+        ]);
+        let why = needed(&m, FreshRun::Edge, 16 * GIB, 15 * GIB, 1);
+        assert!(why.is_some_and(|w| w.contains("edge band")));
+    }
+
+    #[test]
+    fn a_peak_well_inside_the_card_stands() {
+        let m = measured(vec![
+            stage(Stage::Load, Outcome::Ok, 14 * GIB),
+            stage(Stage::LongGeneration, Outcome::Ok, 20 * GIB),
+        ]);
+        assert_eq!(needed(&m, FreshRun::Edge, 24 * GIB, 20 * GIB, 1), None);
+        assert!(needed(&m, FreshRun::Always, 24 * GIB, 20 * GIB, 1).is_some());
+    }
+
+    #[test]
+    fn an_oom_near_the_card_is_rerun_and_one_far_beyond_it_is_not() {
+        let m = measured(vec![
+            stage(Stage::Load, Outcome::Ok, 14 * GIB),
+            stage(Stage::FirstToken, Outcome::Oom, 16 * GIB),
+            stage(Stage::LongGeneration, Outcome::Skipped, 0),
+            stage(Stage::Concurrency, Outcome::Skipped, 0),
+        ]);
+        assert!(needed(&m, FreshRun::Edge, 16 * GIB, 16 * GIB + GIB / 2, 8).is_some());
+        assert_eq!(needed(&m, FreshRun::Edge, 16 * GIB, 30 * GIB, 8), None);
+        assert_eq!(needed(&m, FreshRun::Never, 16 * GIB, 16 * GIB, 8), None);
+    }
+
+    #[test]
+    fn a_probe_fault_is_never_overruled() {
+        let m = measured(vec![
+            stage(Stage::Load, Outcome::Ok, 14 * GIB),
+            stage(Stage::FirstToken, Outcome::Timeout, 0),
+            stage(Stage::LongGeneration, Outcome::Skipped, 0),
+        ]);
+        assert_eq!(needed(&m, FreshRun::Edge, 16 * GIB, 15 * GIB, 1), None);
+    }
+
+    #[test]
+    fn superseded_ooms_leave_the_verdicts_view_only() {
+        let mut m = measured(vec![
+            stage(Stage::Load, Outcome::Ok, 14 * GIB),
+            stage(Stage::FirstToken, Outcome::Oom, 16 * GIB),
+            stage(Stage::Concurrency, Outcome::Ok, 15 * GIB),
+        ]);
+        m.superseded = vec![Stage::FirstToken];
+        let view = verdict_view(&m);
+        assert_eq!(view.len(), 2);
+        assert!(view.iter().all(|s| s.outcome == Outcome::Ok));
+        assert_eq!(m.stages.len(), 3);
+    }
+
+    #[test]
+    fn the_band_is_five_percent_with_a_floor() {
+        assert_eq!(edge_band(16 * GIB), 16 * GIB / 20);
+        assert_eq!(edge_band(GIB), 256 << 20);
+    }
+}
