@@ -27,6 +27,7 @@ def diagnose(rec, prompt, mode):
             "-b", str(rec["batch"]), "--stage-timeout", str(PER_RUN // 2), "--json"]
     if rec["attn"] == "eager":
         args += ["--engine", "transformers-eager"]
+    args += os.environ.get("EXTRA_ARGS", "").split()
     env = dict(os.environ)
     if mode == "predicted":
         env["LLM_OOM_PYTHON"] = "/nonexistent/python3"
@@ -37,6 +38,12 @@ def diagnose(rec, prompt, mode):
         return {"rc": None, "wall_s": PER_RUN, "error": "timed out",
                 "stderr": (e.stderr or b"")[-600:].decode("utf-8", "replace") if isinstance(e.stderr, bytes) else str(e.stderr)[-600:]}
     wall = time.time() - t0
+    save = os.environ.get("SAVE_DIR")
+    if save:  # the whole report, for a case whose verdict must be read closely
+        os.makedirs(save, exist_ok=True)
+        name = "%s-%s-b%d-p%d-%s.json" % (rec["preset"], rec["attn"], rec["batch"], prompt, mode)
+        with open(os.path.join(save, name), "w") as f:
+            f.write(p.stdout or p.stderr)
     try:
         r = json.loads(p.stdout)
     except Exception:
@@ -58,7 +65,7 @@ for rec in limits:
         continue
     for mode in MODES:
         for prompt, truth in ((ok, 0), (bad, 1)):
-            if not prompt:
+            if not prompt or os.environ.get("ONLY") == ("oom" if truth == 0 else "ok"):
                 continue
             d = diagnose(rec, prompt, mode)
             d.update({"preset": rec["preset"], "attn": rec["attn"], "batch": rec["batch"],
