@@ -208,14 +208,25 @@ fn the_whole_workload_runs_in_a_fresh_process_when_asked() {
     let c = stage_of(&v, "concurrency");
     assert_eq!(c["outcome"], "ok", "{v}");
     assert_eq!(c["fresh_process"], true, "{c}");
-    assert!(c["detail"].as_str().is_some_and(|d| d.contains("a fresh process")
-        && d.contains("the warm probe: peak")));
+    assert!(c["detail"]
+        .as_str()
+        .is_some_and(|d| d.contains("a fresh process") && d.contains("the warm probe: peak")));
     assert_eq!(c["new_tokens"], 8);
-    assert!(v["children"].as_array().is_some_and(|a| a.len() >= 2), "{v}");
-    assert!(v["notes"].to_string().contains("decided by a fresh process"));
+    assert!(
+        v["children"].as_array().is_some_and(|a| a.len() >= 2),
+        "{v}"
+    );
+    assert!(v["notes"]
+        .to_string()
+        .contains("decided by a fresh process"));
     // Without it, nothing is far enough from the whole host to be at the edge: no fresh run.
     let (_, plain) = tiny_diagnose(&python, &[]);
-    assert!(stage_of(&plain, "concurrency").get("fresh_process").is_none(), "{plain}");
+    assert!(
+        stage_of(&plain, "concurrency")
+            .get("fresh_process")
+            .is_none(),
+        "{plain}"
+    );
 }
 
 /// A card just above the staged peak is the edge: the fresh run decides, and the asked workload
@@ -237,7 +248,10 @@ fn a_peak_at_the_edge_of_the_card_is_decided_by_a_fresh_process() {
     if c["outcome"] == "ok" {
         assert_eq!(code, Some(0), "{v}");
         let budget = v["budget"]["max_prompt_tokens"].as_u64().unwrap_or(0);
-        assert!(budget >= 48, "the workload ran, the budget says {budget}: {v}");
+        assert!(
+            budget >= 48,
+            "the workload ran, the budget says {budget}: {v}"
+        );
     } else {
         assert_eq!(code, Some(1), "{v}");
     }

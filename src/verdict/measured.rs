@@ -392,9 +392,11 @@ fn part_name(p: Part) -> &'static str {
 }
 
 fn fits(stages: &[StageRecord], card: &CardFacts, frag: Option<&FragmentationFacts>) -> Verdict {
+    // The fragmentation stage fills the card on purpose to find its largest block: its peak is
+    // the probe's, not the workload's.
     let peak = stages
         .iter()
-        .filter(|s| s.outcome == StageOutcome::Ok)
+        .filter(|s| s.outcome == StageOutcome::Ok && s.name != Stage::Fragmentation)
         .max_by_key(|s| s.memory.peak);
     let mut evidence = Vec::new();
     let mut contributing = Vec::new();

@@ -62,8 +62,7 @@ pub fn needed(
     let asked = m.stages.iter().find(|s| s.name == asked_stage(batch))?;
     let oom = m.stages.iter().find(|s| s.outcome == Outcome::Oom);
     // A probe fault (an error, a timeout) is reported as such, not overruled.
-    if m
-        .stages
+    if m.stages
         .iter()
         .any(|s| matches!(s.outcome, Outcome::Error | Outcome::Timeout))
     {
@@ -134,10 +133,7 @@ pub fn run(
     }
     let stage = asked_stage(b);
     let at = m.stages.iter().position(|s| s.name == stage);
-    let warm = at.map_or_else(
-        || "not run".to_string(),
-        |i| warm_words(&m.stages[i]),
-    );
+    let warm = at.map_or_else(|| "not run".to_string(), |i| warm_words(&m.stages[i]));
     let detail = format!(
         "{} + {} tokens × {b}, a fresh process: one generate() as your program runs it (the warm probe: {warm})",
         group(p as u64),

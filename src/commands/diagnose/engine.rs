@@ -117,6 +117,7 @@ pub fn corrected_card(profile: &Planner, w: &Workload, stages: &[StageRecord]) -
     let mut cap = i128::MAX;
     // A workload a fresh process ran whole is inside the budget, whatever the other stages say.
     let mut floor = 0i128;
+    let mut edge: Option<i128> = None;
     for s in stages.iter().filter(|s| {
         matches!(
             s.name,
@@ -139,12 +140,115 @@ pub fn corrected_card(profile: &Planner, w: &Workload, stages: &[StageRecord]) -
                 worst = Some(worst.map_or(under, |x: i128| x.max(under)));
                 if s.fresh_process {
                     floor = floor.max(predicted);
+                    // Run whole at the edge of the card: this workload is the edge. The profile's
+                    // slope is not trusted beyond it (on the H200 it claimed 1.5–9 % more prompt
+                    // than ran out, session 6).
+                    let spare = profile.vram.saturating_sub(s.memory.peak);
+                    if spare < super::decisive::edge_band(profile.vram) {
+                        edge = Some(edge.map_or(predicted, |x: i128| x.min(predicted)));
+                    }
                 }
             }
-            Outcome::Oom => cap = cap.min(predicted - 1),
+            // It needed at least what it held plus what it asked for when it failed: the profile's
+            // figure for it, less that shortfall, is over the card.
+            Outcome::Oom => {
+                let short = s.oom.as_ref().map_or(0, |o| {
+                    (o.held.saturating_add(o.requested.unwrap_or(0)) as i128 - capacity).max(0)
+                });
+                cap = cap.min(predicted - short - 1);
+            }
             _ => {}
         }
     }
-    let card = (capacity - worst.unwrap_or(0)).max(floor);
+    let card = edge.unwrap_or_else(|| (capacity - worst.unwrap_or(0)).max(floor));
     card.min(cap).clamp(0, u64::MAX as i128) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::{KvDtype, WeightDtype};
+    use crate::meter::host::Part;
+    use crate::model::{presets, Spec};
+    use crate::probe::protocol::OomFacts;
+
+    const GIB: u64 = 1 << 30;
+
+    fn mistral() -> Spec {
+        let (id, json) = presets::find("mistralai/Mistral-7B-Instruct-v0.2").expect("preset");
+        presets::load(id, json).expect("loads")
+    }
+
+    fn work(p: u64) -> Workload {
+        Workload {
+            prompt_tokens: p,
+            max_new_tokens: 256,
+            batch: 1,
+            weight_dtype: WeightDtype::Bf16,
+            kv_dtype: KvDtype::Bf16,
+            engine: Engine::Transformers,
+        }
+    }
+
+    fn ran(p: u64, peak: u64, fresh: bool) -> StageRecord {
+        let mut s = StageRecord::skipped(Stage::LongGeneration, "");
+        s.outcome = Outcome::Ok;
+        s.memory.peak = peak;
+        s.prompt_tokens = Some(p);
+        s.new_tokens = Some(256);
+        s.batch = Some(1);
+        s.fresh_process = fresh;
+        s
+    }
+
+    #[test]
+    fn a_workload_run_whole_at_the_edge_is_the_edge_of_the_budget() {
+        let spec = mistral();
+        let profile = Planner::new(&spec, 16 * GIB);
+        let w = work(5815);
+        // The fresh run left 100 MiB spare: inside the band; the profile over-predicts it.
+        let s = ran(5815, 16 * GIB - (100 << 20), true);
+        let card = corrected_card(&profile, &w, &[s]);
+        assert_eq!(card, profile.estimate(&w).total);
+        let budget = Planner::new(&spec, card).budget(&w).max_prompt_tokens;
+        // The run itself, less the budget's own rounding: never more.
+        assert!(
+            budget.is_some_and(|p| p <= 5815 && p >= 5815 * 99 / 100),
+            "{budget:?}"
+        );
+    }
+
+    #[test]
+    fn an_out_of_memory_caps_the_card_by_its_shortfall() {
+        let spec = mistral();
+        let profile = Planner::new(&spec, 16 * GIB);
+        let w = work(5887);
+        let mut s = ran(5887, 0, true);
+        s.outcome = Outcome::Oom;
+        s.oom = Some(OomFacts {
+            requested: Some(300 << 20),
+            held: 16 * GIB - (100 << 20),
+            part: Part::Activations,
+            message: "CUDA out of memory".into(),
+            free: None,
+            largest_block: None,
+            cached: None,
+            emulated: false,
+        });
+        let card = corrected_card(&profile, &w, &[s]);
+        assert_eq!(
+            card as i128,
+            profile.estimate(&w).total as i128 - (200 << 20) - 1
+        );
+    }
+
+    #[test]
+    fn far_from_the_edge_the_worst_under_prediction_corrects_the_card() {
+        let spec = mistral();
+        let profile = Planner::new(&spec, 48 * GIB);
+        let w = work(2048);
+        let predicted = profile.estimate(&w).total;
+        let s = ran(2048, predicted + GIB, false);
+        assert_eq!(corrected_card(&profile, &w, &[s]), 47 * GIB);
+    }
 }

@@ -304,8 +304,13 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
     if transformers {
         let predicted_peak = profile.estimate(&prep.workload).total;
         if let Some(why) = decisive::needed(&m, req.fresh_run, capacity, predicted_peak, b) {
-            prep.notes
-                .extend(decisive::run(&mut session, &mut m, (p, n, b), &why, progress)?);
+            prep.notes.extend(decisive::run(
+                &mut session,
+                &mut m,
+                (p, n, b),
+                &why,
+                progress,
+            )?);
         }
     }
     // What the verdict and the budget read: the warm probe's out-of-memories a fresh run of the
@@ -333,9 +338,10 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
     }
     // transformers: its profile on the card corrected by what transformers measured here;
     // candle: the peak model fitted to the candle stages.
+    let points: Vec<StageRecord> = view.iter().chain(&m.points).cloned().collect();
     let corrected = Planner::new(
         &prep.spec,
-        corrected_card(&profile, &prep.workload, &view),
+        corrected_card(&profile, &prep.workload, &points),
     );
     let planner = match (&measured, transformers) {
         (_, true) => corrected,
@@ -347,9 +353,16 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
         (None, false) => profile.on_card(capacity),
     };
     // A budget is claimed only from what ran: a generation stage in transformers, the fit in candle.
-    let ran = view.iter().any(|s| {
-        s.outcome == Outcome::Ok
-            && (s.fresh_process || matches!(s.name, crate::verdict::Stage::FirstToken))
+    // (or, in transformers, an out-of-memory that bounds it from above).
+    let ran = points.iter().any(|s| {
+        (s.outcome == Outcome::Ok || (transformers && s.outcome == Outcome::Oom))
+            && (s.fresh_process
+                || matches!(
+                    s.name,
+                    crate::verdict::Stage::FirstToken
+                        | crate::verdict::Stage::LongGeneration
+                        | crate::verdict::Stage::Concurrency
+                ))
     });
     let priced = (transformers && ran) || measured.is_some();
     let mut remedies = remedies(&verdict, &planner, &prep.workload, &env);

@@ -38,6 +38,9 @@ pub struct Measured {
     /// Stages whose out-of-memory in the warm probe the decisive fresh run contradicted: the
     /// report keeps them, the verdict and the budget do not read them (decisive.rs).
     pub superseded: Vec<Stage>,
+    /// Runs beside the stages that measured a workload that ran (the half-prompt first token):
+    /// more points for the engine's corrected card, not stages of the report.
+    pub points: Vec<StageRecord>,
 }
 
 /// From this prompt length on, `prefill_once` saves a prefill (35 s of 80 for Mistral-7B at
@@ -174,6 +177,11 @@ pub fn first_token(session: &mut Session, m: &mut Measured, p: usize) -> Result<
         {
             if r.outcome == Outcome::Ok {
                 m.prefill_points.push(prefill_point(&r, p / 2, p / 2 + 1));
+                let mut half = record(Stage::FirstToken, &r, m.weights_measured, "half prompt");
+                half.prompt_tokens = Some((p / 2) as u64);
+                half.new_tokens = Some(1);
+                half.batch = Some(1);
+                m.points.push(half);
             }
         }
     }
