@@ -96,6 +96,25 @@ pub struct WorkloadRequest {
     /// The host RAM offered as the offload tier (`--host-ram`; `None` = the detected
     /// MemAvailable, as accelerate reads it).
     pub host_ram: Option<u64>,
+    /// vLLM's parallel layout as asked (`--tensor-parallel-size`, `--pipeline-parallel-size`,
+    /// `--nodes`, `--gpus-per-node`); all `None` when none was given.
+    pub parallel: ParallelRequest,
+}
+
+/// vLLM's parallel layout as the flags give it; `None` = not given.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ParallelRequest {
+    pub tensor: Option<u64>,
+    pub pipeline: Option<u64>,
+    pub nodes: Option<u64>,
+    pub gpus_per_node: Option<u64>,
+}
+
+impl ParallelRequest {
+    /// Whether any of the four flags was given.
+    pub fn is_set(&self) -> bool {
+        *self != ParallelRequest::default()
+    }
 }
 
 impl WorkloadRequest {

@@ -21,7 +21,7 @@ fn line(s: &DeviceShare) -> Evidence {
         ),
         Place::Gpu(_) => format!(
             "{}: {what} — weights {}, KV cache {}, activations {}, runtime {}, margin {}; {} {}",
-            s.device,
+            s.label(),
             show(s.weights_bytes),
             show(s.kv_cache_bytes),
             show(s.activations_bytes),
@@ -93,7 +93,7 @@ pub fn from_placement(p: &Placement) -> Verdict {
         confidence: 0.8,
         summary: format!(
             "{} runs out with {}: it holds {} and is {} short{offload}{fix}",
-            short.device,
+            short.label(),
             p.load_with,
             short.holds.join(", "),
             show(short.free_bytes.unsigned_abs())
