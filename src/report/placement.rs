@@ -56,11 +56,26 @@ fn cells(s: &DeviceShare, label: String) -> Vec<String> {
 
 fn fix_line(p: &Placement) -> Option<String> {
     let f = p.fix.as_ref()?;
-    let free: Vec<String> = f
+    let shown = |b: &i64| Bytes(b.unsigned_abs()).to_string();
+    let same = f
         .free_bytes
-        .iter()
-        .map(|(d, b)| format!("{d} {} free", Bytes(b.unsigned_abs())))
-        .collect();
+        .windows(2)
+        .all(|w| shown(&w[0].1) == shown(&w[1].1));
+    let free: Vec<String> = match f.free_bytes.first() {
+        // past two GPUs, one figure for identical ranks
+        Some((_, b)) if same && f.free_bytes.len() > 2 => {
+            vec![format!(
+                "{} GPUs {} free each",
+                f.free_bytes.len(),
+                shown(b)
+            )]
+        }
+        _ => f
+            .free_bytes
+            .iter()
+            .map(|(d, b)| format!("{d} {} free", shown(b)))
+            .collect(),
+    };
     Some(format!(
         "load with {}: {} of {} layers on the GPUs, {}",
         f.load_with,
