@@ -311,8 +311,9 @@ pub struct RunArgs {
 pub struct DiagnoseArgs {
     #[command(flatten)]
     pub workload: WorkloadArgs,
-    /// cpu, cuda, cuda:N [default: GPU 0 when NVML sees one (with --engine candle: and this binary
-    /// was built with CUDA), else cpu]
+    /// cpu, cuda, cuda:N, or several GPUs (cuda:0,cuda:1: transformers' device_map="auto" over
+    /// them, measured per GPU) [default: GPU 0 when NVML sees one (with --engine candle: and this
+    /// binary was built with CUDA), else cpu]
     #[arg(long)]
     pub device: Option<String>,
     /// Emulate a smaller card (24GiB…): a ballast allocation on CUDA, the allocator's limit on
