@@ -51,6 +51,31 @@ impl FromStr for Device {
     }
 }
 
+/// `--device` as `diagnose` takes it: one device, or several GPUs separated by commas
+/// (`cuda:0,cuda:1`) that the probe spreads the model over. Several must all be distinct GPUs.
+pub fn parse_device_list(s: &str) -> Result<Vec<Device>, InputError> {
+    let devices: Vec<Device> = s
+        .split(',')
+        .map(str::parse)
+        .collect::<Result<_, InputError>>()?;
+    if devices.len() > 1 {
+        if devices.contains(&Device::Cpu) {
+            return Err(InputError::Usage(format!(
+                "--device {s}: several devices are GPUs only; write them like cuda:0,cuda:1"
+            )));
+        }
+        let mut seen = devices.clone();
+        seen.sort_by_key(|d| d.gpu());
+        seen.dedup();
+        if seen.len() != devices.len() {
+            return Err(InputError::Usage(format!(
+                "--device {s}: a GPU is named twice; write each once, like cuda:0,cuda:1"
+            )));
+        }
+    }
+    Ok(devices)
+}
+
 impl TryFrom<String> for Device {
     type Error = InputError;
     fn try_from(s: String) -> Result<Device, InputError> {
@@ -96,6 +121,25 @@ pub struct WorkloadRequest {
     /// The host RAM offered as the offload tier (`--host-ram`; `None` = the detected
     /// MemAvailable, as accelerate reads it).
     pub host_ram: Option<u64>,
+    /// vLLM's parallel layout as asked (`--tensor-parallel-size`, `--pipeline-parallel-size`,
+    /// `--nodes`, `--gpus-per-node`); all `None` when none was given.
+    pub parallel: ParallelRequest,
+}
+
+/// vLLM's parallel layout as the flags give it; `None` = not given.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ParallelRequest {
+    pub tensor: Option<u64>,
+    pub pipeline: Option<u64>,
+    pub nodes: Option<u64>,
+    pub gpus_per_node: Option<u64>,
+}
+
+impl ParallelRequest {
+    /// Whether any of the four flags was given.
+    pub fn is_set(&self) -> bool {
+        *self != ParallelRequest::default()
+    }
 }
 
 impl WorkloadRequest {
@@ -160,5 +204,25 @@ mod tests {
         assert_eq!(Device::Cuda(1).to_string(), "cuda:1");
         let json = serde_json::to_string(&Device::Cuda(2)).unwrap_or_default();
         assert_eq!(json, "\"cuda:2\"");
+    }
+
+    #[test]
+    fn several_devices_are_distinct_gpus() {
+        assert_eq!(
+            parse_device_list("cuda:0,cuda:1").ok(),
+            Some(vec![Device::Cuda(0), Device::Cuda(1)])
+        );
+        assert_eq!(parse_device_list("cpu").ok(), Some(vec![Device::Cpu]));
+        assert_eq!(parse_device_list("cuda").ok(), Some(vec![Device::Cuda(0)]));
+        for bad in [
+            "cuda:0,cpu",
+            "cuda:1,cuda:1",
+            "cuda,cuda:0",
+            "cuda:0,",
+            "cuda:0,tpu",
+        ] {
+            let e = parse_device_list(bad).unwrap_err().to_string();
+            assert!(!e.contains('\n'), "{bad}: {e}");
+        }
     }
 }

@@ -207,6 +207,21 @@ fn plan_json_keeps_its_contract() {
             ],
         ),
         ("plan-presets", &["plan", "--list-presets", "--json"]),
+        (
+            "plan-vllm-tp",
+            &[
+                "plan",
+                "--model",
+                "mistralai/Mixtral-8x7B-Instruct-v0.1",
+                "--engine",
+                "vllm",
+                "--vram",
+                "2xa100-40gb",
+                "--tp",
+                "2",
+                "--json",
+            ],
+        ),
     ];
     for (name, args) in cases {
         // The offload tier defaults to this machine's available RAM: fixed, so what is recorded

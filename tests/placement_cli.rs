@@ -257,11 +257,12 @@ fn llama_cpp_on_a_small_card_gets_the_largest_ngl_that_fits() {
 
 #[test]
 fn an_engine_without_a_placement_says_it_plans_one_card() {
+    // llm-oom's own candle runtime runs on one GPU
     let (_, r, err) = plan(&[
         "--model",
         "mistralai/Mistral-7B-Instruct-v0.2",
         "--engine",
-        "vllm",
+        "candle",
         "--vram",
         "2x24GiB",
         "--json",

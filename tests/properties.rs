@@ -241,6 +241,7 @@ proptest! {
             gpu_index: 0,
             gpus: Vec::new(),
             host_ram: Some(64 << 30),
+            parallel: Default::default(),
         };
         let within = prompt <= 10_000_000
             && new <= 10_000_000

@@ -10,6 +10,8 @@ Examples:
   llm-oom plan --model llama-2-13b-hf --dtype nf4 --vram 16GiB --markdown
   llm-oom plan --model model.Q4_K_M.gguf --engine llama.cpp --vram 8GiB --json
   llm-oom plan --model meta-llama/Llama-3.3-70B-Instruct --dtype nf4 --vram 2x24GiB
+  llm-oom plan --model mistralai/Mixtral-8x7B-Instruct-v0.1 --engine vllm --vram 2xa100-40gb --tp 2
+  llm-oom plan --model meta-llama/Llama-3.1-405B-Instruct --dtype fp8 --engine vllm --vram h100 --nodes 2 --gpus-per-node 8
   llm-oom plan --list-presets";
 
 const EXPLAIN_EXAMPLES: &str = "\
@@ -213,6 +215,27 @@ pub struct PlanArgs {
     /// Host RAM offered for offloaded layers (64GiB…) [default: this machine's MemAvailable]
     #[arg(long, allow_hyphen_values = true)]
     pub host_ram: Option<String>,
+    /// vLLM: tensor-parallel ranks (GPUs per model replica stage) [default: 1; with several
+    /// GPUs in --vram, all of them; with --nodes, --gpus-per-node]
+    #[arg(
+        long = "tensor-parallel-size",
+        visible_alias = "tp",
+        allow_negative_numbers = true
+    )]
+    pub tensor_parallel_size: Option<i64>,
+    /// vLLM: pipeline stages [default: 1; with --nodes, one per node]
+    #[arg(
+        long = "pipeline-parallel-size",
+        visible_alias = "pp",
+        allow_negative_numbers = true
+    )]
+    pub pipeline_parallel_size: Option<i64>,
+    /// vLLM across nodes (Ray): how many nodes, each of --gpus-per-node GPUs of --vram
+    #[arg(long, requires = "gpus_per_node", allow_negative_numbers = true)]
+    pub nodes: Option<i64>,
+    /// vLLM across nodes: GPUs in each node
+    #[arg(long, requires = "nodes", allow_negative_numbers = true)]
+    pub gpus_per_node: Option<i64>,
 }
 
 #[derive(Debug, Args)]
@@ -295,8 +318,9 @@ pub struct RunArgs {
 pub struct DiagnoseArgs {
     #[command(flatten)]
     pub workload: WorkloadArgs,
-    /// cpu, cuda, cuda:N [default: GPU 0 when NVML sees one (with --engine candle: and this binary
-    /// was built with CUDA), else cpu]
+    /// cpu, cuda, cuda:N, or several GPUs (cuda:0,cuda:1: transformers' device_map="auto" over
+    /// them, measured per GPU) [default: GPU 0 when NVML sees one (with --engine candle: and this
+    /// binary was built with CUDA), else cpu]
     #[arg(long)]
     pub device: Option<String>,
     /// Emulate a smaller card (24GiB…): a ballast allocation on CUDA, the allocator's limit on

@@ -27,9 +27,25 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<ExitStatus> {
     // Only llm-oom's own runtime needs this binary's CUDA build; transformers' child uses the
     // user's torch, which finds the GPU itself.
     let candle = engine == Engine::Candle;
-    let device = match &args.device {
-        Some(d) => d.parse::<Device>()?,
-        None => best_device(candle),
+    let listed = args
+        .device
+        .as_deref()
+        .map(llm_oom::request::parse_device_list)
+        .transpose()?;
+    let (device, devices) = match listed {
+        Some(all) if all.len() > 1 => {
+            if !matches!(engine, Engine::Transformers | Engine::TransformersEager) {
+                return Err(InputError::Usage(format!(
+                    "--device with several GPUs runs transformers' device_map=\"auto\" over them; \
+                     {engine} is not probed across GPUs (for vLLM's tensor parallelism, `llm-oom plan \
+                     --engine vllm --tp N` prices every rank)"
+                ))
+                .into());
+            }
+            (all[0], all)
+        }
+        Some(all) => (all.first().copied().unwrap_or(Device::Cpu), Vec::new()),
+        None => (best_device(candle), Vec::new()),
     };
     if candle {
         llm_oom::runtime::check_device(device).map_err(|e| InputError::Usage(e.to_string()))?;
@@ -70,6 +86,7 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<ExitStatus> {
         batch: positive("--batch", batch)?,
         engine,
         device,
+        devices: devices.clone(),
         vram_limit,
         find_limits: args.find_limits,
         verify: args.verify,
@@ -95,7 +112,15 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<ExitStatus> {
         format!(
             "llm-oom: probing {} on {}{}",
             req.model,
-            device,
+            if devices.is_empty() {
+                device.to_string()
+            } else {
+                devices
+                    .iter()
+                    .map(Device::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" + ")
+            },
             vram_limit.map_or(String::new(), |l| format!(" as a {} card", Bytes(l)))
         )
     });

@@ -33,6 +33,14 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
                 .map(str::parse::<llm_oom::units::Bytes>)
                 .transpose()?
                 .map(|b| b.0);
+            let count =
+                |what: &'static str, v: Option<i64>| v.map(|v| positive(what, v)).transpose();
+            req.parallel = llm_oom::request::ParallelRequest {
+                tensor: count("--tensor-parallel-size", args.tensor_parallel_size)?,
+                pipeline: count("--pipeline-parallel-size", args.pipeline_parallel_size)?,
+                nodes: count("--nodes", args.nodes)?,
+                gpus_per_node: count("--gpus-per-node", args.gpus_per_node)?,
+            };
             let r = plan(&req)?;
             print(&report_text(&r, format)?)?;
             Ok(ExitStatus::of(&r.verdict))
@@ -369,6 +377,7 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
         gpu_index: a.gpu,
         gpus,
         host_ram: None,
+        parallel: Default::default(),
     })
 }
 

@@ -178,6 +178,7 @@ fn from_log(report: &ExplainReport, engine: Engine) -> Option<WorkloadRequest> {
         gpu_index: 0,
         gpus: Vec::new(),
         host_ram: None,
+        parallel: Default::default(),
     })
 }
 

@@ -5,13 +5,15 @@ use serde::Serialize;
 
 use crate::budget::card::{self, DeviceFacts};
 use crate::budget::{Budget, Planner, WhatIf};
+use crate::error::InputError;
 use crate::error::Result;
 use crate::estimate::{
     kv_bytes_per_token_at, CachePolicy, Calibration, Engine, Estimate, Profile, Workload,
 };
 use crate::model::{facts, resolve, ModelFacts, ResolvedModel};
+use crate::placement::accelerate::Place;
 use crate::placement::llamacpp::{fitting_ngl, plan_layers, Split};
-use crate::placement::{fitting_max_memory, plan_auto, Devices, Fix, Placement};
+use crate::placement::{fitting_max_memory, plan_auto, vllm, Devices, Fix, Placement};
 use crate::request::{past_context, WorkloadRequest};
 use crate::verdict::placed::from_placement;
 use crate::verdict::predicted::forecast;
@@ -51,6 +53,10 @@ pub struct PlanReport {
     /// weights do not fit the one card (the offload answer).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub placement: Option<Placement>,
+    /// With one card the workload does not fit: what more GPUs of that card would do, priced
+    /// per device by the engine's placement (`--tensor-parallel-size`, `device_map`, `-ts`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub across_gpus: Vec<Remedy>,
     pub notes: Vec<String>,
 }
 
@@ -77,6 +83,14 @@ impl WeightsFrom {
 
 pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     req.check()?;
+    if req.parallel.is_set() && req.engine != Engine::Vllm {
+        return Err(InputError::Usage(format!(
+            "--tensor-parallel-size, --pipeline-parallel-size, --nodes and --gpus-per-node plan \
+             vLLM's workers; add --engine vllm (this plan is for {})",
+            req.engine
+        ))
+        .into());
+    }
     let ResolvedModel { spec, source } = resolve(&req.model)?;
     let mut notes = spec.notes.clone();
     let w = req.workload(&spec);
@@ -92,7 +106,20 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     let planner = Planner::new(&spec, device.vram_bytes);
     let mut f = forecast(&planner, &w);
     let oom = f.verdict.cause != crate::verdict::Cause::None;
-    let placement = place(req, &spec, &w, &f.estimate, oom);
+    let host_ram = req
+        .host_ram
+        .or_else(|| crate::meter::host::host_memory().map(|(_, available)| available));
+    let at = Where {
+        card: device.vram_bytes,
+        host_ram,
+    };
+    let placement = place(req, &spec, &w, &f.estimate, oom, at, &mut notes)?;
+    let gpus = placement.as_ref().map_or(0, |p| {
+        p.devices
+            .iter()
+            .filter(|s| matches!(s.device, Place::Gpu(_)))
+            .count()
+    });
     if placement.is_none() && req.gpus.len() > 1 {
         notes.push(format!(
             "{} GPUs asked: how {} spreads a model over several GPUs is not modelled yet \
@@ -102,16 +129,19 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             crate::units::Bytes(device.vram_bytes)
         ));
     }
-    if let Some(p) = placement.as_ref().filter(|_| req.gpus.len() > 1) {
+    let mut across_gpus = Vec::new();
+    if let Some(p) = placement.as_ref().filter(|_| gpus > 1) {
         // Several GPUs: the placement decides, and the one-card remedies do not apply.
         notes.push(format!(
-            "{} GPUs: the safe token budget and quantization what-if (in --json) are for one {} \
+            "{gpus} GPUs: the safe token budget and quantization what-if (in --json) are for one {} \
              card; the verdict is the placement's",
-            req.gpus.len(),
             crate::units::Bytes(device.vram_bytes)
         ));
         f.verdict = from_placement(p);
         f.remedies.clear();
+    } else if oom {
+        across_gpus =
+            crate::verdict::split::across_gpus(&spec, &w, device.vram_bytes, host_ram, &f.estimate);
     }
     // Past the trained context is a finding of the verdict (memory may fit; the output will not
     // be what the model was trained for), not only a note at the bottom.
@@ -154,35 +184,53 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         quantization: planner.quantization_what_if(&w),
         components: f.estimate,
         placement,
+        across_gpus,
         notes,
     })
 }
 
+/// The one card of the plan and the host RAM offered (the offload tier).
+#[derive(Clone, Copy)]
+struct Where {
+    card: u64,
+    host_ram: Option<u64>,
+}
+
 /// The placement over the GPUs asked and the host RAM, with several GPUs or one card the workload
-/// does not fit (the offload answer): transformers' `device_map="auto"`, llama.cpp's layer split.
+/// does not fit (the offload answer): transformers' `device_map="auto"`, llama.cpp's layer split,
+/// vLLM's tensor/pipeline ranks (with several GPUs or a parallel layout asked).
 fn place(
     req: &PlanRequest,
     spec: &crate::model::Spec,
     w: &Workload,
     e: &Estimate,
     oom: bool,
-) -> Option<Placement> {
+    at: Where,
+    notes: &mut Vec<String>,
+) -> Result<Option<Placement>> {
+    if req.engine == Engine::Vllm && (req.gpus.len() > 1 || req.parallel.is_set()) {
+        let (par, gpus, said) = vllm::resolve(&req.parallel, &req.gpus, at.card)?;
+        vllm::check(spec, &par)?;
+        notes.extend(said);
+        let mut p = vllm::plan_parallel(spec, w, &gpus, &par);
+        if p.runs_out.is_some() {
+            p.fix = vllm::fitting(spec, w, &gpus, &par).map(|x| Fix::of(&x));
+        }
+        return Ok(Some(p));
+    }
     let gpus = match (req.gpus.len(), req.vram) {
         (2.., _) => req.gpus.clone(),
         (_, Some(v)) if oom => vec![v],
-        _ => return None,
+        _ => return Ok(None),
     };
-    let host_ram = req
-        .host_ram
-        .or_else(|| crate::meter::host::host_memory().map(|(_, available)| available));
     let d = Devices {
         gpus,
-        host_ram,
+        host_ram: at.host_ram,
         max_memory: None,
         context: e.runtime,
         strategy: crate::placement::accelerate::Strategy::Balanced,
     };
-    match req.engine {
+    Ok(match req.engine {
         Engine::Transformers | Engine::TransformersEager if spec.gguf.is_none() => {
             let mut p = plan_auto(spec, w.weight_dtype, &d, e);
             if p.runs_out.is_some() || p.refused.is_some() {
@@ -204,7 +252,7 @@ fn place(
             Some(p)
         }
         _ => None,
-    }
+    })
 }
 
 /// `--tensor-split` as a person writes it: `1,1` for equal cards, else each card's GiB (what

@@ -63,6 +63,10 @@ pub const PRESETS: &[(&str, &str)] = &[
         include_str!("../../presets/llama-3.3-70b-instruct.json"),
     ),
     (
+        "meta-llama/Llama-3.1-405B-Instruct",
+        include_str!("../../presets/llama-3.1-405b-instruct.json"),
+    ),
+    (
         "deepseek-ai/DeepSeek-V3",
         include_str!("../../presets/deepseek-v3.json"),
     ),
@@ -149,6 +153,10 @@ pub fn find(id: &str) -> Option<(&'static str, &'static str)> {
         "meta-llama/llama-3.1-70b-instruct" | "llama-3.1-70b-instruct" => {
             "meta-llama/llama-3.3-70b-instruct"
         }
+        "meta-llama/llama-3.1-405b"
+        | "llama-3.1-405b"
+        | "meta-llama/meta-llama-3.1-405b-instruct"
+        | "meta-llama-3.1-405b-instruct" => "meta-llama/llama-3.1-405b-instruct",
         other => other,
     };
     PRESETS.iter().copied().find(|(pid, _)| {

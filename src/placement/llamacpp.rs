@@ -126,12 +126,22 @@ pub fn fitting_ngl(
     s: &Split,
     e: &Estimate,
 ) -> Option<Fix> {
+    fitting_layers(spec, dtype, d, s, e).map(|p| Fix::of(&p))
+}
+
+/// The placement of the largest `-ngl` that fits (what `fitting_ngl` prices).
+pub fn fitting_layers(
+    spec: &Spec,
+    dtype: WeightDtype,
+    d: &Devices,
+    s: &Split,
+    e: &Estimate,
+) -> Option<Placement> {
     (0..=spec.num_layers.saturating_add(1))
         .rev()
         .find_map(|ngl| {
             let tried = Split { ngl, ..s.clone() };
-            let p = plan_layers(spec, dtype, d, &tried, e);
-            p.runs_out.is_none().then(|| Fix::of(&p))
+            Some(plan_layers(spec, dtype, d, &tried, e)).filter(|p| p.runs_out.is_none())
         })
 }
 

@@ -4,6 +4,7 @@
 
 pub mod accelerate;
 pub mod llamacpp;
+pub mod vllm;
 
 use serde::Serialize;
 
@@ -32,6 +33,22 @@ pub struct DeviceShare {
     /// capacity − everything above; negative: this device runs out.
     pub free_bytes: i64,
     pub holds: Vec<String>,
+    /// Which worker of a parallel engine this GPU is (vLLM's tensor/pipeline ranks, its node).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<vllm::Rank>,
+}
+
+impl DeviceShare {
+    /// How reports name the device: `cuda:1`, or `node1/cuda:3` across nodes.
+    pub fn label(&self) -> String {
+        match (&self.rank, self.device) {
+            (Some(r), Place::Gpu(_)) if r.nodes > 1 => {
+                format!("node{}/cuda:{}", r.node, r.local_gpu)
+            }
+            (Some(r), Place::Gpu(_)) => format!("cuda:{}", r.local_gpu),
+            _ => self.device.to_string(),
+        }
+    }
 }
 
 /// The placement of one model and workload over the devices.
@@ -58,6 +75,9 @@ pub struct Placement {
     /// When a GPU runs out: a `max_memory` that moves layers off it, priced again.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fix: Option<Fix>,
+    /// vLLM's tensor/pipeline layout and what each rank holds of the model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parallel: Option<vllm::ParallelFacts>,
     pub notes: Vec<String>,
 }
 
@@ -370,6 +390,7 @@ pub(crate) fn priced(
         margin_bytes: margin,
         free_bytes: free,
         holds,
+        rank: None,
     }
 }
 
@@ -508,6 +529,7 @@ pub(crate) fn finish_with(
         load_with,
         refused: None,
         fix: None,
+        parallel: None,
         runs_out,
         devices,
         notes,
@@ -548,7 +570,8 @@ fn load_with(d: &Devices) -> String {
 pub struct Fix {
     pub load_with: String,
     pub layers_on_gpus: u64,
-    pub free_bytes: Vec<(Place, i64)>,
+    /// Each GPU (as reports name it, `DeviceShare::label`) and what it keeps free.
+    pub free_bytes: Vec<(String, i64)>,
 }
 
 impl Fix {
@@ -560,7 +583,7 @@ impl Fix {
                 .devices
                 .iter()
                 .filter(|s| matches!(s.device, Place::Gpu(_)))
-                .map(|s| (s.device, s.free_bytes))
+                .map(|s| (s.label(), s.free_bytes))
                 .collect(),
         }
     }

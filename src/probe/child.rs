@@ -167,6 +167,7 @@ impl Child {
             device_total: after.total,
             device_free: after.free,
             notes,
+            devices: Vec::new(),
         };
         Ok((
             Child {

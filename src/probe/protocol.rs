@@ -31,6 +31,11 @@ pub struct Setup {
     /// Materialised attention scores (transformers' eager) instead of sliced attention.
     pub eager: bool,
     pub seed: u64,
+    /// Several GPUs to spread the model over (`--device cuda:0,cuda:1`: transformers'
+    /// `device_map="auto"` with `max_memory` over them); empty for one device, whose setup is
+    /// as before. `device` is then the first of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<Device>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -83,6 +88,42 @@ pub struct Hello {
     pub device_free: Option<u64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// With several devices: each one's greeting (the figures above are their sums).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DeviceHello>,
+}
+
+/// One GPU of a probe spread over several.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceHello {
+    pub device: Device,
+    pub base_bytes: u64,
+    pub ballast_bytes: u64,
+    pub capacity_bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_total: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_free: Option<u64>,
+}
+
+/// One GPU's memory through a task of a probe spread over several: the process's bytes on it
+/// (its base, context included, plus PyTorch's reserved pool), its live tensors
+/// (`torch.cuda.max_memory_allocated(d)`), and NVML's bytes for this process on it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceMemory {
+    pub device: Device,
+    pub before: u64,
+    pub peak: u64,
+    pub after: u64,
+    /// Peak of live tensors (base included).
+    pub used_peak: u64,
+    pub capacity_bytes: u64,
+    /// Bytes of the model's weights placed on it.
+    #[serde(default)]
+    pub weights_bytes: u64,
+    /// NVML's per-process bytes on this GPU at the end of the task, when NVML lists the process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvml_bytes: Option<u64>,
 }
 
 /// How a task — and the stage built from it — ended. A child never reports `skipped`; the parent
@@ -182,6 +223,43 @@ pub struct TaskResult {
     /// Memory sampled every 10 ms through the task (bounded: see `meter::sampler`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub timeline: Vec<MemorySnapshot>,
+    /// With several devices: each one's memory through the task (the figures above are sums).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub per_device: Vec<DeviceMemory>,
+    /// With several devices: the GPU the out-of-memory names, as PyTorch's message does
+    /// ("GPU 1 has a total capacity of …") or its allocator's OOM observer saw it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_device: Option<Device>,
+}
+
+/// A task's per-device memory, as a session keeps them for the report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskDevices {
+    pub label: String,
+    pub outcome: Outcome,
+    pub devices: Vec<DeviceMemory>,
+    /// The GPU its out-of-memory names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_device: Option<Device>,
+}
+
+impl TaskDevices {
+    /// The GPU the first out-of-memory among `tasks` names.
+    pub fn first_oom(tasks: &[TaskDevices]) -> Option<Device> {
+        tasks.iter().find_map(|t| t.oom_device)
+    }
+}
+
+impl TaskResult {
+    /// The per-device record of a task spread over several GPUs; `None` on one device.
+    pub fn devices(&self) -> Option<TaskDevices> {
+        (!self.per_device.is_empty()).then(|| TaskDevices {
+            label: self.label.clone(),
+            outcome: self.outcome,
+            devices: self.per_device.clone(),
+            oom_device: self.oom_device,
+        })
+    }
 }
 
 impl TaskResult {
@@ -206,6 +284,80 @@ impl TaskResult {
             error: None,
             fragmentation: None,
             timeline: Vec::new(),
+            per_device: Vec::new(),
+            oom_device: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup(devices: Vec<Device>) -> Setup {
+        Setup {
+            model: "m".into(),
+            device: Device::Cuda(0),
+            dtype: ComputeDtype::Bf16,
+            vram_limit: None,
+            random_weights: true,
+            quantize: None,
+            shared_gpu_margin: None,
+            eager: false,
+            seed: 42,
+            devices,
+        }
+    }
+
+    #[test]
+    fn one_device_sets_up_as_before_and_several_are_listed() {
+        let one = serde_json::to_string(&setup(Vec::new())).unwrap();
+        assert!(!one.contains("devices"), "{one}");
+        let two = serde_json::to_value(setup(vec![Device::Cuda(0), Device::Cuda(1)])).unwrap();
+        assert_eq!(two["devices"], serde_json::json!(["cuda:0", "cuda:1"]));
+    }
+
+    #[test]
+    fn a_task_spread_over_gpus_keeps_each_ones_memory_and_the_gpu_that_ran_out() {
+        // what transformers_probe.py writes for a task on cuda:0 + cuda:1
+        let line = r#"{"label": "concurrency", "outcome": "oom", "seconds": 0.5, "before": 2,
+            "peak": 9, "after": 2, "weights_bytes": 4, "kv_bytes": 0,
+            "oom": {"requested": 1048576, "held": 9, "part": "kv_cache", "emulated": false,
+                    "message": "CUDA out of memory. Tried to allocate 1.00 MiB. GPU 1 has a total capacity of 23.65 GiB"},
+            "oom_device": "cuda:1",
+            "per_device": [
+              {"device": "cuda:0", "before": 1, "peak": 4, "after": 1, "used_peak": 3,
+               "capacity_bytes": 24, "weights_bytes": 2, "nvml_bytes": null},
+              {"device": "cuda:1", "before": 1, "peak": 5, "after": 1, "used_peak": 5,
+               "capacity_bytes": 24, "weights_bytes": 2, "nvml_bytes": 6}]}"#;
+        let r: TaskResult = serde_json::from_str(line).unwrap();
+        let d = r.devices().unwrap();
+        assert_eq!(d.devices.len(), 2);
+        assert_eq!(d.devices[1].nvml_bytes, Some(6));
+        assert_eq!(TaskDevices::first_oom(&[d]), Some(Device::Cuda(1)));
+        // one device: no per-device record, and the result reads as before
+        let single: TaskResult = serde_json::from_str(
+            r#"{"label": "load", "outcome": "ok", "seconds": 0.1, "before": 1,
+                "peak": 2, "after": 1, "weights_bytes": 1, "kv_bytes": 0}"#,
+        )
+        .unwrap();
+        assert!(single.devices().is_none());
+        let back = serde_json::to_string(&single).unwrap();
+        assert!(
+            !back.contains("per_device") && !back.contains("oom_device"),
+            "{back}"
+        );
+    }
+
+    #[test]
+    fn a_hello_of_several_gpus_lists_each() {
+        let h: Hello = serde_json::from_str(
+            r#"{"pid": 7, "device": "cuda:0", "meter": "torch-cuda", "base_bytes": 2,
+                "ballast_bytes": 0, "capacity_bytes": 48, "devices": [
+                {"device": "cuda:0", "base_bytes": 1, "ballast_bytes": 0, "capacity_bytes": 24},
+                {"device": "cuda:1", "base_bytes": 1, "ballast_bytes": 0, "capacity_bytes": 24}]}"#,
+        )
+        .unwrap();
+        assert_eq!(h.devices[1].device, Device::Cuda(1));
     }
 }

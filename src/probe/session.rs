@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::launcher::Launcher;
-use super::protocol::{Hello, OomFacts, Outcome, Setup, Task, TaskResult};
+use super::protocol::{Hello, OomFacts, Outcome, Setup, Task, TaskDevices, TaskResult};
 use crate::error::{Error, InputError, Result};
 use crate::meter::host::Part;
 
@@ -68,6 +68,8 @@ pub struct Session {
     /// The first child's greeting (device, base bytes, capacity).
     pub hello: Option<Hello>,
     pub children: Vec<ChildRecord>,
+    /// Each task's memory per GPU when the probe is spread over several (empty on one device).
+    pub per_device: Vec<TaskDevices>,
 }
 
 /// A Python child that cannot import its engine says so in one JSON line instead of a greeting.
@@ -99,6 +101,7 @@ impl Session {
             running: None,
             hello: None,
             children: Vec::new(),
+            per_device: Vec::new(),
         }
     }
 
@@ -262,7 +265,10 @@ impl Session {
         };
         match answer {
             Ok(line) => match serde_json::from_str::<TaskResult>(&line) {
-                Ok(r) => Reply::Done(Box::new(r)),
+                Ok(r) => {
+                    self.per_device.extend(r.devices());
+                    Reply::Done(Box::new(r))
+                }
                 Err(e) => {
                     self.end(true);
                     Reply::Died {

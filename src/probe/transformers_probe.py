@@ -165,6 +165,13 @@ def parse_requested(message):
     return None
 
 
+def parse_oom_device(message):
+    """The GPU PyTorch's out-of-memory message names ("GPU 1 has a total capacity of ..."), as
+    "cuda:1"; None when it names none."""
+    m = re.search(r"\bGPU (\d+) has a total capacity", message)
+    return "cuda:%d" % int(m.group(1)) if m else None
+
+
 # An allocation failure in disguise: the library that asked for memory reports its own error.
 _DISGUISED = ("out of memory", "mha_graph", "is_good()", "CUBLAS_STATUS_ALLOC_FAILED",
               "CUBLAS_STATUS_NOT_INITIALIZED", "CUDNN_STATUS_ALLOC_FAILED",
@@ -266,6 +273,50 @@ class Nvml:
                     found = True
                     total += arr[i].usedGpuMemory
         return total if found else None
+
+
+class _NvmlOneDevice:
+    """NVML's figures for one GPU, found by the UUID torch reports for it (CUDA and NVML number
+    GPUs differently under CUDA_VISIBLE_DEVICES)."""
+
+    @staticmethod
+    def handle_for(nvml, index):
+        if nvml is None:
+            return None
+        want = str(getattr(torch.cuda.get_device_properties(index), "uuid", "") or "")
+        want = want.lower().replace("gpu-", "")
+        if not want:
+            return None
+        nvml.lib.nvmlDeviceGetUUID.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint]
+        for h in nvml.handles:
+            buf = ctypes.create_string_buffer(96)
+            if nvml.lib.nvmlDeviceGetUUID(h, buf, ctypes.c_uint(96)) == 0:
+                if buf.value.decode("ascii", "replace").lower().replace("gpu-", "") == want:
+                    return h
+        return None
+
+    @staticmethod
+    def used(nvml, h):
+        m = _Memory()
+        if nvml.lib.nvmlDeviceGetMemoryInfo(h, ctypes.byref(m)) == 0:
+            return int(m.used)
+        return None
+
+    @staticmethod
+    def pid_bytes(nvml, h, pid):
+        count = ctypes.c_uint(0)
+        rc = nvml.lib.nvmlDeviceGetComputeRunningProcesses_v3(h, ctypes.byref(count), None)
+        if rc not in (0, 7):
+            return None
+        cap = count.value + 16
+        arr = (_ProcInfo * cap)()
+        count = ctypes.c_uint(cap)
+        if nvml.lib.nvmlDeviceGetComputeRunningProcesses_v3(h, ctypes.byref(count), arr) != 0:
+            return None
+        for i in range(count.value):
+            if arr[i].pid == pid and arr[i].usedGpuMemory != Nvml.NOT_AVAILABLE:
+                return int(arr[i].usedGpuMemory)
+        return None
 
 
 def try_nvml():
@@ -461,6 +512,184 @@ class CudaMeter:
         torch.cuda.synchronize(self.index)
 
 
+class DeviceMeter(CudaMeter):
+    """One GPU of several: like CudaMeter, but `own()` counts this GPU only (NVML's bytes for this
+    pid on it, found by UUID; else its device-level used bytes less what they were before the
+    context; else total - free)."""
+
+    def __init__(self, device, index, nvml, used_before):
+        super().__init__(device, index, nvml, None)
+        self.handle = _NvmlOneDevice.handle_for(nvml, index)
+        self.used_before_dev = used_before
+        if self.handle is None:
+            self.method = "mem-get-info"
+        elif _NvmlOneDevice.pid_bytes(nvml, self.handle, os.getpid()):
+            self.method = "nvml-pid"
+        else:
+            self.method = "nvml-delta" if used_before is not None else "mem-get-info"
+
+    def own(self):
+        if self.method == "nvml-pid":
+            b = _NvmlOneDevice.pid_bytes(self.nvml, self.handle, os.getpid())
+            if b is not None:
+                return b
+        if self.method == "nvml-delta":
+            used = _NvmlOneDevice.used(self.nvml, self.handle)
+            if used is not None:
+                return max(0, used - self.used_before_dev)
+        free, total = self.mem()
+        return total - free
+
+    def nvml_bytes(self):
+        if self.handle is None:
+            return None
+        return _NvmlOneDevice.pid_bytes(self.nvml, self.handle, os.getpid())
+
+
+class _Ballasts:
+    """The ballasts of several GPUs, as one for the Child."""
+
+    def __init__(self, meters):
+        self.meters = meters
+
+    @property
+    def bytes(self):
+        return sum(m.ballast.bytes for m in self.meters)
+
+    @property
+    def api(self):
+        return self.meters[0].ballast.api
+
+    def free(self):
+        for m in self.meters:
+            m.ballast.free()
+
+
+class MultiMeter(CudaMeter):
+    """Several GPUs as one meter for the Child: every figure is the sum over the GPUs (a summed
+    peak is an upper bound: the GPUs peak one after another under device_map). Each GPU's own
+    figures through a task are kept for the TaskResult's `per_device`."""
+
+    def __init__(self, meters):  # noqa: super().__init__ is CudaMeter's one-GPU set-up
+        self.meters = meters
+        first = meters[0]
+        self.device, self.index, self.nvml = first.device, first.index, first.nvml
+        self.ballast = _Ballasts(meters)
+        self.method = first.method
+        self.pool_cap = None
+        self.weights = [0] * len(meters)
+        self.begin_task()
+
+    @property
+    def base(self):
+        return sum(m.base for m in self.meters)
+
+    def mem(self):
+        pairs = [m.mem() for m in self.meters]
+        return sum(f for f, _ in pairs), sum(t for _, t in pairs)
+
+    def own(self):
+        return sum(m.own() for m in self.meters)
+
+    def reserved(self):
+        return sum(m.reserved() for m in self.meters)
+
+    def allocated(self):
+        return sum(m.allocated() for m in self.meters)
+
+    def measure_base(self):
+        return sum(m.measure_base() for m in self.meters)
+
+    def refresh_base(self):
+        for m in self.meters:
+            m.refresh_base()
+
+    def settle(self):
+        gc.collect()
+        for m in self.meters:
+            torch.cuda.synchronize(m.index)
+        torch.cuda.empty_cache()
+
+    def _fold(self):
+        for i, m in enumerate(self.meters):
+            self.acc[i] = max(self.acc[i], m.peak())
+            self.acc_used[i] = max(self.acc_used[i], m.peak_used())
+
+    def reset_peak(self):
+        self._fold()
+        for m in self.meters:
+            m.reset_peak()
+
+    def held(self):
+        return sum(m.held() for m in self.meters)
+
+    def held_used(self):
+        return sum(m.held_used() for m in self.meters)
+
+    def peak(self):
+        return sum(m.peak() for m in self.meters)
+
+    def peak_used(self):
+        return sum(m.peak_used() for m in self.meters)
+
+    def sync(self):
+        for m in self.meters:
+            m.sync()
+
+    def begin_task(self):
+        self.before = [m.held() for m in self.meters]
+        self.acc = list(self.before)
+        self.acc_used = [m.held_used() for m in self.meters]
+
+    def end_task(self, capacities):
+        """Each GPU's figures through the task (`protocol.rs` DeviceMemory)."""
+        self._fold()
+        out = []
+        for i, m in enumerate(self.meters):
+            out.append({"device": "cuda:%d" % m.index, "before": int(self.before[i]),
+                        "peak": int(max(self.acc[i], self.before[i])), "after": int(m.held()),
+                        "used_peak": int(self.acc_used[i]), "capacity_bytes": int(capacities[i]),
+                        "weights_bytes": int(self.weights[i]), "nvml_bytes": m.nvml_bytes()})
+        return out
+
+
+class PlacementOom(Exception):
+    """device_map="auto" over the GPUs given puts part of the model on the CPU or the disk: the
+    weights do not fit them (reported as an out-of-memory at load)."""
+
+
+def device_map_for(model, max_memory):
+    """transformers' own `device_map="auto"` for a (meta) model over `max_memory` ({gpu: bytes}):
+    `_get_device_map`, balancing included, as from_pretrained computes it."""
+    from transformers.integrations.accelerate import _get_device_map
+    return dict(_get_device_map(model, "auto", dict(max_memory), None))
+
+
+def offloaded(device_map):
+    """The modules a device map puts off the GPUs."""
+    return [k for k, v in device_map.items() if str(v) in ("cpu", "disk", "meta")]
+
+
+def materialize(model, device_map, device_of=None):
+    """A meta model's random weights drawn on the devices of `device_map` (module -> GPU index):
+    each placed module made empty on its device, tied weights re-tied, then transformers'
+    `init_weights` (which also recomputes the rotary tables); `device_of` turns a map value into a
+    torch device (tests pass the CPU). Returns the dispatched model."""
+    from accelerate import dispatch_model
+    device_of = device_of or (lambda v: torch.device("cuda", int(v)))
+    for name, where in device_map.items():
+        sub = model.get_submodule(name) if name else model
+        sub.to_empty(device=device_of(where))
+    if hasattr(model, "tie_weights"):
+        model.tie_weights()
+    left = [n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if t.is_meta]
+    if left:
+        raise RuntimeError("device_map left %s on the meta device" % ", ".join(left[:4]))
+    with torch.no_grad():
+        model.init_weights()
+    return dispatch_model(model, device_map={k: device_of(v) for k, v in device_map.items()})
+
+
 class CpuMeter:
     """The process's resident set (see the module docstring)."""
 
@@ -592,6 +821,7 @@ class Child:
         self.peak_acc = 0
         self.peak_used_acc = 0
         self.last_oom = None  # (segment bytes, device free) from PyTorch's OOM observer
+        self.last_oom_gpu = None  # the GPU index the observer saw fail (several GPUs)
         self.limit = setup.get("vram_limit")
         self._check_setup()
 
@@ -611,6 +841,19 @@ class Child:
         if not (dev == "cpu" or re.fullmatch(r"cuda:\d+", dev)):
             raise Fatal("unknown device %r (cpu, cuda, cuda:N)" % s["device"], 2)
         self.device_name = dev  # as request.rs's Device prints it
+        self.devices = []
+        devs = s.get("devices") or []
+        if devs:
+            if not isinstance(devs, list) or len(devs) < 2:
+                raise Fatal("devices must list two or more GPUs (cuda:N)", 2)
+            for d in devs:
+                d = str(d).strip().lower()
+                d = "cuda:0" if d in ("cuda", "gpu") else d
+                if not re.fullmatch(r"cuda:\d+", d):
+                    raise Fatal("devices are GPUs only (cuda:N), not %r" % d, 2)
+                self.devices.append(d)
+            if len(set(self.devices)) != len(self.devices):
+                raise Fatal("a GPU is listed twice in devices", 2)
         if self.limit is not None:
             if isinstance(self.limit, bool) or not isinstance(self.limit, (int, float)) or self.limit <= 0:
                 raise Fatal("vram_limit must be a positive number of bytes", 2)
@@ -640,7 +883,9 @@ class Child:
             self.notes.append("hf_quantization is ignored by the transformers probe")
         dev = self.device_name
         hello = {"pid": os.getpid(), "device": dev, "engine": "transformers"}
-        if dev == "cpu":
+        if self.devices:
+            self._open_multi(hello)
+        elif dev == "cpu":
             self.device = torch.device("cpu")
             self.meter = CpuMeter(self.limit)
             base = self.meter.measure_base()
@@ -738,6 +983,65 @@ class Child:
 
     def _oom_observer(self, device, alloc, device_allocated, device_free):
         self.last_oom = (int(alloc), int(device_free))
+        self.last_oom_gpu = int(device)
+
+    def _open_multi(self, hello):
+        """Several GPUs: a context and a DeviceMeter on each (the limit, when given, held as a
+        ballast on each); the hello's figures are their sums and `devices` each one's."""
+        nvml = try_nvml()
+        used = []
+        if not torch.cuda.is_available():
+            raise Fatal("CUDA is not available to torch %s in %s: pass --python an interpreter whose torch "
+                        "sees the GPUs" % (torch.__version__, sys.executable), 2)
+        n = torch.cuda.device_count()
+        indices = [int(d.split(":")[1]) for d in self.devices]
+        for d, index in zip(self.devices, indices):
+            if index >= n:
+                raise Fatal("there is no %s (torch sees %d GPU(s))" % (d, n), 2)
+            h = _NvmlOneDevice.handle_for(nvml, index) if nvml is not None else None
+            used.append(_NvmlOneDevice.used(nvml, h) if h is not None else None)
+        meters = []
+        for index, before in zip(indices, used):
+            torch.cuda.set_device(index)
+            dev = torch.device("cuda", index)
+            torch.zeros(1, device=dev)  # this GPU's context and pool
+            torch.cuda.synchronize(index)
+            torch.cuda.empty_cache()
+            meters.append(DeviceMeter(dev, index, nvml, before))
+        torch.cuda.set_device(indices[0])
+        self.device = meters[0].device
+        each = []
+        for m in meters:
+            m.measure_base()
+            free, total = m.mem()
+            own = m.own()
+            capacity = own + free
+            if self.limit is not None and self.limit < own + free:
+                need = free - max(0, self.limit - (own - m.ballast.bytes))
+                if need >= BLOCK_STEP:
+                    torch.cuda.set_device(m.index)
+                    m.ballast.hold(need)
+                capacity = int(self.limit)
+            free, total = m.mem()
+            each.append({"device": "cuda:%d" % m.index, "base_bytes": int(m.base),
+                         "ballast_bytes": int(m.ballast.bytes), "capacity_bytes": int(capacity),
+                         "device_total": int(total), "device_free": int(free)})
+        torch.cuda.set_device(indices[0])
+        self.meter = MultiMeter(meters)
+        self.capacities = [e["capacity_bytes"] for e in each]
+        try:
+            torch._C._cuda_attach_out_of_memory_observer(self._oom_observer)
+        except Exception:  # noqa: BLE001
+            pass
+        self.notes.append("device_map=\"auto\" over %s; base measured by %s"
+                          % (" + ".join(self.devices), ", ".join(m.method for m in meters)))
+        if self.limit is not None:
+            self.notes.append("each GPU held to %d bytes by a ballast" % self.limit)
+        hello.update(meter=CudaMeter.name, base_bytes=int(sum(e["base_bytes"] for e in each)),
+                     ballast_bytes=int(sum(e["ballast_bytes"] for e in each)),
+                     capacity_bytes=int(sum(self.capacities)),
+                     device_total=int(sum(e["device_total"] for e in each)),
+                     device_free=int(sum(e["device_free"] for e in each)), devices=each)
 
     def _cpu_limit_hook(self, module, args, output):
         now = time.perf_counter()
@@ -776,6 +1080,10 @@ class Child:
         self.meter.refresh_base()
         self.meter.reset_peak()
         self.peak_acc = self.peak_used_acc = 0
+        multi = isinstance(self.meter, MultiMeter)
+        if multi:
+            self.meter.begin_task()
+            self.last_oom_gpu = None
         t0 = time.perf_counter()
         r["before"] = self.meter.held()
         r["used"]["before"] = self.meter.held_used()
@@ -798,6 +1106,10 @@ class Child:
         except EmulatedOom as e:
             failure = {"requested": None, "held": int(e.held), "part": e.part, "message": str(e)[:400],
                        "free": None, "largest_block": None, "cached": None, "emulated": True}
+        except PlacementOom as e:
+            failure = {"requested": None, "held": int(self.meter.held()), "part": "weights",
+                       "message": str(e)[:400], "free": None, "largest_block": None, "cached": None,
+                       "emulated": False}
         except Exception as e:  # noqa: BLE001 - an out-of-memory is an outcome; so is any failure
             if is_oom(e):
                 failure = self.oom_facts(e)
@@ -810,6 +1122,11 @@ class Child:
         faulthandler.cancel_dump_traceback_later()
         if isinstance(failure, dict):
             r["outcome"], r["oom"] = "oom", failure
+            if multi:
+                named = parse_oom_device(failure.get("message") or "")
+                if named is None and self.last_oom_gpu is not None:
+                    named = "cuda:%d" % self.last_oom_gpu
+                r["oom_device"] = named
         elif failure is not None:
             r["outcome"], r["error"] = "error", failure
         self.phase = "other"
@@ -827,6 +1144,8 @@ class Child:
         except Exception:  # noqa: BLE001
             gc.collect()
         r["after"] = self.meter.held()
+        if multi:
+            r["per_device"] = self.meter.end_task(self.capacities)
         r["weights_bytes"] = int(self.weights_bytes)
         r["seconds"] = round(time.perf_counter() - t0, 6)
         return r
@@ -862,12 +1181,16 @@ class Child:
         r["before"] = self.meter.held()
         r["used"]["before"] = self.meter.held_used()
         before_alloc = self.meter.allocated() if isinstance(self.meter, CudaMeter) else 0
+        if isinstance(self.meter, MultiMeter):
+            self.before_each = [m.allocated() for m in self.meter.meters]
         self.phase = "load"
         s = self.setup
         from transformers import AutoConfig, AutoModelForCausalLM
         trust = bool(s.get("trust_remote_code"))
         folder = s["model"]
-        if s.get("random_weights"):
+        if self.devices:
+            model = self._load_multi(folder, trust, AutoConfig, AutoModelForCausalLM)
+        elif s.get("random_weights"):
             cfg = AutoConfig.from_pretrained(folder, trust_remote_code=trust)
             # Drawn on the device, in the target dtype: no float32 copy, no host round trip.
             with torch.device(self.device):
@@ -888,6 +1211,8 @@ class Child:
         self.limit_check()
         self.model = model
         self.cur_attn = self.attn
+        if isinstance(self.meter, MultiMeter):
+            self.meter.weights = [max(0, m.allocated() - b) for m, b in zip(self.meter.meters, self.before_each)]
         if isinstance(self.meter, CudaMeter):
             self.weights_bytes = max(0, self.meter.allocated() - before_alloc)
         else:
@@ -899,6 +1224,42 @@ class Child:
             self.weights_bytes = total
         text = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
         self.vocab = int(text.vocab_size)
+
+    def _max_memory(self):
+        """{gpu: bytes} over the GPUs given: what each has free now (the ballast already holds the
+        limit), as transformers' default reads mem_get_info; no CPU, so nothing is offloaded."""
+        return {m.index: int(m.mem()[0]) for m in self.meter.meters}
+
+    def _load_multi(self, folder, trust, AutoConfig, AutoModelForCausalLM):
+        mm = self._max_memory()
+        if self.setup.get("random_weights"):
+            cfg = AutoConfig.from_pretrained(folder, trust_remote_code=trust)
+            with torch.device("meta"):
+                model = AutoModelForCausalLM.from_config(cfg, dtype=self.dtype, attn_implementation=self.attn,
+                                                         trust_remote_code=trust)
+            dm = device_map_for(model, mm)
+            off = offloaded(dm)
+            if off:
+                raise PlacementOom("device_map=\"auto\" over %s puts %s off the GPUs: the weights do not fit them"
+                                   % (" + ".join(self.devices), ", ".join(off[:4])))
+            model = materialize(model, dm)
+        else:
+            try:
+                model = AutoModelForCausalLM.from_pretrained(folder, dtype=self.dtype, device_map="auto",
+                                                             max_memory=mm, attn_implementation=self.attn,
+                                                             trust_remote_code=trust)
+            except ValueError as e:
+                if "offload" not in str(e) and "disk" not in str(e):
+                    raise
+                raise PlacementOom("device_map=\"auto\" over %s needs the disk: the weights do not fit the GPUs (%s)"
+                                   % (" + ".join(self.devices), first_line(e, 200)))
+            off = offloaded(getattr(model, "hf_device_map", {}) or {})
+            if off:
+                raise PlacementOom("device_map=\"auto\" over %s put %s off the GPUs: the weights do not fit them"
+                                   % (" + ".join(self.devices), ", ".join(off[:4])))
+        # inputs go where the embeddings are
+        self.device = model.get_input_embeddings().weight.device
+        return model
 
     def set_attention(self, eager):
         want = self.attn_for(eager) if eager is not None else self.attn
@@ -1086,6 +1447,22 @@ class Child:
 
     def fragmentation(self, r):
         self.phase = "fragmentation"
+        if isinstance(self.meter, MultiMeter):
+            # each GPU searched in turn; the one with the smallest largest block is reported
+            found = []
+            for m in self.meter.meters:
+                single = Child.__new__(Child)
+                single.meter, single.device, single.phase = m, m.device, "fragmentation"
+                single.last_oom = None
+                torch.cuda.set_device(m.index)
+                Child.fragmentation(single, r)
+                found.append(("cuda:%d" % m.index, r["fragmentation"]))
+            torch.cuda.set_device(self.meter.index)
+            name, worst = min(found, key=lambda f: f[1]["largest_block"])
+            r["fragmentation"] = worst
+            r["note"] = "fragmentation of %s, the GPU with the smallest largest block (%s)" % (
+                name, ", ".join("%s %d" % (n, f["largest_block"]) for n, f in found))
+            return
         if not isinstance(self.meter, CudaMeter):
             r["fragmentation"] = None
             r["note"] = "fragmentation is not measured on the CPU (no device pool)"

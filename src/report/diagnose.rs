@@ -118,6 +118,7 @@ fn text(r: &DiagnoseReport, style: &Style) -> String {
         return out;
     }
     stage_table(&mut out, r, style);
+    super::per_device::text(&mut out, &r.per_device, style);
     remedies(&mut out, &r.remedies, style);
     if let Some(b) = &r.budget {
         budget_table(&mut out, b, &r.workload, &budget_title(r), style);
@@ -359,6 +360,7 @@ fn markdown(r: &DiagnoseReport) -> String {
         ));
     }
     out.push('\n');
+    super::per_device::markdown(&mut out, &r.per_device);
     md_remedies(&mut out, &r.remedies);
     if let Some(b) = &r.budget {
         out.push_str(&format!(

@@ -7,6 +7,7 @@ pub mod diagnose;
 pub mod env;
 pub mod explain;
 pub mod markdown;
+pub mod per_device;
 pub mod placement;
 pub mod plan;
 pub mod snapshot;

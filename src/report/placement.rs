@@ -17,7 +17,7 @@ const HEADER: [&str; 9] = [
     "of",
 ];
 
-fn cells(s: &DeviceShare) -> Vec<String> {
+fn cells(s: &DeviceShare, label: String) -> Vec<String> {
     let gpu = matches!(s.device, Place::Gpu(_));
     let dash = |b: u64| {
         if gpu {
@@ -34,7 +34,7 @@ fn cells(s: &DeviceShare) -> Vec<String> {
         Bytes(s.free_bytes.unsigned_abs()).to_string()
     };
     vec![
-        s.device.to_string(),
+        label,
         s.holds.join(", "),
         Bytes(s.weights_bytes).to_string(),
         if s.kv_cache_bytes > 0 {
@@ -56,11 +56,26 @@ fn cells(s: &DeviceShare) -> Vec<String> {
 
 fn fix_line(p: &Placement) -> Option<String> {
     let f = p.fix.as_ref()?;
-    let free: Vec<String> = f
+    let shown = |b: &i64| Bytes(b.unsigned_abs()).to_string();
+    let same = f
         .free_bytes
-        .iter()
-        .map(|(d, b)| format!("{d} {} free", Bytes(b.unsigned_abs())))
-        .collect();
+        .windows(2)
+        .all(|w| shown(&w[0].1) == shown(&w[1].1));
+    let free: Vec<String> = match f.free_bytes.first() {
+        // past two GPUs, one figure for identical ranks
+        Some((_, b)) if same && f.free_bytes.len() > 2 => {
+            vec![format!(
+                "{} GPUs {} free each",
+                f.free_bytes.len(),
+                shown(b)
+            )]
+        }
+        _ => f
+            .free_bytes
+            .iter()
+            .map(|(d, b)| format!("{d} {} free", shown(b)))
+            .collect(),
+    };
     Some(format!(
         "load with {}: {} of {} layers on the GPUs, {}",
         f.load_with,
@@ -70,6 +85,54 @@ fn fix_line(p: &Placement) -> Option<String> {
     ))
 }
 
+/// The rows as printed: one per device, except that past 4 GPUs the identical ranks of a
+/// parallel engine on one node share a row (`node0/cuda:0–7 (each)`).
+fn rows(p: &Placement) -> Vec<Vec<String>> {
+    let gpus = p
+        .devices
+        .iter()
+        .filter(|s| matches!(s.device, Place::Gpu(_)))
+        .count();
+    let same = |a: &DeviceShare, b: &DeviceShare| {
+        let node = |s: &DeviceShare| s.rank.map(|r| r.node);
+        a.rank.is_some()
+            && node(a) == node(b)
+            && (a.holds == b.holds)
+            && [
+                a.capacity_bytes,
+                a.weights_bytes,
+                a.kv_cache_bytes,
+                a.activations_bytes,
+            ] == [
+                b.capacity_bytes,
+                b.weights_bytes,
+                b.kv_cache_bytes,
+                b.activations_bytes,
+            ]
+            && (a.runtime_bytes, a.margin_bytes, a.free_bytes)
+                == (b.runtime_bytes, b.margin_bytes, b.free_bytes)
+    };
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < p.devices.len() {
+        let first = &p.devices[i];
+        let mut j = i + 1;
+        while gpus > 4 && j < p.devices.len() && same(first, &p.devices[j]) {
+            j += 1;
+        }
+        let label = if j - i > 1 {
+            let last = p.devices[j - 1].label();
+            let tail = last.rsplit(':').next().unwrap_or_default();
+            format!("{}–{tail} (each)", first.label())
+        } else {
+            first.label()
+        };
+        out.push(cells(first, label));
+        i = j;
+    }
+    out
+}
+
 pub fn text(out: &mut String, p: &Placement, style: &Style) {
     out.push_str(&style.bold(&format!(
         "Per device ({}: {} of {} layers on the GPUs)",
@@ -77,8 +140,8 @@ pub fn text(out: &mut String, p: &Placement, style: &Style) {
     )));
     out.push('\n');
     let mut t = table(&HEADER, 2);
-    for s in &p.devices {
-        t.add_row(cells(s));
+    for row in rows(p) {
+        t.add_row(row);
     }
     out.push_str(&t.to_string());
     out.push('\n');
@@ -103,8 +166,8 @@ pub fn markdown(out: &mut String, p: &Placement) {
         HEADER.join(" | "),
         "--:|".repeat(HEADER.len() - 2)
     ));
-    for s in &p.devices {
-        out.push_str(&format!("| {} |\n", cells(s).join(" | ")));
+    for row in rows(p) {
+        out.push_str(&format!("| {} |\n", row.join(" | ")));
     }
     out.push('\n');
     if let Some(r) = &p.refused {

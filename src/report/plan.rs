@@ -104,6 +104,7 @@ fn text(r: &PlanReport, style: &Style) -> String {
     }
 
     remedies(&mut out, &r.remedies, style);
+    across_gpus(&mut out, r, style);
     if gpus.is_some() {
         return tail(out, r, style);
     }
@@ -148,6 +149,43 @@ fn text(r: &PlanReport, style: &Style) -> String {
     tail(out, r, style)
 }
 
+/// Each GPU's peak of a remedy that spreads the model: `cuda:0 61.2 GiB, cuda:1 61.0 GiB of
+/// 80.0 GiB each`, or the same peak once for identical GPUs.
+fn per_device(r: &crate::verdict::Remedy) -> String {
+    let d = &r.per_device;
+    let cap = d.first().map_or(0, |x| x.capacity_bytes);
+    let shown = |x: &crate::verdict::remedy::DevicePeak| Bytes(x.peak_bytes).to_string();
+    if d.windows(2).all(|w| shown(&w[0]) == shown(&w[1])) {
+        return format!(
+            "{} GPUs at {} of {} each",
+            d.len(),
+            Bytes(d.first().map_or(0, |x| x.peak_bytes)),
+            Bytes(cap)
+        );
+    }
+    let each: Vec<String> = d
+        .iter()
+        .map(|x| format!("{} {}", x.device, Bytes(x.peak_bytes)))
+        .collect();
+    format!("{} of {} each", each.join(", "), Bytes(cap))
+}
+
+/// What more GPUs of the one card would do, each priced per device.
+fn across_gpus(out: &mut String, r: &PlanReport, style: &Style) {
+    if r.across_gpus.is_empty() {
+        return;
+    }
+    out.push_str(&style.bold("On more GPUs of this card (priced per device)"));
+    out.push('\n');
+    for a in &r.across_gpus {
+        let mark = if a.fits() { "✓" } else { "·" };
+        out.push_str(&format!("  {mark} {}\n", a.action));
+        out.push_str(&format!("       {}\n", style.dim(&a.how)));
+        out.push_str(&format!("       {}\n", style.dim(&per_device(a))));
+    }
+    out.push('\n');
+}
+
 fn tail(mut out: String, r: &PlanReport, style: &Style) -> String {
     for n in &r.notes {
         out.push_str(&style.dim(&format!("note: {n}\n")));
@@ -169,8 +207,20 @@ fn multi_gpu(r: &PlanReport) -> Option<(String, u64)> {
         return None;
     }
     let names: Vec<String> = caps.iter().map(|&b| Bytes(b).to_string()).collect();
+    let nodes = p
+        .parallel
+        .as_ref()
+        .filter(|f| f.nodes > 1)
+        .map_or(String::new(), |f| {
+            format!(" on {} nodes × {}", f.nodes, f.gpus_per_node)
+        });
+    let each = if caps.len() > 4 && caps.windows(2).all(|w| w[0] == w[1]) {
+        format!("{} each{nodes}", names[0])
+    } else {
+        format!("{}{nodes}", names.join(" + "))
+    };
     Some((
-        format!("{} GPUs: {}", caps.len(), names.join(" + ")),
+        format!("{} GPUs: {each}", caps.len()),
         caps.iter().fold(0u64, |a, &b| a.saturating_add(b)),
     ))
 }
@@ -231,6 +281,18 @@ fn markdown(r: &PlanReport) -> String {
         super::placement::markdown(&mut out, p);
     }
     md_remedies(&mut out, &r.remedies);
+    if !r.across_gpus.is_empty() {
+        out.push_str("#### On more GPUs of this card (priced per device)\n\n");
+        for a in &r.across_gpus {
+            out.push_str(&format!(
+                "- {} — `{}`; {}\n",
+                a.action,
+                a.how.replace('`', "'"),
+                per_device(a)
+            ));
+        }
+        out.push('\n');
+    }
 
     out.push_str("<details><summary>Safe token budget</summary>\n\n| concurrency | max tokens / request | prompt | new | limited by |\n|--:|--:|--:|--:|---|\n");
     for row in &r.budget.table {

@@ -9,6 +9,7 @@ pub mod pricing;
 pub mod read;
 pub mod remedy;
 pub mod snapshot;
+pub mod split;
 
 use std::fmt;
 

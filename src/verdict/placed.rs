@@ -21,7 +21,7 @@ fn line(s: &DeviceShare) -> Evidence {
         ),
         Place::Gpu(_) => format!(
             "{}: {what} — weights {}, KV cache {}, activations {}, runtime {}, margin {}; {} {}",
-            s.device,
+            s.label(),
             show(s.weights_bytes),
             show(s.kv_cache_bytes),
             show(s.activations_bytes),
@@ -93,7 +93,7 @@ pub fn from_placement(p: &Placement) -> Verdict {
         confidence: 0.8,
         summary: format!(
             "{} runs out with {}: it holds {} and is {} short{offload}{fix}",
-            short.device,
+            short.label(),
             p.load_with,
             short.holds.join(", "),
             show(short.free_bytes.unsigned_abs())
@@ -111,8 +111,9 @@ fn cause_of(s: &DeviceShare) -> (Cause, Stage) {
         .weights_bytes
         .saturating_add(s.runtime_bytes)
         .saturating_add(s.margin_bytes);
-    // The largest thing on the device is what to move; the stage is when it would run out.
-    let cause = if s.weights_bytes >= s.kv_cache_bytes.max(s.activations_bytes) {
+    // The weights when they (with the runtime and margin) do not fit at all; else what the
+    // workload adds on top of them, the larger of the KV cache and the activations.
+    let cause = if fixed > s.capacity_bytes {
         Cause::Weights
     } else if s.kv_cache_bytes >= s.activations_bytes {
         Cause::KvCache
@@ -127,4 +128,46 @@ fn cause_of(s: &DeviceShare) -> (Cause, Stage) {
         Stage::FirstToken
     };
     (cause, stage)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(weights: u64, kv: u64, acts: u64) -> DeviceShare {
+        let cap = 80u64 << 30;
+        let need = weights + kv + acts + (3 << 30);
+        DeviceShare {
+            device: Place::Gpu(0),
+            capacity_bytes: cap,
+            max_memory_bytes: cap,
+            layers: 80,
+            weights_bytes: weights,
+            kv_cache_bytes: kv,
+            activations_bytes: acts,
+            runtime_bytes: 2 << 30,
+            margin_bytes: 1 << 30,
+            free_bytes: cap as i64 - need as i64,
+            holds: vec!["80 layers".into()],
+            rank: None,
+        }
+    }
+
+    #[test]
+    fn weights_that_fit_leave_the_cause_to_what_the_workload_adds() {
+        // 48 GiB of weights fit the 80 GiB card: the 35 GiB cache on top is what runs it out
+        assert_eq!(
+            cause_of(&gpu(48 << 30, 35 << 30, 1 << 30)),
+            (Cause::KvCache, Stage::LongGeneration)
+        );
+        assert_eq!(
+            cause_of(&gpu(70 << 30, 1 << 30, 9 << 30)),
+            (Cause::Activations, Stage::FirstToken)
+        );
+        // weights past the card: the weights, at load
+        assert_eq!(
+            cause_of(&gpu(90 << 30, 1 << 30, 1 << 30)),
+            (Cause::Weights, Stage::Load)
+        );
+    }
 }

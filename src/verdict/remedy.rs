@@ -28,6 +28,17 @@ pub enum Change {
     /// Give the process more host RAM (or load without a host copy).
     MoreHostMemory,
     LargerGpu(u64),
+    /// Spread the model over this many GPUs of the card (tensor parallel, `device_map`, `-ts`).
+    MoreGpus(u64),
+}
+
+/// One GPU of a remedy that spreads the model: what it would hold at the peak.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DevicePeak {
+    pub device: String,
+    pub peak_bytes: u64,
+    pub capacity_bytes: u64,
+    pub free_bytes: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -51,6 +62,9 @@ pub struct Remedy {
     /// Set by `diagnose --verify` when the change was tried on the GPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub verified: Option<bool>,
+    /// For a change that spreads the model over several GPUs: each one's peak.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub per_device: Vec<DevicePeak>,
 }
 
 impl Remedy {
@@ -80,6 +94,50 @@ impl Remedy {
                 fits,
             }),
             verified: None,
+            per_device: Vec::new(),
+        }
+    }
+
+    /// Spread over several GPUs (`change` is `MoreGpus`): `how` is the engine's flags for it,
+    /// priced by the fullest device.
+    pub fn spread(
+        change: Change,
+        how: String,
+        old_peak: u64,
+        per_device: Vec<DevicePeak>,
+    ) -> Remedy {
+        let fits = per_device.iter().all(|d| d.free_bytes >= 0);
+        // the first of the fullest (max_by_key keeps the last)
+        let fullest = per_device
+            .iter()
+            .rev()
+            .max_by_key(|d| d.peak_bytes.saturating_mul(1000) / d.capacity_bytes.max(1));
+        let (peak, cap, name) = fullest.map_or((0, 0, String::new()), |d| {
+            (d.peak_bytes, d.capacity_bytes, d.device.clone())
+        });
+        let effect = if fits {
+            format!(
+                "every GPU fits, the fullest ({name}) at {} of {}",
+                Bytes(peak),
+                Bytes(cap)
+            )
+        } else {
+            format!("{name} still short: {} of {}", Bytes(peak), Bytes(cap))
+        };
+        Remedy {
+            action: format!("{} → {effect}", describe(change)),
+            how,
+            change,
+            saves_bytes: Some(
+                (old_peak as i128 - peak as i128).clamp(i64::MIN as i128, i64::MAX as i128) as i64,
+            ),
+            new_budget: Some(RemedyBudget {
+                peak_bytes: peak,
+                vram_bytes: cap,
+                fits,
+            }),
+            verified: None,
+            per_device,
         }
     }
 
@@ -97,6 +155,7 @@ impl Remedy {
             saves_bytes: saves.map(|b| b as i64),
             new_budget: None,
             verified: None,
+            per_device: Vec::new(),
         }
     }
 
@@ -133,6 +192,7 @@ fn describe(change: Change) -> String {
         }
         Change::LargerGpu(0) => "use a GPU with more memory".into(),
         Change::LargerGpu(b) => format!("use a GPU with {}", Bytes(b)),
+        Change::MoreGpus(n) => format!("spread the model over {n} GPUs of this card"),
     }
 }
 
@@ -186,5 +246,8 @@ fn how(change: Change, engine: Engine) -> String {
         (Change::CpuOffload, _) => "from_pretrained(..., device_map=\"auto\", max_memory={0: \"20GiB\", \"cpu\": \"64GiB\"})".into(),
         (Change::MoreHostMemory, _) => "raise the container's memory limit; load safetensors (memory-mapped) with low_cpu_mem_usage=True / device_map=\"cuda\"; check dmesg".into(),
         (Change::LargerGpu(_), _) => "or split the model across GPUs (device_map=\"auto\", --tensor-parallel-size, -ts)".into(),
+        (Change::MoreGpus(n), Vllm) => format!("--tensor-parallel-size {n}"),
+        (Change::MoreGpus(n), LlamaCpp) => format!("-ngl 999 --tensor-split {}", std::iter::repeat_n("1", n.min(64) as usize).collect::<Vec<_>>().join(",")),
+        (Change::MoreGpus(_), _) => "from_pretrained(..., device_map=\"auto\")".into(),
     }
 }

@@ -63,6 +63,9 @@ pub struct DiagnoseRequest {
     /// Whose knobs the remedies name; `transformers-eager` also makes the probe materialise scores.
     pub engine: Engine,
     pub device: Device,
+    /// `--device cuda:0,cuda:1`: every GPU the transformers probe spreads the model over
+    /// (`device` is the first); empty for one device.
+    pub devices: Vec<Device>,
     pub vram_limit: Option<u64>,
     pub find_limits: bool,
     pub verify: bool,
@@ -172,6 +175,10 @@ pub struct DiagnoseReport {
     pub verification: Option<StageRecord>,
     pub prediction: Prediction,
     pub children: Vec<ChildRecord>,
+    /// `--device cuda:0,cuda:1`: every task's memory on each GPU, and the GPU an out-of-memory
+    /// names (empty on one device).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub per_device: Vec<crate::probe::protocol::TaskDevices>,
     /// The warm-up before the stages (kernel compilation, library workspaces), timed apart.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub warmup_seconds: Option<f64>,
@@ -324,6 +331,7 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
         weights_bytes: prep.expected_weights,
     };
     let mut verdict = classify(&view, &card);
+    name_the_device(&mut verdict, &session.per_device);
     for s in &m.superseded {
         verdict.evidence.push(crate::verdict::Evidence::text(format!(
             "at the edge: {s} ran out in the probe's warm process, but a fresh process ran the whole workload"
@@ -393,6 +401,7 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
         prep.notes.extend(note);
         verification = rerun;
     }
+    let per_device = std::mem::take(&mut session.per_device);
     let children = finish(session, &mut prep.notes);
     drop(model_dir);
     if verdict.cause == Cause::Unknown {
@@ -418,6 +427,7 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
         verification,
         prediction: prediction(&profile, &prep.workload, req.engine),
         children,
+        per_device,
         warmup_seconds: m.warmup_seconds,
         seconds: started.elapsed().as_secs_f64(),
         notes: prep.notes,
@@ -428,10 +438,15 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
 fn probe_name(prep: &Prepared, req: &DiagnoseRequest, hello: &Hello, transformers: bool) -> String {
     if transformers {
         let attn = if prep.eager { "eager" } else { "sdpa" };
+        let on = if req.devices.is_empty() {
+            req.device.to_string()
+        } else {
+            let all: Vec<String> = req.devices.iter().map(Device::to_string).collect();
+            format!("{} (device_map=\"auto\")", all.join(" + "))
+        };
         return format!(
-            "transformers {} on {}, {attn} attention, its own DynamicCache ({} meter)",
+            "transformers {} on {on}, {attn} attention, its own DynamicCache ({} meter)",
             prep.dtype,
-            req.device,
             hello.meter.as_str()
         );
     }
@@ -445,6 +460,13 @@ fn probe_name(prep: &Prepared, req: &DiagnoseRequest, hello: &Hello, transformer
             "sliced (SDPA-like)"
         }
     )
+}
+
+/// Spread over several GPUs: the verdict says which one ran out, as the OOM message named it.
+fn name_the_device(verdict: &mut Verdict, per_device: &[crate::probe::protocol::TaskDevices]) {
+    if let Some(d) = crate::probe::protocol::TaskDevices::first_oom(per_device) {
+        verdict.summary = format!("{} — on {d}", verdict.summary);
+    }
 }
 
 /// The load's failure when it is the checkpoint's: it failed (not out of memory, not a timeout)
@@ -497,6 +519,7 @@ fn predicted(
         device_total: env.gpu.as_ref().map(|g| g.total_bytes),
         device_free: env.gpu.as_ref().map(|g| g.free_bytes),
         notes: Vec::new(),
+        devices: Vec::new(),
     };
     let stages = [
         crate::verdict::Stage::Load,
@@ -528,6 +551,7 @@ fn predicted(
         verification: None,
         prediction: prediction(&profile, &prep.workload, req.engine),
         children: Vec::new(),
+        per_device: Vec::new(),
         warmup_seconds: None,
         seconds: started.elapsed().as_secs_f64(),
         notes: prep.notes,
@@ -549,6 +573,7 @@ fn setup(req: &DiagnoseRequest, prep: &Prepared, env: &Environment) -> Setup {
             .then(|| crate::estimate::safety_margin(env.gpu.as_ref().map_or(0, |g| g.total_bytes))),
         eager: prep.eager,
         seed: 42,
+        devices: req.devices.clone(),
     }
 }
 
