@@ -315,8 +315,14 @@ fn summarize(rows: &[Row], slack: &Slack, oom: Option<&OomRecord>) -> Summary {
     let kv_cache = sum(&|c| c == Component::KvCache);
     let activations = sum(&|c| c.is_activation());
     let other = sum(&|c| matches!(c, Component::Other | Component::NoStack));
-    let fragmented =
-        oom.is_some_and(|o| o.request > slack.largest_free_block && o.request <= slack.cached_free);
+    // A load goes on allocating the rest of the model after the request that failed: free bytes
+    // that would have served that one request do not make the weights fit (the H200's load OOM,
+    // 118 MiB cached free in 4 MiB pieces against a 112 MiB tensor of a 13.5 GiB model on 12 GiB).
+    let loading = oom.is_some_and(|o| o.component == Some(Component::Weights));
+    let fragmented = !loading
+        && oom.is_some_and(|o| {
+            o.request > slack.largest_free_block && o.request <= slack.cached_free
+        });
     let by_request = oom.and_then(|o| o.component).map(|c| match c {
         Component::Weights => SnapshotCause::Weights,
         Component::KvCache => SnapshotCause::KvCache,
