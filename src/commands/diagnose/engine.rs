@@ -213,7 +213,7 @@ mod tests {
         let budget = Planner::new(&spec, card).budget(&w).max_prompt_tokens;
         // The run itself, less the budget's own rounding: never more.
         assert!(
-            budget.is_some_and(|p| p <= 5815 && p >= 5815 * 99 / 100),
+            budget.is_some_and(|p| (5815 * 99 / 100..=5815).contains(&p)),
             "{budget:?}"
         );
     }
