@@ -628,21 +628,24 @@ pub fn oom_killer_tasks(lines: &[String]) -> Option<Finding> {
     st.findings.pop()
 }
 
-/// One row of the OOM killer's task table: `[pid]` then uid, tgid and 5–8 more counts (the
-/// columns changed over kernel versions), then the command name.
+/// One row of the OOM killer's task table: `[pid]` then uid, the thread group id (the same
+/// number: the table lists thread-group leaders) and 5–8 more counts (the columns changed over
+/// kernel versions), then the command name.
 fn task_row(line: &str) -> bool {
-    let Some(open) = line.rfind("] ").and_then(|close| {
+    let Some((pid, rest)) = line.rfind("] ").and_then(|close| {
         let start = line[..close].rfind('[')?;
         let pid = line[start + 1..close].trim();
-        (!pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())).then_some(close + 1)
+        (!pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| (pid, &line[close + 1..]))
     }) else {
         return false;
     };
-    let fields: Vec<&str> = line[open..].split_whitespace().collect();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
     let Some((_name, counts)) = fields.split_last() else {
         return false;
     };
     (7..=10).contains(&counts.len())
+        && counts.get(1) == Some(&pid)
         && counts.iter().all(|c| {
             c.strip_prefix('-')
                 .unwrap_or(c)
@@ -981,8 +984,9 @@ mod tests {
         assert!(task_row(
             "[ 1440763] 21417 1440763 21758344 15089085 169956864 0 0 perl"
         ));
-        // Two bracketed numbers are not a table; a log line with brackets is not a row.
-        assert!(events("[  1] 2 3 4 5 6 7 8 a\n[ 2] 2 3 4 5 6 7 8 b").is_empty());
+        // Two rows are not a table; a row whose tgid is not its pid is not the kernel's.
+        assert!(events("[  1] 0 1 4 5 6 7 8 a\n[ 2] 0 2 4 5 6 7 8 b").is_empty());
+        assert!(!task_row("[  123] 1 2 3 4 5 6 7 x"));
         assert!(!task_row("[INFO] [worker 3] loaded 1 2 3 4 5 6 7 shards"));
     }
 
