@@ -165,7 +165,9 @@ fn tune_split_scores_and_never_calls_an_oom_none() {
 /// Ray's own OutOfMemoryError, vLLM's 0 cache blocks as kv_cache) and is now a tune split
 /// (`was_heldout: true`); the next held-out set has to be gathered anew.
 const FRESH_LOGS: usize = 48;
-const FRESH_RIGHT: usize = 38;
+/// 38 after session 5; 40 since the rules for real-2026-12 (the optimizer's step, CUDA-graph
+/// pools), which this corpus was not tuned for.
+const FRESH_RIGHT: usize = 40;
 
 #[test]
 fn the_fresh_corpus_once_held_out_now_tuned_scores_and_never_calls_an_oom_none() {
@@ -176,6 +178,29 @@ fn the_fresh_corpus_once_held_out_now_tuned_scores_and_never_calls_an_oom_none()
     assert!(
         s.right >= FRESH_RIGHT,
         "real-fresh: {}/{} right, below the recorded {FRESH_RIGHT}",
+        s.right,
+        s.n
+    );
+}
+
+/// The 2026-12 corpus (tests/fixtures/logs/real-2026-12, 55 logs from 25 engines, issue #15)
+/// was scored ONCE before any rule was fitted to it: **27/55 right (49.1 %), 5 OOMs called
+/// none** (accelerate-chatlm-mini-chinese-40, dmesg-vllm-54237, pytorch-fastmri-challenge-238,
+/// windows-aitextgen-188, windows-comfyui-7550), 0 look-alikes called an OOM. It was then tuned
+/// on (docs/explain.md lists the rules and the 13 misses left); its held-out half is scored by
+/// the lead.
+const DEC_LOGS: usize = 55;
+const DEC_RIGHT: usize = 42;
+
+#[test]
+fn the_2026_12_corpus_tuned_scores_and_never_calls_an_oom_none() {
+    let s = score("real-2026-12", "tune");
+    report("real-2026-12/tune", &s);
+    assert_eq!(s.n, DEC_LOGS);
+    assert_never_none_for_an_oom(&s);
+    assert!(
+        s.right >= DEC_RIGHT,
+        "real-2026-12: {}/{} right, below the recorded {DEC_RIGHT}",
         s.right,
         s.n
     );

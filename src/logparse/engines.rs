@@ -24,6 +24,7 @@ pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
         cuda_errors,
         host,
         kubernetes,
+        batch_finder,
     ];
     READERS.iter().any(|r| r(lines, i, st))
 }
@@ -274,6 +275,7 @@ fn llama_buffer(lines: &[String], i: usize) -> LlamaBuffer {
 /// TGI's prefill warm-up; TensorRT-LLM's component table and its allocator.
 fn tgi_trt(lines: &[String], i: usize, st: &mut Scan) -> bool {
     static TGI: OnceLock<Regex> = OnceLock::new();
+    static BLOCKS: OnceLock<Regex> = OnceLock::new();
     static COMPONENT: OnceLock<Regex> = OnceLock::new();
     static TRT: OnceLock<Regex> = OnceLock::new();
     let line = &lines[i];
@@ -281,6 +283,18 @@ fn tgi_trt(lines: &[String], i: usize, st: &mut Scan) -> bool {
     if let Some(c) = tgi.captures(line) {
         let tokens = cap_u64(&c, 1);
         st.add(i + 1, line, Event::TgiPrefill { tokens });
+        return true;
+    }
+    let blocks = re(
+        &BLOCKS,
+        r"Out of available cache blocks: asked (\d+), only (\d+) free blocks",
+    );
+    if let Some(c) = blocks.captures(line) {
+        let event = Event::TgiCacheBlocks {
+            asked: cap_u64(&c, 1),
+            free: cap_u64(&c, 2),
+        };
+        once(st, i + 1, line, event);
         return true;
     }
     let component = re(&COMPONENT, r"component could not be created: (.+?)\s*$");
@@ -390,7 +404,7 @@ fn accelerators(lines: &[String], i: usize, st: &mut Scan) -> bool {
     let line = &lines[i];
     let dram = re(
         &DRAM,
-        r"Not enough space to allocate (\d+) B \w+ buffer across (\d+) banks, where each bank needs to store \d+ B, but bank size is (\d+) B \(allocated: (\d+) B, free: (\d+) B",
+        r"Not enough space to allocate (\d+) B \w+ buffer across (\d+) banks(?:, where each bank needs to store \d+ B, but bank size is (\d+) B \(allocated: (\d+) B, free: (\d+) B)?",
     );
     if let Some(c) = dram.captures(line) {
         let banks = cap_u64(&c, 2).unwrap_or(1);
@@ -435,12 +449,49 @@ fn cuda_errors(lines: &[String], i: usize, st: &mut Scan) -> bool {
         || line.contains("CUDA driver error: out of memory")
         || line.contains("cudaErrorMemoryAllocation")
     {
-        Event::CudaErrorOom
+        if ggml_cuda_pool(lines, i) {
+            Event::LlamaCppBuffer {
+                buffer: LlamaBuffer::Pool,
+                bytes: None,
+            }
+        } else {
+            Event::CudaErrorOom
+        }
     } else {
         return false;
     };
     st.add(i + 1, line, event);
     true
+}
+
+/// ggml's CUDA_CHECK names where a `CUDA error` happened on the next lines: `current device: 0,
+/// in function alloc at …/ggml-cuda.cu:457` and the failing call. The CUDA memory pool
+/// (`ggml_cuda_pool_*::alloc`, growing its virtual range with `cuMemCreate` / `cuMemSetAccess`)
+/// holds only the temporary buffers of the graph's operations — weights and the KV cache live in
+/// backend buffers, allocated with their own messages — so its failure is compute (koboldcpp-1711,
+/// ollama-9567).
+fn ggml_cuda_pool(lines: &[String], i: usize) -> bool {
+    static WHERE: OnceLock<Regex> = OnceLock::new();
+    let at = re(&WHERE, r"in function (\w+) at \S*ggml-cuda");
+    let next = &lines[(i + 1).min(lines.len())..lines.len().min(i + 6)];
+    let Some(function) = next
+        .iter()
+        .find_map(|l| at.captures(l).and_then(|c| c.get(1)))
+        .map(|m| m.as_str())
+    else {
+        return false;
+    };
+    const POOL_CALLS: &[&str] = &[
+        "cuMemCreate",
+        "cuMemSetAccess",
+        "cuMemMap",
+        "cuMemAddressReserve",
+    ];
+    function == "alloc"
+        || function.starts_with("ggml_cuda_pool")
+        || next
+            .iter()
+            .any(|l| POOL_CALLS.iter().any(|c| l.contains(c)))
 }
 
 /// Host RAM: the kernel's OOM killer, Ray's memory monitor, ollama's system-memory check,
@@ -455,11 +506,22 @@ fn host(lines: &[String], i: usize, st: &mut Scan) -> bool {
         r"(?i:out of memory): Kill(?:ed)? process \d+ \(([^)]+)\)(?:.*?anon-rss:(\d+)kB)?",
     );
     if let Some(c) = killer.captures(line) {
-        let event = Event::HostOomKiller {
-            process: c.get(1).map(|m| m.as_str().to_string()),
-            rss: cap_u64(&c, 2).map(|k| k.saturating_mul(1024)),
-        };
-        st.add(i + 1, line, event);
+        let process = c.get(1).map(|m| m.as_str().to_string());
+        let rss = cap_u64(&c, 2).map(|k| k.saturating_mul(1024));
+        oom_killer(st, i + 1, line, process, rss);
+        return true;
+    }
+    if let Some(task) = oom_killer_summary(line) {
+        oom_killer(st, i + 1, line, task, None);
+        return true;
+    }
+    // Windows' ERROR_COMMITMENT_LIMIT: RAM and paging file are spoken for (a DLL that cannot
+    // be mapped, a safetensors file that cannot be opened).
+    if line.contains("paging file is too small")
+        || line.contains("WinError 1455")
+        || line.contains("os error 1455")
+    {
+        once(st, i + 1, line, Event::PagingFileTooSmall);
         return true;
     }
     if line.contains("killed due to memory pressure (OOM)")
@@ -492,6 +554,104 @@ fn host(lines: &[String], i: usize, st: &mut Scan) -> bool {
         return true;
     }
     false
+}
+
+/// The kernel's own lines around a kill, before the `Killed process` line (which a paste may
+/// lack or word otherwise): `python invoked oom-killer: gfp_mask=…` and, since Linux 4.19,
+/// `oom-kill:constraint=CONSTRAINT_NONE,…,task=python,pid=2953` (dmesg-moby-47418). Returns the
+/// task the summary names (`None` for the `invoked` line: the invoker is not the victim).
+fn oom_killer_summary(line: &str) -> Option<Option<String>> {
+    if line.contains(" invoked oom-killer:") {
+        return Some(None);
+    }
+    let rest = &line[line.find("oom-kill:constraint=")?..];
+    let task = rest
+        .split(',')
+        .find_map(|kv| kv.trim().strip_prefix("task="))
+        .map(|t| t.trim().to_string());
+    Some(task)
+}
+
+/// One OOM kill is one event: the kernel's lines about it (the `invoked` line, the task table,
+/// the summary, the `Killed process` line) are merged into one finding, quoted at the latest
+/// of them — the kill line, when the paste has it.
+fn oom_killer(st: &mut Scan, n: usize, line: &str, process: Option<String>, rss: Option<u64>) {
+    let (mut process, mut rss) = (process, rss);
+    if let Some(Finding {
+        event: Event::HostOomKiller { process: p, rss: r },
+        line: at,
+        ..
+    }) = st.findings.last_mut()
+    {
+        if n - *at <= 400 && r.is_none() {
+            process = process.or(p.take());
+            rss = rss.or(*r);
+            st.findings.pop();
+        }
+    }
+    st.add(n, line, Event::HostOomKiller { process, rss });
+}
+
+/// accelerate's `find_executable_batch_size` catches each out-of-memory error and halves the
+/// batch: "No executable batch size found, reached zero" means batch size 1 ran out too.
+fn batch_finder(lines: &[String], i: usize, st: &mut Scan) -> bool {
+    let line = &lines[i];
+    if !line.contains("No executable batch size found") {
+        return false;
+    }
+    once(st, i + 1, line, Event::BatchSizeExhausted);
+    true
+}
+
+/// The kernel's OOM report lists every task's memory before it kills one: `[  pid  ]   uid
+/// tgid total_vm      rss … name` and a row per task (`[  16502]  1000 16502   136163 …
+/// cudafe++`). A paste of only that table (dmesg-vllm-54237) is still the OOM killer at work.
+/// Read only when the log has no other event.
+pub fn oom_killer_tasks(lines: &[String]) -> Option<Finding> {
+    let header = lines
+        .iter()
+        .position(|l| l.contains("total_vm") && l.contains("rss") && l.contains("oom_score_adj"));
+    let rows: Vec<usize> = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| task_row(l))
+        .map(|(k, _)| k)
+        .collect();
+    let first = match (header, rows.first()) {
+        (Some(h), _) => h,
+        (None, Some(&r)) if rows.len() >= 3 => r,
+        _ => return None,
+    };
+    let mut st = Scan::default();
+    let tasks = u64::try_from(rows.len()).unwrap_or(u64::MAX);
+    st.add(first + 1, &lines[first], Event::OomKillerTasks { tasks });
+    st.findings.pop()
+}
+
+/// One row of the OOM killer's task table: `[pid]` then uid, the thread group id (the same
+/// number: the table lists thread-group leaders) and 5–8 more counts (the columns changed over
+/// kernel versions), then the command name.
+fn task_row(line: &str) -> bool {
+    let Some((pid, rest)) = line.rfind("] ").and_then(|close| {
+        let start = line[..close].rfind('[')?;
+        let pid = line[start + 1..close].trim();
+        (!pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| (pid, &line[close + 1..]))
+    }) else {
+        return false;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let Some((_name, counts)) = fields.split_last() else {
+        return false;
+    };
+    (7..=10).contains(&counts.len())
+        && counts.get(1) == Some(&pid)
+        && counts.iter().all(|c| {
+            c.strip_prefix('-')
+                .unwrap_or(c)
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
 }
 
 /// Kubernetes' container state (`Reason: OOMKilled`; exit code 137 under another reason is a
@@ -762,6 +922,111 @@ mod tests {
         // A log that goes on after the allocation is not cut there.
         let more = format!("{log}llama_print_timings: eval time = 10 ms\n");
         assert!(events(&more).is_empty());
+    }
+
+    #[test]
+    fn ggmls_cuda_pool_running_out_is_compute() {
+        // koboldcpp-1711 (cuMemSetAccess) and ollama-9567 (blank lines between, cuMemCreate).
+        let kobold = events("Processing Prompt [BLAS] (512 / 12710 tokens)CUDA error: out of memory\n  current device: 0, in function alloc at D:\\a\\koboldcpp\\ggml\\src\\ggml-cuda\\ggml-cuda.cu:457\n  cuMemSetAccess((CUdeviceptr)((char *)(pool_addr) + pool_size), reserve_size, &access, 1)");
+        let pool = Event::LlamaCppBuffer {
+            buffer: LlamaBuffer::Pool,
+            bytes: None,
+        };
+        assert_eq!(kobold, vec![pool.clone()]);
+        let ollama = events("CUDA error: out of memory\n\n  current device: 2, in function alloc at //ml/backend/ggml/ggml/src/ggml-cuda/ggml-cuda.cu:445\n\n  cuMemCreate(&handle, reserve_size, &prop, 0)");
+        assert_eq!(ollama, vec![pool.clone()]);
+        let vmm = events("CUDA error: out of memory\n  current device: 0, in function ggml_cuda_pool_malloc_vmm at /x/llama.cpp/ggml-cuda.cu:7812\n  cuMemCreate(&handle, reserve_size, &prop, 0)");
+        assert_eq!(vmm, vec![pool]);
+        // Another ggml function, or a CUDA error without ggml's lines, is not the pool.
+        let other = events("CUDA error: out of memory\n  current device: 0, in function ggml_cuda_op_mul_mat at /x/ggml-cuda.cu:1200\n  cublasGemmEx(...)");
+        assert_eq!(other, vec![Event::CudaErrorOom]);
+        assert_eq!(
+            events("RuntimeError: CUDA error: out of memory"),
+            vec![Event::CudaErrorOom]
+        );
+    }
+
+    #[test]
+    fn the_kernels_oom_kill_summary_and_kill_line_are_one_kill() {
+        // dmesg-moby-47418: the summary line names the task; the kill line is worded otherwise.
+        let moby = events("[Tue Feb 20 19:15:36 2024] oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/docker/e9d9,task=python,pid= 2953 , uid=999\n[Tue Feb 20 19:15:36 2024] Out of memory: Process stopped 2953 (python) total-vm:8142876kB, anon-rss:6719676kB");
+        assert_eq!(
+            moby,
+            vec![Event::HostOomKiller {
+                process: Some("python".into()),
+                rss: None
+            }]
+        );
+        // dmesg-textgen-440: summary, then the usual kill line fills in the resident size.
+        let both = events("oom-kill:constraint=CONSTRAINT_NONE,global_oom,task=python,pid=6154,uid=1000\nOut of memory: Killed process 6154 (python) total-vm:18109076kB, anon-rss:14095848kB, file-rss:0kB");
+        assert_eq!(
+            both,
+            vec![Event::HostOomKiller {
+                process: Some("python".into()),
+                rss: Some(14_095_848 * 1024)
+            }]
+        );
+        let invoked = events(
+            "[ 12.3] pool invoked oom-killer: gfp_mask=0x6200ca(GFP_HIGHUSER_MOVABLE), order=0",
+        );
+        assert_eq!(invoked.len(), 1);
+    }
+
+    #[test]
+    fn the_oom_killers_task_table_alone_is_the_oom_killer() {
+        // dmesg-vllm-54237: only rows of the table were pasted (new columns: rss_anon …).
+        let rows = "[ 2457.202791] [  16501]  1000 16501      723      473       30      443         0    45056        0             0 sh\n[ 2457.202792] [  16502]  1000 16502   136163   131902   131411      491         0  1134592        0             0 cudafe++\n[ 2457.202794] [  16503]  1000 16503      723      472       29      443         0    45056        0             0 sh";
+        assert_eq!(events(rows), vec![Event::OomKillerTasks { tasks: 3 }]);
+        // The older columns, after the table's header.
+        assert!(!task_row(
+            "[  pid  ]   uid  tgid total_vm      rss pgtables_bytes swapents oom_score_adj name"
+        ));
+        assert!(task_row(
+            "[ 1440763] 21417 1440763 21758344 15089085 169956864 0 0 perl"
+        ));
+        // Two rows are not a table; a row whose tgid is not its pid is not the kernel's.
+        assert!(events("[  1] 0 1 4 5 6 7 8 a\n[ 2] 0 2 4 5 6 7 8 b").is_empty());
+        assert!(!task_row("[  123] 1 2 3 4 5 6 7 x"));
+        assert!(!task_row("[INFO] [worker 3] loaded 1 2 3 4 5 6 7 shards"));
+    }
+
+    #[test]
+    fn windows_commit_limit_is_host_memory() {
+        for s in [
+            "[WinError 1455] The paging file is too small for this operation to complete. Error loading \"C:\\torch\\lib\\caffe2_detectron_ops_gpu.dll\" or one of its dependencies.",
+            "OSError: The paging file is too small for this operation to complete. (os error 1455)",
+        ] {
+            assert_eq!(events(s), vec![Event::PagingFileTooSmall], "{s}");
+        }
+    }
+
+    #[test]
+    fn tgis_cache_block_pool_and_accelerates_batch_finder() {
+        let tgi = events("ERROR prefill: Server error: Out of available cache blocks: asked 107, only 4 free blocks");
+        assert_eq!(
+            tgi,
+            vec![Event::TgiCacheBlocks {
+                asked: Some(107),
+                free: Some(4)
+            }]
+        );
+        let finder = events("RuntimeError: No executable batch size found, reached zero");
+        assert_eq!(finder, vec![Event::BatchSizeExhausted]);
+    }
+
+    #[test]
+    fn a_dram_message_cut_after_its_request_is_still_read() {
+        // tenstorrent-tt-inference-server-314.
+        let e = events("Out of Memory: Not enough space to allocate 33619968 B DRAM buffer across 12 banks, where each bank needs to store 2801664 B");
+        assert_eq!(
+            e,
+            vec![Event::DeviceBufferOom {
+                requested: Some(33_619_968),
+                total: None,
+                allocated: None,
+                free: None
+            }]
+        );
     }
 
     #[test]

@@ -72,6 +72,8 @@ pub struct Context {
     pub activation_lines: Vec<usize>,
     /// Lines in the KV-cache update.
     pub cache_lines: Vec<usize>,
+    /// Lines in the optimizer's step or its per-parameter state (Adam's `exp_avg`, `exp_avg_sq`).
+    pub optimizer_lines: Vec<usize>,
     /// `Exception in thread …` lines: a worker died.
     pub thread_exceptions: Vec<usize>,
     /// The seeds' check line `batch= B seq= L`, last seen values with their line.
@@ -111,6 +113,7 @@ impl Context {
             &mut self.eager_attention_lines,
             &mut self.activation_lines,
             &mut self.cache_lines,
+            &mut self.optimizer_lines,
             &mut self.thread_exceptions,
             &mut self.served_ok,
         ] {
@@ -213,6 +216,9 @@ fn frames(line: &str, n: usize, ctx: &mut Context) {
         "cross_entropy(output.float()",
         "logits = logits",
         "self.mlp(",
+        // vLLM's and SGLang's activation layers (SiluAndMul, GeluAndMul): one MLP buffer.
+        "layers/activation.py",
+        "layers\\activation.py",
     ];
     const CACHE: &[&str] = &[
         "cache_utils.py",
@@ -221,6 +227,19 @@ fn frames(line: &str, n: usize, ctx: &mut Context) {
         "self.keys = torch.cat",
         "key_cache",
         "prompt_cache",
+        // The legacy tuple cache of older transformers models (llama, mistral, gpt2 …).
+        "torch.cat([past_key_value",
+        "torch.cat((past_key",
+    ];
+    // Adam's per-parameter states are created on the first step and used in every one.
+    const OPTIMIZER: &[&str] = &[
+        "exp_avg",
+        "_init_group",
+        "_single_tensor_adam",
+        "_multi_tensor_adam",
+        "_fused_adam",
+        "optimizer.step(",
+        "_take_model_step",
     ];
     // One pass over the line for all keys first: most lines of a long log have none.
     static ANY: OnceLock<Regex> = OnceLock::new();
@@ -230,19 +249,24 @@ fn frames(line: &str, n: usize, ctx: &mut Context) {
         EAGER,
         ACTIVATION,
         CACHE,
+        OPTIMIZER,
         &["Exception in thread"],
     ]
     .concat();
+    if rust_frame(line) {
+        rust_frame_part(line, n, ctx);
+    }
     if !literals(&ANY, &all).is_match(line) {
         return;
     }
     let has = |keys: &[&str]| keys.iter().any(|k| line.contains(k));
-    let lists: [(&[&str], &mut Vec<usize>); 5] = [
+    let lists: [(&[&str], &mut Vec<usize>); 6] = [
         (LOAD, &mut ctx.load_lines),
         (GENERATION, &mut ctx.generation_lines),
         (EAGER, &mut ctx.eager_attention_lines),
         (ACTIVATION, &mut ctx.activation_lines),
         (CACHE, &mut ctx.cache_lines),
+        (OPTIMIZER, &mut ctx.optimizer_lines),
     ];
     for (keys, v) in lists {
         if has(keys) {
@@ -251,6 +275,27 @@ fn frames(line: &str, n: usize, ctx: &mut Context) {
     }
     if line.contains("Exception in thread") {
         ctx.thread_exceptions.push(n);
+    }
+}
+
+/// A frame of a Rust backtrace: `   3: attention_rs::workspace::cuda::get_moe_activation_pool`.
+fn rust_frame(line: &str) -> bool {
+    let t = line.trim_start();
+    t.as_bytes().first().is_some_and(u8::is_ascii_digit)
+        && t.split_once(": ").is_some_and(|(num, path)| {
+            num.bytes().all(|b| b.is_ascii_digit()) && path.contains("::")
+        })
+}
+
+/// What a Rust frame was doing (candle, mistral.rs and the engines on them): appending to a KV
+/// cache, or a layer's forward pass and its workspaces (activations). Weight loaders are marked
+/// by the stage hints (`MmapedSafetensors`, `VarBuilder`).
+fn rust_frame_part(line: &str, n: usize, ctx: &mut Context) {
+    let l = line.to_ascii_lowercase();
+    if l.contains("kv_cache") || l.contains("kvcache") || l.contains("paged_attention") {
+        ctx.cache_lines.push(n);
+    } else if l.contains("::forward") || l.contains("activation") || l.contains("workspace") {
+        ctx.activation_lines.push(n);
     }
 }
 
@@ -303,6 +348,9 @@ fn stage_hint(line: &str) -> Option<StageHint> {
                 "MmapedSafetensors",
                 "var_builder",
                 "VarBuilder",
+                // mistral.rs quantizes the weights in place while loading (ISQ).
+                "/isq.rs",
+                "isq::",
             ],
         ),
         (
@@ -491,6 +539,49 @@ mod tests {
         .unwrap();
         assert_eq!(w, 14_988_800_000);
         assert!(weights_loaded("Load weight begin. avail mem=80 GB").is_none());
+    }
+
+    fn marked(lines: &[&str]) -> Context {
+        let mut ctx = Context::default();
+        for (i, l) in lines.iter().enumerate() {
+            mark(l, i + 1, &mut ctx);
+        }
+        ctx
+    }
+
+    #[test]
+    fn rust_backtrace_frames_say_forward_pass_or_kv_cache() {
+        let ctx = marked(&[
+            "   3: attention_rs::workspace::cuda::get_moe_activation_pool",
+            "   6: xinfer::models::layers::moe::FusedMoeNvfp4::forward_with_routing",
+            "   2: candle_nn::kv_cache::KvCache::append",
+            "   1: <core::result::Result<O,E> as candle_core::cuda_backend::error::WrapErr<O>>::w",
+            "2026-06-01T23:51:26Z ERROR 3: not a frame::forward",
+        ]);
+        assert_eq!(ctx.activation_lines, vec![1, 2]);
+        assert_eq!(ctx.cache_lines, vec![3]);
+    }
+
+    #[test]
+    fn frames_of_the_optimizer_the_legacy_cache_and_vllms_activation_layer() {
+        let ctx = marked(&[
+            "    state[\"exp_avg_sq\"] = torch.zeros_like(",
+            "    key_states = torch.cat([past_key_value[0], key_states], dim=2)",
+            "  File \"/usr/lib/python3/vllm/model_executor/layers/activation.py\", line 81, in forward_cuda",
+            "    outputs = self.model(input_ids, past_key_values=past_key_values)",
+        ]);
+        assert_eq!(ctx.optimizer_lines, vec![1]);
+        assert_eq!(ctx.cache_lines, vec![2]);
+        assert_eq!(ctx.activation_lines, vec![3]);
+    }
+
+    #[test]
+    fn mistral_rs_in_situ_quantization_is_loading() {
+        // mistralrs-834: the panic is in the pipeline's ISQ, which converts weights at load.
+        assert_eq!(
+            stage_hint("thread '<unnamed>' panicked at mistralrs-core/src/pipeline/isq.rs:265:38:"),
+            Some(StageHint::Load)
+        );
     }
 
     #[test]

@@ -30,6 +30,10 @@ pub enum Source {
     Ollama,
     Exllamav2,
     Accelerator,
+    /// accelerate's helpers (its batch-size finder).
+    Accelerate,
+    /// Windows itself (its commit limit: RAM + paging file).
+    Windows,
     /// A line with out-of-memory words in a wording no reader knows.
     Unrecognised,
 }
@@ -41,6 +45,8 @@ pub enum LlamaBuffer {
     Model,
     KvCache,
     Compute,
+    /// ggml's CUDA memory pool: the temporary buffers of the graph's operations.
+    Pool,
     Unknown,
 }
 
@@ -140,6 +146,17 @@ pub enum Event {
     CandleDriverOom,
     /// TGI: not enough memory for the prefill token budget at warm-up.
     TgiPrefill { tokens: Option<u64> },
+    /// TGI: the paged KV cache's block pool has fewer free blocks than a request needs.
+    TgiCacheBlocks {
+        asked: Option<u64>,
+        free: Option<u64>,
+    },
+    /// accelerate's `find_executable_batch_size` halved the batch to zero: every size ran out.
+    BatchSizeExhausted,
+    /// Windows' commit limit (RAM + paging file) is reached: error 1455.
+    PagingFileTooSmall,
+    /// The kernel's OOM killer's table of tasks (it prints it only when it is about to kill).
+    OomKillerTasks { tasks: u64 },
     /// TensorRT-LLM's allocator failed.
     TensorrtOom { bytes: Option<u64> },
     /// TensorRT-LLM: the executor could not create one of its components (`KV cache`, …).
@@ -224,7 +241,10 @@ impl Event {
             | Event::VllmSamplerWarmup { .. } => Source::Vllm,
             Event::LlamaCppBuffer { .. } => Source::LlamaCpp,
             Event::CandleDriverOom => Source::Candle,
-            Event::TgiPrefill { .. } => Source::Tgi,
+            Event::TgiPrefill { .. } | Event::TgiCacheBlocks { .. } => Source::Tgi,
+            Event::BatchSizeExhausted => Source::Accelerate,
+            Event::PagingFileTooSmall => Source::Windows,
+            Event::OomKillerTasks { .. } => Source::Kernel,
             Event::TensorrtOom { .. } | Event::TensorrtComponent { .. } => Source::TensorrtLlm,
             Event::SglangNoKvRoom | Event::SglangReqSlots => Source::Sglang,
             Event::ExllamaInsufficient => Source::Exllamav2,
@@ -347,6 +367,9 @@ pub fn scan(lines: &[String]) -> (Vec<Finding>, Context) {
     if st.findings.is_empty() {
         st.findings
             .extend(super::engines::ends_at_allocation(lines));
+    }
+    if st.findings.is_empty() {
+        st.findings.extend(super::engines::oom_killer_tasks(lines));
     }
     if let Some((at, first)) = st.ctx.resumed {
         let by = first.saturating_sub(at + 1);
@@ -475,6 +498,57 @@ mod tests {
             let (f, _) = scan(&lines(s));
             assert_eq!(f.len(), 1, "{s}");
         }
+    }
+
+    #[test]
+    fn the_figures_without_their_head_are_the_message() {
+        // pytorch-fastmri-challenge-238: the paste starts at "Tried to allocate".
+        let old = "Tried to allocate 216.00 MiB (GPU 0; 7.92 GiB total capacity; 69.17 MiB already allocated; 24.56 MiB free; 86.00 MiB reserved in total by PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb";
+        let (f, _) = scan(&lines(old));
+        let Event::TorchOom(t) = &f[0].event else {
+            panic!("{f:?}")
+        };
+        assert_eq!(t.requested, Some(216 << 20));
+        assert!(t.total.is_some() && t.reserved_total.is_some());
+        let new = "Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which 1.12 GiB is free.";
+        assert_eq!(scan(&lines(new)).0.len(), 1);
+        // "Tried to allocate" alone (a Python MemoryError, an allocator's log) is not PyTorch's.
+        let (f, _) = scan(&lines("numpy: Tried to allocate 2.00 GiB for an array"));
+        assert!(
+            f.iter().all(|f| !matches!(f.event, Event::TorchOom(_))),
+            "{f:?}"
+        );
+    }
+
+    #[test]
+    fn a_repeated_message_does_not_lend_its_process_list_to_the_first() {
+        // tgi-1356: the router echoes the message two lines below; one process, not two.
+        let m = "CUDA out of memory. Tried to allocate 18.00 MiB. GPU 0 has a total capacty of 79.11 GiB of which 14.62 MiB is free. Process 124797 has 79.08 GiB memory in use. Of the allocated memory 78.11 GiB is allocated by PyTorch, and 131.85 MiB is reserved by PyTorch but unallocated.";
+        let log = format!("torch.cuda.OutOfMemoryError: {m}\n\nERROR prefill: Server error: {m}");
+        let (f, _) = scan(&lines(&log));
+        let Event::TorchOom(t) = &f[0].event else {
+            panic!("{f:?}")
+        };
+        assert_eq!(t.processes.len(), 1);
+        assert_eq!(t.others(), 0);
+        // vllm-7721: the retry's message (another pid) is not this one's other process.
+        let retry = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 16.00 GiB. GPU 0 has a total capacity of 44.53 GiB of which 187.94 MiB is free. Process 3909982 has 44.34 GiB memory in use.\n\nchange it\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 16.00 GiB. GPU 0 has a total capacity of 44.53 GiB of which 187.94 MiB is free. Process 3910771 has 44.34 GiB memory in use.";
+        let (f, _) = scan(&lines(retry));
+        let Event::TorchOom(t) = &f[0].event else {
+            panic!("{f:?}")
+        };
+        assert_eq!(t.processes, vec![(3_909_982, t.processes[0].1)]);
+    }
+
+    #[test]
+    fn zero_bytes_in_use_beside_allocated_tensors_is_a_missing_figure() {
+        // diffusers-regional-prompting-flux-13 (Windows): "this process has 0 bytes".
+        let log = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 32.00 MiB. GPU 0 has a total capacity of 23.43 GiB of which 4.06 MiB is free. Including non-PyTorch memory, this process has 0 bytes memory in use. Of the allocated memory 23.03 GiB is allocated by PyTorch, and 15.67 MiB is reserved by PyTorch but unallocated.";
+        let (f, _) = scan(&lines(log));
+        let Event::TorchOom(t) = &f[0].event else {
+            panic!("{f:?}")
+        };
+        assert_eq!(t.this_process, None);
     }
 
     #[test]

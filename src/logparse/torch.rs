@@ -12,9 +12,13 @@ use super::parse::{cap_size, cap_u64, re, Event, Scan, TorchOom, SIZE};
 pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
     static HEAD: OnceLock<Regex> = OnceLock::new();
     let line = &lines[i];
+    // The figures alone count too: a paste that starts at `Tried to allocate X (GPU 0; …` or
+    // `Tried to allocate X. GPU 0 has a total capacity` lost only the head (fastmri-238).
     let head = re(
         &HEAD,
-        r"(?:CUDA|HIP|XPU|MPS backend) out of memory|OutOfMemoryError|(?i:cuda out of memory)",
+        &format!(
+            r"(?:CUDA|HIP|XPU|MPS backend) out of memory|OutOfMemoryError|(?i:cuda out of memory)|Tried to allocate {SIZE}(?: \(GPU \d+;|\. GPU \d+ has a total capac)"
+        ),
     );
     // Other libraries name their own OutOfMemoryError (Ray's is the host's): not PyTorch's.
     let foreign = line.contains("ray.exceptions.OutOfMemoryError");
@@ -28,7 +32,7 @@ pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
 /// The message can be wrapped when pasted: read it with the next lines.
 fn message(lines: &[String], i: usize, st: &mut Scan) {
     let n = i + 1;
-    let window: String = lines[i..lines.len().min(i + 4)].join(" ");
+    let window = one_message(&lines[i..lines.len().min(i + 4)]);
     let t = if window.contains("MPS backend out of memory") {
         mps(&window)
     } else {
@@ -43,6 +47,23 @@ fn message(lines: &[String], i: usize, st: &mut Scan) {
         st.add(n, &lines[i], Event::TorchOom(t));
     }
     st.last_torch_line = Some(n);
+}
+
+/// The message's lines joined, cut before a second `Tried to allocate`: a log that repeats the
+/// message (TGI's router echoes it; a retry prints it again) must not lend the first one the
+/// second's process list (tgi-1356 counted its own 79 GiB twice, vllm-7721 another run's pid).
+fn one_message(lines: &[String]) -> String {
+    const ASK: &str = "Tried to allocate";
+    let joined = lines.join(" ");
+    let second = joined.find(ASK).and_then(|first| {
+        joined[first + ASK.len()..]
+            .find(ASK)
+            .map(|k| first + ASK.len() + k)
+    });
+    match second {
+        Some(cut) => joined[..cut].to_string(),
+        None => joined,
+    }
 }
 
 fn backend(window: &str) -> Option<&'static str> {
@@ -129,10 +150,15 @@ fn details(window: &str, t: &mut TorchOom) {
         &UNALLOC,
         &format!(r"{SIZE} is reserved by PyTorch but unallocated"),
     );
-    t.processes = process
-        .captures_iter(window)
-        .filter_map(|c| Some((cap_u64(&c, 1)? as u32, cap_size(&c, 2)?)))
-        .collect();
+    for c in process.captures_iter(window) {
+        let (Some(pid), Some(bytes)) = (cap_u64(&c, 1), cap_size(&c, 2)) else {
+            continue;
+        };
+        let pid = u32::try_from(pid).unwrap_or(u32::MAX);
+        if !t.processes.iter().any(|p| p.0 == pid) {
+            t.processes.push((pid, bytes));
+        }
+    }
     t.this_process = this.captures(window).and_then(|c| cap_size(&c, 1));
     if t.allowed.is_none() {
         t.allowed = allowed.captures(window).and_then(|c| cap_size(&c, 1));
@@ -143,6 +169,12 @@ fn details(window: &str, t: &mut TorchOom) {
     t.private_pools = pools.captures(window).and_then(|c| cap_size(&c, 1));
     if t.reserved_unallocated.is_none() {
         t.reserved_unallocated = unalloc.captures(window).and_then(|c| cap_size(&c, 1));
+    }
+    // "this process has 0 bytes memory in use" beside tensors PyTorch holds is a figure the
+    // driver could not give (WSL, Windows, some containers), not zero: read it as not printed
+    // (diffusers-regional-prompting-flux-13: 0 bytes "in use" with 23.03 GiB allocated).
+    if t.this_process == Some(0) && t.allocated_by_pytorch.is_some_and(|a| a > 0) {
+        t.this_process = None;
     }
 }
 

@@ -261,21 +261,27 @@ impl Ask<'_> {
 const UNKNOWN_TO_DECIDE: &str = "run `llm-oom plan --model <your model> --prompt-tokens <L> --max-new-tokens <N> --batch <B> --vram <card>` with the failing request's numbers, or pass them to `llm-oom explain` (--model, --prompt-tokens, --batch, --vram)";
 
 pub fn classify(first: &Finding, all: &[Finding], ctx: &Context, asked: Engine) -> Reading {
-    let mut a = Ask {
-        f: first,
-        all,
-        ctx,
-        engine: engine_of(first, asked),
-        contributing: Vec::new(),
-        remedies: Vec::new(),
-        to_decide: None,
-    };
-    let mut d = decide(&mut a);
+    let (mut a, mut d) = decide_for(first, all, ctx, asked);
+    if d.cause == Cause::Unknown {
+        if let Some((a2, mut d2)) = later_decides(first, all, ctx, asked) {
+            d2.confidence = d2.confidence.min(0.7);
+            d2.evidence.push(Evidence {
+                text: format!(
+                    "the first out-of-memory error does not decide by itself ({})",
+                    d.summary
+                ),
+                bytes: None,
+                line: Some(first.line),
+            });
+            (a, d) = (a2, d2);
+        }
+    }
     if d.cause == Cause::Unknown && a.to_decide.is_none() {
         a.to_decide = Some(UNKNOWN_TO_DECIDE.to_string());
     }
-    // Other fatal events after the first are told in order.
-    for f in all.iter().filter(|f| f.line != first.line).take(8) {
+    // Other fatal events than the deciding one are told in order.
+    let decided = a.f.line;
+    for f in all.iter().filter(|f| f.line != decided).take(8) {
         d.evidence.push(Evidence {
             text: format!("then: {}", kind_name(&f.event)),
             bytes: None,
@@ -297,6 +303,59 @@ pub fn classify(first: &Finding, all: &[Finding], ctx: &Context, asked: Engine) 
         remedies: a.remedies,
         to_decide: a.to_decide,
     }
+}
+
+fn decide_for<'a>(
+    f: &'a Finding,
+    all: &'a [Finding],
+    ctx: &'a Context,
+    asked: Engine,
+) -> (Ask<'a>, Decision) {
+    let mut a = Ask {
+        f,
+        all,
+        ctx,
+        engine: engine_of(f, asked),
+        contributing: Vec::new(),
+        remedies: Vec::new(),
+        to_decide: None,
+    };
+    let d = decide(&mut a);
+    (a, d)
+}
+
+/// When the first error's figures do not decide, a later GPU-side event of the same log that
+/// names the part that ran out does (tgi-1356: an undecided CUDA OOM in prefill, then TGI's
+/// "Out of available cache blocks"). Host-side events are not taken: a later kill of the
+/// process for host RAM says nothing about what filled the GPU before.
+fn later_decides<'a>(
+    first: &Finding,
+    all: &'a [Finding],
+    ctx: &'a Context,
+    asked: Engine,
+) -> Option<(Ask<'a>, Decision)> {
+    all.iter()
+        .filter(|f| f.line > first.line && !host_side(&f.event))
+        .filter(|f| !matches!(f.event, Event::OomWords | Event::EndsAtAllocation { .. }))
+        .take(8)
+        .find_map(|f| {
+            let (a, d) = decide_for(f, all, ctx, asked);
+            (d.cause != Cause::Unknown).then_some((a, d))
+        })
+}
+
+fn host_side(e: &Event) -> bool {
+    matches!(
+        e,
+        Event::HostOomKiller { .. }
+            | Event::ContainerOomKilled
+            | Event::Exit137
+            | Event::HostAllocFailed { .. }
+            | Event::RayOomKill
+            | Event::HostMemoryShort { .. }
+            | Event::PagingFileTooSmall
+            | Event::OomKillerTasks { .. }
+    )
 }
 
 /// One road per family of events.
@@ -335,6 +394,8 @@ fn decide(a: &mut Ask) -> Decision {
             working_set,
         } => ends_at_allocation(a, *buffer, *bytes, *working_set),
         Event::TgiPrefill { tokens } => tgi_prefill(a, *tokens),
+        Event::TgiCacheBlocks { asked, free } => tgi_cache_blocks(a, *asked, *free),
+        Event::BatchSizeExhausted => batch_size_exhausted(a),
         Event::CudnnFailure => {
             a.remedy(Change::UseSdpa, a.engine, None);
             Decision::new(Cause::Activations, Stage::FirstToken, 0.6, "activations: cuDNN's attention failed near the memory limit — an out-of-memory in disguise".into(), vec![ev(f, "cuDNN attention graph did not execute (is_good() false)".into())])
@@ -361,6 +422,8 @@ fn decide(a: &mut Ask) -> Decision {
         | Event::Exit137
         | Event::HostAllocFailed { .. }
         | Event::RayOomKill
+        | Event::PagingFileTooSmall
+        | Event::OomKillerTasks { .. }
         | Event::HostMemoryShort { .. } => host(a),
         _ => undecided(a),
     }
@@ -482,6 +545,23 @@ fn llama(a: &mut Ask, buffer: LlamaBuffer, bytes: Option<u64>) -> Decision {
             a.remedy(Change::ReduceContext(0), l, None);
             Decision::new(Cause::Activations, Stage::Load, 0.85, format!("activations: llama.cpp's compute buffer{size} (sized by -ub and -c) did not fit"), vec![ev(f, format!("compute buffer{size} failed"))])
         }
+        LlamaBuffer::Pool => {
+            a.remedy(Change::ChunkedPrefill(256), l, None);
+            a.remedy(Change::CpuOffload, l, None);
+            Decision::new(Cause::Activations, Stage::FirstToken, 0.7, "activations: ggml's CUDA memory pool could not grow — it holds the temporary buffers of the graph's operations (sized by the batch, -b / -ub), not the weights or the KV cache, which were allocated before".into(), vec![ev(f, "CUDA out of memory in ggml's CUDA pool (CUDA_CHECK names the pool's alloc)".into())])
+        }
+        LlamaBuffer::Model | LlamaBuffer::Unknown if host_buffer(&f.quote) => {
+            a.remedy(Change::MoreHostMemory, l, None);
+            if let Some(r) = a.remedies.last_mut() {
+                r.how = "use mmap (drop --no-mmap / mmap = false), offload more layers to the GPU (-ngl), or add RAM".into();
+            }
+            a.remedy(
+                Change::QuantizeWeights("q4_k_m".parse().unwrap_or(WeightDtype::Int8)),
+                l,
+                None,
+            );
+            Decision::new(Cause::HostMemory, Stage::Load, 0.8, format!("host_memory: llama.cpp could not allocate the model's CPU buffer{size} — the layers kept in system RAM do not fit the host's memory"), vec![ev(f, format!("CPU (host RAM) model buffer{size} failed"))])
+        }
         LlamaBuffer::Model | LlamaBuffer::Unknown => {
             a.remedy(Change::CpuOffload, l, None);
             let q4 = "q4_k_m".parse().unwrap_or(WeightDtype::Int8);
@@ -526,7 +606,7 @@ fn ends_at_allocation(
     };
     let part = match buffer {
         LlamaBuffer::KvCache => "the KV cache",
-        LlamaBuffer::Compute => "the compute buffer",
+        LlamaBuffer::Compute | LlamaBuffer::Pool => "the compute buffer",
         _ => "the model's weights",
     };
     d.confidence = 0.35;
@@ -539,6 +619,12 @@ fn ends_at_allocation(
         format!("the last line allocates a buffer{size}{of_set}"),
     )];
     d
+}
+
+/// A ggml buffer of the CPU backend: host RAM (`ggml_backend_cpu_buffer_type_alloc_buffer`,
+/// `failed to allocate CPU buffer`).
+fn host_buffer(quote: &str) -> bool {
+    quote.contains("cpu_buffer") || quote.contains("CPU buffer")
 }
 
 /// The backend a llama.cpp line names (its buffers are per backend).
@@ -565,6 +651,34 @@ fn tgi_prefill(a: &mut Ask, tokens: Option<u64>) -> Decision {
         "activations: TGI's warm-up could not prefill {} tokens at once (--max-batch-prefill-tokens)",
         tokens.map_or("the configured".into(), group)
     ), vec![ev(a.f, "TGI warm-up prefill failed".into())])
+}
+
+/// TGI's paged KV cache is a pool of blocks sized at warm-up; a request that needs more blocks
+/// than are free fails (tgi-1356: asked 107, 4 free) — the KV cache is what ran out.
+fn tgi_cache_blocks(a: &mut Ask, asked: Option<u64>, free: Option<u64>) -> Decision {
+    a.remedy(Change::LimitConcurrency(0), a.engine, None);
+    if let Some(r) = a.remedies.last_mut() {
+        r.how = "--max-total-tokens / --max-batch-total-tokens lower, or --max-concurrent-requests"
+            .into();
+    }
+    a.remedy(Change::ReduceContext(0), a.engine, None);
+    let g = |x: Option<u64>| x.map_or("?".into(), group);
+    Decision::new(Cause::KvCache, Stage::FirstToken, 0.75, format!(
+        "kv_cache: TGI's KV cache block pool is exhausted — a request asked for {} blocks, {} were free",
+        g(asked), g(free)
+    ), vec![ev(a.f, "TGI: out of available KV cache blocks".into())])
+}
+
+/// accelerate's batch-size finder reached zero: batch size 1 ran out too, so the batch is not
+/// what does not fit — one sample (its length: activations) or the model with its optimizer
+/// states (weights) is, and the log does not say which.
+fn batch_size_exhausted(a: &mut Ask) -> Decision {
+    a.to_decide = Some(format!(
+        "run one step at batch size 1 with the longest sample and read the out-of-memory message (or `torch.cuda.memory_summary()`): truncating long samples fixes activations, LoRA / 8-bit optimizers the weights; or {UNKNOWN_TO_DECIDE}"
+    ));
+    a.remedy(Change::TruncatePrompt(0), a.engine, None);
+    a.remedy(Change::QuantizeWeights(nf4()), a.engine, None);
+    Decision::new(Cause::Unknown, Stage::Unknown, 0.35, "unknown: accelerate's batch-size finder halved the batch down to zero — every batch size, 1 included, ran out of memory, so a single sample (its length) or the model itself does not fit".into(), vec![ev(a.f, "find_executable_batch_size: out of memory at every batch size".into())])
 }
 
 /// TensorRT-LLM names the component it could not create after the model: the KV cache pool
@@ -757,6 +871,13 @@ fn host(a: &mut Ask) -> Decision {
         Event::ContainerOomKilled => ("the container hit its memory limit (OOMKilled)".to_string(), 0.9),
         Event::HostAllocFailed { bytes } => (format!("the process could not allocate {} of host RAM", bytes.map_or("?".into(), |b| Bytes(b).to_string())), 0.9),
         Event::RayOomKill => ("Ray's memory monitor killed workers for host memory pressure".to_string(), 0.9),
+        Event::PagingFileTooSmall => {
+            if let Some(r) = a.remedies.last_mut() {
+                r.how = "enlarge the Windows paging file (System → Advanced → Performance → Virtual memory) or close programs: DLLs and memory-mapped weights count against RAM + paging file".into();
+            }
+            ("Windows' commit limit (RAM + paging file) is reached: \"the paging file is too small\" (error 1455)".to_string(), 0.85)
+        }
+        Event::OomKillerTasks { tasks } => (format!("the kernel's OOM killer listed {tasks} tasks' memory, the table it prints only when it kills one (the kill line itself is not in the log)"), 0.8),
         Event::HostMemoryShort { needed, available } => (format!(
             "the model needs {} of system memory, {} is available",
             needed.map_or("?".into(), |b| Bytes(b).to_string()),
@@ -820,6 +941,7 @@ fn undecided_what(f: &Finding) -> String {
         Event::ExllamaInsufficient => "exllamav2 found no device with room for the model and its cache; the log does not say which part did not fit".into(),
         Event::SglangReqSlots => "SGLang's request-slot pool ran out; the log does not say what held the slots".into(),
         Event::AllocationExceeds { .. } => "an allocation would exceed the allowed device memory; the log has no figures".into(),
+        Event::DeviceBufferOom { requested, .. } => format!("the accelerator's allocator could not place a buffer of {}; the log does not give the device's size", requested.map_or("?".into(), |b| Bytes(b).to_string())),
         Event::OomWords => format!("an out-of-memory message in a wording llm-oom does not know: \"{}\"", f.quote),
         _ => "the CUDA driver returned out of memory without saying for what".into(),
     }
@@ -828,7 +950,10 @@ fn undecided_what(f: &Finding) -> String {
 fn driver_by_stage(a: &mut Ask) -> Option<Decision> {
     let f = a.f;
     let served = a.ctx.served_ok.iter().any(|&l| l < f.line);
-    match hint_near(a.ctx, f.line)? {
+    let Some(hint) = hint_near(a.ctx, f.line) else {
+        return driver_by_backtrace(a);
+    };
+    match hint {
         StageHint::Load => {
             a.remedy(Change::QuantizeWeights(nf4()), a.engine, None);
             a.remedy(Change::CpuOffload, a.engine, None);
@@ -845,6 +970,30 @@ fn driver_by_stage(a: &mut Ask) -> Option<Decision> {
             a.remedy(Change::ReduceContext(0), a.engine, None);
             a.remedy(Change::CapNewTokens(0), a.engine, None);
             Some(Decision::new(Cause::KvCache, Stage::LongGeneration, 0.55, "kv_cache: the model loaded and the first request ran out; an engine without a pre-allocated KV cache grows it with every token".into(), vec![ev(f, "out of memory on the first request after the model loaded".into())]))
+        }
+        _ => driver_by_backtrace(a),
+    }
+}
+
+/// A Rust backtrace below a bare driver OOM lists the innermost frame first: a KV cache's append
+/// is the KV cache; a layer's forward pass or its workspace (candle-xinfer-357: an MoE
+/// activation pool under `forward_with_routing`) is activations. Weight loaders are a stage hint.
+fn driver_by_backtrace(a: &mut Ask) -> Option<Decision> {
+    let at = a.f.line;
+    let first_after = |lines: &[usize]| lines.iter().copied().find(|&l| l > at && l - at <= 40);
+    let kv = first_after(&a.ctx.cache_lines);
+    let act = first_after(&a.ctx.activation_lines);
+    let f = a.f;
+    match (kv, act) {
+        (Some(k), a2) if a2.is_none_or(|x| k < x) => {
+            a.remedy(Change::ReduceContext(0), a.engine, None);
+            a.remedy(Change::QuantizeKv(KvDtype::Q8_0), a.engine, None);
+            Some(Decision::new(Cause::KvCache, Stage::LongGeneration, 0.6, "kv_cache: the backtrace below the driver's out-of-memory error goes through the KV cache's append".into(), vec![Evidence { text: "innermost frame: the KV cache".into(), bytes: None, line: Some(k) }, ev(f, "CUDA driver out of memory".into())]))
+        }
+        (_, Some(x)) => {
+            a.remedy(Change::ChunkedPrefill(0), a.engine, None);
+            a.remedy(Change::TruncatePrompt(0), a.engine, None);
+            Some(Decision::new(Cause::Activations, Stage::FirstToken, 0.6, "activations: the backtrace below the driver's out-of-memory error is a layer's forward pass (its activation buffers / workspace), not the weight loader or the KV cache".into(), vec![Evidence { text: "innermost forward-pass frame".into(), bytes: None, line: Some(x) }, ev(f, "CUDA driver out of memory".into())]))
         }
         _ => None,
     }
@@ -951,6 +1100,7 @@ fn torch(a: &mut Ask, t: &TorchOom) -> Decision {
         fragmentation,
         concurrency,
         frames,
+        after_graph_capture,
         model_too_large,
     ];
     for rule in RULES {
@@ -1087,16 +1237,36 @@ fn other_process(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision
 /// the KV cache (exllamav2-677); a vLLM engine step runs after the KV cache was sized by the
 /// profile, so what grew is the step's activations (vllm-9290-multistep, vllm-15039).
 fn stage_signal(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision> {
-    let hint = acc.stage_hint?;
+    let (cause, stage, summary) = stage_of(acc.stage_hint?, Bytes(acc.request))?;
     let e = torch_evidence(a, t, acc);
-    let req = Bytes(acc.request);
-    let (cause, stage, summary) = match hint {
-        StageHint::GraphCapture => (Cause::Activations, Stage::Load, format!("activations: capturing CUDA graphs asked for {req} after the KV cache took its share; lower gpu_memory_utilization (or --mem-fraction-static) or run eager")),
-        StageHint::Profile => (Cause::Activations, Stage::Load, format!("activations: the profile / warm-up run asked for {req}: the peak of one batch at the configured sizes does not fit")),
-        StageHint::CacheAlloc => (Cause::KvCache, Stage::Load, format!("kv_cache: allocating the KV cache after the weights asked for {req}; shorten the maximum sequence length")),
-        StageHint::EngineStep => (Cause::Activations, Stage::FirstToken, format!("activations: a serving step asked for {req} beyond what the profile left; the KV cache was already sized, so the step's buffers (long prompts, LoRA, multi-step) grew")),
-        StageHint::Load | StageHint::Serving => return None,
-    };
+    step_remedies(a, cause);
+    Some(Decision::new(cause, stage, 0.75, summary, e))
+}
+
+/// Memory in PyTorch's private pools ("allocated in private pools (e.g., CUDA Graphs)") means
+/// CUDA graphs were captured: a serving engine (vLLM, SGLang) captures them after loading the
+/// weights and sizing its KV cache, so an OOM after it, with no frame or stage saying more, is
+/// a step's buffers (sglang-4547, vllm-v1-club3090-16).
+fn after_graph_capture(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision> {
+    if !matches!(acc.stage_hint, None | Some(StageHint::Serving)) {
+        return None;
+    }
+    let pools = t.private_pools.filter(|&p| p > 0)?;
+    let summary = format!("activations: CUDA graphs were already captured ({} in private pools), so the engine was past start-up — weights loaded, KV cache sized; a step's buffers asked for {}", Bytes(pools), Bytes(acc.request));
+    let e = torch_evidence(a, t, acc);
+    step_remedies(a, Cause::Activations);
+    Some(Decision::new(
+        Cause::Activations,
+        Stage::FirstToken,
+        0.7,
+        summary,
+        e,
+    ))
+}
+
+/// The remedies for a stage signal's cause: a shorter context for the KV cache, else the
+/// engine's share of the card and smaller steps.
+fn step_remedies(a: &mut Ask, cause: Cause) {
     match cause {
         Cause::KvCache => a.remedy(Change::ReduceContext(0), a.engine, None),
         _ => {
@@ -1108,17 +1278,33 @@ fn stage_signal(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision>
             a.remedy(Change::ChunkedPrefill(0), a.engine, None);
         }
     }
-    Some(Decision::new(cause, stage, 0.75, summary, e))
 }
 
-/// Loading is the weights (pytorch_load_weights.log, vllm-636). A single request of a large
-/// share of the card outside loading is one forward-pass buffer — weights load tensor by tensor
-/// (chatchat-3992: 128 GiB on a 24 GiB card; megatron-92: fp32 logits of 9.3 GiB on 10.8).
+/// What a stage signal says of a PyTorch OOM: (cause, stage, summary); loading and serving do
+/// not decide by themselves.
+fn stage_of(hint: StageHint, req: Bytes) -> Option<(Cause, Stage, String)> {
+    Some(match hint {
+        StageHint::GraphCapture => (Cause::Activations, Stage::Load, format!("activations: capturing CUDA graphs asked for {req} after the KV cache took its share; lower gpu_memory_utilization (or --mem-fraction-static) or run eager")),
+        StageHint::Profile => (Cause::Activations, Stage::Load, format!("activations: the profile / warm-up run asked for {req}: the peak of one batch at the configured sizes does not fit")),
+        StageHint::CacheAlloc => (Cause::KvCache, Stage::Load, format!("kv_cache: allocating the KV cache after the weights asked for {req}; shorten the maximum sequence length")),
+        StageHint::EngineStep => (Cause::Activations, Stage::FirstToken, format!("activations: a serving step asked for {req} beyond what the profile left; the KV cache was already sized, so the step's buffers (long prompts, LoRA, multi-step) grew")),
+        StageHint::Load | StageHint::Serving => return None,
+    })
+}
+
+/// Loading is the weights (pytorch_load_weights.log, vllm-636). A single request of a quarter
+/// of the card or more outside loading is one forward-pass buffer — weights load tensor by
+/// tensor (chatchat-3992: 128 GiB on a 24 GiB card; megatron-92: fp32 logits of 9.3 GiB on
+/// 10.8; vllm-7721: 16 GiB of 44.5 at start-up, whatever gpu_memory_utilization).
 fn load_or_huge(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision> {
     let loading =
         stage_near(a.ctx, a.f.line) == Stage::Load || acc.stage_hint == Some(StageHint::Load);
-    let huge = (acc.total > 0 && acc.request.saturating_mul(5) >= acc.total.saturating_mul(2))
-        || (t.requested.is_none() && t.requested_as_written.is_some());
+    // A quarter of the card, as for other accelerators' figures (rule E8); a request the
+    // allocator's cache could have held is left to the fragmentation rule (pytorch-mgfn-35).
+    let quarter = acc.total > 0
+        && acc.request.saturating_mul(4) >= acc.total
+        && acc.reserved_unallocated < acc.request;
+    let huge = quarter || (t.requested.is_none() && t.requested_as_written.is_some());
     let e = torch_evidence(a, t, acc);
     if loading {
         a.remedy(Change::QuantizeWeights(nf4()), a.engine, None);
@@ -1223,11 +1409,12 @@ fn frames(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision> {
         (near(&a.ctx.eager_attention_lines, at), 0),
         (near(&a.ctx.activation_lines, at), 1),
         (near(&a.ctx.cache_lines, at), 2),
+        (near(&a.ctx.optimizer_lines, at), 3),
     ]
     .into_iter()
     .filter_map(|(l, k)| l.map(|l| (l, k)))
     // The innermost line wins; on one line, eager attention over a generic softmax.
-    .max_by_key(|&(l, k)| (l, 2 - k))
+    .max_by_key(|&(l, k)| (l, 3 - k))
     .map(|x| x.1);
     let batch = batch_line(a);
     let long_context = batch.is_some_and(|(_, _, s)| s >= 4096);
@@ -1265,10 +1452,31 @@ fn frames(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision> {
                 e,
             ))
         }
+        Some(3) => Some(optimizer_states(a, e)),
         Some(_) => Some(kv_growth(a, e)),
         None if long_context => Some(kv_growth(a, e)),
         None => None,
     }
+}
+
+/// The optimizer's step: Adam keeps two fp32 states per trainable parameter (`exp_avg`,
+/// `exp_avg_sq`), made on the first step — memory that scales with the weights trained, not
+/// with the batch (deepspeed-llamafactory-7532: `exp_avg_sq = torch.zeros_like(...)`;
+/// deepspeed-llamafactory-1221: the step's `exp_avg_sq.sqrt()`).
+fn optimizer_states(a: &mut Ask, e: Vec<Evidence>) -> Decision {
+    a.remedy(Change::CpuOffload, a.engine, None);
+    if let Some(r) = a.remedies.last_mut() {
+        r.how = "offload the optimizer states (DeepSpeed ZeRO offload_optimizer, or ZeRO-3 across the GPUs), train LoRA adapters, or use an 8-bit optimizer (bitsandbytes AdamW8bit)".into();
+    }
+    a.remedy(Change::QuantizeWeights(nf4()), a.engine, None);
+    a.remedy(Change::LargerGpu(0), a.engine, None);
+    Decision::new(
+        Cause::Weights,
+        Stage::Unknown,
+        0.65,
+        "weights: the optimizer's step ran out — its per-parameter states (Adam: two fp32 copies of every trainable weight) scale with the weights trained, not with the batch".into(),
+        e,
+    )
 }
 
 fn kv_growth(a: &mut Ask, e: Vec<Evidence>) -> Decision {
@@ -1384,6 +1592,10 @@ pub fn kind_name(e: &Event) -> &'static str {
         Event::LlamaCppBuffer { .. } => "llama_cpp_buffer",
         Event::CandleDriverOom => "cuda_driver_oom",
         Event::TgiPrefill { .. } => "tgi_prefill",
+        Event::TgiCacheBlocks { .. } => "tgi_cache_blocks",
+        Event::BatchSizeExhausted => "batch_size_exhausted",
+        Event::PagingFileTooSmall => "paging_file_too_small",
+        Event::OomKillerTasks { .. } => "oom_killer_tasks",
         Event::TensorrtOom { .. } => "tensorrt_llm_oom",
         Event::TensorrtComponent { .. } => "tensorrt_llm_component",
         Event::SglangNoKvRoom => "sglang_no_kv_room",
@@ -1474,6 +1686,94 @@ mod tests {
         .unwrap();
         assert_eq!(r.verdict.cause, Cause::None);
         assert!(r.verdict.evidence[0].text.contains("SIGKILL"));
+    }
+
+    #[test]
+    fn a_model_buffer_in_host_ram_is_host_memory_a_kv_buffer_the_kv_cache() {
+        // ollama-12634: mmap = false, the CPU buffer of the weights does not fit the RAM.
+        let weights = "load_tensors: loading model tensors, this can take a while... (mmap = false)\nggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 437944320\nalloc_tensor_range: failed to allocate CPU buffer of size 437944320\nllama_model_load: error loading model: unable to allocate CPU buffer\n";
+        assert_eq!(cause_of(weights), Cause::HostMemory);
+        // llamacpp-8101: the CPU buffer is a 128 GiB KV cache — the context is the cause.
+        let kv = "ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 137438953504\nllama_kv_cache_init: failed to allocate buffer for kv cache\n";
+        assert_eq!(cause_of(kv), Cause::KvCache);
+        // The same failure on a device buffer is the weights.
+        let cuda = "load_tensors: loading model tensors\nggml_backend_cuda_buffer_type_alloc_buffer: allocating 9000.00 MiB on device 0: cudaMalloc failed: out of memory\n";
+        assert_eq!(cause_of(cuda), Cause::Weights);
+    }
+
+    #[test]
+    fn ggmls_cuda_pool_is_activations() {
+        let log = "CUDA error: out of memory\n  current device: 0, in function alloc at ggml/src/ggml-cuda/ggml-cuda.cu:457\n  cuMemSetAccess(...)\n";
+        assert_eq!(cause_of(log), Cause::Activations);
+    }
+
+    #[test]
+    fn an_oom_in_the_optimizers_step_is_the_weights_it_trains() {
+        // deepspeed-llamafactory-7532: Adam creates exp_avg_sq on the first step.
+        let log = "  File \"deepspeed/runtime/engine.py\", line 2075, in _take_model_step\n    state[\"exp_avg_sq\"] = torch.zeros_like(\ntorch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.39 GiB. GPU 5 has a total capacity of 79.32 GiB of which 2.39 GiB is\n";
+        assert_eq!(cause_of(log), Cause::Weights);
+        // An MLP frame after the optimizer's (a later forward pass) is that buffer's.
+        let later = "    state[\"exp_avg\"] = torch.zeros_like(p)\n    return self.down_proj(self.act_fn(self.gate_proj(x)))\ntorch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 79.32 GiB of which 0.39 GiB is free.\n";
+        assert_eq!(cause_of(later), Cause::Activations);
+    }
+
+    #[test]
+    fn a_driver_oom_with_a_rust_backtrace_reads_its_innermost_frame() {
+        // candle-xinfer-357: an MoE activation pool under a layer's forward.
+        let act = "ERROR xinfer::runner: Runner prefill error: Err(DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")\n   0: candle_core::error::Error::bt\n   3: attention_rs::workspace::cuda::get_moe_activation_pool\n   6: xinfer::models::layers::moe::FusedMoeNvfp4::forward_with_routing\n";
+        assert_eq!(cause_of(act), Cause::Activations);
+        let kv = "Error: DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")\n   0: candle_core::error::Error::bt\n   2: candle_nn::kv_cache::KvCache::append\n   4: model::Attention::forward\n";
+        assert_eq!(cause_of(kv), Cause::KvCache);
+        // mistralrs-834: the panic in the pipeline's in-situ quantization is the weights.
+        let isq = "[00:00:08] [###>---] 126/560 (22s) thread '<unnamed>' panicked at mistralrs-core/src/pipeline/isq.rs:265:38:\ncalled `Result::unwrap()` on an `Err` value: Cuda(Cuda(DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")))\n";
+        assert_eq!(cause_of(isq), Cause::Weights);
+    }
+
+    #[test]
+    fn memory_in_cuda_graph_pools_means_a_step_after_start_up() {
+        // sglang-4547: nothing but the figures, with 34.50 MiB in private pools.
+        let m = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.93 GiB. GPU 0 has a total capacity of 79.14 GiB of which 3.79 GiB is free. Process 13118 has 75.33 GiB memory in use. Of the allocated memory 73.96 GiB is allocated by PyTorch, with 34.50 MiB allocated in private pools (e.g., CUDA Graphs), and 639.99 MiB is reserved by PyTorch but unallocated.\n";
+        assert_eq!(cause_of(m), Cause::Activations);
+        // Without the pools the same figures do not decide.
+        let none = m.replace(
+            "with 34.50 MiB allocated in private pools (e.g., CUDA Graphs), ",
+            "",
+        );
+        assert_eq!(cause_of(&none), Cause::Unknown);
+    }
+
+    #[test]
+    fn one_request_of_a_quarter_of_the_card_is_a_forward_pass_buffer() {
+        // vllm-7721: 16 GiB of 44.5, the same at every gpu_memory_utilization.
+        let m = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 16.00 GiB. GPU 0 has a total capacity of 44.53 GiB of which 187.94 MiB is free. Process 3909982 has 44.34 GiB memory in use. Of the allocated memory 43.67 GiB is allocated by PyTorch, and 335.07 MiB is reserved by PyTorch but unallocated.\n";
+        assert_eq!(cause_of(m), Cause::Activations);
+        // pytorch-mgfn-35: a request the cache could hold is the fragmentation rule's.
+        let cached = "RuntimeError: CUDA out of memory. Tried to allocate 1.70 GiB (GPU 0; 6.00 GiB total capacity; 2.94 GiB already allocated; 0 bytes free; 5.24 GiB reserved in total by PyTorch)\n";
+        assert_eq!(cause_of(cached), Cause::Fragmentation);
+    }
+
+    #[test]
+    fn a_later_event_decides_when_the_first_cannot() {
+        // tgi-1356: an undecided prefill OOM, then TGI's KV block pool runs dry.
+        let log = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 18.00 MiB. GPU 0 has a total capacty of 79.11 GiB of which 14.62 MiB is free. Process 124797 has 79.08 GiB memory in use. Of the allocated memory 78.11 GiB is allocated by PyTorch, and 131.85 MiB is reserved by PyTorch but unallocated.\nERROR prefill: Server error: Out of available cache blocks: asked 107, only 4 free blocks\n";
+        let r = read_log(log.as_bytes(), Engine::Transformers).unwrap();
+        assert_eq!(r.verdict.cause, Cause::KvCache);
+        assert!(r.verdict.confidence <= 0.7);
+        assert!(r.verdict.evidence.iter().any(|e| e.line == Some(1)));
+        // A later host-side kill does not decide what filled the GPU.
+        let killed = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 18.00 MiB. GPU 0 has a total capacty of 79.11 GiB of which 14.62 MiB is free. Process 124797 has 79.08 GiB memory in use. Of the allocated memory 78.11 GiB is allocated by PyTorch, and 131.85 MiB is reserved by PyTorch but unallocated.\nKilled\n";
+        assert_eq!(cause_of(killed), Cause::Unknown);
+    }
+
+    #[test]
+    fn host_side_wordings_and_the_batch_finder_are_never_none() {
+        for (log, cause) in [
+            ("OSError: The paging file is too small for this operation to complete. (os error 1455)\n", Cause::HostMemory),
+            ("[ 1.2] [  16502]  1000 16502   136163   131902   131411      491         0  1134592        0             0 cudafe++\n[ 1.2] [  16504]  1000 16504   124175   119910   119407      503         0  1040384        0             0 cudafe++\n[ 1.2] [  16506]  1000 16506   114279   110001   109510      491         0   962560        0             0 cudafe++\n", Cause::HostMemory),
+            ("RuntimeError: No executable batch size found, reached zero\n", Cause::Unknown),
+        ] {
+            assert_eq!(cause_of(log), cause, "{log}");
+        }
     }
 
     #[test]
