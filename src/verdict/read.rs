@@ -406,6 +406,7 @@ fn decide(a: &mut Ask) -> Decision {
             free,
         } => trt_component(a, component, *total, *free),
         Event::SglangNoKvRoom => sglang_no_kv(a),
+        Event::SglangPoolFull => sglang_pool_full(a),
         Event::WeightsDispatchedOff => dispatched_off(a),
         Event::MlxBufferTooLarge {
             requested,
@@ -480,6 +481,23 @@ fn vllm_no_blocks(a: &mut Ask) -> Decision {
         "kv_cache: after the weights and the profiling run nothing is left for vLLM's KV cache (0 blocks within gpu_memory_utilization)"
             .into(),
         vec![ev(a.f, "vLLM found no memory for cache blocks".into())],
+    )
+}
+
+/// SGLang's scheduler had to retract a running request and found no token left in the KV pool:
+/// the running requests' caches filled it (the context × the requests running at once).
+fn sglang_pool_full(a: &mut Ask) -> Decision {
+    a.remedy(Change::RaiseUtilization(92), a.engine, None);
+    if let Some(r) = a.remedies.last_mut() {
+        r.how =
+            "--mem-fraction-static 0.92, or fewer running requests (--max-running-requests)".into();
+    }
+    Decision::new(
+        Cause::KvCache,
+        Stage::Unknown,
+        0.7,
+        "kv_cache: the running requests filled SGLang's KV token pool; the scheduler could not keep even one".into(),
+        vec![ev(a.f, "SGLang's KV token pool had 0 tokens available".into())],
     )
 }
 
@@ -1600,6 +1618,7 @@ pub fn kind_name(e: &Event) -> &'static str {
         Event::TensorrtComponent { .. } => "tensorrt_llm_component",
         Event::SglangNoKvRoom => "sglang_no_kv_room",
         Event::SglangReqSlots => "sglang_req_slots",
+        Event::SglangPoolFull => "sglang_pool_full",
         Event::ExllamaInsufficient => "exllamav2_insufficient_vram",
         Event::WeightsDispatchedOff => "weights_dispatched_off",
         Event::MetalOom => "metal_oom",

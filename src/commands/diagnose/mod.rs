@@ -507,6 +507,10 @@ fn predicted(
     let mut verdict = f.verdict;
     verdict.summary = format!("predicted — {}", verdict.summary);
     context_finding(&mut verdict, &prep);
+    let budget = profile.budget(&prep.workload);
+    if let Some(edge) = near_the_edge(prep.workload.prompt_tokens, budget.max_prompt_tokens) {
+        verdict.evidence.push(crate::verdict::Evidence::text(edge));
+    }
     prep.notes
         .insert(0, format!("predicted, not measured: {why}"));
     let hello = Hello {
@@ -545,7 +549,7 @@ fn predicted(
         stages,
         weights_bytes: f.estimate.weights,
         kv_cache_bytes_per_token: kv_bytes_per_token(&prep.spec, prep.dtype.kv()),
-        budget: Some(profile.budget(&prep.workload)),
+        budget: Some(budget),
         measured: None,
         limits: None,
         verification: None,
@@ -557,6 +561,21 @@ fn predicted(
         notes: prep.notes,
         interrupted: false,
     }
+}
+
+/// A prompt within 15 % of the predicted budget is at the edge of what a forecast can tell: on the
+/// H200 the transformers profile's budget was 87–100 % of the largest prompt that really ran, and
+/// "ran" and "ran out" were 1–4 % apart (docs/gpu-runs.md, session 6). Said, so a reader measures.
+fn near_the_edge(prompt: u64, budget: Option<u64>) -> Option<String> {
+    let b = budget.filter(|&b| b > 0)?;
+    let (lo, hi) = (b.saturating_mul(85) / 100, b.saturating_mul(115) / 100);
+    (lo..=hi).contains(&prompt).then(|| {
+        format!(
+            "at the edge: {} tokens is within 15 % of the predicted budget ({}), closer than a forecast can tell (its budget was 87–100 % of what really ran at transformers' limits); measure with torch and transformers installed",
+            crate::units::group(prompt),
+            crate::units::group(b)
+        )
+    })
 }
 
 /// How the child is configured, for all its tasks.
@@ -699,5 +718,19 @@ fn probe_device(req: &DiagnoseRequest, hello: &Hello, env: Environment) -> Probe
         gpu: env.gpu,
         host_total_bytes: env.host.map(|h| h.0),
         host_available_bytes: env.host.map(|h| h.1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::near_the_edge;
+
+    #[test]
+    fn a_prompt_near_the_predicted_budget_is_said_to_be_at_the_edge() {
+        assert!(near_the_edge(4466, Some(3884)).is_some());
+        assert!(near_the_edge(3500, Some(3884)).is_some());
+        assert!(near_the_edge(2048, Some(32512)).is_none());
+        assert!(near_the_edge(40000, Some(3884)).is_none());
+        assert!(near_the_edge(10, None).is_none());
     }
 }
