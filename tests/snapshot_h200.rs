@@ -131,3 +131,51 @@ fn the_fragmented_allocator_is_fragmentation() {
     assert_eq!(u(&v["record"]["oom"]["request"]), 64 << 20);
     assert!(u(&v["record"]["slack"]["largest_free_block"]) < 64 << 20);
 }
+
+/// With the workload that ran (`--model`, `-p`, `-n`, `-b`, `--vram`: the card the run was capped
+/// to), the record says what failed and the plan what was still to come: each case gets the cause
+/// it was made for, and plan's figures travel in the report.
+#[test]
+fn with_the_workload_each_case_gets_its_cause() {
+    let preset = format!(
+        "{}/presets/mistral-7b-instruct-v0.2.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let cases: [(&str, &[&str], &str); 4] = [
+        (
+            "load",
+            &["-p", "512", "-n", "8", "--vram", "12GiB"],
+            "weights",
+        ),
+        (
+            "long_prompt",
+            &["-p", "40000", "-n", "8", "--vram", "24GiB"],
+            "kv_cache",
+        ),
+        (
+            "batch",
+            &["-p", "4096", "-n", "256", "-b", "24", "--vram", "24GiB"],
+            "concurrency",
+        ),
+        (
+            "fragmented",
+            &["-p", "512", "-n", "8", "--vram", "20GiB"],
+            "fragmentation",
+        ),
+    ];
+    for (case, workload, want) in cases {
+        let home = temp();
+        let path = format!(
+            "{}/tests/fixtures/snapshot/h200/{case}.pickle",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let mut args = vec!["explain", path.as_str(), "--json", "-m", preset.as_str()];
+        args.extend_from_slice(workload);
+        let r = run(home.path(), &args);
+        let v: Value =
+            serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{e}: {}", r.stderr));
+        assert_eq!(r.code, 1, "{case}");
+        assert_eq!(v["verdict"]["cause"], want, "{case}: {}", v["verdict"]);
+        assert!(v["plan"]["peak_bytes"].as_u64().is_some(), "{case}: {v}");
+    }
+}

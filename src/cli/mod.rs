@@ -57,8 +57,15 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
             // PyTorch's allocator snapshot (a pickle) is a record, not a log.
             let path = std::path::Path::new(&args.input);
             if args.input != "-" && llm_oom::commands::snapshot::is_snapshot(path) {
+                let plan = match &args.workload.model {
+                    Some(_) => Some(plan_request(&args.workload)?),
+                    None => None,
+                };
                 let r = llm_oom::commands::snapshot::explain_snapshot(
-                    &llm_oom::commands::snapshot::SnapshotRequest { path: path.into() },
+                    &llm_oom::commands::snapshot::SnapshotRequest {
+                        path: path.into(),
+                        plan,
+                    },
                 )?;
                 print(&report_text(&r, format)?)?;
                 return Ok(r.exit_status());
