@@ -166,6 +166,14 @@ pub fn find(id: &str) -> Option<(&'static str, &'static str)> {
 }
 
 /// Parse a preset into a `Spec` named by its canonical id.
+/// A preset by its file in `presets/` (tests: the file stem, e.g. `mixtral-8x7b-instruct-v0.1`).
+#[cfg(test)]
+pub fn from_file(stem: &str) -> Spec {
+    let path = format!("{}/presets/{stem}.json", env!("CARGO_MANIFEST_DIR"));
+    let json = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    load(stem, &json).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
 pub fn load(id: &str, json: &str) -> Result<Spec, InputError> {
     let path = format!("<preset {id}>");
     parse_config(json, Path::new(&path), id)

@@ -597,13 +597,9 @@ pub fn show(b: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::presets::load;
 
     fn spec(id: &str) -> Spec {
-        let json =
-            std::fs::read_to_string(format!("{}/presets/{id}.json", env!("CARGO_MANIFEST_DIR")))
-                .unwrap();
-        load(id, &json).unwrap()
+        crate::model::presets::from_file(id)
     }
 
     #[test]

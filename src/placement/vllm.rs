@@ -754,13 +754,9 @@ pub fn fitting(spec: &Spec, w: &Workload, gpus: &[u64], p: &Parallel) -> Option<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::presets::load;
 
     fn spec(id: &str) -> Spec {
-        let json =
-            std::fs::read_to_string(format!("{}/presets/{id}.json", env!("CARGO_MANIFEST_DIR")))
-                .unwrap();
-        load(id, &json).unwrap()
+        crate::model::presets::from_file(id)
     }
 
     fn layout(tp: u64, pp: u64) -> Parallel {

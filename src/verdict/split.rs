@@ -163,13 +163,9 @@ mod tests {
     use super::*;
     use crate::dtype::{KvDtype, WeightDtype};
     use crate::estimate::estimate;
-    use crate::model::presets::load;
 
     fn spec(id: &str) -> Spec {
-        let json =
-            std::fs::read_to_string(format!("{}/presets/{id}.json", env!("CARGO_MANIFEST_DIR")))
-                .unwrap();
-        load(id, &json).unwrap()
+        crate::model::presets::from_file(id)
     }
 
     fn work(engine: Engine, dtype: WeightDtype) -> Workload {
