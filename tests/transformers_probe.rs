@@ -210,7 +210,7 @@ fn the_whole_workload_runs_in_a_fresh_process_when_asked() {
     assert_eq!(c["fresh_process"], true, "{c}");
     assert!(c["detail"]
         .as_str()
-        .is_some_and(|d| d.contains("a fresh process") && d.contains("the warm probe: peak")));
+        .is_some_and(|d| d.contains("in a fresh process") && d.contains("warm probe: peak")));
     assert_eq!(c["new_tokens"], 8);
     assert!(
         v["children"].as_array().is_some_and(|a| a.len() >= 2),

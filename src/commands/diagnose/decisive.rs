@@ -135,7 +135,7 @@ pub fn run(
     let at = m.stages.iter().position(|s| s.name == stage);
     let warm = at.map_or_else(|| "not run".to_string(), |i| warm_words(&m.stages[i]));
     let detail = format!(
-        "{} + {} tokens × {b}, a fresh process: one generate() as your program runs it (the warm probe: {warm})",
+        "{} + {} tokens × {b}, in a fresh process (warm probe: {warm})",
         group(p as u64),
         group(n as u64)
     );
@@ -158,7 +158,7 @@ pub fn run(
             .collect();
     }
     Ok(Some(format!(
-        "decided by a fresh process running the whole workload ({why})"
+        "decided by a fresh process running the whole workload as your program would, cold, one generate() of every new token ({why})"
     )))
 }
 
