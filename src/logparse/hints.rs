@@ -176,7 +176,13 @@ fn frames(line: &str, n: usize, ctx: &mut Context) {
         "load_tensors",
         "llama_model_load",
         "model.to(",
+        // A diffusers pipeline moved to the device moves every component's weights.
+        "pipe.to(",
         ".cuda()",
+        // ComfyUI's model patcher puts each weight on the device as it loads a model.
+        "patch_weight_to_device",
+        // vLLM's layers create their parameters (`create_weights`) when the model is built.
+        "in create_weights",
         // Module.to / .cuda / .half move every parameter through `_apply(convert)`.
         "in _apply",
         "self._apply(",
@@ -336,6 +342,9 @@ fn stage_hint(line: &str) -> Option<StageHint> {
                 "quantize_4bit",
                 "load_checkpoint_and_dispatch",
                 "Parameter(torch.empty",
+                "in create_weights",
+                "Failed to create unquantized linear weights",
+                "patch_weight_to_device",
                 "gptq_marlin_repack",
                 "process_weights_after_loading",
                 "load_weights",
@@ -547,6 +556,21 @@ mod tests {
             mark(l, i + 1, &mut ctx);
         }
         ctx
+    }
+
+    #[test]
+    fn engines_own_loaders_are_load_frames() {
+        // ComfyUI's model patcher, vLLM's create_weights, a diffusers pipeline moved to the device.
+        for line in [
+            r#"  File "E:\ComfyUI\comfy\model_patcher.py", line 320, in patch_weight_to_device"#,
+            r#"  File "/x/vllm/model_executor/layers/linear.py", line 202, in create_weights"#,
+            "    pipe.to(device)",
+        ] {
+            assert_eq!(marked(&[line]).load_lines, vec![1], "{line}");
+        }
+        assert!(marked(&["    inputs = batch.to(device)"])
+            .load_lines
+            .is_empty());
     }
 
     #[test]
