@@ -663,9 +663,30 @@ fn task_row(line: &str) -> bool {
 /// Kubernetes' container state (`Reason: OOMKilled`; exit code 137 under another reason is a
 /// SIGKILL whose cause the log does not say) and a bare exit 137 / `Killed`.
 fn kubernetes(lines: &[String], i: usize, st: &mut Scan) -> bool {
+    static CONTEXT: OnceLock<Regex> = OnceLock::new();
     let line = &lines[i];
     if line.contains("OOMKilled") {
         once(st, i + 1, line, Event::ContainerOomKilled);
+        return true;
+    }
+    // Slurm's step daemon killing a job over its memory limit (slurm-coqui-stt-2238), and PyTorch's
+    // data loader dying of a too small /dev/shm in a container (docker-streaming-493).
+    let slurm = line.contains("slurmstepd")
+        && (line.contains("exceeded memory limit")
+            || line.contains("Exceeded job memory limit")
+            || line.contains("oom-kill event"));
+    let shm = line.contains("insufficient shared memory (shm)");
+    if slurm || shm {
+        once(st, i + 1, line, Event::JobMemoryLimit { shm });
+        return true;
+    }
+    let context = re(
+        &CONTEXT,
+        r"context size of \d+ with (\d+) sequences? is too large for the available (?:VRAM|memory|RAM)",
+    );
+    if let Some(c) = context.captures(line) {
+        let sequences = cap_u64(&c, 1);
+        once(st, i + 1, line, Event::ContextTooLarge { sequences });
         return true;
     }
     if !is_exit_137(line) {
@@ -863,6 +884,16 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn job_limits_and_shared_memory_are_host_memory_events() {
+        let e = events("slurmstepd: error: Job 7518 exceeded memory limit (626359956 > 512000000), being killed");
+        assert_eq!(e, vec![Event::JobMemoryLimit { shm: false }]);
+        let e = events("ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm).");
+        assert_eq!(e, vec![Event::JobMemoryLimit { shm: true }]);
+        let e = events("Error: InsufficientMemoryError: A context size of 4096 with 4 sequences is too large for the available VRAM");
+        assert_eq!(e, vec![Event::ContextTooLarge { sequences: Some(4) }]);
     }
 
     #[test]

@@ -212,6 +212,11 @@ pub enum Event {
     },
     /// Host RAM: a container limit (Kubernetes `OOMKilled`).
     ContainerOomKilled,
+    /// Host RAM: a batch scheduler's job limit (Slurm's `exceeded memory limit`), or a container's
+    /// shared memory (`/dev/shm`) too small for the data loader's workers.
+    JobMemoryLimit { shm: bool },
+    /// node-llama-cpp: `A context size of C with S sequences is too large for the available VRAM`.
+    ContextTooLarge { sequences: Option<u64> },
     /// Exit code 137 (SIGKILL, usually the OOM killer).
     Exit137,
     /// PyTorch could not allocate host memory.
@@ -260,6 +265,8 @@ impl Event {
             Event::RayOomKill => Source::Ray,
             Event::HostMemoryShort { .. } => Source::Ollama,
             Event::ContainerOomKilled => Source::Kubernetes,
+            Event::JobMemoryLimit { .. } => Source::Kubernetes,
+            Event::ContextTooLarge { .. } => Source::LlamaCpp,
             Event::OomWords => Source::Unrecognised,
             Event::EndsAtAllocation { .. } => Source::LlamaCpp,
         }

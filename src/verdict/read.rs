@@ -349,6 +349,7 @@ fn host_side(e: &Event) -> bool {
         e,
         Event::HostOomKiller { .. }
             | Event::ContainerOomKilled
+            | Event::JobMemoryLimit { .. }
             | Event::Exit137
             | Event::HostAllocFailed { .. }
             | Event::RayOomKill
@@ -418,8 +419,10 @@ fn decide(a: &mut Ask) -> Decision {
             allocated,
             free,
         } => device_buffer(a, *requested, *total, *allocated, *free),
+        Event::ContextTooLarge { sequences } => context_too_large(a, *sequences),
         Event::HostOomKiller { .. }
         | Event::ContainerOomKilled
+        | Event::JobMemoryLimit { .. }
         | Event::Exit137
         | Event::HostAllocFailed { .. }
         | Event::RayOomKill
@@ -887,6 +890,13 @@ fn host(a: &mut Ask) -> Decision {
             return Decision::new(Cause::HostMemory, Stage::Unknown, 0.95, summary, vec![ev(f, "kernel OOM killer".into())]);
         }
         Event::ContainerOomKilled => ("the container hit its memory limit (OOMKilled)".to_string(), 0.9),
+        Event::JobMemoryLimit { shm: false } => ("the batch scheduler killed the job over its memory limit (Slurm)".to_string(), 0.85),
+        Event::JobMemoryLimit { shm: true } => {
+            if let Some(r) = a.remedies.last_mut() {
+                r.how = "give the container more shared memory (docker run --shm-size=8g, or --ipc=host), or fewer data-loader workers".into();
+            }
+            ("the data loader's workers ran out of the container's shared memory (/dev/shm)".to_string(), 0.8)
+        }
         Event::HostAllocFailed { bytes } => (format!("the process could not allocate {} of host RAM", bytes.map_or("?".into(), |b| Bytes(b).to_string())), 0.9),
         Event::RayOomKill => ("Ray's memory monitor killed workers for host memory pressure".to_string(), 0.9),
         Event::PagingFileTooSmall => {
@@ -928,6 +938,9 @@ fn undecided(a: &mut Ask) -> Decision {
             return d;
         }
     }
+    if let Some(d) = by_innermost_frame(a) {
+        return d;
+    }
     a.to_decide = Some(match &f.event {
         // A tiny or first allocation failing usually means the card was already full.
         Event::CublasAllocFailed | Event::CudaErrorOom => format!(
@@ -947,6 +960,82 @@ fn undecided(a: &mut Ask) -> Decision {
         format!("unknown: {what}"),
         vec![ev(f, what)],
     )
+}
+
+/// node-llama-cpp sizes the context's KV cache for every sequence before it allocates: with more
+/// than one sequence the sequences multiply it (concurrency), with one the context itself is it.
+fn context_too_large(a: &mut Ask, sequences: Option<u64>) -> Decision {
+    let f = a.f;
+    let e = vec![ev(f, "the context's KV cache does not fit the VRAM".into())];
+    match sequences {
+        Some(s) if s > 1 => {
+            a.remedy(Change::LimitConcurrency(1), a.engine, None);
+            a.remedy(Change::ReduceContext(0), a.engine, None);
+            Decision::new(Cause::Concurrency, Stage::Load, 0.75, format!("concurrency: a context for {s} sequences at once is too large for the VRAM; each sequence has its own KV cache"), e)
+        }
+        _ => {
+            a.remedy(Change::ReduceContext(0), a.engine, None);
+            Decision::new(
+                Cause::KvCache,
+                Stage::Load,
+                0.75,
+                "kv_cache: the context size is too large for the VRAM".into(),
+                e,
+            )
+        }
+    }
+}
+
+/// An out-of-memory without figures still has its traceback: the innermost frame above it
+/// (within 40 lines) says what was being allocated, as rule P7 reads it for PyTorch's message —
+/// eager attention or a forward-pass buffer → activations, the KV cache's update → kv_cache, a
+/// weight loader → weights. At a lower confidence than with figures (ipex-llm-10677: XPU's
+/// "Allocation is out of device memory" under `attn_weights = torch.matmul`).
+fn by_innermost_frame(a: &mut Ask) -> Option<Decision> {
+    let at = a.f.line;
+    let close = |lines: &[usize]| near(lines, at).filter(|&l| at - l <= 40);
+    let innermost = [
+        (close(&a.ctx.eager_attention_lines), Cause::Activations),
+        (close(&a.ctx.activation_lines), Cause::Activations),
+        (close(&a.ctx.cache_lines), Cause::KvCache),
+        (close(&a.ctx.load_lines), Cause::Weights),
+    ]
+    .into_iter()
+    .filter_map(|(l, c)| l.map(|l| (l, c)))
+    .max_by_key(|&(l, _)| l)?;
+    let (line, cause) = innermost;
+    let (stage, what) = match cause {
+        Cause::Weights => {
+            a.remedy(Change::QuantizeWeights(nf4()), a.engine, None);
+            (Stage::Load, "a weight loader")
+        }
+        Cause::KvCache => {
+            a.remedy(Change::ReduceContext(0), a.engine, None);
+            (Stage::LongGeneration, "the KV cache's update")
+        }
+        _ => {
+            a.remedy(Change::TruncatePrompt(0), a.engine, None);
+            (
+                Stage::FirstToken,
+                "a forward pass's buffer (attention, MLP or logits)",
+            )
+        }
+    };
+    let quote = undecided_what(a.f);
+    Some(Decision::new(
+        cause,
+        stage,
+        0.45,
+        format!("{cause}: the innermost frame above the error is {what}; {quote}"),
+        vec![
+            Evidence {
+                text: format!("innermost frame: {what}"),
+                bytes: None,
+                line: Some(line),
+            },
+            ev(a.f, quote),
+        ],
+    ))
 }
 
 fn undecided_what(f: &Finding) -> String {
@@ -1632,6 +1721,8 @@ pub fn kind_name(e: &Event) -> &'static str {
         Event::RayOomKill => "ray_oom_kill",
         Event::HostMemoryShort { .. } => "host_memory_short",
         Event::ContainerOomKilled => "container_oom_killed",
+        Event::JobMemoryLimit { .. } => "job_memory_limit",
+        Event::ContextTooLarge { .. } => "context_too_large",
         Event::Exit137 => "exit_137",
         Event::HostAllocFailed { .. } => "host_alloc_failed",
         Event::OomWords => "oom_words",
@@ -1664,6 +1755,19 @@ mod tests {
         read_log(log.as_bytes(), Engine::Transformers)
             .map(|r| r.verdict.cause)
             .unwrap_or(Cause::None)
+    }
+
+    #[test]
+    fn an_oom_without_figures_is_decided_by_its_innermost_frame() {
+        let attention = "  File \"/x/models/llama.py\", line 1320, in native_sdp\n    attn_weights = torch.matmul(query, key.transpose(2, 3))\nRuntimeError: Allocation is out of device memory on current platform.\n";
+        assert_eq!(cause_of(attention), Cause::Activations);
+        let loading = "  File \"/x/modeling_utils.py\", line 4000, in from_pretrained\n    model = cls(config)\nRuntimeError: Allocation is out of device memory on current platform.\n";
+        assert_eq!(cause_of(loading), Cause::Weights);
+        // With no frame it stays unknown, never none.
+        assert_eq!(
+            cause_of("RuntimeError: Allocation is out of device memory on current platform.\n"),
+            Cause::Unknown
+        );
     }
 
     #[test]
