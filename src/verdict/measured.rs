@@ -77,6 +77,14 @@ pub struct StageRecord {
 }
 
 impl StageRecord {
+    /// The same record with the workload it ran: prompt tokens, new tokens, sequences.
+    pub fn sized(mut self, prompt: u64, new: u64, batch: u64) -> StageRecord {
+        self.prompt_tokens = Some(prompt);
+        self.new_tokens = Some(new);
+        self.batch = Some(batch);
+        self
+    }
+
     pub fn skipped(name: Stage, reason: impl Into<String>) -> StageRecord {
         StageRecord {
             name,

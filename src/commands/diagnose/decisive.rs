@@ -139,10 +139,8 @@ pub fn run(
         group(p as u64),
         group(n as u64)
     );
-    let mut s = from_reply(stage, reply, m.weights_measured, &detail);
-    s.prompt_tokens = Some(p as u64);
-    s.new_tokens = Some(n as u64);
-    s.batch = Some(b as u64);
+    let mut s =
+        from_reply(stage, reply, m.weights_measured, &detail).sized(p as u64, n as u64, b as u64);
     s.fresh_process = true;
     let ran = s.outcome == Outcome::Ok;
     match at {

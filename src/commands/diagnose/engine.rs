@@ -191,12 +191,9 @@ mod tests {
     }
 
     fn ran(p: u64, peak: u64, fresh: bool) -> StageRecord {
-        let mut s = StageRecord::skipped(Stage::LongGeneration, "");
+        let mut s = StageRecord::skipped(Stage::LongGeneration, "").sized(p, 256, 1);
         s.outcome = Outcome::Ok;
         s.memory.peak = peak;
-        s.prompt_tokens = Some(p);
-        s.new_tokens = Some(256);
-        s.batch = Some(1);
         s.fresh_process = fresh;
         s
     }

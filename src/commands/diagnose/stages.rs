@@ -160,10 +160,11 @@ fn stage(
         Reply::Done(r) if r.outcome == Outcome::Ok => Some(r.clone()),
         _ => None,
     };
-    let mut s = from_reply(stage, reply, m.weights_measured, &detail);
-    s.prompt_tokens = Some(task.prompt_tokens as u64);
-    s.new_tokens = Some(task.new_tokens as u64);
-    s.batch = Some(task.batch as u64);
+    let s = from_reply(stage, reply, m.weights_measured, &detail).sized(
+        task.prompt_tokens as u64,
+        task.new_tokens as u64,
+        task.batch as u64,
+    );
     m.stages.push(s);
     Ok(raw)
 }
@@ -177,11 +178,8 @@ pub fn first_token(session: &mut Session, m: &mut Measured, p: usize) -> Result<
         {
             if r.outcome == Outcome::Ok {
                 m.prefill_points.push(prefill_point(&r, p / 2, p / 2 + 1));
-                let mut half = record(Stage::FirstToken, &r, m.weights_measured, "half prompt");
-                half.prompt_tokens = Some((p / 2) as u64);
-                half.new_tokens = Some(1);
-                half.batch = Some(1);
-                m.points.push(half);
+                let half = record(Stage::FirstToken, &r, m.weights_measured, "half prompt");
+                m.points.push(half.sized((p / 2) as u64, 1, 1));
             }
         }
     }
@@ -266,12 +264,7 @@ pub fn prefill_once(session: &mut Session, m: &mut Measured, p: usize, n: usize)
         Reply::Done(r) => r.prefill_seconds.map(|_| prefill_part(r, p, n)),
         _ => None,
     };
-    let sized = |mut s: StageRecord, new: usize| {
-        s.prompt_tokens = Some(p as u64);
-        s.new_tokens = Some(new as u64);
-        s.batch = Some(1);
-        s
-    };
+    let sized = |s: StageRecord, new: usize| s.sized(p as u64, new as u64, 1);
     let Some(prefill) = prefilled else {
         // It ran out (or failed) before its prefill ended: that is the first token's.
         let first = from_reply(Stage::FirstToken, reply, m.weights_measured, &first_detail);
