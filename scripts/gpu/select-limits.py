@@ -3,13 +3,16 @@
 docs/calibration/transformers-limits-h200-2026-12-01*.jsonl, as JSON lines, in the order asked.
 
     python3 scripts/gpu/select-limits.py OUT.jsonl PRESET:BATCH [PRESET:BATCH ...]   ("all": every one)
+    EXTRA=more.jsonl: limit records of another file too (read last: they win)
 """
 import glob, json, os, sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 out, wanted = sys.argv[1], sys.argv[2:]
 recs = {}
-for f in sorted(glob.glob(os.path.join(ROOT, "docs/calibration/transformers-limits-h200-2026-12-01*.jsonl"))):
+files = sorted(glob.glob(os.path.join(ROOT, "docs/calibration/transformers-limits-h200-2026-12-01*.jsonl")))
+files += [f for f in [os.environ.get("EXTRA")] if f and os.path.exists(f)]
+for f in files:
     for l in open(f):
         r = json.loads(l)
         if r.get("kind") == "limit" and r.get("limited_by") == "memory" and r.get("largest_ok") and r.get("first_oom"):

@@ -17,22 +17,10 @@ if [ -n "${GEMMA:-}" ]; then
   grep '"kind": "limit"' "$OUT/gemma.jsonl" | grep gemma-2 | tail -1 > "$FINAL/gemma-limit.jsonl"
   grep '"kind": "trial"' "$OUT/gemma.jsonl" | grep gemma-2 >> "$FINAL/gemma-limit.jsonl"
 fi
-python3 - "$OUT/limits.jsonl" "${FIRST:-0}" "${COUNT:-99}" "$FINAL/gemma-limit.jsonl" <<'PY'
-import glob, json, sys
-out, first, count, gemma = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-recs = {}
-for f in sorted(glob.glob("docs/calibration/transformers-limits-h200-2026-12-01*.jsonl")) + glob.glob(gemma):
-    for l in open(f):
-        r = json.loads(l)
-        if r.get("kind") == "limit" and r.get("limited_by") == "memory" and r.get("largest_ok") and r.get("first_oom"):
-            recs[(r["preset"], r["attn"], r["batch"], r["new"], r["vram_limit"])] = r
-order = ["mistral-7b-instruct-v0.2:8", "llama-2-7b:1", "qwen2.5-7b-instruct:1", "phi-3-mini-4k-instruct:4",
-         "mistral-7b-instruct-v0.2:1", "meta-llama-3-8b:1", "qwen2.5-0.5b-instruct:16", "gemma-2-9b-it:1"]
-rank = lambda r: order.index("%s:%d" % (r["preset"], r["batch"])) if "%s:%d" % (r["preset"], r["batch"]) in order else 99
-with open(out, "w") as f:
-    for r in sorted(recs.values(), key=rank)[first:first + count]:
-        f.write(json.dumps(r) + "\n")
-PY
+EXTRA="$FINAL/gemma-limit.jsonl" python3 scripts/gpu/select-limits.py "$OUT/ordered.jsonl" \
+  mistral-7b-instruct-v0.2:8 llama-2-7b:1 qwen2.5-7b-instruct:1 phi-3-mini-4k-instruct:4 \
+  mistral-7b-instruct-v0.2:1 meta-llama-3-8b:1 qwen2.5-0.5b-instruct:16 gemma-2-9b-it:1 >> "$OUT/summary.txt"
+tail -n +$(( ${FIRST:-0} + 1 )) "$OUT/ordered.jsonl" | head -n ${COUNT:-99} > "$OUT/limits.jsonl"
 cat "$OUT/limits.jsonl" | cut -c1-160 >> "$OUT/summary.txt"
 timed measured timeout ${MEASURED_S:-500} env PER_RUN_S=${PER_RUN:-80} python3 scripts/gpu/diagnose-vs-transformers.py \
   "$OUT/limits.jsonl" "$FINAL/verdicts.jsonl" "$B" ${MODES:-measured}
