@@ -201,6 +201,48 @@ fn near(lines: &[usize], at: usize) -> Option<usize> {
         .find(|&l| l <= at && at - l <= 200)
 }
 
+/// The traceback frames the context marks, by what they allocate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Frame {
+    EagerAttention,
+    Activation,
+    Cache,
+    Optimizer,
+    Load,
+}
+
+impl Frame {
+    fn lines(self, ctx: &Context) -> &[usize] {
+        match self {
+            Frame::EagerAttention => &ctx.eager_attention_lines,
+            Frame::Activation => &ctx.activation_lines,
+            Frame::Cache => &ctx.cache_lines,
+            Frame::Optimizer => &ctx.optimizer_lines,
+            Frame::Load => &ctx.load_lines,
+        }
+    }
+}
+
+/// The innermost of `kinds` within `within` lines above line `at`, and its line; on one line the
+/// kind listed first wins.
+fn innermost_frame(
+    ctx: &Context,
+    at: usize,
+    within: usize,
+    kinds: &[Frame],
+) -> Option<(usize, Frame)> {
+    kinds
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &k)| {
+            near(k.lines(ctx), at)
+                .filter(|&l| at - l <= within)
+                .map(|l| (l, i, k))
+        })
+        .max_by_key(|&(l, i, _)| (l, usize::MAX - i))
+        .map(|(l, _, k)| (l, k))
+}
+
 /// The stage signal that belongs to line `at`: the innermost frame above it (within 200 lines,
 /// and not followed by a generation frame: "Loading checkpoint shards" above a `generate`
 /// traceback is over), else one just below it (vLLM prints the error before its traceback).
@@ -992,18 +1034,23 @@ fn context_too_large(a: &mut Ask, sequences: Option<u64>) -> Decision {
 /// weight loader → weights. At a lower confidence than with figures (ipex-llm-10677: XPU's
 /// "Allocation is out of device memory" under `attn_weights = torch.matmul`).
 fn by_innermost_frame(a: &mut Ask) -> Option<Decision> {
-    let at = a.f.line;
-    let close = |lines: &[usize]| near(lines, at).filter(|&l| at - l <= 40);
-    let innermost = [
-        (close(&a.ctx.eager_attention_lines), Cause::Activations),
-        (close(&a.ctx.activation_lines), Cause::Activations),
-        (close(&a.ctx.cache_lines), Cause::KvCache),
-        (close(&a.ctx.load_lines), Cause::Weights),
-    ]
-    .into_iter()
-    .filter_map(|(l, c)| l.map(|l| (l, c)))
-    .max_by_key(|&(l, _)| l)?;
-    let (line, cause) = innermost;
+    // On one line the loader wins, then the cache, then a forward pass's buffer.
+    let (line, frame) = innermost_frame(
+        a.ctx,
+        a.f.line,
+        40,
+        &[
+            Frame::Load,
+            Frame::Cache,
+            Frame::Activation,
+            Frame::EagerAttention,
+        ],
+    )?;
+    let cause = match frame {
+        Frame::Load => Cause::Weights,
+        Frame::Cache => Cause::KvCache,
+        _ => Cause::Activations,
+    };
     let (stage, what) = match cause {
         Cause::Weights => {
             a.remedy(Change::QuantizeWeights(nf4()), a.engine, None);
@@ -1511,29 +1558,30 @@ fn concurrency(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision> 
 /// The innermost frame before the error says what was being allocated: eager attention's
 /// scores, an MLP / logits / attention buffer (metal-rlswarm-355), or the KV cache's update.
 fn frames(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision> {
-    let at = a.f.line;
-    let innermost = [
-        (near(&a.ctx.eager_attention_lines, at), 0),
-        (near(&a.ctx.activation_lines, at), 1),
-        (near(&a.ctx.cache_lines, at), 2),
-        (near(&a.ctx.optimizer_lines, at), 3),
-    ]
-    .into_iter()
-    .filter_map(|(l, k)| l.map(|l| (l, k)))
     // The innermost line wins; on one line, eager attention over a generic softmax.
-    .max_by_key(|&(l, k)| (l, 3 - k))
+    let innermost = innermost_frame(
+        a.ctx,
+        a.f.line,
+        200,
+        &[
+            Frame::EagerAttention,
+            Frame::Activation,
+            Frame::Cache,
+            Frame::Optimizer,
+        ],
+    )
     .map(|x| x.1);
     let batch = batch_line(a);
     let long_context = batch.is_some_and(|(_, _, s)| s >= 4096);
     let e = torch_evidence(a, t, acc);
     let req = Bytes(acc.request);
     match innermost {
-        Some(0) => {
+        Some(Frame::EagerAttention) => {
             a.remedy(Change::UseSdpa, a.engine, None);
             a.remedy(Change::TruncatePrompt(0), a.engine, None);
             Some(Decision::new(Cause::Activations, Stage::FirstToken, 0.75, format!("activations: eager attention materialises the full L × L score matrix; it asked for {req}"), e))
         }
-        Some(1) => {
+        Some(Frame::Activation) => {
             if let (true, Some((line, _, seq))) = (long_context, batch) {
                 a.contributing.push(Contributing {
                     cause: Cause::KvCache,
@@ -1559,7 +1607,7 @@ fn frames(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision> {
                 e,
             ))
         }
-        Some(3) => Some(optimizer_states(a, e)),
+        Some(Frame::Optimizer) => Some(optimizer_states(a, e)),
         Some(_) => Some(kv_growth(a, e)),
         None if long_context => Some(kv_growth(a, e)),
         None => None,
