@@ -17,7 +17,7 @@ one reused random buffer per type: memory stays at a few MiB and the speed is th
 --layers N keeps the first N blocks (the per-layer shapes stay real). A name without a slash is
 looked up as presets/NAME.json, then scripts/gpu/gguf-configs/NAME.json.
 
-Needs python3 + numpy and llama.cpp's gguf-py (pure Python): --gguf-py DIR, else $GGUF_PY, else
+Needs python3 + numpy and llama.cpp's gguf-py (pure Python; PyYAML is stubbed out when missing): --gguf-py DIR, else $GGUF_PY, else
 .gl/llama-cpp-cuda/gguf-py (where scripts/build-llama-cpp.sh's archive unpacks), else `import gguf`.
 """
 
@@ -27,6 +27,7 @@ import math
 import os
 import sys
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +43,10 @@ def import_gguf(explicit):
         if path and Path(path, "gguf", "__init__.py").is_file():
             sys.path.insert(0, str(path))
             break
+    try:
+        import yaml  # noqa: F401,PLC0415  (gguf.metadata imports it; only model cards use it)
+    except ImportError:
+        sys.modules["yaml"] = types.ModuleType("yaml")
     try:
         import gguf  # noqa: PLC0415
     except ImportError:
