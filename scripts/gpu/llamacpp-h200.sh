@@ -8,20 +8,28 @@ set -u
 cd "$(dirname "$0")/../.."
 set -- llamacpp
 source scripts/gpu/common.sh llamacpp
-export LLAMACPP_LOGS="$OUT/logs" LLAMA_BIN=${LLAMA_BIN:-.gl/llama-cpp-cuda/bin/llama-completion}
+# The binary: finished on this machine by llamacpp-finish-build.sh, else the archive of build-llama-cpp.sh.
+if [ -x .glb/tree/llama-build/cuda/bin/llama-completion ]; then
+  LLAMA_BIN=${LLAMA_BIN:-.glb/tree/llama-build/cuda/bin/llama-completion}
+  export GGUF_PY=${GGUF_PY:-$PWD/.glb/tree/src/llama_cpp_python-0.3.36/vendor/llama.cpp/gguf-py}
+else
+  [ -d .gl/llama-cpp-cuda ] || tar xzf .gl/llama-cpp-cuda.tar.gz -C .gl
+  LLAMA_BIN=${LLAMA_BIN:-.gl/llama-cpp-cuda/bin/llama-completion}
+fi
+export LLAMACPP_LOGS="$OUT/logs" LLAMA_BIN
 mkdir -p "$LLAMACPP_LOGS"
-[ -d .gl/llama-cpp-cuda ] || tar xzf .gl/llama-cpp-cuda.tar.gz -C .gl
 "$LLAMA_BIN" --version > "$OUT/version.txt" 2>&1
 cp "$OUT/version.txt" "$FINAL/version.txt"
-DIR=${DIR:-/tmp/gguf}; mkdir -p "$DIR"
+DIR=${DIR:-.glb/gguf}; mkdir -p "$DIR"
 M="python3 scripts/gpu/llamacpp-measure.py"
 R="$FINAL/llamacpp-runs.jsonl"
 MODELS=${MODELS:-"llama-3.1-8b-instruct mistral-7b-instruct-v0.2 qwen2.5-7b-instruct qwen3-30b-a3b"}
 PARTS=${PARTS:-"grid ctx fit oom"}
 for m in $MODELS; do
-  timed "write-$m" python3 scripts/gpu/write-gguf.py "$m" --type Q4_K_M --out "$DIR/$m-Q4_K_M.gguf"
+  [ -s "$DIR/$m-Q4_K_M.gguf" ] || timed "write-$m" python3 scripts/gpu/write-gguf.py "$m" --type Q4_K_M --out "$DIR/$m-Q4_K_M.gguf"
 done
-[ -n "${Q8:-llama-3.1-8b-instruct}" ] && timed "write-q8" python3 scripts/gpu/write-gguf.py ${Q8:-llama-3.1-8b-instruct} --type Q8_0 --out "$DIR/q8.gguf"
+[ -s "$DIR/q8.gguf" ] || timed "write-q8" python3 scripts/gpu/write-gguf.py ${Q8:-llama-3.1-8b-instruct} --type Q8_0 --out "$DIR/q8.gguf"
+[ -n "${WRITE_ONLY:-}" ] && exit 0
 ls -l "$DIR" >> "$OUT/summary.txt"
 has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
 if has grid; then
@@ -56,7 +64,7 @@ spec = importlib.util.spec_from_file_location("m", "scripts/gpu/llamacpp-measure
 out, gguf, tag = sys.argv[1:4]
 nv = m.Nvml(0); idle = nv.used()[0]; b = m.Ballast(8192); bb = nv.used()[0] - idle
 try:
-    cmd = [m.BIN, "-m", gguf, "-n", "8", "-f", m.prompt_file(), "--no-display-prompt", "-no-cnv", "--temp", "0"]
+    cmd = [m.BIN, "-m", gguf, "-n", "8", "-f", m.prompt_file(), "--no-display-prompt", "-no-cnv", "--temp", "0", "-lv", "4"]
     t0 = time.time(); p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     log = p.stderr + p.stdout
     path = os.path.join(m.LOGS, tag.replace(":", "_") + ".log"); open(path, "w").write("$ " + " ".join(cmd) + "\n" + log)

@@ -69,7 +69,7 @@ class Sampler(threading.Thread):
             time.sleep(0.01)
 
 
-BUFFER = re.compile(r"^(?P<fn>\w+):\s+(?P<dev>\S+)\s+(?P<what>model|KV|RS|compute|output) buffer size\s*=\s*(?P<mib>[\d.]+) MiB")
+BUFFER = re.compile(r"(?P<fn>\w+):\s+(?P<dev>\S+)\s+(?P<what>model|KV|RS|compute|output) buffer size\s*=\s*(?P<mib>[\d.]+) MiB")
 TABLE = re.compile(r"\|\s+-\s+(?P<dev>\S+)(?: \((?P<desc>[^)]*)\))?\s+\|\s+(?P<total>\d+)\s+=\s+(?P<free>\d+)\s+\+\s+\((?P<self>\d+)\s+=\s+"
                    r"(?P<model>\d+)\s+\+\s+(?P<context>\d+)\s+\+\s+(?P<compute>\d+)\)\s+\+\s+(?P<unacc>-?\d+)")
 HOST_ROW = re.compile(r"\|\s+-\s+(?P<dev>Host|CPU\S*)\s+\|\s+(?P<self>\d+)\s+=\s+(?P<model>\d+)\s+\+\s+(?P<context>\d+)\s+\+\s+(?P<compute>\d+)")
@@ -109,7 +109,7 @@ def run_once(nvml, gguf, tag, args, idle_used, ballast_bytes=0):
     n = len([x for x in os.listdir(LOGS) if x.endswith(".log")])
     log_path = os.path.join(LOGS, "%03d-%s.log" % (n, re.sub(r"[^A-Za-z0-9_.-]+", "_", tag)[:80]))
     cmd = [BIN, "-m", gguf, "--fit", "off", "-n", NEW, "-f", prompt_file(), "--no-display-prompt",
-           "-no-cnv", "--temp", "0"] + list(args)
+           "-no-cnv", "--temp", "0", "-lv", "4"] + list(args)
     s = Sampler(nvml)
     s.start()
     t0 = time.time()
