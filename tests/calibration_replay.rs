@@ -173,7 +173,6 @@ fn the_safe_budget_is_safe_and_tight() {
         };
         let predicted = largest(1, 500_000, |p| {
             planner.fits(&Workload {
-                llama: Default::default(),
                 prompt_tokens: p,
                 ..base
             })

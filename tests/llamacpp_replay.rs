@@ -42,8 +42,20 @@ fn model_of(gguf: &str) -> (String, &'static str) {
 /// plan's flags for llama.cpp's: `-c`, `-ub`, `-b`, `-fa`, `-ctk`, `-np`.
 fn plan_args(args: &[Value], config: &str, dtype: &str, ctx: Option<u64>) -> Vec<String> {
     let mut out: Vec<String> = [
-        "plan", "--model", config, "--engine", "llama.cpp", "--dtype", dtype, "-p", "1", "-n",
-        "1", "--vram", "140GiB", "--json",
+        "plan",
+        "--model",
+        config,
+        "--engine",
+        "llama.cpp",
+        "--dtype",
+        dtype,
+        "-p",
+        "1",
+        "-n",
+        "1",
+        "--vram",
+        "140GiB",
+        "--json",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -75,7 +87,9 @@ fn gpu_mib(rec: &Value, what: &str) -> f64 {
         .as_array()
         .map(|b| {
             b.iter()
-                .filter(|x| x["what"] == what && x["device"].as_str().is_some_and(|d| d.starts_with("CUDA")))
+                .filter(|x| {
+                    x["what"] == what && x["device"].as_str().is_some_and(|d| d.starts_with("CUDA"))
+                })
                 .filter_map(|x| x["mib"].as_f64())
                 .sum()
         })
@@ -83,28 +97,46 @@ fn gpu_mib(rec: &Value, what: &str) -> f64 {
 }
 
 fn ngl(rec: &Value) -> Option<u64> {
-    let a: Vec<&str> = rec["args"].as_array()?.iter().filter_map(Value::as_str).collect();
-    a.windows(2).find(|w| w[0] == "-ngl").and_then(|w| w[1].parse().ok())
+    let a: Vec<&str> = rec["args"]
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    a.windows(2)
+        .find(|w| w[0] == "-ngl")
+        .and_then(|w| w[1].parse().ok())
 }
 
 #[test]
 fn every_recorded_run_is_replayed_within_its_tolerances() {
     let home = temp();
     let mut rows = 0;
-    for rec in records().iter().filter(|r| r["kind"] == "run" && r["rc"] == 0) {
+    for rec in records()
+        .iter()
+        .filter(|r| r["kind"] == "run" && r["rc"] == 0)
+    {
         if ngl(rec).is_some_and(|n| n < 99) {
             continue; // partial offload: placement's table, checked in its own test below
         }
         let gguf = rec["gguf"].as_str().expect("gguf");
         let (config, dtype) = model_of(gguf);
-        let r = run(home.path(), &plan_args(rec["args"].as_array().expect("args"), &config, dtype, None)
-            .iter().map(String::as_str).collect::<Vec<_>>());
+        let r = run(
+            home.path(),
+            &plan_args(rec["args"].as_array().expect("args"), &config, dtype, None)
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        );
         assert_eq!(r.code, 0, "{}: {}", rec["tag"], r.stderr);
         let j = json(&r.stdout);
         let c = &j["components"];
         let tag = rec["tag"].as_str().unwrap_or("?");
         let kv = c["kv_cache"].as_f64().expect("kv") / MIB;
-        assert!((kv - gpu_mib(rec, "kv")).abs() < 0.01, "{tag}: KV {kv:.2} MiB vs llama.cpp's {:.2}", gpu_mib(rec, "kv"));
+        assert!(
+            (kv - gpu_mib(rec, "kv")).abs() < 0.01,
+            "{tag}: KV {kv:.2} MiB vs llama.cpp's {:.2}",
+            gpu_mib(rec, "kv")
+        );
         let compute = c["activations"].as_f64().expect("compute") / MIB;
         let measured = gpu_mib(rec, "compute");
         assert!(
@@ -113,9 +145,13 @@ fn every_recorded_run_is_replayed_within_its_tolerances() {
         );
         let model = c["weights"].as_f64().expect("weights") / MIB;
         let on_gpu = gpu_mib(rec, "model");
-        assert!((model - on_gpu).abs() <= 0.005 * on_gpu, "{tag}: model {model:.2} MiB vs llama.cpp's {on_gpu:.2} on the GPU");
+        assert!(
+            (model - on_gpu).abs() <= 0.005 * on_gpu,
+            "{tag}: model {model:.2} MiB vs llama.cpp's {on_gpu:.2} on the GPU"
+        );
         let peak = rec["peak_used"].as_f64().expect("peak") / MIB;
-        let predicted = (c["total"].as_f64().expect("total") - c["margin"].as_f64().expect("margin")) / MIB;
+        let predicted =
+            (c["total"].as_f64().expect("total") - c["margin"].as_f64().expect("margin")) / MIB;
         // `LLM_OOM_TABLE=1 cargo test --test llamacpp_replay -- --nocapture` prints
         // docs/accuracy.md's rows.
         if std::env::var_os("LLM_OOM_TABLE").is_some() {
@@ -126,7 +162,10 @@ fn every_recorded_run_is_replayed_within_its_tolerances() {
                 100.0 * (predicted - peak) / peak.max(1e-9)
             );
         }
-        assert!((predicted - peak).abs() <= 0.03 * peak, "{tag}: peak {predicted:.0} MiB predicted, {peak:.0} measured");
+        assert!(
+            (predicted - peak).abs() <= 0.03 * peak,
+            "{tag}: peak {predicted:.0} MiB predicted, {peak:.0} measured"
+        );
         rows += 1;
     }
     assert!(rows >= 20, "only {rows} runs replayed");
@@ -140,7 +179,9 @@ fn the_largest_context_under_a_cap_is_within_ninety_percent_of_what_loaded() {
     let home = temp();
     let mut n = 0;
     for lim in records().iter().filter(|r| r["kind"] == "ctx_limit") {
-        let Some(ok) = lim["largest_ok"].as_u64() else { continue };
+        let Some(ok) = lim["largest_ok"].as_u64() else {
+            continue;
+        };
         let gguf = lim["gguf"].as_str().expect("gguf");
         let (config, dtype) = model_of(gguf);
         let free = lim["device_free"].as_u64().expect("device_free");
@@ -148,7 +189,10 @@ fn the_largest_context_under_a_cap_is_within_ninety_percent_of_what_loaded() {
         // plan's budget on a card of what the ballast left free: the largest -c that fits
         let at = args.iter().position(|a| a == "140GiB").expect("vram");
         args[at] = format!("{free}B");
-        let r = run(home.path(), &args.iter().map(String::as_str).collect::<Vec<_>>());
+        let r = run(
+            home.path(),
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        );
         let j = json(&r.stdout);
         // the largest prompt + new tokens of one sequence: the context llama.cpp is given
         let predicted = j["budget"]["table"]
@@ -159,9 +203,15 @@ fn the_largest_context_under_a_cap_is_within_ninety_percent_of_what_loaded() {
         let tag = lim["tag"].as_str().unwrap_or("?");
         let share = predicted as f64 / ok as f64;
         if std::env::var_os("LLM_OOM_TABLE").is_some() {
-            println!("| {tag} | {} MiB free | {predicted} | {ok} | {share:.3} |", free >> 20);
+            println!(
+                "| {tag} | {} MiB free | {predicted} | {ok} | {share:.3} |",
+                free >> 20
+            );
         }
-        assert!((0.90..=1.0).contains(&share), "{tag}: predicted -c {predicted}, {ok} loaded ({share:.3})");
+        assert!(
+            (0.90..=1.0).contains(&share),
+            "{tag}: predicted -c {predicted}, {ok} loaded ({share:.3})"
+        );
         n += 1;
     }
     assert!(n >= 4, "only {n} context limits replayed");

@@ -214,7 +214,6 @@ proptest! {
         }
         for row in b.table.iter().filter(|r| r.max_total_tokens > 0) {
             let fits = pl.fits(&Workload {
-                llama: Default::default(),
                 prompt_tokens: row.prompt_tokens,
                 max_new_tokens: row.new_tokens,
                 batch: row.concurrency,
@@ -244,6 +243,7 @@ proptest! {
             gpus: Vec::new(),
             host_ram: Some(64 << 30),
             parallel: Default::default(),
+            llama: Default::default(),
         };
         let within = prompt <= 10_000_000
             && new <= 10_000_000
@@ -321,7 +321,6 @@ fn workload(prompt: u64, new: u64, batch: u64) -> Workload {
 
 fn workload_for(spec: &Spec, prompt: u64, new: u64, batch: u64) -> Workload {
     Workload {
-        llama: Default::default(),
         weight_dtype: spec.native_dtype,
         kv_dtype: spec.native_dtype.compute_kv_dtype(),
         ..workload(prompt, new, batch)

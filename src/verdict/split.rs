@@ -219,7 +219,6 @@ mod tests {
     fn llama_cpp_on_two_cards_gets_the_most_layers_they_hold_and_the_cards_that_hold_all() {
         let s = spec("llama-3.3-70b-instruct");
         let w = Workload {
-            llama: Default::default(),
             kv_dtype: KvDtype::F16,
             ..work(Engine::LlamaCpp, "q4_k_m".parse().unwrap())
         };

@@ -128,7 +128,6 @@ pub fn corrected_card(profile: &Planner, w: &Workload, stages: &[StageRecord]) -
             continue;
         };
         let at = Workload {
-            llama: Default::default(),
             prompt_tokens: p,
             max_new_tokens: n,
             batch: b,
