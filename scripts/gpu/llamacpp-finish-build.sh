@@ -8,7 +8,8 @@
 set -u
 REPO=$(pwd)
 T="$REPO/.glb/tree"   # inside the repository's ignored .glb: kept for the next call while warm
-mkdir -p "$T" && tar xzf .glb/llama-tree.tar.gz -C "$T" || exit 1
+# (a tree a previous call left here is newer: keep it)
+[ -d "$T/llama-build/cuda" ] || { mkdir -p "$T" && tar xzf .glb/llama-tree.tar.gz -C "$T"; } || exit 1
 mkdir -p /work/wt-llamacpp && ln -sfn "$T" /work/wt-llamacpp/.gl
 F=/root/.cache/llm-oom-cuda/venv/lib/python3.11/site-packages/nvidia/cu13
 mkdir -p "$F"
@@ -16,6 +17,9 @@ for e in /usr/local/cuda-13.0/*; do ln -sfn "$e" "$F/$(basename "$e")"; done
 [ -e "$F/lib" ] || ln -sfn /usr/local/cuda-13.0/lib64 "$F/lib"
 STUB=$(find /usr/local/cuda-13.0/ -path '*stubs*' -name libcuda.so | head -1)
 mkdir -p /root/.cache/llm-oom-cuda/stub && ln -sfn "$STUB" /root/.cache/llm-oom-cuda/stub/libcuda.so
+# CMake's own binary runs in the static-library rules (`cmake -E rm -f` before `ar qc`).
+CM=/root/.cache/llm-oom-cuda/buildtools/lib/python3.11/site-packages/cmake/data/bin
+mkdir -p "$CM" && ln -sfn "$(command -v cmake)" "$CM/cmake"
 B=/work/wt-llamacpp/.gl/llama-build/cuda
 python3 - "$B/build.ninja" <<'PY'
 import re, sys

@@ -32,7 +32,7 @@ done
 [ -n "${WRITE_ONLY:-}" ] && exit 0
 ls -l "$DIR" >> "$OUT/summary.txt"
 has() { case " $PARTS " in *" $1 "*) return 0;; esac; return 1; }
-if has grid; then
+if has grid; then (
   for m in $MODELS; do
     g="$DIR/$m-Q4_K_M.gguf"
     $M run "$R" "$g" "$m:c4096:fa1" -c 4096 -fa on -ngl 99
@@ -48,6 +48,9 @@ if has grid; then
   done
   [ -f "$DIR/q8.gguf" ] && $M run "$R" "$DIR/q8.gguf" "q8:c4096:fa1" -c 4096 -fa on -ngl 99
   [ -f "$DIR/q8.gguf" ] && $M run "$R" "$DIR/q8.gguf" "q8:c32768:fa0" -c 32768 -fa off -ngl 99
+) & GP=$!
+  for _ in $(seq ${GRID_S:-150}); do kill -0 $GP 2>/dev/null || break; sleep 1; done
+  kill $GP 2>/dev/null; pkill -f llamacpp-measure.py; pkill -f llama-completion; wait $GP 2>/dev/null
 fi
 if has ctx; then  # the largest context under a cap (MiB left free beside the ballast)
   $M ctx "$R" "$DIR/llama-3.1-8b-instruct-Q4_K_M.gguf" "llama-3.1-8b:cap10240:fa1" 10240 4096 131072 -fa on -ngl 99
