@@ -482,6 +482,10 @@ fn stage_hint(line: &str) -> Option<StageHint> {
                 "init_memory_pool",
                 "_init_cache_engine",
                 "CacheEngine(",
+                // vLLM's count of KV blocks (v0) / the cache's size (v1), printed as it
+                // allocates them.
+                "# GPU blocks:",
+                "GPU KV cache size:",
             ],
         ),
         (
@@ -686,6 +690,9 @@ fn model(line: &str) -> Option<String> {
     const ANY: &[&str] = &[
         "from_pretrained",
         "--model",
+        "model_id",
+        "model_name",
+        "model-id",
         "serve ",
         "models--",
         "general.name",
@@ -700,7 +707,8 @@ fn model(line: &str) -> Option<String> {
         &MODEL,
         r#"(?x)
         from_pretrained\(\s*["'](?P<a>[\w.\-/]+)["']
-        | --model[=\s]+(?P<b>[\w.\-/:]+)
+        | --model(?:[-_](?:path|id|name(?:[-_]or[-_]path)?))?[=\s]+(?P<b>[\w.\-/:]+)
+        | (?:model_id|model_name(?:_or_path)?)\s*[=:]\s*["'](?P<i>[\w.\-/]+)["']
         | vllm\ serve\s+(?P<c>[\w.\-/]+)
         | models--(?P<d>[\w.\-]+--[\w.\-]+)
         | general\.name\s+str\s+=\s+(?P<e>\S.*?)\s*$
@@ -709,7 +717,7 @@ fn model(line: &str) -> Option<String> {
         | ollama\ run\s+(?P<h>\S+)"#,
     );
     let c = m.captures(line)?;
-    let name = ["a", "b", "c", "d", "e", "f", "g", "h"]
+    let name = ["a", "b", "c", "d", "e", "f", "g", "h", "i"]
         .iter()
         .find_map(|k| c.name(k))?
         .as_str();
@@ -885,5 +893,23 @@ mod tests {
             model("/root/.cache/huggingface/hub/models--Qwen--Qwen2-7B/snapshots/x").as_deref(),
             Some("Qwen/Qwen2-7B")
         );
+        // The other flags and variables that name a model, in any engine's command or script.
+        for (line, name) in [
+            (
+                "python train.py --model_name_or_path meta-llama/Llama-2-13b-hf",
+                "meta-llama/Llama-2-13b-hf",
+            ),
+            (
+                "text-generation-launcher --model-id bigscience/bloom-7b1",
+                "bigscience/bloom-7b1",
+            ),
+            (
+                "python -m sglang.launch_server --model-path google/gemma-3-12b-it",
+                "google/gemma-3-12b-it",
+            ),
+            ("model_id = \"Qwen/Qwen-7B-Chat\"", "Qwen/Qwen-7B-Chat"),
+        ] {
+            assert_eq!(model(line).as_deref(), Some(name), "{line}");
+        }
     }
 }

@@ -1603,8 +1603,11 @@ fn load_or_huge(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision>
         || quoted_below.is_some();
     // A quarter of the card, as for other accelerators' figures (rule E8); a request the
     // allocator's cache could have held is left to the fragmentation rule (pytorch-mgfn-35).
-    let quarter = acc.total > 0
-        && acc.request.saturating_mul(4) >= acc.total
+    // Or larger than any one tensor of a model's weights or of a per-layer KV cache (the
+    // largest weight, a 150k-vocabulary embedding of a 70B model at 16 bits, is 2.5 GB):
+    // transformers-starcoder-46 asked 6.59 GiB of 31.75 in one piece while generating.
+    let quarter = (acc.total > 0 && acc.request.saturating_mul(4) >= acc.total
+        || acc.request >= ONE_BUFFER)
         && acc.reserved_unallocated < acc.request;
     let huge = quarter || (t.requested.is_none() && t.requested_as_written.is_some());
     let e = torch_evidence(a, t, acc);
@@ -1662,6 +1665,9 @@ fn loader_quoted_below(ctx: &Context, at: usize) -> Option<usize> {
         .min()?;
     ctx.load_lines.contains(&first_below).then_some(first_below)
 }
+
+/// A single request this large is no weight tensor nor one layer's KV cache (rule P4).
+const ONE_BUFFER: u64 = 4 << 30;
 
 /// Enough cached-but-unused memory for the request, yet no block of that size: fragmentation —
 /// when that cache is a real share of the card and live tensors are well below it. PyTorch
