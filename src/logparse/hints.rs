@@ -81,7 +81,14 @@ pub fn named_parts(line: &str) -> Vec<Part> {
         "model buffer",
     ];
     const ACTIVATIONS: &[&str] = &["workspace", "activation", "compute buffer", "intermediate"];
-    let l = line.to_ascii_lowercase();
+    // A path's folders say where the code lives, its file what it does: ".../agent/workspace/
+    // …/kvCacheManager.cpp" names the KV cache, not a workspace (trtllm-694).
+    let l: String = line
+        .split_whitespace()
+        .map(|w| w.rsplit(['/', '\\']).next().unwrap_or(w))
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_ascii_lowercase();
     let has = |keys: &[&str]| keys.iter().any(|k| l.contains(k));
     // "model and cache", "model and its cache": the model with a cache is two parts.
     let model_and_cache = l.contains("model and") && l.contains("cache");
@@ -780,7 +787,7 @@ mod tests {
     fn the_part_an_out_of_memory_line_names() {
         for (line, part) in [
             ("AssertionError: Not enough memory for KV cache，try reducing --num-pages", Some(Part::KvCache)),
-            ("[TensorRT-LLM][ERROR] Assertion failed: Can't allocate new blocks. No free blocks left. (/x/batch_manager/kvCacheManager.cpp:362)", Some(Part::KvCache)),
+            ("[TensorRT-LLM][ERROR] Assertion failed: Can't allocate new blocks. No free blocks left. (/home/jenkins/agent/workspace/LLM/batch_manager/kvCacheManager.cpp:362)", Some(Part::KvCache)),
             ("Failed to create context: null reference from llama.cpp", Some(Part::Context)),
             ("llama_model_load: error loading model: vk::Queue::submit: ErrorOutOfDeviceMemory", Some(Part::Weights)),
             ("failed to allocate the attention workspace: out of memory", Some(Part::Activations)),

@@ -1265,12 +1265,26 @@ fn driver_by_backtrace(a: &mut Ask) -> Option<Decision> {
         (Some(k), a2) if a2.is_none_or(|x| k < x) => {
             a.remedy(Change::ReduceContext(0), a.engine, None);
             a.remedy(Change::QuantizeKv(KvDtype::Q8_0), a.engine, None);
-            Some(Decision::new(Cause::KvCache, Stage::LongGeneration, 0.6, "kv_cache: the backtrace below the driver's out-of-memory error goes through the KV cache's append".into(), vec![Evidence { text: "innermost frame: the KV cache".into(), bytes: None, line: Some(k) }, ev(f, "CUDA driver out of memory".into())]))
+            Some(Decision::new(
+                Cause::KvCache,
+                Stage::LongGeneration,
+                0.6,
+                "kv_cache: the backtrace below the out-of-memory error goes through the KV cache"
+                    .into(),
+                vec![
+                    Evidence {
+                        text: "innermost frame: the KV cache".into(),
+                        bytes: None,
+                        line: Some(k),
+                    },
+                    ev(f, undecided_what(f)),
+                ],
+            ))
         }
         (_, Some(x)) => {
             a.remedy(Change::ChunkedPrefill(0), a.engine, None);
             a.remedy(Change::TruncatePrompt(0), a.engine, None);
-            Some(Decision::new(Cause::Activations, Stage::FirstToken, 0.6, "activations: the backtrace below the driver's out-of-memory error is a layer's forward pass (its activation buffers / workspace), not the weight loader or the KV cache".into(), vec![Evidence { text: "innermost forward-pass frame".into(), bytes: None, line: Some(x) }, ev(f, "CUDA driver out of memory".into())]))
+            Some(Decision::new(Cause::Activations, Stage::FirstToken, 0.6, "activations: the backtrace below the out-of-memory error is a layer's forward pass (its activation buffers / workspace), not the weight loader or the KV cache".into(), vec![Evidence { text: "innermost forward-pass frame".into(), bytes: None, line: Some(x) }, ev(f, undecided_what(f))]))
         }
         _ => None,
     }
@@ -1597,10 +1611,14 @@ fn stage_of(hint: StageHint, req: Bytes) -> Option<(Cause, Stage, String)> {
 /// tensor (chatchat-3992: 128 GiB on a 24 GiB card; megatron-92: fp32 logits of 9.3 GiB on
 /// 10.8; vllm-7721: 16 GiB of 44.5 at start-up, whatever gpu_memory_utilization).
 fn load_or_huge(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision> {
-    let quoted_below = loader_quoted_below(a.ctx, a.f.line);
-    let loading = stage_near(a.ctx, a.f.line) == Stage::Load
-        || acc.stage_hint == Some(StageHint::Load)
-        || quoted_below.is_some();
+    let above =
+        stage_near(a.ctx, a.f.line) == Stage::Load || acc.stage_hint == Some(StageHint::Load);
+    let quoted_below = if above {
+        None
+    } else {
+        loader_quoted_below(a.ctx, a.f.line)
+    };
+    let loading = above || quoted_below.is_some();
     // A quarter of the card, as for other accelerators' figures (rule E8); a request the
     // allocator's cache could have held is left to the fragmentation rule (pytorch-mgfn-35).
     // Or larger than any one tensor of a model's weights or of a per-layer KV cache (the
