@@ -477,6 +477,9 @@ fn stage_hint(line: &str) -> Option<StageHint> {
                 "eights loaded",
                 "inished loading",
                 "Successfully loaded",
+                // ComfyUI's model management.
+                "loaded completely",
+                "loaded partially",
             ],
         ),
         (
@@ -493,6 +496,7 @@ fn stage_hint(line: &str) -> Option<StageHint> {
                 // allocates them.
                 "# GPU blocks:",
                 "GPU KV cache size:",
+                "Available KV cache memory:",
             ],
         ),
         (
@@ -551,6 +555,10 @@ fn stage_hint(line: &str) -> Option<StageHint> {
                 "determine_available_memory",
                 "in warmup",
                 "warming up",
+                "Warming up",
+                // vLLM V1 compiles the model inside its profile run.
+                "Dynamo bytecode transform",
+                "Compiling a graph for",
             ],
         ),
         (
@@ -568,6 +576,7 @@ fn stage_hint(line: &str) -> Option<StageHint> {
             &[
                 "Model loaded",
                 "Serving on",
+                "Graph capturing finished",
                 "Application startup complete",
                 "Uvicorn running",
             ],

@@ -263,10 +263,21 @@ fn hint_line_near(ctx: &Context, at: usize) -> Option<(usize, StageHint)> {
         .rev()
         .find(|(l, _)| *l <= at && at - l <= 200)
         .filter(|(l, _)| !generating_after(*l));
+    // Below the error only for an engine that prints its traceback after the message: with a
+    // traceback above, what follows is the next run (comfyui-4880: the next prompt's load).
+    let traceback_above = [
+        &ctx.load_lines,
+        &ctx.generation_lines,
+        &ctx.activation_lines,
+        &ctx.eager_attention_lines,
+        &ctx.cache_lines,
+    ]
+    .iter()
+    .any(|v| near(v, at).is_some_and(|l| at - l <= 40));
     let after = || {
         ctx.stage_hints
             .iter()
-            .find(|(l, _)| *l > at && l - at <= 40)
+            .find(|(l, _)| *l > at && l - at <= 40 && !traceback_above)
     };
     before.or_else(after).copied()
 }
@@ -1624,8 +1635,19 @@ fn load_or_huge(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision>
     // Or larger than any one tensor of a model's weights or of a per-layer KV cache (the
     // largest weight, a 150k-vocabulary embedding of a 70B model at 16 bits, is 2.5 GB):
     // transformers-starcoder-46 asked 6.59 GiB of 31.75 in one piece while generating.
+    // A frame that names the buffer (P7) says more than its size: the size alone decides only
+    // without one.
+    let framed = || {
+        let kinds = [
+            Frame::EagerAttention,
+            Frame::Activation,
+            Frame::Cache,
+            Frame::Optimizer,
+        ];
+        innermost_frame(a.ctx, a.f.line, 200, &kinds).is_some()
+    };
     let quarter = (acc.total > 0 && acc.request.saturating_mul(4) >= acc.total
-        || acc.request >= ONE_BUFFER)
+        || acc.request >= ONE_BUFFER && !framed())
         && acc.reserved_unallocated < acc.request;
     let huge = quarter || (t.requested.is_none() && t.requested_as_written.is_some());
     let e = torch_evidence(a, t, acc);
@@ -2037,6 +2059,16 @@ mod tests {
             .map(|l| format!("{}\n", l.replace("INFO 02-03 ", "INFO ")))
             .collect();
         assert_eq!(cause_of(&untimed), Cause::Weights, "{untimed}");
+    }
+
+    #[test]
+    fn a_phase_below_an_error_with_its_traceback_above_is_the_next_run() {
+        // comfyui-4880: SDPA's frame above; the next prompt's "Loading model" below.
+        let log = "  File \"/x/math.py\", line 9, in attention\n    x = torch.nn.functional.scaled_dot_product_attention(q, k, v)\ntorch.OutOfMemoryError: Allocation on device\n\nINFO - got prompt\nINFO - Loading model flux\n";
+        assert_eq!(cause_of(log), Cause::Activations);
+        // Without a traceback above, the engine's lines after its message are its own.
+        let bare = "torch.OutOfMemoryError: Allocation on device\nINFO - Loading model flux\n";
+        assert_eq!(cause_of(bare), Cause::Weights);
     }
 
     #[test]
