@@ -244,7 +244,10 @@ fn named_buffer(name: &str) -> Option<LlamaBuffer> {
 fn llama_buffer(lines: &[String], i: usize) -> LlamaBuffer {
     let near = lines[i.saturating_sub(3)..lines.len().min(i + 4)].join(" ");
     let after = lines[i..lines.len().min(i + 3)].join(" ");
-    if after.contains("gallocr") || after.contains("compute") {
+    // "compute buffer(s)" / "compute pp buffers", not a device's "compute capability 8.0"
+    // (llamacpp-tabby-1498 lists four A100s above a model buffer).
+    let compute = |s: &str| s.replace("compute capability", "").contains("compute");
+    if after.contains("gallocr") || compute(&after) {
         LlamaBuffer::Compute
     } else if near.contains("kv cache")
         || near.contains("kv_cache")
@@ -252,7 +255,7 @@ fn llama_buffer(lines: &[String], i: usize) -> LlamaBuffer {
         || near.contains("KV cache")
     {
         LlamaBuffer::KvCache
-    } else if near.contains("compute") || near.contains("gallocr") {
+    } else if compute(&near) || near.contains("gallocr") {
         LlamaBuffer::Compute
     } else if near.contains("llama_new_context_with_model")
         || near.contains("llama_init_from_model")
@@ -263,6 +266,8 @@ fn llama_buffer(lines: &[String], i: usize) -> LlamaBuffer {
         LlamaBuffer::KvCache
     } else if near.contains("llama_model_load")
         || near.contains("load_tensors")
+        || near.contains("load model")
+        || near.contains("loading model")
         || near.contains("model buffer")
         || near.contains("alloc_tensor_range")
     {
@@ -993,6 +998,23 @@ mod tests {
         // A log that goes on after the allocation is not cut there.
         let more = format!("{log}llama_print_timings: eval time = 10 ms\n");
         assert!(events(&more).is_empty());
+    }
+
+    #[test]
+    fn a_devices_compute_capability_is_no_compute_buffer() {
+        // llamacpp-tabby-1498: the device list above, "Unable to load model" below.
+        let log = "  Device 1: NVIDIA A100 80GB PCIe, compute capability 8.0, VMM: yes\nggml_backend_cuda_buffer_type_alloc_buffer: allocating 1640.75 MiB on device 1: cudaMalloc failed: out of memory\nERROR llama_cpp_bindings: Unable to load model: /data/models/q8_0.v2.gguf";
+        let e = events(log);
+        assert!(
+            matches!(
+                e.as_slice(),
+                [Event::LlamaCppBuffer {
+                    buffer: LlamaBuffer::Model,
+                    ..
+                }]
+            ),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -25,6 +25,82 @@ pub enum StageHint {
     EngineStep,
     /// The model is loaded and the server is up.
     Serving,
+    /// The engine says the weights finished loading ("Loaded 1324 weights", "Model loading took
+    /// 14.9 GiB"): a load phase above it is over; it decides nothing itself.
+    Loaded,
+}
+
+/// The part of memory an out-of-memory message names in its own words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    Weights,
+    KvCache,
+    /// llama.cpp's context: its KV cache (sized by the context length) and compute buffer.
+    Context,
+    Activations,
+}
+
+/// What an out-of-memory line says did not fit, when it names one part and only one: "Not
+/// enough memory for KV cache" (freetoken-2), a KV-cache manager's "No free blocks left"
+/// (trtllm-694, `kvCacheManager.cpp`), "Failed to create context" (llamacpp-eullm-302),
+/// "error loading model" (llamacpp-18642), a workspace or activation buffer. A line that names
+/// two ("Insufficient VRAM for model and cache") names none.
+pub fn named_part(line: &str) -> Option<Part> {
+    match named_parts(line).as_slice() {
+        [one] => Some(*one),
+        _ => None,
+    }
+}
+
+/// Every part an out-of-memory line names ("model and cache": two, which decides none).
+pub fn named_parts(line: &str) -> Vec<Part> {
+    const KV: &[&str] = &[
+        "kv cache",
+        "kv_cache",
+        "kvcache",
+        "kv-cache",
+        "key-value cache",
+        "cache block",
+        "kv block",
+    ];
+    const CONTEXT: &[&str] = &[
+        "create context",
+        "create the llama context",
+        "new_context_with_model",
+        "init_from_model",
+    ];
+    const WEIGHTS: &[&str] = &[
+        "model weights",
+        "for the model",
+        "for the weights",
+        "load model",
+        "loading model",
+        "load the model",
+        "load_model",
+        "loading weights",
+        "model buffer",
+    ];
+    const ACTIVATIONS: &[&str] = &["workspace", "activation", "compute buffer", "intermediate"];
+    // A path's folders say where the code lives, its file what it does: ".../agent/workspace/
+    // …/kvCacheManager.cpp" names the KV cache, not a workspace (trtllm-694).
+    let l: String = line
+        .split_whitespace()
+        .map(|w| w.rsplit(['/', '\\']).next().unwrap_or(w))
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_ascii_lowercase();
+    let has = |keys: &[&str]| keys.iter().any(|k| l.contains(k));
+    // "model and cache", "model and its cache": the model with a cache is two parts.
+    let model_and_cache = l.contains("model and") && l.contains("cache");
+    [
+        (has(KV) || model_and_cache, Part::KvCache),
+        (!has(KV) && has(CONTEXT), Part::Context),
+        (has(WEIGHTS) || model_and_cache, Part::Weights),
+        (has(ACTIVATIONS), Part::Activations),
+    ]
+    .into_iter()
+    .filter_map(|(yes, p)| yes.then_some(p))
+    .collect()
 }
 
 /// The workload figures the log states, each the last value seen.
@@ -96,6 +172,74 @@ pub struct Context {
     /// (the resume marker's line, the input's number of the line after it) in a skipped input.
     #[serde(skip)]
     pub resumed: Option<(usize, usize)>,
+    /// The time order of the lines' own timestamps: the last key per format, and how many
+    /// steps went forward and back (a log viewer that shows the newest line first).
+    #[serde(skip)]
+    pub clock: Clock,
+}
+
+/// The lines' timestamps in order, per format (ISO `2024-02-02 21:44:03`, vLLM's `INFO 02-03
+/// 03:43:49`): two clocks in one paste are compared each with itself.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Clock {
+    last: [Option<u64>; 2],
+    forward: usize,
+    back: usize,
+}
+
+impl Clock {
+    fn tick(&mut self, line: &str) {
+        let Some((format, key)) = timestamp(line) else {
+            return;
+        };
+        if let Some(prev) = self.last[format] {
+            if key > prev {
+                self.forward += 1;
+            } else if key < prev {
+                self.back += 1;
+            }
+        }
+        self.last[format] = Some(key);
+    }
+
+    /// The log is newest-first: its timestamps step back (twice at least) and never forward.
+    pub fn reversed(&self) -> bool {
+        self.back >= 2 && self.forward == 0
+    }
+}
+
+/// A line's leading timestamp as (format, a key that orders it): ISO `YYYY-MM-DD HH:MM:SS(.ms)`
+/// (bracketed or not, `T` or a space between), or a level and `MM-DD HH:MM:SS` (vLLM).
+fn timestamp(line: &str) -> Option<(usize, u64)> {
+    let t = line.trim_start().trim_start_matches('[').as_bytes();
+    let num = |s: &[u8]| -> Option<u64> {
+        s.iter().try_fold(0u64, |v, &b| {
+            b.is_ascii_digit()
+                .then(|| v.saturating_mul(10).saturating_add(u64::from(b - b'0')))
+        })
+    };
+    // `MM-DD HH:MM:SS` at `at`, with the year in front when known.
+    let clock = |at: usize, year: u64| -> Option<u64> {
+        let s = t.get(at..at + 14)?;
+        if s[2] != b'-' || s[8] != b':' || s[11] != b':' || !(s[5] == b' ' || s[5] == b'T') {
+            return None;
+        }
+        let (mo, d) = (num(&s[0..2])?, num(&s[3..5])?);
+        let (h, mi, se) = (num(&s[6..8])?, num(&s[9..11])?, num(&s[12..14])?);
+        let ms = match t.get(at + 14..at + 18) {
+            Some([b'.' | b',', a, b, c]) => num(&[*a, *b, *c]).unwrap_or(0),
+            _ => 0,
+        };
+        let day = (year * 12 + mo) * 31 + d;
+        Some(((day * 24 + h) * 60 + mi) * 60_000 + se * 1000 + ms)
+    };
+    if t.len() >= 19 && t[4] == b'-' {
+        return Some((0, clock(5, num(&t[0..4])?)?));
+    }
+    let level = ["INFO ", "WARNING ", "ERROR ", "DEBUG "]
+        .iter()
+        .find(|l| t.starts_with(l.as_bytes()))?;
+    Some((1, clock(level.len(), 0)?))
 }
 
 impl Context {
@@ -139,6 +283,7 @@ pub const RESUMED_MARKER: &str = "[llm-oom] the end of the input resumes at line
 /// Mark one line's context: frames, stage signals, workload and model.
 pub fn mark(line: &str, n: usize, ctx: &mut Context) {
     frames(line, n, ctx);
+    ctx.clock.tick(line);
     if let Some(h) = stage_hint(line) {
         ctx.stage_hints.push((n, h));
     }
@@ -284,13 +429,25 @@ fn frames(line: &str, n: usize, ctx: &mut Context) {
     }
 }
 
-/// A frame of a Rust backtrace: `   3: attention_rs::workspace::cuda::get_moe_activation_pool`.
+/// A frame of a native backtrace: Rust's `   3: attention_rs::workspace::cuda::get_moe_pool`,
+/// or C++'s `2       0x7f5884df817a tensorrt_llm::batch_manager::kv_cache_manager::…`.
 fn rust_frame(line: &str) -> bool {
     let t = line.trim_start();
-    t.as_bytes().first().is_some_and(u8::is_ascii_digit)
-        && t.split_once(": ").is_some_and(|(num, path)| {
-            num.bytes().all(|b| b.is_ascii_digit()) && path.contains("::")
-        })
+    if !t.as_bytes().first().is_some_and(u8::is_ascii_digit) {
+        return false;
+    }
+    let rust = t
+        .split_once(": ")
+        .is_some_and(|(num, path)| num.bytes().all(|b| b.is_ascii_digit()) && path.contains("::"));
+    let native = || {
+        let mut w = t.split_whitespace();
+        let num = w
+            .next()
+            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()));
+        num && w.next().is_some_and(|a| a.starts_with("0x"))
+            && w.next().is_some_and(|f| f.contains("::"))
+    };
+    rust || native()
 }
 
 /// What a Rust frame was doing (candle, mistral.rs and the engines on them): appending to a KV
@@ -305,9 +462,26 @@ fn rust_frame_part(line: &str, n: usize, ctx: &mut Context) {
     }
 }
 
-/// The stage a line signals, most specific first (a cache allocation is also under a load).
+/// The stage a line signals, most specific first (a cache allocation is also under a load; the
+/// end of loading is worded like loading: "Loading model weights took").
 fn stage_hint(line: &str) -> Option<StageHint> {
     const HINTS: &[(StageHint, &[&str])] = &[
+        (
+            StageHint::Loaded,
+            &[
+                "Loaded ",
+                "loaded in ",
+                "oading model weights took",
+                "Model loading took",
+                "Load weight end",
+                "eights loaded",
+                "inished loading",
+                "Successfully loaded",
+                // ComfyUI's model management.
+                "loaded completely",
+                "loaded partially",
+            ],
+        ),
         (
             StageHint::CacheAlloc,
             &[
@@ -318,6 +492,11 @@ fn stage_hint(line: &str) -> Option<StageHint> {
                 "init_memory_pool",
                 "_init_cache_engine",
                 "CacheEngine(",
+                // vLLM's count of KV blocks (v0) / the cache's size (v1), printed as it
+                // allocates them.
+                "# GPU blocks:",
+                "GPU KV cache size:",
+                "Available KV cache memory:",
             ],
         ),
         (
@@ -330,6 +509,10 @@ fn stage_hint(line: &str) -> Option<StageHint> {
                 "CudaGraphRunner",
                 "capture_model",
                 "cudagraph_capture",
+                // vLLM's and others' own words as they start capturing.
+                "Capturing the model for CUDA graphs",
+                "Capturing CUDA graph",
+                "Capturing cudagraph",
             ],
         ),
         (
@@ -372,6 +555,10 @@ fn stage_hint(line: &str) -> Option<StageHint> {
                 "determine_available_memory",
                 "in warmup",
                 "warming up",
+                "Warming up",
+                // vLLM V1 compiles the model inside its profile run.
+                "Dynamo bytecode transform",
+                "Compiling a graph for",
             ],
         ),
         (
@@ -389,6 +576,7 @@ fn stage_hint(line: &str) -> Option<StageHint> {
             &[
                 "Model loaded",
                 "Serving on",
+                "Graph capturing finished",
                 "Application startup complete",
                 "Uvicorn running",
             ],
@@ -400,12 +588,27 @@ fn stage_hint(line: &str) -> Option<StageHint> {
         .flat_map(|(_, keys)| keys.iter().copied())
         .collect();
     if !literals(&ANY, &all).is_match(line) {
-        return None;
+        return loading_words(line).then_some(StageHint::Load);
     }
     HINTS
         .iter()
         .find(|(_, keys)| keys.iter().any(|k| line.contains(k)))
         .map(|(h, _)| *h)
+}
+
+/// Any engine's words for loading the model: "Loading bmodel from …" (a TPU runtime),
+/// "loading weights", "Loading the checkpoint", `load_model(` — a phase, when no key above
+/// named one.
+fn loading_words(line: &str) -> bool {
+    static LOADING: OnceLock<Regex> = OnceLock::new();
+    if !line.contains("oad") {
+        return false;
+    }
+    re(
+        &LOADING,
+        r"(?i)(?-u:\b)load(?:ing)?[ _](?:the |a )?(?:[a-z0-9.-]+ )?(?:b?model|weights|checkpoint|safetensors)(?-u:\b)",
+    )
+    .is_match(line)
 }
 
 /// One regex matching any of `keys` literally (built once; a single scan of the line).
@@ -503,6 +706,9 @@ fn model(line: &str) -> Option<String> {
     const ANY: &[&str] = &[
         "from_pretrained",
         "--model",
+        "model_id",
+        "model_name",
+        "model-id",
         "serve ",
         "models--",
         "general.name",
@@ -517,7 +723,8 @@ fn model(line: &str) -> Option<String> {
         &MODEL,
         r#"(?x)
         from_pretrained\(\s*["'](?P<a>[\w.\-/]+)["']
-        | --model[=\s]+(?P<b>[\w.\-/:]+)
+        | --model(?:[-_](?:path|id|name(?:[-_]or[-_]path)?))?[=\s]+(?P<b>[\w.\-/:]+)
+        | (?:model_id|model_name(?:_or_path)?)\s*[=:]\s*["'](?P<i>[\w.\-/]+)["']
         | vllm\ serve\s+(?P<c>[\w.\-/]+)
         | models--(?P<d>[\w.\-]+--[\w.\-]+)
         | general\.name\s+str\s+=\s+(?P<e>\S.*?)\s*$
@@ -526,7 +733,7 @@ fn model(line: &str) -> Option<String> {
         | ollama\ run\s+(?P<h>\S+)"#,
     );
     let c = m.captures(line)?;
-    let name = ["a", "b", "c", "d", "e", "f", "g", "h"]
+    let name = ["a", "b", "c", "d", "e", "f", "g", "h", "i"]
         .iter()
         .find_map(|k| c.name(k))?
         .as_str();
@@ -556,6 +763,76 @@ mod tests {
             mark(l, i + 1, &mut ctx);
         }
         ctx
+    }
+
+    #[test]
+    fn any_engines_words_for_loading_are_the_load_phase_and_its_end_is_not() {
+        // sophgo-llmtpu-8: a TPU runtime's loader; mlx-serve-321: MLX says it loaded.
+        for line in [
+            "[BMRT][load_bmodel:1573] INFO:Loading bmodel from [../rwkv6-1b5_bf16_1dev.bmodel].",
+            "INFO: loading weights from /models/x",
+            "    self.model_runner.load_model()",
+            "Unable to load model: /data/models/q8_0.gguf",
+        ] {
+            assert_eq!(stage_hint(line), Some(StageHint::Load), "{line}");
+        }
+        for line in [
+            "Loaded 1324 weights from 1 file(s)",
+            "INFO 07-01 model_runner.py:1000] Loading model weights took 14.9888 GB",
+            "Model loading took 7.1 GiB and 3.2 seconds",
+        ] {
+            assert_eq!(stage_hint(line), Some(StageHint::Loaded), "{line}");
+        }
+        for line in [
+            "downloading model card",
+            "the model was reloaded",
+            "payload model",
+        ] {
+            assert_eq!(stage_hint(line), None, "{line}");
+        }
+    }
+
+    #[test]
+    fn the_part_an_out_of_memory_line_names() {
+        for (line, part) in [
+            ("AssertionError: Not enough memory for KV cache，try reducing --num-pages", Some(Part::KvCache)),
+            ("[TensorRT-LLM][ERROR] Assertion failed: Can't allocate new blocks. No free blocks left. (/home/jenkins/agent/workspace/LLM/batch_manager/kvCacheManager.cpp:362)", Some(Part::KvCache)),
+            ("Failed to create context: null reference from llama.cpp", Some(Part::Context)),
+            ("llama_model_load: error loading model: vk::Queue::submit: ErrorOutOfDeviceMemory", Some(Part::Weights)),
+            ("failed to allocate the attention workspace: out of memory", Some(Part::Activations)),
+            ("RuntimeError: Insufficient VRAM for model and cache", None),
+            ("RuntimeError: CUDA error: out of memory", None),
+        ] {
+            assert_eq!(named_part(line), part, "{line}");
+        }
+        // A C++ backtrace's frames read like Rust's.
+        let ctx = marked(&["2       0x7f5884df817a tensorrt_llm::batch_manager::kv_cache_manager::BlockManager::allocateBlock(x) + 954"]);
+        assert_eq!(ctx.cache_lines, vec![1]);
+    }
+
+    #[test]
+    fn a_newest_first_log_is_told_by_its_timestamps() {
+        // vllm-worker-vllm-40: a log viewer's lines, newest first, two clocks interleaved.
+        let reversed = marked(&[
+            "2024-02-02 21:44:03.976",
+            "engine.py :190 2024-02-03 03:44:03,976 Error initializing vLLM engine: CUDA out of memory.",
+            "2024-02-02 21:43:49.554",
+            "INFO 02-03 03:43:49 model_runner.py:629] CUDA graphs can take additional 1~3 GiB",
+            "2024-02-02 21:43:49.554",
+            "INFO 02-03 03:43:49 model_runner.py:625] Capturing the model for CUDA graphs.",
+            "2024-02-02 21:43:48.339",
+            "INFO 02-03 03:43:48 llm_engine.py:316] # GPU blocks: 7754, # CPU blocks: 2048",
+        ]);
+        assert!(reversed.clock.reversed());
+        let forward = marked(&[
+            "[2024-07-26 23:55:09.100] [info] loading",
+            "[2024-07-26 23:55:10.237] [error] failed",
+            "INFO 02-03 03:43:48 a",
+            "INFO 02-03 03:43:49 b",
+            "2024-07-26 23:55:08.000 a late line of another clock",
+        ]);
+        assert!(!forward.clock.reversed());
+        assert_eq!(timestamp("no time here"), None);
     }
 
     #[test]
@@ -632,5 +909,23 @@ mod tests {
             model("/root/.cache/huggingface/hub/models--Qwen--Qwen2-7B/snapshots/x").as_deref(),
             Some("Qwen/Qwen2-7B")
         );
+        // The other flags and variables that name a model, in any engine's command or script.
+        for (line, name) in [
+            (
+                "python train.py --model_name_or_path meta-llama/Llama-2-13b-hf",
+                "meta-llama/Llama-2-13b-hf",
+            ),
+            (
+                "text-generation-launcher --model-id bigscience/bloom-7b1",
+                "bigscience/bloom-7b1",
+            ),
+            (
+                "python -m sglang.launch_server --model-path google/gemma-3-12b-it",
+                "google/gemma-3-12b-it",
+            ),
+            ("model_id = \"Qwen/Qwen-7B-Chat\"", "Qwen/Qwen-7B-Chat"),
+        ] {
+            assert_eq!(model(line).as_deref(), Some(name), "{line}");
+        }
     }
 }

@@ -92,12 +92,32 @@ impl TorchOom {
     }
 
     /// The one listed process that accounts for all memory in use (total − free): this one.
+    /// Else the one listed process whose figure is what PyTorch reserved (allocated + cached)
+    /// plus at most a CUDA context (1 GiB): this process's memory is its reserve and its context
+    /// (trl-5207: four test processes on one card, 10.77 GiB beside 10.63 GiB reserved).
     fn sole_listed_self(&self) -> Option<u64> {
         let used = self.total?.saturating_sub(self.free?);
-        self.processes
+        let all_in_use = self
+            .processes
             .iter()
             .map(|p| p.1)
-            .find(|&m| close(m, used) || m.abs_diff(used) <= used / 50)
+            .find(|&m| close(m, used) || m.abs_diff(used) <= used / 50);
+        all_in_use.or_else(|| self.listed_by_reserve())
+    }
+
+    fn listed_by_reserve(&self) -> Option<u64> {
+        let reserved = self
+            .allocated_by_pytorch?
+            .saturating_add(self.reserved_unallocated.unwrap_or(0));
+        let mut mine = self
+            .processes
+            .iter()
+            .map(|p| p.1)
+            .filter(|&m| m >= reserved && m - reserved <= 1 << 30);
+        match (mine.next(), mine.next()) {
+            (Some(m), None) => Some(m),
+            _ => None,
+        }
     }
 }
 
@@ -436,6 +456,49 @@ mod tests {
             panic!()
         };
         assert_eq!(t.others(), 0);
+    }
+
+    #[test]
+    fn among_several_listed_processes_this_one_holds_its_reserve_and_a_context() {
+        // trl-5207 (real-fresh): four test processes on one card, none called "this process".
+        let log = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 76.00 MiB. GPU 0 has a total capacity of 14.74 GiB of which 42.19 MiB is free. Process 21219 has 284.00 MiB memory in use. Process 21222 has 3.40 GiB memory in use. Process 21213 has 258.00 MiB memory in use. Process 21216 has 10.77 GiB memory in use. Of the allocated memory 10.59 GiB is allocated by PyTorch, and 42.18 MiB is reserved by PyTorch but unallocated.";
+        let (f, _) = scan(&lines(log));
+        let Event::TorchOom(t) = &f[0].event else {
+            panic!("{f:?}")
+        };
+        let mib = |x: f64| (x * (1u64 << 20) as f64) as u64;
+        let others = t.others();
+        assert!(
+            others.abs_diff(mib(284.0 + 3.40 * 1024.0 + 258.0)) < mib(1.0),
+            "{others}"
+        );
+        // Two candidates within a context of the reserve: which is this one is not known.
+        let two = log.replace("Process 21222 has 3.40 GiB", "Process 21222 has 10.90 GiB");
+        let (f, _) = scan(&lines(&two));
+        let Event::TorchOom(t) = &f[0].event else {
+            panic!("{f:?}")
+        };
+        assert_eq!(t.others(), 0);
+    }
+
+    #[test]
+    fn a_wrapped_old_message_with_trailing_spaces_is_read_whole() {
+        // transformers-starcoder-46: each wrapped line keeps its trailing space.
+        let log = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 6.59 GiB (GPU 0; 31.75 GiB total capacity; \n23.14 GiB already allocated; 2.50 GiB free; 28.32 GiB reserved in total by PyTorch) \nIf reserved memory is >> allocated memory try setting max_split_size_mb";
+        let (f, _) = scan(&lines(log));
+        let Event::TorchOom(t) = &f[0].event else {
+            panic!("{f:?}")
+        };
+        assert!(t.total.is_some() && t.free.is_some() && t.reserved_total.is_some());
+    }
+
+    #[test]
+    fn ipythons_traceback_head_is_not_a_second_error() {
+        // unsloth-465: Jupyter names the exception above the traceback, the message below.
+        let log = "OutOfMemoryError                          Traceback (most recent call last)\n<ipython-input-7> in <cell line: 1>()\n----> 1 trainer_stats = trainer.train()\n\n13 frames\nx\nOutOfMemoryError: CUDA out of memory. Tried to allocate 9.47 GiB. GPU 0 has a total capacity of 14.75 GiB of which 3.78 GiB is free.";
+        let (f, _) = scan(&lines(log));
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].line, 7);
     }
 
     #[test]

@@ -23,10 +23,23 @@ pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
     // Other libraries name their own OutOfMemoryError (Ray's is the host's): not PyTorch's.
     let foreign = line.contains("ray.exceptions.OutOfMemoryError");
     if head.is_match(line) && !line.contains("warming up sampler") && !foreign {
+        // IPython / Jupyter head a traceback with the exception's name; the message itself
+        // comes at its end (unsloth-465): the head is not a second error.
+        if ipython_head(line) {
+            return true;
+        }
         message(lines, i, st);
         return true;
     }
     summary(lines, i, st)
+}
+
+/// `OutOfMemoryError                          Traceback (most recent call last)`: the first line
+/// of a traceback as IPython prints it, the exception's name without its message.
+fn ipython_head(line: &str) -> bool {
+    line.trim_end()
+        .ends_with("Traceback (most recent call last)")
+        && !line.contains("allocate")
 }
 
 /// The message can be wrapped when pasted: read it with the next lines.
@@ -54,7 +67,13 @@ fn message(lines: &[String], i: usize, st: &mut Scan) {
 /// second's process list (tgi-1356 counted its own 79 GiB twice, vllm-7721 another run's pid).
 fn one_message(lines: &[String]) -> String {
     const ASK: &str = "Tried to allocate";
-    let joined = lines.join(" ");
+    // A wrap leaves the line's trailing space beside the joining one ("total capacity; \n23.14
+    // GiB already allocated": transformers-starcoder-46): runs of spaces are one.
+    let joined = lines
+        .iter()
+        .flat_map(|l| l.split_whitespace())
+        .collect::<Vec<_>>()
+        .join(" ");
     let second = joined.find(ASK).and_then(|first| {
         joined[first + ASK.len()..]
             .find(ASK)

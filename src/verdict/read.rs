@@ -12,6 +12,7 @@ use crate::dtype::{KvDtype, WeightDtype};
 use crate::error::{InputError, Result};
 use crate::estimate::Engine;
 use crate::logparse::clean::decode;
+use crate::logparse::hints::{named_part, named_parts, Part};
 use crate::logparse::parse::{
     Context, Event, Finding, LlamaBuffer, ModelHint, Source, StageHint, TorchOom, WorkloadHint,
 };
@@ -247,6 +248,14 @@ fn innermost_frame(
 /// and not followed by a generation frame: "Loading checkpoint shards" above a `generate`
 /// traceback is over), else one just below it (vLLM prints the error before its traceback).
 fn hint_near(ctx: &Context, at: usize) -> Option<StageHint> {
+    hint_line_near(ctx, at).map(|(_, h)| h)
+}
+
+/// `hint_near` with the hint's line.
+fn hint_line_near(ctx: &Context, at: usize) -> Option<(usize, StageHint)> {
+    if ctx.clock.reversed() {
+        return hint_near_newest_first(ctx, at);
+    }
     let generating_after = |h: usize| ctx.generation_lines.iter().any(|&g| g > h && g <= at);
     let before = ctx
         .stage_hints
@@ -254,12 +263,40 @@ fn hint_near(ctx: &Context, at: usize) -> Option<StageHint> {
         .rev()
         .find(|(l, _)| *l <= at && at - l <= 200)
         .filter(|(l, _)| !generating_after(*l));
+    // Below the error only for an engine that prints its traceback after the message: with a
+    // traceback above, what follows is the next run (comfyui-4880: the next prompt's load).
+    let traceback_above = [
+        &ctx.load_lines,
+        &ctx.generation_lines,
+        &ctx.activation_lines,
+        &ctx.eager_attention_lines,
+        &ctx.cache_lines,
+    ]
+    .iter()
+    .any(|v| near(v, at).is_some_and(|l| at - l <= 40));
     let after = || {
         ctx.stage_hints
             .iter()
-            .find(|(l, _)| *l > at && l - at <= 40)
+            .find(|(l, _)| *l > at && l - at <= 40 && !traceback_above)
     };
-    before.or_else(after).map(|(_, h)| *h)
+    before.or_else(after).copied()
+}
+
+/// A log pasted newest first (its timestamps step back: a log viewer's order) reads upwards:
+/// what happened before the error is below it (vllm-worker-vllm-40: "Capturing the model for
+/// CUDA graphs" under "Error initializing vLLM engine: CUDA out of memory").
+fn hint_near_newest_first(ctx: &Context, at: usize) -> Option<(usize, StageHint)> {
+    let earlier = ctx
+        .stage_hints
+        .iter()
+        .find(|(l, _)| *l > at && l - at <= 200);
+    let later = || {
+        ctx.stage_hints
+            .iter()
+            .rev()
+            .find(|(l, _)| *l < at && at - l <= 40)
+    };
+    earlier.or_else(later).copied()
 }
 
 /// What a verdict is built from before the shared tail (later events, default remedies).
@@ -975,12 +1012,25 @@ fn host(a: &mut Ask) -> Decision {
 /// served successfully it is undecided (mistralrs-1446).
 fn undecided(a: &mut Ask) -> Decision {
     let f = a.f;
+    if let Some(d) = by_named_part(a) {
+        return d;
+    }
     if matches!(f.event, Event::CandleDriverOom | Event::CudaErrorOom) {
         if let Some(d) = driver_by_stage(a) {
             return d;
         }
     }
     if let Some(d) = by_innermost_frame(a) {
+        return d;
+    }
+    // A message that names two parts ("Insufficient VRAM for model and cache") is not decided
+    // by the weaker signal of the phase.
+    let phase = if named_parts(&f.quote).len() > 1 {
+        None
+    } else {
+        by_phase(a)
+    };
+    if let Some(d) = phase.or_else(|| driver_by_backtrace(a)) {
         return d;
     }
     a.to_decide = Some(match &f.event {
@@ -1002,6 +1052,90 @@ fn undecided(a: &mut Ask) -> Decision {
         format!("unknown: {what}"),
         vec![ev(f, what)],
     )
+}
+
+/// The message names the part that did not fit in its own words (rule E23): the KV cache
+/// ("Not enough memory for KV cache", a KV-cache manager's "No free blocks left"), llama.cpp's
+/// context (its KV cache, sized by the context length, is most of it), the model's weights
+/// ("error loading model"), a workspace or activation buffer.
+fn by_named_part(a: &mut Ask) -> Option<Decision> {
+    let part = named_part(&a.f.quote)?;
+    let quote = undecided_what(a.f);
+    let (cause, stage, what) = match part {
+        Part::KvCache => {
+            a.remedy(Change::ReduceContext(0), a.engine, None);
+            a.remedy(Change::LimitConcurrency(0), a.engine, None);
+            (Cause::KvCache, Stage::Load, "the KV cache")
+        }
+        Part::Context => {
+            a.remedy(Change::ReduceContext(0), a.engine, None);
+            a.remedy(Change::QuantizeKv(KvDtype::Q8_0), a.engine, None);
+            (
+                Cause::KvCache,
+                Stage::Load,
+                "the context (its KV cache, sized by the context length, with its compute buffer)",
+            )
+        }
+        Part::Weights => {
+            a.remedy(Change::QuantizeWeights(nf4()), a.engine, None);
+            a.remedy(Change::CpuOffload, a.engine, None);
+            (Cause::Weights, Stage::Load, "the model's weights")
+        }
+        Part::Activations => {
+            a.remedy(Change::ChunkedPrefill(0), a.engine, None);
+            a.remedy(Change::TruncatePrompt(0), a.engine, None);
+            (
+                Cause::Activations,
+                Stage::FirstToken,
+                "a workspace / activation buffer",
+            )
+        }
+    };
+    Some(Decision::new(
+        cause,
+        stage,
+        0.55,
+        format!("{cause}: the error names what did not fit — {what}; {quote}"),
+        vec![ev(a.f, format!("the message names {what}"))],
+    ))
+}
+
+/// The phase the log shows before an error without figures (rule E24): loading the weights →
+/// weights; allocating the KV cache → kv_cache; capturing CUDA graphs, a profile / warm-up run
+/// or a serving step → activations (sophgo-llmtpu-8: "Loading bmodel" above the TPU runtime's
+/// `bm_alloc_gmem failed`). A weaker signal than a frame or the message's words: confidence 0.45.
+fn by_phase(a: &mut Ask) -> Option<Decision> {
+    let (line, hint) = hint_line_near(a.ctx, a.f.line)?;
+    let (cause, stage, what) = match hint {
+        StageHint::Load => (Cause::Weights, Stage::Load, "loading the model's weights"),
+        StageHint::CacheAlloc => (Cause::KvCache, Stage::Load, "allocating the KV cache"),
+        StageHint::GraphCapture => (Cause::Activations, Stage::Load, "capturing CUDA graphs"),
+        StageHint::Profile => (Cause::Activations, Stage::Load, "a profile / warm-up run"),
+        StageHint::EngineStep => (Cause::Activations, Stage::FirstToken, "a serving step"),
+        StageHint::Serving | StageHint::Loaded => return None,
+    };
+    match cause {
+        Cause::Weights => {
+            a.remedy(Change::QuantizeWeights(nf4()), a.engine, None);
+            a.remedy(Change::CpuOffload, a.engine, None);
+        }
+        c => step_remedies(a, c),
+    }
+    let quote = undecided_what(a.f);
+    Some(Decision::new(
+        cause,
+        stage,
+        0.45,
+        format!("{cause}: the last phase the log shows before the error is {what}; {quote}"),
+        vec![
+            Evidence {
+                text: format!("the log was {what} when it ran out"),
+                bytes: None,
+                line: Some(line),
+            },
+            ev(a.f, quote.clone()),
+        ],
+    ))
 }
 
 /// node-llama-cpp sizes the context's KV cache for every sequence before it allocates: with more
@@ -1142,12 +1276,26 @@ fn driver_by_backtrace(a: &mut Ask) -> Option<Decision> {
         (Some(k), a2) if a2.is_none_or(|x| k < x) => {
             a.remedy(Change::ReduceContext(0), a.engine, None);
             a.remedy(Change::QuantizeKv(KvDtype::Q8_0), a.engine, None);
-            Some(Decision::new(Cause::KvCache, Stage::LongGeneration, 0.6, "kv_cache: the backtrace below the driver's out-of-memory error goes through the KV cache's append".into(), vec![Evidence { text: "innermost frame: the KV cache".into(), bytes: None, line: Some(k) }, ev(f, "CUDA driver out of memory".into())]))
+            Some(Decision::new(
+                Cause::KvCache,
+                Stage::LongGeneration,
+                0.6,
+                "kv_cache: the backtrace below the out-of-memory error goes through the KV cache"
+                    .into(),
+                vec![
+                    Evidence {
+                        text: "innermost frame: the KV cache".into(),
+                        bytes: None,
+                        line: Some(k),
+                    },
+                    ev(f, undecided_what(f)),
+                ],
+            ))
         }
         (_, Some(x)) => {
             a.remedy(Change::ChunkedPrefill(0), a.engine, None);
             a.remedy(Change::TruncatePrompt(0), a.engine, None);
-            Some(Decision::new(Cause::Activations, Stage::FirstToken, 0.6, "activations: the backtrace below the driver's out-of-memory error is a layer's forward pass (its activation buffers / workspace), not the weight loader or the KV cache".into(), vec![Evidence { text: "innermost forward-pass frame".into(), bytes: None, line: Some(x) }, ev(f, "CUDA driver out of memory".into())]))
+            Some(Decision::new(Cause::Activations, Stage::FirstToken, 0.6, "activations: the backtrace below the out-of-memory error is a layer's forward pass (its activation buffers / workspace), not the weight loader or the KV cache".into(), vec![Evidence { text: "innermost forward-pass frame".into(), bytes: None, line: Some(x) }, ev(f, undecided_what(f))]))
         }
         _ => None,
     }
@@ -1349,11 +1497,31 @@ fn batch_line(a: &Ask) -> Option<(usize, u64, u64)> {
         .copied()
 }
 
+/// What PyTorch's caching allocator asks the driver for a request: a 2 MiB segment for up to
+/// 1 MiB, a 20 MiB one below 10 MiB, else the request rounded up to 2 MiB.
+fn segment(request: u64) -> u64 {
+    const MIB: u64 = 1 << 20;
+    if request <= MIB {
+        2 * MIB
+    } else if request < 10 * MIB {
+        20 * MIB
+    } else {
+        request.div_ceil(2 * MIB).saturating_mul(2 * MIB)
+    }
+}
+
+/// Free memory the driver reports but does not hand out (page tables, the context's growth):
+/// a margin below this after the segment is no room (pytorch-gpt-sovits-1516: 2 MiB asked with
+/// 2.69 MiB free; rocm-flux-webui-25: 80 MiB with 84 MiB).
+const DRIVER_SLACK: u64 = 64 << 20;
+
 /// The request fits in what is free (and no cap explains it): the figures do not explain the
 /// failure — another device, a driver limit, or a different allocator (rocm-autotrain-737,
 /// transformers-taggui-188, vllmv1-xpu-llmscaler-672).
 fn contradiction(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision> {
-    let fits = t.requested.is_some() && t.free.is_some() && acc.request <= acc.free;
+    let fits = t.requested.is_some()
+        && t.free.is_some()
+        && segment(acc.request).saturating_add(DRIVER_SLACK) <= acc.free;
     if !fits || acc.capped || t.backend == Some("mps") {
         return None;
     }
@@ -1402,7 +1570,10 @@ fn stage_signal(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision>
 /// weights and sizing its KV cache, so an OOM after it, with no frame or stage saying more, is
 /// a step's buffers (sglang-4547, vllm-v1-club3090-16).
 fn after_graph_capture(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision> {
-    if !matches!(acc.stage_hint, None | Some(StageHint::Serving)) {
+    if !matches!(
+        acc.stage_hint,
+        None | Some(StageHint::Serving | StageHint::Loaded)
+    ) {
         return None;
     }
     let pools = t.private_pools.filter(|&p| p > 0)?;
@@ -1442,7 +1613,7 @@ fn stage_of(hint: StageHint, req: Bytes) -> Option<(Cause, Stage, String)> {
         StageHint::Profile => (Cause::Activations, Stage::Load, format!("activations: the profile / warm-up run asked for {req}: the peak of one batch at the configured sizes does not fit")),
         StageHint::CacheAlloc => (Cause::KvCache, Stage::Load, format!("kv_cache: allocating the KV cache after the weights asked for {req}; shorten the maximum sequence length")),
         StageHint::EngineStep => (Cause::Activations, Stage::FirstToken, format!("activations: a serving step asked for {req} beyond what the profile left; the KV cache was already sized, so the step's buffers (long prompts, LoRA, multi-step) grew")),
-        StageHint::Load | StageHint::Serving => return None,
+        StageHint::Load | StageHint::Serving | StageHint::Loaded => return None,
     })
 }
 
@@ -1451,12 +1622,32 @@ fn stage_of(hint: StageHint, req: Bytes) -> Option<(Cause, Stage, String)> {
 /// tensor (chatchat-3992: 128 GiB on a 24 GiB card; megatron-92: fp32 logits of 9.3 GiB on
 /// 10.8; vllm-7721: 16 GiB of 44.5 at start-up, whatever gpu_memory_utilization).
 fn load_or_huge(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision> {
-    let loading =
+    let above =
         stage_near(a.ctx, a.f.line) == Stage::Load || acc.stage_hint == Some(StageHint::Load);
+    let quoted_below = if above {
+        None
+    } else {
+        loader_quoted_below(a.ctx, a.f.line)
+    };
+    let loading = above || quoted_below.is_some();
     // A quarter of the card, as for other accelerators' figures (rule E8); a request the
     // allocator's cache could have held is left to the fragmentation rule (pytorch-mgfn-35).
-    let quarter = acc.total > 0
-        && acc.request.saturating_mul(4) >= acc.total
+    // Or larger than any one tensor of a model's weights or of a per-layer KV cache (the
+    // largest weight, a 150k-vocabulary embedding of a 70B model at 16 bits, is 2.5 GB):
+    // transformers-starcoder-46 asked 6.59 GiB of 31.75 in one piece while generating.
+    // A frame that names the buffer (P7) says more than its size: the size alone decides only
+    // without one.
+    let framed = || {
+        let kinds = [
+            Frame::EagerAttention,
+            Frame::Activation,
+            Frame::Cache,
+            Frame::Optimizer,
+        ];
+        innermost_frame(a.ctx, a.f.line, 200, &kinds).is_some()
+    };
+    let quarter = (acc.total > 0 && acc.request.saturating_mul(4) >= acc.total
+        || acc.request >= ONE_BUFFER && !framed())
         && acc.reserved_unallocated < acc.request;
     let huge = quarter || (t.requested.is_none() && t.requested_as_written.is_some());
     let e = torch_evidence(a, t, acc);
@@ -1470,7 +1661,16 @@ fn load_or_huge(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision>
             Bytes(acc.request),
             Bytes(acc.free)
         );
-        return Some(Decision::new(Cause::Weights, Stage::Load, 0.8, summary, e));
+        let Some(line) = quoted_below else {
+            return Some(Decision::new(Cause::Weights, Stage::Load, 0.8, summary, e));
+        };
+        let mut e = e;
+        e.push(Evidence {
+            text: "the frame quoted below the error moves the model to the device".into(),
+            bytes: None,
+            line: Some(line),
+        });
+        return Some(Decision::new(Cause::Weights, Stage::Load, 0.6, summary, e));
     }
     if !huge {
         return None;
@@ -1483,6 +1683,31 @@ fn load_or_huge(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision>
     };
     Some(Decision::new(Cause::Activations, Stage::FirstToken, 0.75, format!("activations: one request for {} ({pct} % of the card) outside loading is a single forward-pass buffer (logits, attention scores) — weights load tensor by tensor", request_text(t)), e))
 }
+
+/// A paste without a traceback above its error may quote the failing frame below it
+/// (rocm-flux-webui-25: "It seems to happen around here: … pipe.to(device)"): with no frame of
+/// any kind within 200 lines above, a loader frame within 12 lines below is where it ran out.
+fn loader_quoted_below(ctx: &Context, at: usize) -> Option<usize> {
+    let kinds = [
+        &ctx.load_lines,
+        &ctx.generation_lines,
+        &ctx.eager_attention_lines,
+        &ctx.activation_lines,
+        &ctx.cache_lines,
+        &ctx.optimizer_lines,
+    ];
+    if kinds.iter().any(|v| near(v, at).is_some()) {
+        return None;
+    }
+    let first_below = kinds
+        .iter()
+        .filter_map(|v| v.iter().copied().find(|&l| l > at && l - at <= 12))
+        .min()?;
+    ctx.load_lines.contains(&first_below).then_some(first_below)
+}
+
+/// A single request this large is no weight tensor nor one layer's KV cache (rule P4).
+const ONE_BUFFER: u64 = 4 << 30;
 
 /// Enough cached-but-unused memory for the request, yet no block of that size: fragmentation —
 /// when that cache is a real share of the card and live tensors are well below it. PyTorch
@@ -1806,6 +2031,79 @@ mod tests {
     }
 
     #[test]
+    fn an_oom_without_figures_names_its_part_or_is_decided_by_its_phase() {
+        // E23: the message's own words (freetoken-2, trtllm-694, llamacpp-eullm-302).
+        assert_eq!(
+            cause_of("AssertionError: Not enough memory for KV cache, try reducing --num-pages\n"),
+            Cause::KvCache
+        );
+        assert_eq!(
+            cause_of("Failed to create context: null reference from llama.cpp\n"),
+            Cause::KvCache
+        );
+        // E24: the phase the log shows (sophgo-llmtpu-8), over when the log says it loaded.
+        let loading = "[BMRT][load_bmodel:1573] INFO:Loading bmodel from [x.bmodel].\n[bmlib_memory][error] bm_alloc_gmem failed, dev_id = 0, size = 0xc0fb4000\n";
+        assert_eq!(cause_of(loading), Cause::Weights);
+        let loaded = "Loading model.safetensors...\nLoaded 1324 weights from 1 file(s)\n[METAL] Command buffer execution failed: Insufficient Memory\n";
+        assert_eq!(cause_of(loaded), Cause::Unknown);
+        // Two parts named: the phase does not pick one (exllamav2-383).
+        let both = "cache = ExLlamaV2Cache(model, lazy = True)\nRuntimeError: Insufficient VRAM for model and cache\n";
+        assert_eq!(cause_of(both), Cause::Unknown);
+        // A newest-first log: the phase before the error is below it (vllm-worker-vllm-40).
+        let reversed = "2024-02-02 21:44:09.001\nINFO 02-03 03:44:09 worker.py:90] Loading model on the restarted worker\n2024-02-02 21:44:03.976\nError initializing vLLM engine: CUDA out of memory. Tried to allocate 112.00 MiB. GPU 0 has a total capacty of 44.35 GiB of which 53.38 MiB is free. Process 3663367 has 44.28 GiB memory in use. Of the allocated memory 37.38 GiB is allocated by PyTorch, and 275.68 MiB is reserved by PyTorch but unallocated.\n2024-02-02 21:43:49.554\nINFO 02-03 03:43:49 model_runner.py:625] Capturing the model for CUDA graphs.\n2024-02-02 21:43:48.339\nINFO 02-03 03:43:48 llm_engine.py:316] # GPU blocks: 7754, # CPU blocks: 2048\n";
+        assert_eq!(cause_of(reversed), Cause::Activations);
+        // Read top-down, the restart's loading line above the error would be its phase.
+        let untimed: String = reversed
+            .lines()
+            .filter(|l| !l.starts_with("2024"))
+            .map(|l| format!("{}\n", l.replace("INFO 02-03 ", "INFO ")))
+            .collect();
+        assert_eq!(cause_of(&untimed), Cause::Weights, "{untimed}");
+    }
+
+    #[test]
+    fn a_phase_below_an_error_with_its_traceback_above_is_the_next_run() {
+        // comfyui-4880: SDPA's frame above; the next prompt's "Loading model" below.
+        let log = "  File \"/x/math.py\", line 9, in attention\n    x = torch.nn.functional.scaled_dot_product_attention(q, k, v)\ntorch.OutOfMemoryError: Allocation on device\n\nINFO - got prompt\nINFO - Loading model flux\n";
+        assert_eq!(cause_of(log), Cause::Activations);
+        // Without a traceback above, the engine's lines after its message are its own.
+        let bare = "torch.OutOfMemoryError: Allocation on device\nINFO - Loading model flux\n";
+        assert_eq!(cause_of(bare), Cause::Weights);
+    }
+
+    #[test]
+    fn a_request_that_fits_only_without_its_segment_is_no_contradiction() {
+        // P1: 2 MiB asked with 2.69 MiB free needs a 20 MiB segment (pytorch-gpt-sovits-1516).
+        assert_eq!(segment(2 << 20), 20 << 20);
+        assert_eq!(segment(1 << 19), 2 << 20);
+        assert_eq!(segment(81 << 20), 82 << 20);
+        let tight = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 MiB. GPU 0 has a total capacity of 23.68 GiB of which 2.69 MiB is free.";
+        let r = read_log(tight.as_bytes(), Engine::Transformers).unwrap();
+        assert!(
+            !r.verdict.summary.contains("figures say it fits"),
+            "{}",
+            r.verdict.summary
+        );
+        let roomy = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 4.00 GiB of which 2.35 GiB is free.";
+        let r = read_log(roomy.as_bytes(), Engine::Transformers).unwrap();
+        assert!(
+            r.verdict.summary.contains("figures say it fits"),
+            "{}",
+            r.verdict.summary
+        );
+    }
+
+    #[test]
+    fn a_loader_frame_quoted_below_the_error_is_loading() {
+        // rocm-flux-webui-25: the user quotes the frame after the message.
+        let log = "torch.OutOfMemoryError: HIP out of memory. Tried to allocate 80.00 MiB. GPU 0 has a total capacity of 15.98 GiB of which 84.00 MiB is free. Of the allocated memory 15.44 GiB is allocated by PyTorch, and 267.59 MiB is reserved by PyTorch but unallocated.\n\nIt seems to happen around here:\n  File \"/x/app.py\", line 72, in infer\n    pipe.to(device)\n";
+        assert_eq!(cause_of(log), Cause::Weights);
+        // A traceback above the error is the one that counts.
+        let above = format!("  File \"/x/m.py\", line 9, in forward\n    x = self.mlp(x)\n{log}");
+        assert_ne!(cause_of(&above), Cause::Weights);
+    }
+
+    #[test]
     fn an_oom_without_figures_is_decided_by_its_innermost_frame() {
         let attention = "  File \"/x/models/llama.py\", line 1320, in native_sdp\n    attn_weights = torch.matmul(query, key.transpose(2, 3))\nRuntimeError: Allocation is out of device memory on current platform.\n";
         assert_eq!(cause_of(attention), Cause::Activations);
@@ -1905,8 +2203,11 @@ mod tests {
         // sglang-4547: nothing but the figures, with 34.50 MiB in private pools.
         let m = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.93 GiB. GPU 0 has a total capacity of 79.14 GiB of which 3.79 GiB is free. Process 13118 has 75.33 GiB memory in use. Of the allocated memory 73.96 GiB is allocated by PyTorch, with 34.50 MiB allocated in private pools (e.g., CUDA Graphs), and 639.99 MiB is reserved by PyTorch but unallocated.\n";
         assert_eq!(cause_of(m), Cause::Activations);
-        // Without the pools the same figures do not decide.
-        let none = m.replace(
+        // A 4.93 GiB buffer is one forward pass's by P4 alone; at 3.93 GiB the pools decide,
+        // and without them the same figures do not.
+        let small = m.replace("4.93 GiB", "3.93 GiB");
+        assert_eq!(cause_of(&small), Cause::Activations);
+        let none = small.replace(
             "with 34.50 MiB allocated in private pools (e.g., CUDA Graphs), ",
             "",
         );
