@@ -363,6 +363,12 @@ fn sglang_exllama(lines: &[String], i: usize, st: &mut Scan) -> bool {
         once(st, i + 1, line, Event::SglangPoolFull);
         return true;
     }
+    // Its decode step running out of KV tokens and retracting requests (sglang-4184, sealed
+    // 2026-12b): the pool is full; SGLang recomputes them later instead of failing.
+    if line.contains("Decode out of memory happened") {
+        once(st, i + 1, line, Event::SglangRetract);
+        return true;
+    }
     if line.contains("alloc_req_slots runs out of memory") {
         once(st, i + 1, line, Event::SglangReqSlots);
         return true;
@@ -925,6 +931,8 @@ mod tests {
     fn sglang_retracting_with_an_empty_token_pool_has_no_kv_room() {
         let e = events("AssertionError: No space left for only one request, self.token_to_kv_pool_allocator.available_size()=0");
         assert_eq!(e, vec![Event::SglangPoolFull]);
+        let e = events("[2025-03-07 21:49:33 TP13] Decode out of memory happened. #retracted_reqs: 1, #new_token_ratio: 0.1474 -> 0.1845");
+        assert_eq!(e, vec![Event::SglangRetract]);
     }
 
     #[test]

@@ -64,6 +64,7 @@ pub fn named_parts(line: &str) -> Vec<Part> {
         "kv block",
     ];
     const CONTEXT: &[&str] = &[
+        "context too large",
         "create context",
         "create the llama context",
         "new_context_with_model",

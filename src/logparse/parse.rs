@@ -191,6 +191,9 @@ pub enum Event {
     SglangReqSlots,
     /// SGLang: running requests filled the KV token pool (the scheduler retracts with none left).
     SglangPoolFull,
+    /// SGLang's "Decode out of memory happened. #retracted_reqs: N": the KV token pool filled
+    /// while decoding; the scheduler retracted N requests (they are recomputed) and went on.
+    SglangRetract,
     /// transformers / accelerate: a quantized model's modules would go to the CPU or disk
     /// ("Make sure you have enough GPU RAM to fit the quantized model").
     WeightsDispatchedOff,
@@ -273,7 +276,10 @@ impl Event {
             Event::PagingFileTooSmall => Source::Windows,
             Event::OomKillerTasks { .. } => Source::Kernel,
             Event::TensorrtOom { .. } | Event::TensorrtComponent { .. } => Source::TensorrtLlm,
-            Event::SglangNoKvRoom | Event::SglangReqSlots | Event::SglangPoolFull => Source::Sglang,
+            Event::SglangNoKvRoom
+            | Event::SglangReqSlots
+            | Event::SglangPoolFull
+            | Event::SglangRetract => Source::Sglang,
             Event::ExllamaInsufficient => Source::Exllamav2,
             Event::WeightsDispatchedOff => Source::Pytorch,
             Event::MetalOom => Source::Metal,
@@ -551,7 +557,6 @@ mod tests {
             "INFO 05-01 worker.py:267] CUDA graphs can take additional 1~3 GiB memory per GPU. If you are running out of memory, consider decreasing `gpu_memory_utilization` or enforcing eager mode.",
             "If out-of-memory error occurs during cudagraph capture, consider decreasing `gpu_memory_utilization`",
             "WARNING: setting a large batch may cause OOM on small cards",
-            "Decode out of memory happened. #retracted_reqs: 3, #new_token_ratio: 0.4 -> 0.7",
         ] {
             assert!(scan(&lines(s)).0.is_empty(), "{s}");
         }

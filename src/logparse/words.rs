@@ -42,8 +42,7 @@ fn look_alike(line: &str) -> bool {
         "is preempted",
         "not enough KV cache space",
         "misaligned address",
-        // SGLang retracts requests under KV pressure and goes on (like vLLM's preemption).
-        "#retracted_reqs",
+        // SGLang's retraction without its "out of memory" words (the info line that lists them).
         "Retract requests",
         "Memory access fault",
     ];
@@ -60,7 +59,7 @@ pub fn says_oom(line: &str) -> bool {
     static WORDS: OnceLock<Regex> = OnceLock::new();
     let words = re(
         &WORDS,
-        r"(?i:out[ _-]?of[ _-]?(?:(?:device|gpu|host|video|system)[ _-]?)?(?:memory|vram)|failed to allocate|(?:cannot|can't|could not|couldn't|unable to) allocate|could not be allocated|insufficient (?:[A-Za-z]+ ){0,2}(?:memory|vram)|insufficient[A-Za-z]*memory|failed to create (?:the )?(?:llama )?context|too large for the available (?:[A-Za-z]+ )?(?:memory|vram|ram)|not enough (?:[A-Za-z]+ ){0,2}(?:memory|vram)|memory exhausted|resource_exhausted|ran out of (?:[A-Za-z]+ )?memory|_ALLOC_FAILED|[A-Za-z_]*alloc[A-Za-z_]* failed|allocation (?:of [^ ]+ (?:[A-Za-z]+ )?)?failed|bad_alloc|(?-u:\b)MemoryError(?-u:\b)|(?-u:\b)ENOMEM(?-u:\b))|(?-u:\b)OOM(?-u:\b)",
+        r"(?i:out[ _-]?of[ _-]?(?:(?:device|gpu|host|video|system)[ _-]?)?(?:memory|vram)|failed to allocate|(?:cannot|can't|could not|couldn't|unable to) allocate|could not be allocated|insufficient (?:[A-Za-z]+ ){0,2}(?:memory|vram)|insufficient[A-Za-z]*memory|failed to create (?:the )?(?:llama )?context|too large for (?:the )?available (?:[A-Za-z]+ )?(?:memory|vram|ram)|not enough (?:[A-Za-z]+ ){0,2}(?:memory|vram)|memory exhausted|resource_exhausted|ran out of (?:[A-Za-z]+ )?memory|_ALLOC_FAILED|[A-Za-z_]*alloc[A-Za-z_]* failed|allocation (?:of [^ ]+ (?:[A-Za-z]+ )?)?failed|bad_alloc|(?-u:\b)MemoryError(?-u:\b)|(?-u:\b)ENOMEM(?-u:\b))|(?-u:\b)OOM(?-u:\b)",
     );
     words.is_match(line) || (line.to_ascii_lowercase().contains("exceed") && line.contains("emory"))
 }
@@ -113,6 +112,7 @@ mod tests {
         // node-llama-cpp (the 2026-12 held-out set): a class name, not words.
         assert!(says_oom("Error: InsufficientMemoryError: A context size of 4096 with 4 sequences is too large for the available VRAM"));
         assert!(says_oom("the model is too large for the available memory"));
+        assert!(says_oom("Error: Prefill context too large for available memory (preflight safety guard"));
         assert!(!says_oom("the prompt is too large for the context window"));
         // llama.cpp's frontends when llama_new_context_with_model returns null: its KV cache or
         // compute buffer did not fit (llamacpp-eullm-302): an out-of-memory of unknown part.

@@ -487,6 +487,7 @@ fn decide(a: &mut Ask) -> Decision {
         } => trt_component(a, component, *total, *free),
         Event::SglangNoKvRoom => sglang_no_kv(a),
         Event::SglangPoolFull => sglang_pool_full(a),
+        Event::SglangRetract => sglang_retract(a),
         Event::WeightsDispatchedOff => dispatched_off(a),
         Event::MlxBufferTooLarge {
             requested,
@@ -580,6 +581,24 @@ fn sglang_pool_full(a: &mut Ask) -> Decision {
         0.7,
         "kv_cache: the running requests filled SGLang's KV token pool; the scheduler could not keep even one".into(),
         vec![ev(a.f, "SGLang's KV token pool had 0 tokens available".into())],
+    )
+}
+
+/// SGLang said its decode ran out of memory and retracted requests: the KV token pool is full. It
+/// goes on (the retracted requests are recomputed), so the cost is throughput; more KV room or
+/// fewer running requests stops it.
+fn sglang_retract(a: &mut Ask) -> Decision {
+    a.remedy(Change::RaiseUtilization(92), a.engine, None);
+    if let Some(r) = a.remedies.last_mut() {
+        r.how =
+            "--mem-fraction-static 0.92, or fewer running requests (--max-running-requests)".into();
+    }
+    Decision::new(
+        Cause::KvCache,
+        Stage::LongGeneration,
+        0.6,
+        "kv_cache: SGLang's KV token pool filled while decoding; it retracted requests to recompute them later (slower, not failed)".into(),
+        vec![ev(a.f, "SGLang: \"Decode out of memory happened\", requests retracted".into())],
     )
 }
 
@@ -1981,6 +2000,7 @@ pub fn kind_name(e: &Event) -> &'static str {
         Event::SglangNoKvRoom => "sglang_no_kv_room",
         Event::SglangReqSlots => "sglang_req_slots",
         Event::SglangPoolFull => "sglang_pool_full",
+        Event::SglangRetract => "sglang_retract",
         Event::ExllamaInsufficient => "exllamav2_insufficient_vram",
         Event::WeightsDispatchedOff => "weights_dispatched_off",
         Event::MetalOom => "metal_oom",
