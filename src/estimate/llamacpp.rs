@@ -79,38 +79,95 @@ pub fn flash_attn(w: &Workload) -> bool {
     w.llama.flash_attn.unwrap_or(true)
 }
 
-/// The compute buffer on the GPU that runs the layers: the largest of the attention's, the
-/// feed-forward's and the output's live f32 tensors for one `n_ubatch` pass, plus the residual
-/// stream alive through all three.
+/// The compute buffer on the GPU that runs the layers (`CUDA0 compute buffer size`): ggml-alloc
+/// reuses memory across the graph, so it is the largest of three moments of one `n_ubatch` pass,
+/// each exact to 0.01 MiB on the H200 for the dense models of
+/// docs/calibration/llamacpp-h200-2026-12-01.jsonl (f32 activations, `T` = the pass's tokens,
+/// `H` = n_embd·T·4):
+/// - the output: the logits of `min(T, n_batch)` rows and one hidden state;
+/// - the feed-forward: gate, up and their product (3·n_ff·T·4) with three hidden states and the
+///   mask, which stays alive through every layer;
+/// - the attention: without flash attention the f32 scores of all heads (n_kv·T·heads·4), the f32
+///   mask, four hidden states and K and V of the pass; with it, the f16 mask, four hidden states
+///   and, for a quantized cache, K and V of the whole context converted to f16.
 pub fn compute_buffer(spec: &Spec, w: &Workload) -> u64 {
-    let (n_ctx, _) = context(w);
+    let (n_ctx, per_seq) = context(w);
     let (n_batch, n_ub) = batches(w, n_ctx);
-    let n_tok = n_ub.min(n_ctx) as f64;
-    let n_out = n_tok.min(n_batch as f64);
-    let f32b = 4.0;
-    let embd = spec.hidden_size as f64;
+    let t = n_ub.min(n_ctx) as f64;
+    let n_out = t.min(n_batch as f64);
+    let n_kv = per_seq as f64;
+    let hidden = spec.hidden_size as f64 * t * 4.0;
+    let kv_dim = spec.kv_dim() as f64;
     let heads = spec.num_heads as f64;
-    let kv_cells = n_ctx as f64;
-    let q = spec.q_dim() as f64;
-    let kv = spec.kv_dim() as f64;
     let ff = match &spec.experts {
-        // llama.cpp's MoE runs the selected experts of every token in one op: each token's
-        // `n_expert_used` rows of gate, up and their product.
         Some(e) if e.sparse_layers > 0 => e.intermediate_size as f64 * e.active as f64,
         _ => spec.intermediate_size as f64,
     };
-    let residual = 2.0 * embd * n_tok * f32b;
-    let qkv = (q + 2.0 * kv) * n_tok * f32b;
-    // The KQ mask: one row per token, padded, over every cell (f16 with flash attention).
-    let mask = kv_cells * pad(n_tok as u64, 64) as f64 * if flash_attn(w) { 2.0 } else { 4.0 };
-    let attention = if flash_attn(w) {
-        qkv + q * n_tok * f32b + mask
+    let output = spec.vocab_size as f64 * n_out * 4.0 + hidden;
+    let (mask, attention) = if flash_attn(w) {
+        let mask = n_kv * t * 2.0;
+        let convert = if w.kv_dtype.elem_bytes().as_f64() < 2.0 {
+            2.0 * n_kv * kv_dim * 2.0
+        } else {
+            0.0
+        };
+        (mask, mask + 4.0 * hidden + convert)
     } else {
-        qkv + kv_cells * n_tok * heads * f32b + mask
+        let mask = n_kv * t * 4.0;
+        (
+            mask,
+            n_kv * t * heads * 4.0 + mask + 4.0 * hidden + 2.0 * kv_dim * t * 4.0,
+        )
     };
-    let ffn = 3.0 * ff * n_tok * f32b;
-    let output = spec.vocab_size as f64 * n_out * f32b + embd * n_tok * f32b;
-    (residual + attention.max(ffn).max(output)) as u64
+    let ffn = 3.0 * ff * t * 4.0 + 3.0 * hidden + mask;
+    output.max(ffn).max(attention) as u64
+}
+
+/// What the GPU holds beside llama.cpp's three buffers, measured by NVML on the H200 (the
+/// breakdown's "unaccounted"): the CUDA context and cuBLAS, 608–616 MiB for the dense models,
+/// ~100 MiB more for an MoE's expert routing; without flash attention the CUDA pool's temporaries
+/// of the scores' matrix products, fitted at 15 KiB per head and micro-batch token (201–491 MiB
+/// measured, within 60 MiB of the fit).
+pub fn runtime(spec: &Spec, w: &Workload) -> u64 {
+    const BASE: u64 = 612 << 20;
+    const MOE: u64 = 100 << 20;
+    let moe = match &spec.experts {
+        Some(e) if e.sparse_layers > 0 => MOE,
+        _ => 0,
+    };
+    let pool = if flash_attn(w) {
+        0
+    } else {
+        let (n_ctx, _) = context(w);
+        let (_, n_ub) = batches(w, n_ctx);
+        spec.num_heads.saturating_mul(n_ub).saturating_mul(15 << 10)
+    };
+    BASE.saturating_add(moe).saturating_add(pool)
+}
+
+/// llama.cpp allocates its buffers once, at start: what is left to chance is the CUDA pool and the
+/// driver. On the H200 the peak of every run was predicted within −0.7 % … +0.1 % (at most 61 MiB
+/// under, docs/accuracy.md), so the margin is 1 % of the card, at least 96 MiB, not the 2 % /
+/// 256 MiB the engines that grow their memory while they run need.
+pub fn safety_margin(vram: u64) -> u64 {
+    (vram / 100).max(96 << 20)
+}
+
+/// The model's bytes on the GPU with every layer offloaded: all but the input embedding, which
+/// llama.cpp keeps in host memory (`CPU_Mapped model buffer`); a tied output layer is loaded
+/// again as a copy on the GPU, so then nothing stays behind.
+pub fn gpu_weights(spec: &Spec, dtype: crate::dtype::WeightDtype) -> u64 {
+    let total = super::weight_bytes(spec, dtype);
+    if spec.tie_word_embeddings {
+        return total;
+    }
+    let embed = spec
+        .tensors()
+        .iter()
+        .filter(|t| t.role == crate::model::spec::Role::Embedding)
+        .map(|t| super::weights::group_bytes(spec, t, dtype))
+        .fold(0, u64::saturating_add);
+    total.saturating_sub(embed)
 }
 
 #[cfg(test)]

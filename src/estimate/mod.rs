@@ -100,7 +100,11 @@ impl Phase {
 /// size themselves from the card, and for the margin).
 pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
     let p = Profile::of(w.engine);
-    let weights = weight_bytes(spec, w.weight_dtype);
+    let weights = if w.engine == Engine::LlamaCpp {
+        llamacpp::gpu_weights(spec, w.weight_dtype)
+    } else {
+        weight_bytes(spec, w.weight_dtype)
+    };
     let d = w.weight_dtype.compute_kv_dtype().elem_bytes().as_f64();
 
     let kv_tokens = |tokens: u64| match p.kv_layout {
@@ -160,8 +164,17 @@ pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
         ));
     }
     let reserved = ((1.0 - p.memory_fraction) * vram as f64) as u64;
-    let margin = reserved.saturating_add(safety_margin(vram));
-    let runtime = p.runtime_overhead;
+    let safety = if w.engine == Engine::LlamaCpp {
+        llamacpp::safety_margin(vram)
+    } else {
+        safety_margin(vram)
+    };
+    let margin = reserved.saturating_add(safety);
+    let runtime = if w.engine == Engine::LlamaCpp {
+        llamacpp::runtime(spec, w)
+    } else {
+        p.runtime_overhead
+    };
     Estimate {
         weights,
         kv_cache,

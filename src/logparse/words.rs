@@ -112,7 +112,9 @@ mod tests {
         // node-llama-cpp (the 2026-12 held-out set): a class name, not words.
         assert!(says_oom("Error: InsufficientMemoryError: A context size of 4096 with 4 sequences is too large for the available VRAM"));
         assert!(says_oom("the model is too large for the available memory"));
-        assert!(says_oom("Error: Prefill context too large for available memory (preflight safety guard"));
+        assert!(says_oom(
+            "Error: Prefill context too large for available memory (preflight safety guard"
+        ));
         assert!(!says_oom("the prompt is too large for the context window"));
         // llama.cpp's frontends when llama_new_context_with_model returns null: its KV cache or
         // compute buffer did not fit (llamacpp-eullm-302): an out-of-memory of unknown part.
