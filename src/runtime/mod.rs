@@ -6,6 +6,9 @@
 pub mod decoder;
 pub mod generate;
 pub mod kv_cache;
+#[cfg(feature = "nccl")]
+pub mod nccl;
+pub mod parallel;
 pub mod setup;
 pub mod weights;
 
@@ -36,6 +39,10 @@ pub enum RuntimeError {
     Checkpoint(String),
     #[error("{0}")]
     Candle(String),
+    /// A tensor-parallel world the model does not split into, or a communicator that failed to
+    /// start.
+    #[error("{0}")]
+    Parallel(String),
 }
 
 impl RuntimeError {

@@ -1,0 +1,143 @@
+//! The NCCL communicator of a tensor-parallel rank, through cudarc's bindings as candle's
+//! `llama_multiprocess` example uses them: rank 0's parent makes the unique id
+//! ([`new_id`]), every rank's child joins with it ([`Nccl::join`]), and the all-reduce is a
+//! candle custom op on the rank's own CUDA stream. Built with the `nccl` feature only.
+
+use std::ffi::c_char;
+
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::DeviceSlice;
+use candle_core::cuda_backend::cudarc::nccl::safe::{Comm, Id, ReduceOp};
+use candle_core::{CpuStorage, CudaStorage, DType, Device, Layout, Shape, Tensor};
+
+use super::parallel::{Communicator, Rank};
+use super::{Result, RuntimeError};
+
+/// The bytes of an NCCL unique id (`ncclUniqueId`).
+pub const ID_BYTES: usize = 128;
+
+/// A fresh NCCL unique id, as hex (what the parent hands every rank in its setup).
+pub fn new_id() -> Result<String> {
+    let id = Id::new().map_err(|e| {
+        RuntimeError::Device(format!(
+            "NCCL could not make a unique id ({e:?}); is libnccl.so.2 installed?"
+        ))
+    })?;
+    Ok(id
+        .internal()
+        .iter()
+        .map(|&b| format!("{:02x}", b as u8))
+        .collect())
+}
+
+fn parse_id(hex: &str) -> Result<[c_char; ID_BYTES]> {
+    let bad = || RuntimeError::Device(format!("not an NCCL unique id: {hex:?}"));
+    if hex.len() != 2 * ID_BYTES {
+        return Err(bad());
+    }
+    let mut id = [0 as c_char; ID_BYTES];
+    for (i, slot) in id.iter_mut().enumerate() {
+        let byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2).ok_or_else(bad)?, 16)
+            .map_err(|_| bad())?;
+        *slot = byte as c_char;
+    }
+    Ok(id)
+}
+
+/// One rank's NCCL communicator on its GPU.
+pub struct Nccl {
+    comm: Comm,
+    me: Rank,
+}
+
+impl Nccl {
+    /// Join the world of `id` as `rank` on `device` (blocks until every rank has joined).
+    pub fn join(device: &Device, rank: Rank, id: &str) -> Result<Nccl> {
+        let Device::Cuda(cuda) = device else {
+            return Err(RuntimeError::Device(
+                "NCCL ranks run on CUDA devices".into(),
+            ));
+        };
+        let id = Id::uninit(parse_id(id)?);
+        let comm = Comm::from_rank(cuda.cuda_stream(), rank.rank, rank.world, id).map_err(|e| {
+            RuntimeError::Device(format!(
+                "NCCL could not start rank {} of {} ({e:?})",
+                rank.rank, rank.world
+            ))
+        })?;
+        Ok(Nccl { comm, me: rank })
+    }
+}
+
+impl Communicator for Nccl {
+    fn rank(&self) -> Rank {
+        self.me
+    }
+
+    fn all_reduce_sum(&self, t: &Tensor) -> candle_core::Result<Tensor> {
+        t.contiguous()?
+            .apply_op1_no_bwd(&AllReduce { comm: &self.comm })
+    }
+}
+
+/// `ncclAllReduce(sum)` of a contiguous tensor into a new one, on the rank's stream.
+struct AllReduce<'a> {
+    comm: &'a Comm,
+}
+
+impl AllReduce<'_> {
+    fn reduce<T>(&self, s: &CudaStorage, l: &Layout) -> candle_core::Result<CudaStorage>
+    where
+        T: candle_core::cuda_backend::CudaDType
+            + candle_core::cuda_backend::cudarc::driver::DeviceRepr
+            + candle_core::cuda_backend::cudarc::nccl::safe::NcclType,
+    {
+        let src = s.as_cuda_slice::<T>()?;
+        let count = l.shape().elem_count();
+        let src = match l.contiguous_offsets() {
+            Some((0, end)) if end == src.len() => src,
+            _ => candle_core::bail!("the all-reduce takes a whole contiguous tensor"),
+        };
+        let dev = s.device().clone();
+        // SAFETY: every element is written by the all-reduce before it is read.
+        let mut dst = unsafe { dev.alloc::<T>(count) }?;
+        self.comm
+            .all_reduce(src, &mut dst, &ReduceOp::Sum)
+            .map_err(|e| candle_core::Error::Msg(format!("NCCL all-reduce failed: {e:?}")))?;
+        Ok(CudaStorage::wrap_cuda_slice(dst, dev))
+    }
+}
+
+impl candle_core::CustomOp1 for AllReduce<'_> {
+    fn name(&self) -> &'static str {
+        "nccl-all-reduce"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("the NCCL all-reduce runs on CUDA tensors")
+    }
+
+    fn cuda_fwd(&self, s: &CudaStorage, l: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
+        use half::{bf16, f16};
+        let out = match s.dtype() {
+            DType::BF16 => self.reduce::<bf16>(s, l)?,
+            DType::F16 => self.reduce::<f16>(s, l)?,
+            DType::F32 => self.reduce::<f32>(s, l)?,
+            other => candle_core::bail!("no NCCL all-reduce for {other:?}"),
+        };
+        Ok((out, l.shape().clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_id_goes_through_hex_and_back() {
+        let hex: String = (0..ID_BYTES).map(|i| format!("{:02x}", i as u8)).collect();
+        let id = parse_id(&hex).unwrap();
+        assert_eq!(id[127] as u8, 127);
+        assert!(parse_id("00").is_err());
+    }
+}
