@@ -323,6 +323,15 @@ pub struct DiagnoseArgs {
     /// binary was built with CUDA), else cpu]
     #[arg(long)]
     pub device: Option<String>,
+    /// --engine candle: tensor-parallel ranks, one probe process per GPU of --device (all of them
+    /// by default with several), all-reducing over NCCL (the `nccl` build); with --device cpu, N
+    /// ranks on the CPU over the loopback
+    #[arg(
+        long = "tensor-parallel-size",
+        visible_alias = "tp",
+        allow_negative_numbers = true
+    )]
+    pub tensor_parallel_size: Option<i64>,
     /// Emulate a smaller card (24GiB…): a ballast allocation on CUDA, the allocator's limit on
     /// the CPU. `--vram` means the same here.
     #[arg(long, allow_hyphen_values = true)]

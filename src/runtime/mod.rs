@@ -10,6 +10,7 @@ pub mod kv_cache;
 pub mod nccl;
 pub mod parallel;
 pub mod setup;
+pub mod tcp;
 pub mod weights;
 
 use candle_core::{DType, Device};
