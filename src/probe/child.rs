@@ -564,9 +564,11 @@ fn join(
                 .map_err(runtime_err)
         }
         #[cfg(feature = "nccl")]
-        super::protocol::Join::Nccl { id } => crate::runtime::nccl::Nccl::join(device, me, id)
-            .map(|c| Box::new(c) as Box<dyn Communicator>)
-            .map_err(runtime_err),
+        super::protocol::Join::Nccl { id_file } => {
+            crate::runtime::nccl::Nccl::join(device, me, std::path::Path::new(id_file), JOIN_WITHIN)
+                .map(|c| Box::new(c) as Box<dyn Communicator>)
+                .map_err(runtime_err)
+        }
         #[cfg(not(feature = "nccl"))]
         super::protocol::Join::Nccl { .. } => {
             let _ = device;

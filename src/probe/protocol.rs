@@ -50,12 +50,13 @@ pub struct TensorParallel {
     pub join: Join,
 }
 
-/// How the ranks meet: NCCL's unique id (made by the parent, hex), or, for ranks on the CPU, rank
-/// 0's TCP address on the loopback.
+/// How the ranks meet: over NCCL, rank 0 makes the unique id and writes it (hex) to `id_file`,
+/// where the other ranks read it (as candle's llama_multiprocess example does; the parent never
+/// loads NCCL or opens a GPU); for ranks on the CPU, at rank 0's TCP address on the loopback.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "via", rename_all = "snake_case")]
 pub enum Join {
-    Nccl { id: String },
+    Nccl { id_file: String },
     Tcp { addr: String },
 }
 

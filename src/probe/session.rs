@@ -261,6 +261,7 @@ impl Session {
                     }
                     Err(e) => {
                         self.end_all(|_| true);
+                        world::remove_id_file(&setups);
                         return Err(unavailable(&line).unwrap_or_else(|| {
                             Error::Internal(format!("the probe greeted with {line:?} ({e})"))
                         }));
@@ -269,8 +270,10 @@ impl Session {
                 Event::Gone(i) => i,
                 Event::Timeout => pending.iter().position(|&p| p).unwrap_or(0),
             };
+            world::remove_id_file(&setups);
             return Err(self.not_greeted(failed, greet_within));
         }
+        world::remove_id_file(&setups);
         let hellos: Vec<Hello> = hellos.into_iter().flatten().collect();
         if self.hello.is_none() {
             self.hello = Some(world::merge_hellos(hellos, !self.world.is_empty()));

@@ -51,20 +51,46 @@ fn rendezvous(world: &[Device]) -> Result<Join> {
         )
         .into());
     }
-    nccl_id().map(|id| Join::Nccl { id })
+    if !cfg!(feature = "nccl") {
+        return Err(InputError::Usage(
+            "tensor parallelism over GPUs runs over NCCL: this llm-oom was built without it; rebuild with `cargo build --release --features nccl` (needs libnccl.so.2, e.g. pip install nvidia-nccl-cu13)".into(),
+        )
+        .into());
+    }
+    Ok(Join::Nccl {
+        id_file: id_file()?.display().to_string(),
+    })
 }
 
-#[cfg(feature = "nccl")]
-fn nccl_id() -> Result<String> {
-    crate::runtime::nccl::new_id().map_err(crate::runtime::setup::runtime_err)
+/// A fresh path for one world's NCCL id, in a folder of this process (removed with it: see
+/// [`remove_id_file`]).
+fn id_file() -> Result<std::path::PathBuf> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static WORLDS: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!("llm-oom-nccl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::Internal(format!("cannot write {}: {e}", dir.display())))?;
+    let n = WORLDS.fetch_add(1, Ordering::SeqCst);
+    let path = dir.join(format!("world-{n}.id"));
+    let _ = std::fs::remove_file(&path);
+    Ok(path)
 }
 
-#[cfg(not(feature = "nccl"))]
-fn nccl_id() -> Result<String> {
-    Err(InputError::Usage(
-        "tensor parallelism over GPUs runs over NCCL: this llm-oom was built without it; rebuild with `cargo build --release --features nccl` (needs libnccl.so.2, e.g. pip install nvidia-nccl-cu13)".into(),
-    )
-    .into())
+/// Once every rank has joined, the world's id is of no more use.
+pub fn remove_id_file(setups: &[Setup]) {
+    let Some(Join::Nccl { id_file }) = setups
+        .first()
+        .and_then(|s| s.tensor_parallel.as_ref())
+        .map(|t| &t.join)
+    else {
+        return;
+    };
+    let path = std::path::Path::new(id_file);
+    let _ = std::fs::remove_file(path);
+    if let Some(dir) = path.parent() {
+        // only when empty: another world of this process may be joining
+        let _ = std::fs::remove_dir(dir);
+    }
 }
 
 /// The world's greeting: rank 0's, with the tightest rank's capacity (the card the verdict is

@@ -1,9 +1,11 @@
 //! The NCCL communicator of a tensor-parallel rank, through cudarc's bindings as candle's
-//! `llama_multiprocess` example uses them: rank 0's parent makes the unique id
-//! ([`new_id`]), every rank's child joins with it ([`Nccl::join`]), and the all-reduce is a
+//! `llama_multiprocess` example uses them: rank 0 makes the unique id and writes it to a file
+//! the parent named, the other ranks read it there ([`Nccl::join`]), and the all-reduce is a
 //! candle custom op on the rank's own CUDA stream. Built with the `nccl` feature only.
 
 use std::ffi::c_char;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::DeviceSlice;
@@ -16,8 +18,8 @@ use super::{Result, RuntimeError};
 /// The bytes of an NCCL unique id (`ncclUniqueId`).
 pub const ID_BYTES: usize = 128;
 
-/// A fresh NCCL unique id, as hex (what the parent hands every rank in its setup).
-pub fn new_id() -> Result<String> {
+/// A fresh NCCL unique id, as hex.
+fn new_id() -> Result<String> {
     let id = Id::new().map_err(|e| {
         RuntimeError::Device(format!(
             "NCCL could not make a unique id ({e:?}); is libnccl.so.2 installed?"
@@ -28,6 +30,36 @@ pub fn new_id() -> Result<String> {
         .iter()
         .map(|&b| format!("{:02x}", b as u8))
         .collect())
+}
+
+/// Written whole or not at all: the other ranks never read half an id.
+fn write_id(path: &Path, hex: &str) -> Result<()> {
+    let part = path.with_extension("part");
+    std::fs::write(&part, hex)
+        .and_then(|()| std::fs::rename(&part, path))
+        .map_err(|e| {
+            RuntimeError::Device(format!(
+                "cannot write the NCCL id to {}: {e}",
+                path.display()
+            ))
+        })
+}
+
+fn read_id(path: &Path, within: Duration) -> Result<String> {
+    let start = Instant::now();
+    loop {
+        if let Ok(hex) = std::fs::read_to_string(path) {
+            return Ok(hex);
+        }
+        if start.elapsed() > within {
+            return Err(RuntimeError::Device(format!(
+                "rank 0 did not write the NCCL id to {} within {:.0} s",
+                path.display(),
+                within.as_secs_f64()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn parse_id(hex: &str) -> Result<[c_char; ID_BYTES]> {
@@ -51,14 +83,22 @@ pub struct Nccl {
 }
 
 impl Nccl {
-    /// Join the world of `id` as `rank` on `device` (blocks until every rank has joined).
-    pub fn join(device: &Device, rank: Rank, id: &str) -> Result<Nccl> {
+    /// Join the world whose id rank 0 writes to `id_file`, as `rank` on `device` (blocks until
+    /// every rank has joined).
+    pub fn join(device: &Device, rank: Rank, id_file: &Path, within: Duration) -> Result<Nccl> {
         let Device::Cuda(cuda) = device else {
             return Err(RuntimeError::Device(
                 "NCCL ranks run on CUDA devices".into(),
             ));
         };
-        let id = Id::uninit(parse_id(id)?);
+        let hex = if rank.rank == 0 {
+            let hex = new_id()?;
+            write_id(id_file, &hex)?;
+            hex
+        } else {
+            read_id(id_file, within)?
+        };
+        let id = Id::uninit(parse_id(&hex)?);
         let comm = Comm::from_rank(cuda.cuda_stream(), rank.rank, rank.world, id).map_err(|e| {
             RuntimeError::Device(format!(
                 "NCCL could not start rank {} of {} ({e:?})",
