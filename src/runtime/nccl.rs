@@ -8,7 +8,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::DeviceSlice;
 use candle_core::cuda_backend::cudarc::nccl::safe::{Comm, Id, ReduceOp};
 use candle_core::{CpuStorage, CudaStorage, DType, Device, Layout, Shape, Tensor};
 
@@ -132,17 +131,20 @@ impl AllReduce<'_> {
             + candle_core::cuda_backend::cudarc::driver::DeviceRepr
             + candle_core::cuda_backend::cudarc::nccl::safe::NcclType,
     {
-        let src = s.as_cuda_slice::<T>()?;
-        let count = l.shape().elem_count();
-        let src = match l.contiguous_offsets() {
-            Some((0, end)) if end == src.len() => src,
-            _ => candle_core::bail!("the all-reduce takes a whole contiguous tensor"),
+        let whole = s.as_cuda_slice::<T>()?;
+        let Some((start, end)) = l
+            .contiguous_offsets()
+            .filter(|&(start, end)| start <= end && end <= whole.len())
+        else {
+            candle_core::bail!("the all-reduce takes a contiguous tensor")
         };
+        let count = end - start;
+        let src = whole.slice(start..end);
         let dev = s.device().clone();
         // SAFETY: every element is written by the all-reduce before it is read.
         let mut dst = unsafe { dev.alloc::<T>(count) }?;
         self.comm
-            .all_reduce(src, &mut dst, &ReduceOp::Sum)
+            .all_reduce(&src, &mut dst, &ReduceOp::Sum)
             .map_err(|e| candle_core::Error::Msg(format!("NCCL all-reduce failed: {e:?}")))?;
         Ok(CudaStorage::wrap_cuda_slice(dst, dev))
     }

@@ -174,11 +174,14 @@ impl Split {
     /// The shape a rank holds of a tensor of `full` shape.
     pub fn local_shape(&self, full: &[usize]) -> Vec<usize> {
         let mut s = full.to_vec();
-        match self {
-            Split::Whole => {}
-            Split::Rows(r) => s[0] = r.iter().map(Range::len).sum(),
-            Split::Cols(c) => s[1] = c.len(),
-            Split::Vocab(v) => s[0] = v.rows,
+        let (axis, len) = match self {
+            Split::Whole => return s,
+            Split::Rows(r) => (0, r.iter().map(Range::len).sum()),
+            Split::Cols(c) => (1, c.len()),
+            Split::Vocab(v) => (0, v.rows),
+        };
+        if let Some(d) = s.get_mut(axis) {
+            *d = len;
         }
         s
     }
@@ -203,7 +206,9 @@ impl Split {
                 }
                 if have < v.rows {
                     let mut shape = t.dims().to_vec();
-                    shape[0] = v.rows - have;
+                    if let Some(rows) = shape.first_mut() {
+                        *rows = v.rows - have;
+                    }
                     parts.push(Tensor::zeros(shape, t.dtype(), t.device())?);
                 }
                 Tensor::cat(&parts, 0)?.contiguous()
