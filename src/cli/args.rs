@@ -35,10 +35,15 @@ Examples:
   llm-oom diagnose --model mistralai/Mistral-7B-Instruct-v0.2 --prompt-tokens 8000 --vram 24GiB";
 
 /// `--version`: the version and what this binary can run.
-#[cfg(feature = "cuda")]
+#[cfg(all(feature = "cuda", not(feature = "nccl")))]
 const LONG_VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (features: cuda; diagnose --engine candle runs on the GPU)"
+);
+#[cfg(feature = "nccl")]
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (features: cuda, nccl; diagnose --engine candle runs on the GPU, tensor-parallel over several)"
 );
 #[cfg(not(feature = "cuda"))]
 const LONG_VERSION: &str = concat!(
