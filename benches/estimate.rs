@@ -11,6 +11,7 @@ fn bench(c: &mut Criterion) {
     let (id, json) = presets::find("mistralai/Mistral-7B-Instruct-v0.2").expect("preset");
     let spec = presets::load(id, json).expect("preset parses");
     let w = Workload {
+        llama: Default::default(),
         prompt_tokens: 4096,
         max_new_tokens: 512,
         batch: 4,

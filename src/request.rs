@@ -124,6 +124,8 @@ pub struct WorkloadRequest {
     /// vLLM's parallel layout as asked (`--tensor-parallel-size`, `--pipeline-parallel-size`,
     /// `--nodes`, `--gpus-per-node`); all `None` when none was given.
     pub parallel: ParallelRequest,
+    /// llama.cpp's `-c`, `-ub`, `-b`, `-fa` as given (all unset: its defaults).
+    pub llama: crate::estimate::LlamaCppArgs,
 }
 
 /// vLLM's parallel layout as the flags give it; `None` = not given.
@@ -156,6 +158,15 @@ impl WorkloadRequest {
         if let Some(h) = self.host_ram {
             flag("--host-ram", h)?;
         }
+        for (name, v) in [
+            ("--ctx-size", self.llama.ctx_size),
+            ("--ubatch-size", self.llama.ubatch),
+            ("--batch-size", self.llama.batch),
+        ] {
+            if let Some(v) = v {
+                flag(name, v)?;
+            }
+        }
         Ok(())
     }
 
@@ -172,6 +183,7 @@ impl WorkloadRequest {
                 .kv_dtype
                 .unwrap_or_else(|| weight_dtype.compute_kv_dtype()),
             engine: self.engine,
+            llama: self.llama,
         }
     }
 }

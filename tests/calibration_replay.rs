@@ -97,6 +97,7 @@ fn peaks_are_within_three_percent() {
             Engine::Transformers
         };
         let w = Workload {
+            llama: Default::default(),
             prompt_tokens: u(r, "prompt"),
             max_new_tokens: u(r, "new"),
             batch: u(r, "batch"),
@@ -158,6 +159,7 @@ fn the_safe_budget_is_safe_and_tight() {
         assert_eq!(card, 24 * GIB);
         let planner = Planner::new(&s, card);
         let base = Workload {
+            llama: Default::default(),
             prompt_tokens: 1,
             max_new_tokens: u(r, "new"),
             batch: u(r, "batch"),
@@ -171,6 +173,7 @@ fn the_safe_budget_is_safe_and_tight() {
         };
         let predicted = largest(1, 500_000, |p| {
             planner.fits(&Workload {
+                llama: Default::default(),
                 prompt_tokens: p,
                 ..base
             })

@@ -46,6 +46,7 @@ fn hostile_u64() -> impl Strategy<Value = u64> {
 fn exercise(spec: &Spec, prompt: u64, new: u64, batch: u64, vram: u64) {
     for engine in Engine::ALL {
         let w = Workload {
+            llama: Default::default(),
             prompt_tokens: prompt,
             max_new_tokens: new,
             batch,
@@ -213,6 +214,7 @@ proptest! {
         }
         for row in b.table.iter().filter(|r| r.max_total_tokens > 0) {
             let fits = pl.fits(&Workload {
+                llama: Default::default(),
                 prompt_tokens: row.prompt_tokens,
                 max_new_tokens: row.new_tokens,
                 batch: row.concurrency,
@@ -307,6 +309,7 @@ fn preset(i: usize) -> Spec {
 
 fn workload(prompt: u64, new: u64, batch: u64) -> Workload {
     Workload {
+        llama: Default::default(),
         prompt_tokens: prompt,
         max_new_tokens: new,
         batch,
@@ -318,6 +321,7 @@ fn workload(prompt: u64, new: u64, batch: u64) -> Workload {
 
 fn workload_for(spec: &Spec, prompt: u64, new: u64, batch: u64) -> Workload {
     Workload {
+        llama: Default::default(),
         weight_dtype: spec.native_dtype,
         kv_dtype: spec.native_dtype.compute_kv_dtype(),
         ..workload(prompt, new, batch)

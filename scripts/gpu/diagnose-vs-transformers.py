@@ -24,7 +24,9 @@ def diagnose(rec, prompt, mode):
     gib = rec["vram_limit"] / (1 << 30)
     args = [binary, "diagnose", "--model", os.path.join(ROOT, "presets", rec["preset"] + ".json"),
             "--vram-limit", "%.6fGiB" % gib, "-p", str(prompt), "-n", str(rec["new"]),
-            "-b", str(rec["batch"]), "--stage-timeout", str(PER_RUN // 2), "--json"]
+            "-b", str(rec["batch"]), "--stage-timeout", str(PER_RUN // 2), "--json",
+            # the dtype the truth ran in (a preset's own torch_dtype may differ: llama-2-7b is f16)
+            "--dtype", rec.get("dtype") or "bf16"]
     if rec["attn"] == "eager":
         args += ["--engine", "transformers-eager"]
     args += os.environ.get("EXTRA_ARGS", "").split()

@@ -126,6 +126,7 @@ impl<'a> Planner<'a> {
         let ok = |t: u64| {
             let (p, n) = split(t);
             self.fits(&Workload {
+                llama: Default::default(),
                 prompt_tokens: p,
                 max_new_tokens: n,
                 batch,
@@ -162,12 +163,14 @@ impl<'a> Planner<'a> {
             peak_bytes: est.total,
             max_prompt_tokens: largest(1, limit.saturating_sub(w.max_new_tokens), |p| {
                 self.fits(&Workload {
+                    llama: Default::default(),
                     prompt_tokens: p,
                     ..*w
                 })
             }),
             max_new_tokens: largest(1, limit.saturating_sub(w.prompt_tokens), |n| {
                 self.fits(&Workload {
+                    llama: Default::default(),
                     max_new_tokens: n,
                     ..*w
                 })
@@ -204,6 +207,7 @@ impl<'a> Planner<'a> {
                     dtype.compute_kv_dtype()
                 };
                 let alt = Workload {
+                    llama: Default::default(),
                     weight_dtype: dtype,
                     kv_dtype,
                     engine,
@@ -256,6 +260,7 @@ mod tests {
 
     fn work(prompt: u64, new: u64, batch: u64) -> Workload {
         Workload {
+            llama: Default::default(),
             prompt_tokens: prompt,
             max_new_tokens: new,
             batch,
@@ -281,10 +286,12 @@ mod tests {
         let b = pl.budget(&w);
         let p = b.max_prompt_tokens.unwrap();
         assert!(pl.fits(&Workload {
+            llama: Default::default(),
             prompt_tokens: p,
             ..w
         }));
         assert!(!pl.fits(&Workload {
+            llama: Default::default(),
             prompt_tokens: p + 1,
             ..w
         }));
@@ -292,6 +299,7 @@ mod tests {
         assert!(
             pl.fits(&Workload { batch, ..w })
                 && !pl.fits(&Workload {
+                    llama: Default::default(),
                     batch: batch + 1,
                     ..w
                 })
@@ -303,6 +311,7 @@ mod tests {
         for row in &b.table {
             if row.max_total_tokens > 0 {
                 assert!(pl.fits(&Workload {
+                    llama: Default::default(),
                     prompt_tokens: row.prompt_tokens,
                     max_new_tokens: row.new_tokens,
                     batch: row.concurrency,

@@ -208,6 +208,23 @@ pub struct WorkloadArgs {
     /// Which GPU to read when --vram is not given.
     #[arg(long, default_value_t = 0)]
     pub gpu: u32,
+    /// llama.cpp: the context of all slots together (`-c`) [default: (prompt + new) × batch]
+    #[arg(
+        long,
+        short = 'c',
+        help_heading = "llama.cpp",
+        allow_negative_numbers = true
+    )]
+    pub ctx_size: Option<i64>,
+    /// llama.cpp: tokens per forward pass (`-ub`) [default: 512]
+    #[arg(long, help_heading = "llama.cpp", allow_negative_numbers = true)]
+    pub ubatch_size: Option<i64>,
+    /// llama.cpp: the logical batch (`-b`), which caps -ub and the logits [default: 2048]
+    #[arg(long, help_heading = "llama.cpp", allow_negative_numbers = true)]
+    pub batch_size: Option<i64>,
+    /// llama.cpp: flash attention, on, off or auto (`-fa`) [default: auto, on for CUDA]
+    #[arg(long, help_heading = "llama.cpp", value_parser = ["on", "off", "auto"])]
+    pub flash_attn: Option<String>,
 }
 
 #[derive(Debug, Args)]

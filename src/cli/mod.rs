@@ -385,7 +385,28 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
         gpus,
         host_ram: None,
         parallel: Default::default(),
+        llama: llm_oom::estimate::LlamaCppArgs {
+            ctx_size: a.ctx_size.map(|v| positive("--ctx-size", v)).transpose()?,
+            ubatch: a
+                .ubatch_size
+                .map(|v| positive("--ubatch-size", v))
+                .transpose()?,
+            batch: a
+                .batch_size
+                .map(|v| positive("--batch-size", v))
+                .transpose()?,
+            flash_attn: a.flash_attn.as_deref().and_then(flash_attn_flag),
+        },
     })
+}
+
+/// `--flash-attn on|off|auto` (clap admits only these); `auto` is unset: on for CUDA.
+fn flash_attn_flag(s: &str) -> Option<bool> {
+    match s {
+        "on" => Some(true),
+        "off" => Some(false),
+        _ => None,
+    }
 }
 
 fn list_presets(format: Format) -> Result<String> {

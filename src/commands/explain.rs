@@ -179,6 +179,7 @@ fn from_log(report: &ExplainReport, engine: Engine) -> Option<WorkloadRequest> {
         gpus: Vec::new(),
         host_ram: None,
         parallel: Default::default(),
+        llama: Default::default(),
     })
 }
 

@@ -4,6 +4,7 @@
 pub mod candle;
 pub mod engine;
 pub mod kv;
+pub mod llamacpp;
 pub mod measured;
 pub mod weights;
 
@@ -14,6 +15,7 @@ pub use kv::{
     kv_bytes, kv_bytes_in, kv_bytes_per_token, kv_bytes_per_token_at, state_bytes, CachePolicy,
     MlaCache,
 };
+pub use llamacpp::LlamaCppArgs;
 pub use measured::MeasuredModel;
 pub use weights::weight_bytes;
 
@@ -30,6 +32,10 @@ pub struct Workload {
     pub weight_dtype: WeightDtype,
     pub kv_dtype: KvDtype,
     pub engine: Engine,
+    /// llama.cpp's own knobs (`-c`, `-ub`, `-b`, `-fa`) when the user set them; unset = the
+    /// defaults, and a context just large enough for the workload.
+    #[serde(skip_serializing_if = "LlamaCppArgs::is_default")]
+    pub llama: LlamaCppArgs,
 }
 
 impl Workload {
@@ -102,20 +108,15 @@ pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
         _ => tokens,
     };
     let policy = CachePolicy::of(w.engine);
-    let kv_prompt = kv_bytes_in(
-        spec,
-        w.kv_dtype,
-        kv_tokens(w.prompt_tokens),
-        w.batch,
-        policy,
-    );
-    let kv_full = kv_bytes_in(
-        spec,
-        w.kv_dtype,
-        kv_tokens(w.total_tokens()),
-        w.batch,
-        policy,
-    );
+    // llama.cpp allocates every slot's padded share of `-c` at start-up.
+    let (prompt_cells, full_cells) = if w.engine == Engine::LlamaCpp {
+        let (_, per_seq) = llamacpp::context(w);
+        (per_seq, per_seq)
+    } else {
+        (kv_tokens(w.prompt_tokens), kv_tokens(w.total_tokens()))
+    };
+    let kv_prompt = kv_bytes_in(spec, w.kv_dtype, prompt_cells, w.batch, policy);
+    let kv_full = kv_bytes_in(spec, w.kv_dtype, full_cells, w.batch, policy);
 
     let (prefill_act, decode_act) = if w.engine == Engine::Candle {
         candle::generation_activations(
@@ -126,6 +127,10 @@ pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
             w.total_tokens(),
             Some(candle::ATTENTION_SLICE),
         )
+    } else if w.engine == Engine::LlamaCpp {
+        // One compute buffer, reserved for the worst pass, serves prefill and decode alike.
+        let c = llamacpp::compute_buffer(spec, w);
+        (c, c)
     } else {
         activations(spec, &p, w, d, kv_full)
     };
@@ -283,6 +288,7 @@ mod tests {
 
     fn work(engine: Engine, prompt: u64, new: u64, batch: u64) -> Workload {
         Workload {
+            llama: Default::default(),
             prompt_tokens: prompt,
             max_new_tokens: new,
             batch,

@@ -496,6 +496,7 @@ fn max_model_len(spec: &Spec, w: &Workload, p: &Parallel, devices: &[DeviceShare
             rank_kv(
                 spec,
                 &Workload {
+                    llama: Default::default(),
                     prompt_tokens: t,
                     max_new_tokens: 0,
                     batch: 1,
@@ -736,6 +737,7 @@ pub fn fitting(spec: &Spec, w: &Workload, gpus: &[u64], p: &Parallel) -> Option<
     }
     if w.kv_dtype.elem_bytes().as_f64() > 1.0 {
         let fp8 = Workload {
+            llama: Default::default(),
             kv_dtype: KvDtype::Fp8,
             ..*w
         };
@@ -771,6 +773,7 @@ mod tests {
 
     fn work(prompt: u64, batch: u64) -> Workload {
         Workload {
+            llama: Default::default(),
             prompt_tokens: prompt,
             max_new_tokens: 256,
             batch,
@@ -944,6 +947,7 @@ mod tests {
             rank_kv(
                 &s,
                 &Workload {
+                    llama: Default::default(),
                     prompt_tokens: t,
                     max_new_tokens: 0,
                     ..work(1, 1)

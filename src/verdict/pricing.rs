@@ -69,10 +69,12 @@ impl Pricer<'_> {
             .min(context.saturating_sub(w.prompt_tokens));
         let fits = |alt: &Workload| planner.fits(alt);
         let with_prompt = |p| Workload {
+            llama: Default::default(),
             prompt_tokens: p,
             ..w
         };
         let with_new = |n| Workload {
+            llama: Default::default(),
             max_new_tokens: n,
             ..w
         };
@@ -98,6 +100,7 @@ impl Pricer<'_> {
             self.try_change(
                 Change::UseSdpa,
                 Workload {
+                    llama: Default::default(),
                     engine: Engine::Transformers,
                     ..w
                 },
@@ -107,6 +110,7 @@ impl Pricer<'_> {
             self.try_change(
                 Change::HalfPrecision(WeightDtype::Bf16),
                 Workload {
+                    llama: Default::default(),
                     weight_dtype: WeightDtype::Bf16,
                     kv_dtype: KvDtype::Bf16,
                     ..w
@@ -143,6 +147,7 @@ impl Pricer<'_> {
             self.try_change(
                 Change::QuantizeWeights(d),
                 Workload {
+                    llama: Default::default(),
                     weight_dtype: d,
                     kv_dtype,
                     ..w

@@ -170,6 +170,7 @@ mod tests {
 
     fn work(engine: Engine, dtype: WeightDtype) -> Workload {
         Workload {
+            llama: Default::default(),
             prompt_tokens: 2048,
             max_new_tokens: 256,
             batch: 1,
@@ -218,6 +219,7 @@ mod tests {
     fn llama_cpp_on_two_cards_gets_the_most_layers_they_hold_and_the_cards_that_hold_all() {
         let s = spec("llama-3.3-70b-instruct");
         let w = Workload {
+            llama: Default::default(),
             kv_dtype: KvDtype::F16,
             ..work(Engine::LlamaCpp, "q4_k_m".parse().unwrap())
         };

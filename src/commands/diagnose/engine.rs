@@ -128,6 +128,7 @@ pub fn corrected_card(profile: &Planner, w: &Workload, stages: &[StageRecord]) -
             continue;
         };
         let at = Workload {
+            llama: Default::default(),
             prompt_tokens: p,
             max_new_tokens: n,
             batch: b,
@@ -181,6 +182,7 @@ mod tests {
 
     fn work(p: u64) -> Workload {
         Workload {
+            llama: Default::default(),
             prompt_tokens: p,
             max_new_tokens: 256,
             batch: 1,

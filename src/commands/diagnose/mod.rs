@@ -696,6 +696,7 @@ fn find_limits(session: &mut Session, planner: &Planner, prep: &Prepared) -> Res
         .max(w.total_tokens());
     let predicted_prompt = crate::budget::largest(1, context, |p| {
         planner.fits(&Workload {
+            llama: Default::default(),
             prompt_tokens: p,
             ..at_one
         })

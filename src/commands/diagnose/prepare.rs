@@ -70,6 +70,7 @@ pub fn prepare(req: &DiagnoseRequest) -> Result<Prepared> {
         }
     }
     let workload = Workload {
+        llama: Default::default(),
         prompt_tokens,
         max_new_tokens: req.max_new_tokens,
         batch: req.batch,
