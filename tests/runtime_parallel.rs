@@ -164,6 +164,7 @@ fn each_rank_holds_the_weights_and_kv_cache_the_vllm_plan_prices_per_rank() {
                 weight_dtype: WeightDtype::Bf16,
                 kv_dtype: KvDtype::Bf16,
                 engine: Engine::Vllm,
+                llama: Default::default(),
             };
             let p = Parallel {
                 tensor: tp,
