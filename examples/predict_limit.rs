@@ -20,6 +20,7 @@ fn main() -> anyhow::Result<()> {
         weight_dtype,
         kv_dtype: weight_dtype.compute_kv_dtype(),
         engine: engine.parse()?,
+        llama: Default::default(),
     };
     let vram: llm_oom::units::Bytes = vram.parse()?;
     let planner = Planner::new(&spec, vram.0);

@@ -3,6 +3,8 @@
 # `cuda` feature builds on a machine with no GPU and no system CUDA toolkit.
 #
 # Usage:  eval "$(scripts/setup-cuda.sh)"   # then: cargo build --release --features cuda
+#         eval "$(scripts/setup-cuda.sh --nccl)"   # also NCCL 2.30, to link --features nccl
+#         (`cargo check --features nccl` needs no NCCL: cudarc's bindings are pre-generated)
 #
 # Pinned to 13.0 because driver 580 accepts PTX up to ISA 9.0; an unpinned install pulls 13.5 pieces and
 # ptxas fails with "Unsupported .version 9.5". Users with a CUDA toolkit don't need this script.
@@ -37,6 +39,19 @@ PY
 )
 LIB="$CU13/lib"
 
+# The tensor-parallel probe's NCCL (candle links cudarc's libraries: a --features nccl binary
+# needs libnccl.so.2 at run time too). Pinned to the 2.30 cudarc's `nccl` feature binds.
+NCCL_LIB=""
+if [ "${1:-}" = "--nccl" ]; then
+  if [ ! -f "$CACHE/.nccl-2.30" ]; then
+    log "installing pinned NCCL 2.30 wheel"
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check nvidia-nccl-cu13==2.30.7 >&2
+    touch "$CACHE/.nccl-2.30"
+  fi
+  NCCL_LIB="$(dirname "$CU13")/nccl/lib"
+  [ -e "$NCCL_LIB/libnccl.so" ] || ln -s libnccl.so.2 "$NCCL_LIB/libnccl.so"
+fi
+
 # The wheels ship only versioned libraries; the linker wants the plain names.
 for name in cublas cublasLt cudart nvrtc; do
   [ -e "$LIB/lib$name.so" ] || ln -s "lib$name.so.13" "$LIB/lib$name.so"
@@ -65,3 +80,9 @@ export CUDA_COMPUTE_CAP="$CAP"
 export LIBRARY_PATH="$LIB:$STUB\${LIBRARY_PATH:+:\$LIBRARY_PATH}"
 export RUSTFLAGS="-L $LIB -L $STUB\${RUSTFLAGS:+ \$RUSTFLAGS}"
 OUT
+if [ -n "$NCCL_LIB" ]; then
+  # the linker finds -lnccl here (RUSTFLAGS stay as they are, so nothing else rebuilds)
+  cat <<OUT
+export LIBRARY_PATH="$NCCL_LIB:\$LIBRARY_PATH"
+OUT
+fi

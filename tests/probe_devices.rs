@@ -20,8 +20,14 @@ fn a_device_list_is_gpus_each_once_and_transformers_only() {
     for (args, says) in [
         (&["--device", "cuda:0,cpu"][..], "GPUs only"),
         (&["--device", "cuda:1,cuda:1"][..], "named twice"),
+        // candle over several GPUs is its tensor-parallel probe: a CUDA build with NCCL
+        // (tests/probe_tensor_parallel.rs runs it with ranks on the CPU)
         (
             &["--device", "cuda:0,cuda:1", "--engine", "candle"][..],
+            "feature",
+        ),
+        (
+            &["--device", "cuda:0,cuda:1", "--engine", "llama.cpp"][..],
             "not probed across GPUs",
         ),
         (

@@ -35,10 +35,15 @@ Examples:
   llm-oom diagnose --model mistralai/Mistral-7B-Instruct-v0.2 --prompt-tokens 8000 --vram 24GiB";
 
 /// `--version`: the version and what this binary can run.
-#[cfg(feature = "cuda")]
+#[cfg(all(feature = "cuda", not(feature = "nccl")))]
 const LONG_VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (features: cuda; diagnose --engine candle runs on the GPU)"
+);
+#[cfg(feature = "nccl")]
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (features: cuda, nccl; diagnose --engine candle runs on the GPU, tensor-parallel over several)"
 );
 #[cfg(not(feature = "cuda"))]
 const LONG_VERSION: &str = concat!(
@@ -340,6 +345,15 @@ pub struct DiagnoseArgs {
     /// binary was built with CUDA), else cpu]
     #[arg(long)]
     pub device: Option<String>,
+    /// --engine candle: tensor-parallel ranks, one probe process per GPU of --device (all of them
+    /// by default with several), all-reducing over NCCL (the `nccl` build); with --device cpu, N
+    /// ranks on the CPU over the loopback
+    #[arg(
+        long = "tensor-parallel-size",
+        visible_alias = "tp",
+        allow_negative_numbers = true
+    )]
+    pub tensor_parallel_size: Option<i64>,
     /// Emulate a smaller card (24GiB…): a ballast allocation on CUDA, the allocator's limit on
     /// the CPU. `--vram` means the same here.
     #[arg(long, allow_hyphen_values = true)]

@@ -32,20 +32,42 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<ExitStatus> {
         .as_deref()
         .map(llm_oom::request::parse_device_list)
         .transpose()?;
-    let (device, devices) = match listed {
-        Some(all) if all.len() > 1 => {
-            if !matches!(engine, Engine::Transformers | Engine::TransformersEager) {
+    let tp = args
+        .tensor_parallel_size
+        .map(|n| positive("--tensor-parallel-size", n))
+        .transpose()?;
+    let (device, devices, ranks) = match listed {
+        Some(all) if all.len() > 1 && candle => {
+            if tp.is_some_and(|n| n != all.len() as u64) {
                 return Err(InputError::Usage(format!(
-                    "--device with several GPUs runs transformers' device_map=\"auto\" over them; \
-                     {engine} is not probed across GPUs (for vLLM's tensor parallelism, `llm-oom plan \
-                     --engine vllm --tp N` prices every rank)"
+                    "--tensor-parallel-size {} with {} GPUs in --device: one rank per GPU; list as many GPUs as ranks",
+                    tp.unwrap_or(0),
+                    all.len()
                 ))
                 .into());
             }
-            (all[0], all)
+            (all[0], Vec::new(), all)
         }
-        Some(all) => (all.first().copied().unwrap_or(Device::Cpu), Vec::new()),
-        None => (best_device(candle), Vec::new()),
+        Some(all) if all.len() > 1 => {
+            if !matches!(engine, Engine::Transformers | Engine::TransformersEager) || tp.is_some() {
+                return Err(InputError::Usage(format!(
+                    "--device with several GPUs runs transformers' device_map=\"auto\" over them, \
+                     or with --engine candle its tensor-parallel probe; {engine}{} is not probed \
+                     across GPUs (for vLLM's tensor parallelism, `llm-oom plan --engine vllm --tp N` \
+                     prices every rank)",
+                    if tp.is_some() { " with --tensor-parallel-size" } else { "" }
+                ))
+                .into());
+            }
+            (all[0], all, Vec::new())
+        }
+        listed => {
+            let device = match listed {
+                Some(all) => all.first().copied().unwrap_or(Device::Cpu),
+                None => best_device(candle),
+            };
+            (device, Vec::new(), cpu_ranks(device, tp, candle)?)
+        }
     };
     if candle {
         llm_oom::runtime::check_device(device).map_err(|e| InputError::Usage(e.to_string()))?;
@@ -87,6 +109,7 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<ExitStatus> {
         engine,
         device,
         devices: devices.clone(),
+        ranks: ranks.clone(),
         vram_limit,
         find_limits: args.find_limits,
         verify: args.verify,
@@ -112,11 +135,12 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<ExitStatus> {
         format!(
             "llm-oom: probing {} on {}{}",
             req.model,
-            if devices.is_empty() {
+            if devices.is_empty() && ranks.is_empty() {
                 device.to_string()
             } else {
                 devices
                     .iter()
+                    .chain(&ranks)
                     .map(Device::to_string)
                     .collect::<Vec<_>>()
                     .join(" + ")
@@ -153,6 +177,27 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<ExitStatus> {
     }
     print(&super::report_text(&r, format)?)?;
     Ok(r.exit_status())
+}
+
+/// `--tensor-parallel-size N` on one device: N ranks on the CPU (over the loopback); a GPU world
+/// lists its GPUs.
+fn cpu_ranks(device: Device, tp: Option<u64>, candle: bool) -> Result<Vec<Device>> {
+    let Some(n) = tp.filter(|&n| n > 1) else {
+        return Ok(Vec::new());
+    };
+    if !candle {
+        return Err(InputError::Usage(
+            "--tensor-parallel-size runs llm-oom's own tensor-parallel probe: add --engine candle (transformers' device_map=\"auto\" over several GPUs is layer-wise: --device cuda:0,cuda:1)".into(),
+        )
+        .into());
+    }
+    if device != Device::Cpu || n > 64 {
+        return Err(InputError::Usage(format!(
+            "--tensor-parallel-size {n}: list one GPU per rank in --device (cuda:0,cuda:1,…), or use --device cpu for ranks on the CPU (at most 64)"
+        ))
+        .into());
+    }
+    Ok(vec![Device::Cpu; n as usize])
 }
 
 /// GPU 0 when NVML sees one (for candle, also only when this binary was built with CUDA); else

@@ -20,6 +20,7 @@ use crate::meter::sampler::Sampler;
 use crate::model::{resolve, Spec};
 use crate::runtime::decoder::argmax;
 use crate::runtime::generate::synthetic_prompt;
+use crate::runtime::parallel::{rank_spec, Communicator, Rank};
 use crate::runtime::setup::{candle_dtype, runtime_err, weight_source};
 use crate::runtime::weights::Weights;
 use crate::runtime::{open_device, Attention, CacheMode, Decoder, KvCache, RuntimeError};
@@ -30,7 +31,13 @@ const SEARCH_CAP: u64 = 16 << 30;
 
 struct Child {
     setup: Setup,
+    /// The model this child runs: the whole one, or its tensor-parallel rank's part.
     spec: Spec,
+    /// The whole model (what a rank's part is read from).
+    full: Spec,
+    /// A tensor-parallel rank: its place and its all-reduce with the other ranks.
+    rank: Option<Rank>,
+    comm: Option<Box<dyn Communicator>>,
     source: crate::runtime::weights::WeightSource,
     quantize: Option<crate::runtime::weights::Quantize>,
     device: Device,
@@ -89,6 +96,18 @@ impl Child {
         crate::runtime::weights::check_supported(&spec).map_err(runtime_err)?;
         let dtype = candle_dtype(setup.dtype);
         let device = open_device(setup.device).map_err(runtime_err)?;
+        let rank = setup.tensor_parallel.as_ref().map(|t| Rank {
+            rank: t.rank,
+            world: t.world,
+        });
+        if let Some(r) = rank {
+            crate::runtime::parallel::check(&spec, r.world).map_err(runtime_err)?;
+        }
+        // Before the base is read: NCCL's buffers are this rank's, as they are in a real world.
+        let comm = match &setup.tensor_parallel {
+            Some(tp) => Some(join(&tp.join, &device, tp.rank, tp.world)?),
+            None => None,
+        };
         let mut notes = Vec::new();
         // A shared GPU without a limit: cap the memory pool at what is free less the margin, so
         // the probe runs out before the other processes do.
@@ -172,7 +191,13 @@ impl Child {
         Ok((
             Child {
                 setup: setup.clone(),
-                spec,
+                spec: match rank {
+                    Some(r) => rank_spec(&spec, r.world),
+                    None => spec.clone(),
+                },
+                full: spec,
+                rank,
+                comm,
                 source,
                 quantize,
                 device,
@@ -262,7 +287,7 @@ impl Child {
                 })
             }
             Task::Generate(g) => {
-                fault_hook(&g.label);
+                fault_hook(&g.label, self.rank.map(|r| r.rank));
                 self.generate(g, &mut r)
             }
             Task::Fragmentation => {
@@ -320,13 +345,19 @@ impl Child {
         r.before = self.held();
         r.used.before = self.held_used();
         host::set_part(Part::Weights);
-        let w = self.source.load(
-            &self.spec,
-            self.dtype,
-            &self.device,
-            self.setup.seed,
-            self.quantize,
-        );
+        let w = match self.rank {
+            Some(r) => {
+                self.source
+                    .load_part(&self.full, self.dtype, &self.device, self.setup.seed, r)
+            }
+            None => self.source.load(
+                &self.spec,
+                self.dtype,
+                &self.device,
+                self.setup.seed,
+                self.quantize,
+            ),
+        };
         let w = w.map_err(|e| self.failure(e, Part::Weights))?;
         self.limit_check()?;
         self.sync(Part::Weights)?;
@@ -354,6 +385,7 @@ impl Child {
         if host::limit().is_some() {
             decoder.interrupt = Some(limit_crossed);
         }
+        decoder.comm = self.comm.as_deref();
         host::set_part(Part::KvCache);
         let before_cache = self.held();
         let mut cache = KvCache::new(
@@ -488,15 +520,20 @@ enum Failure {
 }
 
 /// Fault injection for the parent's tests: `LLM_OOM_PROBE_FAULT=panic:<label>` (or `abort:`,
-/// `hang:`) makes the child fail that way at the start of the task with that label.
-fn fault_hook(label: &str) {
+/// `hang:`) makes the child fail that way at the start of the task with that label;
+/// `abort:<label>@1` only tensor-parallel rank 1.
+fn fault_hook(label: &str, rank: Option<usize>) {
     let Ok(fault) = std::env::var("LLM_OOM_PROBE_FAULT") else {
         return;
     };
     let Some((how, at)) = fault.split_once(':') else {
         return;
     };
-    if at != label {
+    let (at, only) = match at.split_once('@') {
+        Some((at, r)) => (at, r.parse::<usize>().ok()),
+        None => (at, None),
+    };
+    if at != label || only.is_some_and(|r| Some(r) != rank) {
         return;
     }
     match how {
@@ -506,6 +543,39 @@ fn fault_hook(label: &str) {
             std::thread::sleep(std::time::Duration::from_secs(3600));
         },
         _ => {}
+    }
+}
+
+/// How long a rank waits for the others to join.
+const JOIN_WITHIN: Duration = Duration::from_secs(120);
+
+/// This rank's all-reduce: NCCL on a GPU (the `nccl` build), the loopback on the CPU.
+fn join(
+    how: &super::protocol::Join,
+    device: &Device,
+    rank: usize,
+    world: usize,
+) -> Result<Box<dyn Communicator>> {
+    let me = Rank { rank, world };
+    match how {
+        super::protocol::Join::Tcp { addr } => {
+            crate::runtime::tcp::Tcp::join(addr, me, JOIN_WITHIN)
+                .map(|c| Box::new(c) as Box<dyn Communicator>)
+                .map_err(runtime_err)
+        }
+        #[cfg(feature = "nccl")]
+        super::protocol::Join::Nccl { id_file } => {
+            crate::runtime::nccl::Nccl::join(device, me, std::path::Path::new(id_file), JOIN_WITHIN)
+                .map(|c| Box::new(c) as Box<dyn Communicator>)
+                .map_err(runtime_err)
+        }
+        #[cfg(not(feature = "nccl"))]
+        super::protocol::Join::Nccl { .. } => {
+            let _ = device;
+            Err(Error::Internal(
+                "this llm-oom was built without the `nccl` feature; tensor parallelism on GPUs needs `cargo build --release --features nccl`".into(),
+            ))
+        }
     }
 }
 

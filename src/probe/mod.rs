@@ -7,6 +7,7 @@ pub mod child;
 pub mod launcher;
 pub mod protocol;
 pub mod session;
+pub mod world;
 
 pub use protocol::{GenerateTask, Hello, OomFacts, Outcome, Setup, Task, TaskResult};
 pub use session::{Reply, Session};

@@ -36,6 +36,28 @@ pub struct Setup {
     /// as before. `device` is then the first of them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<Device>,
+    /// One rank of a tensor-parallel world (candle, one child per GPU): this child loads only its
+    /// part of the weights and all-reduces with the other ranks; `device` is its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensor_parallel: Option<TensorParallel>,
+}
+
+/// A child's place in a tensor-parallel world and how it finds the other ranks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TensorParallel {
+    pub rank: usize,
+    pub world: usize,
+    pub join: Join,
+}
+
+/// How the ranks meet: over NCCL, rank 0 makes the unique id and writes it (hex) to `id_file`,
+/// where the other ranks read it (as candle's llama_multiprocess example does; the parent never
+/// loads NCCL or opens a GPU); for ranks on the CPU, at rank 0's TCP address on the loopback.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "via", rename_all = "snake_case")]
+pub enum Join {
+    Nccl { id_file: String },
+    Tcp { addr: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -97,6 +119,9 @@ pub struct Hello {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeviceHello {
     pub device: Device,
+    /// Its tensor-parallel rank (one child per rank).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<usize>,
     pub base_bytes: u64,
     pub ballast_bytes: u64,
     pub capacity_bytes: u64,
@@ -112,6 +137,9 @@ pub struct DeviceHello {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeviceMemory {
     pub device: Device,
+    /// Its tensor-parallel rank (one child per rank).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank: Option<usize>,
     pub before: u64,
     pub peak: u64,
     pub after: u64,
@@ -230,6 +258,9 @@ pub struct TaskResult {
     /// ("GPU 1 has a total capacity of …") or its allocator's OOM observer saw it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oom_device: Option<Device>,
+    /// Tensor parallel: the rank that ran out (or failed), whose device is `oom_device`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_rank: Option<usize>,
 }
 
 /// A task's per-device memory, as a session keeps them for the report.
@@ -241,12 +272,28 @@ pub struct TaskDevices {
     /// The GPU its out-of-memory names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oom_device: Option<Device>,
+    /// Tensor parallel: the rank that ran out or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_rank: Option<usize>,
 }
 
 impl TaskDevices {
     /// The GPU the first out-of-memory among `tasks` names.
     pub fn first_oom(tasks: &[TaskDevices]) -> Option<Device> {
         tasks.iter().find_map(|t| t.oom_device)
+    }
+
+    /// How a report names the device of the first out-of-memory: `cuda:1`, with its
+    /// tensor-parallel rank when there is one (`cuda:1 (rank 1 of 2)`, `cpu (rank 1 of 2)`).
+    pub fn first_oom_label(tasks: &[TaskDevices]) -> Option<String> {
+        let t = tasks.iter().find(|t| t.oom_device.is_some())?;
+        let d = t.oom_device?;
+        // the world: every rank answers a task that went well
+        let world = tasks.iter().map(|t| t.devices.len()).max().unwrap_or(0);
+        Some(match t.failed_rank {
+            Some(r) => format!("{d} (rank {r} of {})", world.max(r + 1)),
+            None => d.to_string(),
+        })
     }
 }
 
@@ -258,6 +305,7 @@ impl TaskResult {
             outcome: self.outcome,
             devices: self.per_device.clone(),
             oom_device: self.oom_device,
+            failed_rank: self.failed_rank,
         })
     }
 }
@@ -286,6 +334,7 @@ impl TaskResult {
             timeline: Vec::new(),
             per_device: Vec::new(),
             oom_device: None,
+            failed_rank: None,
         }
     }
 }
@@ -306,6 +355,7 @@ mod tests {
             eager: false,
             seed: 42,
             devices,
+            tensor_parallel: None,
         }
     }
 

@@ -2,10 +2,15 @@
 //! time limit, and survive the child's death (out of memory, panic, abort, hang). A dead child is
 //! replaced by a fresh one, which loads the model again, for the next task. Every child is waited
 //! for, and NVML is asked whether it left memory on the GPU.
+//!
+//! Tensor parallel ([`Session::tensor_parallel`]): one child per rank, every task sent to all of
+//! them and answered by all (see [`super::world`]). The first rank that fails — out of memory,
+//! an error, death, a timeout — ends the world: the other ranks may be waiting in a collective
+//! that will never complete, so they are killed, and the answer names the rank and its device.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -13,13 +18,18 @@ use serde::Serialize;
 
 use super::launcher::Launcher;
 use super::protocol::{Hello, OomFacts, Outcome, Setup, Task, TaskDevices, TaskResult};
+use super::world;
 use crate::error::{Error, InputError, Result};
 use crate::meter::host::Part;
+use crate::request::Device;
 
 /// What came back for a task.
 /// The least time a child gets to start and greet (Python imports torch and transformers in
 /// 5–30 s on a cold disk).
 const HELLO_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// After one rank failed, how long the others' answers already on their way are waited for.
+const WORLD_GRACE: Duration = Duration::from_millis(250);
 
 #[derive(Debug, Clone)]
 pub enum Reply {
@@ -52,19 +62,22 @@ struct Running {
     stdin: ChildStdin,
     lines: Receiver<String>,
     stderr: Arc<Mutex<Vec<u8>>>,
+    device: Device,
 }
 
 pub struct Session {
     launcher: Launcher,
     setup: Setup,
     timeout: Duration,
-    gpu_index: Option<u32>,
     /// The prompt a fresh child warms up with.
     pub warmup_tokens: usize,
     /// A fresh child warms up before its task (so its tasks measure like the first child's);
     /// off for a task that must run as a user's new program does, cold.
     pub warm_fresh: bool,
-    running: Option<Running>,
+    /// The live children: one, or one per tensor-parallel rank (empty: none alive).
+    running: Vec<Running>,
+    /// Tensor parallel: rank r's device is `world[r]` (empty: one child).
+    world: Vec<Device>,
     /// The first child's greeting (device, base bytes, capacity).
     pub hello: Option<Hello>,
     pub children: Vec<ChildRecord>,
@@ -88,30 +101,82 @@ fn unavailable(line: &str) -> Option<Error> {
 /// Stderr kept per child: its last words are what matters.
 const STDERR_KEEP: usize = 64 << 10;
 
+/// What the children said next.
+enum Event {
+    Line(usize, String),
+    /// Child `i`'s output closed: it died (or could not be written to).
+    Gone(usize),
+    Timeout,
+}
+
+/// The next line from any child still `pending`, until `deadline`.
+fn next_event(running: &[Running], pending: &[bool], deadline: Instant) -> Event {
+    let waiting: Vec<usize> = (0..running.len()).filter(|&i| pending[i]).collect();
+    if let [only] = waiting.as_slice() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        return match running[*only].lines.recv_timeout(left) {
+            Ok(line) => Event::Line(*only, line),
+            Err(RecvTimeoutError::Timeout) => Event::Timeout,
+            Err(RecvTimeoutError::Disconnected) => Event::Gone(*only),
+        };
+    }
+    loop {
+        for &i in &waiting {
+            match running[i].lines.try_recv() {
+                Ok(line) => return Event::Line(i, line),
+                Err(TryRecvError::Disconnected) => return Event::Gone(i),
+                Err(TryRecvError::Empty) => {}
+            }
+        }
+        if waiting.is_empty() || Instant::now() >= deadline {
+            return Event::Timeout;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 impl Session {
     pub fn new(launcher: Launcher, setup: Setup, timeout: Duration) -> Session {
-        let gpu_index = setup.device.gpu();
         Session {
             launcher,
             setup,
             timeout,
-            gpu_index,
             warmup_tokens: 256,
             warm_fresh: true,
-            running: None,
+            running: Vec::new(),
+            world: Vec::new(),
             hello: None,
             children: Vec::new(),
             per_device: Vec::new(),
         }
     }
 
-    fn spawn(&mut self) -> Result<()> {
-        let setup =
-            serde_json::to_string(&self.setup).map_err(|e| Error::Internal(e.to_string()))?;
+    /// A tensor-parallel session: rank r runs on `devices[r]`, each in its own child.
+    pub fn tensor_parallel(
+        launcher: Launcher,
+        setup: Setup,
+        devices: Vec<Device>,
+        timeout: Duration,
+    ) -> Session {
+        let mut s = Session::new(launcher, setup, timeout);
+        s.world = devices;
+        s
+    }
+
+    /// A rank's prefix for what is said about it (nothing with one child).
+    fn who(&self, i: usize) -> String {
+        match self.world.get(i) {
+            Some(d) if self.world.len() > 1 => format!("rank {i} ({d}): "),
+            _ => String::new(),
+        }
+    }
+
+    fn start(&self, setup: &Setup) -> Result<Running> {
+        let json = serde_json::to_string(setup).map_err(|e| Error::Internal(e.to_string()))?;
         let mut child = Command::new(&self.launcher.program)
             .args(&self.launcher.args)
             .arg("--setup")
-            .arg(setup)
+            .arg(json)
             .envs(self.launcher.env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -132,6 +197,7 @@ impl Session {
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
             let _ = child.kill();
+            let _ = child.wait();
             return Err(Error::Internal("the probe's pipes were not opened".into()));
         };
         let (tx, rx) = mpsc::channel();
@@ -158,65 +224,91 @@ impl Session {
                 }
             }
         });
-        let mut running = Running {
+        Ok(Running {
             child,
             stdin,
             lines: rx,
             stderr,
-        };
+            device: setup.device,
+        })
+    }
+
+    /// Start every child (one, or one per rank) and wait for each one's greeting.
+    fn spawn(&mut self) -> Result<()> {
+        let setups = world::rank_setups(&self.setup, &self.world)?;
+        for s in &setups {
+            match self.start(s) {
+                Ok(r) => self.running.push(r),
+                Err(e) => {
+                    self.end_all(|_| true);
+                    return Err(e);
+                }
+            }
+        }
         // Starting (importing torch and transformers, creating the CUDA context, holding the
-        // ballast) is not a stage: it gets at least HELLO_TIMEOUT whatever --stage-timeout says.
+        // ballast, joining the other ranks) is not a stage: it gets at least HELLO_TIMEOUT
+        // whatever --stage-timeout says.
         let greet_within = self.timeout.max(HELLO_TIMEOUT);
-        match running.lines.recv_timeout(greet_within) {
-            Ok(line) => {
-                let hello: Hello = match serde_json::from_str(&line) {
-                    Ok(h) => h,
+        let deadline = Instant::now() + greet_within;
+        let mut hellos: Vec<Option<Hello>> = vec![None; self.running.len()];
+        while hellos.iter().any(Option::is_none) {
+            let pending: Vec<bool> = hellos.iter().map(Option::is_none).collect();
+            let failed = match next_event(&self.running, &pending, deadline) {
+                Event::Line(i, line) => match serde_json::from_str::<Hello>(&line) {
+                    Ok(h) => {
+                        hellos[i] = Some(h);
+                        continue;
+                    }
                     Err(e) => {
-                        let _ = running.child.kill();
-                        let status = running.child.wait().ok();
-                        self.record(running.child.id(), status);
+                        self.end_all(|_| true);
+                        world::remove_id_file(&setups);
                         return Err(unavailable(&line).unwrap_or_else(|| {
                             Error::Internal(format!("the probe greeted with {line:?} ({e})"))
                         }));
                     }
-                };
-                if self.hello.is_none() {
-                    self.hello = Some(hello);
-                }
-                self.running = Some(running);
-                Ok(())
-            }
-            Err(_) => {
-                // It died (or hung) before greeting: bad input the parent did not catch, or a device
-                // that cannot be opened. Its last line says which.
-                let _ = running.child.kill();
-                let status = running.child.wait().ok();
-                let words = last_words(&running.stderr);
-                self.record(running.child.id(), status);
-                let message = words
-                    .lines()
-                    .rev()
-                    .find_map(|l| l.strip_prefix("llm-oom: "))
-                    .map_or_else(|| words.trim().to_string(), str::to_string);
-                let message = if message.is_empty() {
-                    format!(
-                        "it did not greet within {:.0} s and was stopped",
-                        greet_within.as_secs_f64()
-                    )
-                } else {
-                    message
-                };
-                Err(match status.and_then(|s| s.code()) {
-                    Some(2) => InputError::Usage(message).into(),
-                    _ => Error::Internal(format!("the probe could not start: {message}")),
-                })
-            }
+                },
+                Event::Gone(i) => i,
+                Event::Timeout => pending.iter().position(|&p| p).unwrap_or(0),
+            };
+            world::remove_id_file(&setups);
+            return Err(self.not_greeted(failed, greet_within));
+        }
+        world::remove_id_file(&setups);
+        let hellos: Vec<Hello> = hellos.into_iter().flatten().collect();
+        if self.hello.is_none() {
+            self.hello = Some(world::merge_hellos(hellos, !self.world.is_empty()));
+        }
+        Ok(())
+    }
+
+    /// Child `i` died (or hung) before greeting: bad input the parent did not catch, or a device
+    /// that cannot be opened. Its last line says which. Every child is ended.
+    fn not_greeted(&mut self, i: usize, greet_within: Duration) -> Error {
+        let who = self.who(i);
+        let ended = self.end_all(|_| true);
+        let (status, words) = ended.into_iter().nth(i).unwrap_or_default();
+        let message = words
+            .lines()
+            .rev()
+            .find_map(|l| l.strip_prefix("llm-oom: "))
+            .map_or_else(|| words.trim().to_string(), str::to_string);
+        let message = if message.is_empty() {
+            format!(
+                "it did not greet within {:.0} s and was stopped",
+                greet_within.as_secs_f64()
+            )
+        } else {
+            message
+        };
+        match status {
+            Some(s) if s == "exited 2" => InputError::Usage(format!("{who}{message}")).into(),
+            _ => Error::Internal(format!("the probe could not start: {who}{message}")),
         }
     }
 
     /// Run one task; a fresh child (which loads the model first) if none is alive.
     pub fn run(&mut self, task: &Task) -> Result<Reply> {
-        if self.running.is_none() {
+        if self.running.is_empty() {
             self.spawn()?;
             if !matches!(task, Task::Load) {
                 match self.exchange(&Task::Load) {
@@ -244,76 +336,162 @@ impl Session {
         Ok(self.exchange(task))
     }
 
+    /// Send `task` to every child and wait for every answer (or the first failure).
     fn exchange(&mut self, task: &Task) -> Reply {
-        let Some(running) = self.running.as_mut() else {
+        if self.running.is_empty() {
             return Reply::Died {
                 message: "no probe is running".into(),
                 oom: None,
             };
-        };
-        let sent = serde_json::to_string(task)
-            .map_err(|e| e.to_string())
-            .and_then(|line| {
-                writeln!(running.stdin, "{line}")
-                    .and_then(|_| running.stdin.flush())
-                    .map_err(|e| e.to_string())
-            });
+        }
+        let line = serde_json::to_string(task).unwrap_or_default();
+        let mut unwritable = None;
+        for (i, r) in self.running.iter_mut().enumerate() {
+            let sent = writeln!(r.stdin, "{line}").and_then(|_| r.stdin.flush());
+            if sent.is_err() && unwritable.is_none() {
+                unwritable = Some(i);
+            }
+        }
         let started = Instant::now();
-        let answer = match sent {
-            Ok(()) => running.lines.recv_timeout(self.timeout),
-            Err(_) => Err(RecvTimeoutError::Disconnected),
-        };
-        match answer {
-            Ok(line) => match serde_json::from_str::<TaskResult>(&line) {
-                Ok(r) => {
-                    self.per_device.extend(r.devices());
-                    Reply::Done(Box::new(r))
+        let deadline = started + self.timeout;
+        let mut results: Vec<Option<TaskResult>> = vec![None; self.running.len()];
+        while results.iter().any(Option::is_none) {
+            if let Some(i) = unwritable {
+                return self.died(i);
+            }
+            let pending: Vec<bool> = results.iter().map(Option::is_none).collect();
+            match next_event(&self.running, &pending, deadline) {
+                Event::Line(i, line) => match serde_json::from_str::<TaskResult>(&line) {
+                    Ok(r) => {
+                        let failed = r.outcome != Outcome::Ok;
+                        results[i] = Some(r);
+                        if failed && !self.world.is_empty() {
+                            return self.world_failed(i, results);
+                        }
+                    }
+                    Err(e) => {
+                        self.end_all(|_| true);
+                        return Reply::Died {
+                            message: format!("{}the probe answered {line:?} ({e})", self.who(i)),
+                            oom: None,
+                        };
+                    }
+                },
+                Event::Gone(i) => return self.died(i),
+                Event::Timeout => {
+                    let i = pending.iter().position(|&p| p).unwrap_or(0);
+                    let who = self.who(i);
+                    let ended = self.end_all(|_| true);
+                    let words = ended.into_iter().nth(i).map(|e| e.1).unwrap_or_default();
+                    return Reply::TimedOut {
+                        after: started.elapsed(),
+                        words: format!("{who}{}", tail_lines(&words, 5)),
+                    };
                 }
-                Err(e) => {
-                    self.end(true);
-                    Reply::Died {
-                        message: format!("the probe answered {line:?} ({e})"),
-                        oom: None,
+            }
+        }
+        let r = match self.world.is_empty() {
+            true => results.into_iter().flatten().next(),
+            false => world::merge_results(results, &self.world, self.hello.as_ref(), None),
+        };
+        match r {
+            Some(r) => {
+                self.per_device.extend(r.devices());
+                Reply::Done(Box::new(r))
+            }
+            None => Reply::Died {
+                message: "the probe gave no answer".into(),
+                oom: None,
+            },
+        }
+    }
+
+    /// Child `i` died before answering: every child is ended (the others may wait on it).
+    fn died(&mut self, i: usize) -> Reply {
+        let who = self.who(i);
+        let ended = self.end_all(|j| j != i);
+        let (status, words) = ended.into_iter().nth(i).unwrap_or_default();
+        Reply::Died {
+            message: format!("{who}{}", death_message(status.as_deref(), &words)),
+            oom: allocation_failure(&words),
+        }
+    }
+
+    /// Rank `i` answered with a failure: the answers already on their way are taken, then the
+    /// world is ended (the other ranks may be waiting for it in a collective) and the answer is
+    /// rank `i`'s, naming its device.
+    ///
+    /// A rank that died in the meantime is the cause (the others' all-reduces failed because of
+    /// it), and an out-of-memory is a cause before an error.
+    fn world_failed(&mut self, i: usize, mut results: Vec<Option<TaskResult>>) -> Reply {
+        let deadline = Instant::now() + WORLD_GRACE;
+        loop {
+            let pending: Vec<bool> = results.iter().map(Option::is_none).collect();
+            match next_event(&self.running, &pending, deadline) {
+                Event::Line(j, line) => {
+                    results[j] = serde_json::from_str(&line).ok();
+                    if results[j].is_none() {
+                        break;
                     }
                 }
+                Event::Gone(j) => return self.died(j),
+                Event::Timeout => break,
+            }
+        }
+        let lead = results
+            .iter()
+            .position(|r| r.as_ref().is_some_and(|r| r.outcome == Outcome::Oom))
+            .unwrap_or(i);
+        self.end_all(|_| true);
+        match world::merge_results(results, &self.world, self.hello.as_ref(), Some(lead)) {
+            Some(r) => {
+                self.per_device.extend(r.devices());
+                Reply::Done(Box::new(r))
+            }
+            None => Reply::Died {
+                message: format!("{}the probe failed", self.who(i)),
+                oom: None,
             },
-            Err(RecvTimeoutError::Timeout) => {
-                let (_, words) = self.end(true);
-                Reply::TimedOut {
-                    after: started.elapsed(),
-                    words: tail_lines(&words, 5),
-                }
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                let (status, words) = self.end(false);
-                Reply::Died {
-                    message: death_message(status.as_deref(), &words),
-                    oom: allocation_failure(&words),
-                }
-            }
         }
     }
 
-    /// Stop the running child (killing it when `kill`), wait for it, and record how it ended.
-    fn end(&mut self, kill: bool) -> (Option<String>, String) {
-        let Some(mut running) = self.running.take() else {
-            return (None, String::new());
-        };
-        drop(running.stdin);
-        if kill {
-            let _ = running.child.kill();
+    /// End every child (killing those `kill` names), wait for each and record how it ended; its
+    /// exit and last words, in rank order.
+    fn end_all(&mut self, kill: impl Fn(usize) -> bool) -> Vec<(Option<String>, String)> {
+        let mut running = std::mem::take(&mut self.running);
+        for (i, r) in running.iter_mut().enumerate() {
+            if kill(i) {
+                let _ = r.child.kill();
+            }
         }
-        let status = wait_for(&mut running.child, Duration::from_secs(10));
-        // The reader threads see the pipes close; give stderr a moment to drain.
-        std::thread::sleep(Duration::from_millis(20));
-        let words = last_words(&running.stderr);
-        let exit = self.record(running.child.id(), status);
-        (Some(exit), words)
+        let mut out = Vec::with_capacity(running.len());
+        for r in running {
+            let Running {
+                mut child,
+                stdin,
+                stderr,
+                device,
+                ..
+            } = r;
+            drop(stdin);
+            let status = wait_for(&mut child, Duration::from_secs(10));
+            // The reader threads see the pipes close; give stderr a moment to drain.
+            std::thread::sleep(Duration::from_millis(20));
+            let words = last_words(&stderr);
+            let exit = self.record(child.id(), status, device.gpu());
+            out.push((Some(exit), words));
+        }
+        out
     }
 
-    fn record(&mut self, pid: u32, status: Option<std::process::ExitStatus>) -> String {
+    fn record(
+        &mut self,
+        pid: u32,
+        status: Option<std::process::ExitStatus>,
+        gpu: Option<u32>,
+    ) -> String {
         let exit = describe_exit(status);
-        let leftover_gpu_bytes = self.gpu_index.and_then(|i| leftover(i, pid));
+        let leftover_gpu_bytes = gpu.and_then(|i| leftover(i, pid));
         self.children.push(ChildRecord {
             pid,
             exit: exit.clone(),
@@ -326,19 +504,19 @@ impl Session {
     /// After an out-of-memory the search does this: on the H200 a child that had run out found
     /// its later limits 8–20 % lower than a fresh process, which is what a user's program is.
     pub fn retire(&mut self) {
-        self.end(false);
+        self.end_all(|_| false);
     }
 
     /// End the last child (it exits when its input closes) and return every child's record.
     pub fn finish(mut self) -> Vec<ChildRecord> {
-        self.end(false);
+        self.end_all(|_| false);
         std::mem::take(&mut self.children)
     }
 }
 
 impl Drop for Session {
     fn drop(&mut self) {
-        if let Some(mut r) = self.running.take() {
+        for r in self.running.iter_mut() {
             let _ = r.child.kill();
             let _ = r.child.wait();
         }

@@ -7,6 +7,7 @@
 use candle_core::{DType, Device, Tensor, D};
 
 use super::kv_cache::KvCache;
+use super::parallel::{embed_lookup, place_logits, Communicator};
 use super::weights::{Ffn, GateUp, LayerWeights, Mlp, Moe, Qkv, Weights};
 use super::{Result, RuntimeError};
 use crate::model::spec::{Activation, RopeScaling};
@@ -34,6 +35,9 @@ pub struct Decoder<'a> {
     /// Asked after every layer; `true` stops the forward pass with an error (the probe's emulated
     /// out-of-memory on the CPU stops at the layer that crossed the limit, not minutes later).
     pub interrupt: Option<fn() -> bool>,
+    /// A tensor-parallel rank: `spec` is the rank's ([`super::parallel::rank_spec`]), `weights`
+    /// its part, and the partial sums of o, down and the vocabulary go through this all-reduce.
+    pub comm: Option<&'a dyn Communicator>,
 }
 
 impl<'a> Decoder<'a> {
@@ -77,6 +81,7 @@ impl<'a> Decoder<'a> {
             sin,
             positions,
             interrupt: None,
+            comm: None,
         })
     }
 
@@ -101,10 +106,13 @@ impl<'a> Decoder<'a> {
                 candle_nn::ops::rms_norm(x, w, eps)
             }
         };
-        let mut x = w
-            .embed
-            .index_select(&ids.flatten_all()?, 0)?
-            .reshape((b, l, ()))?;
+        let flat = ids.flatten_all()?;
+        let mut x = match w.vocab {
+            Some(v) => self.reduce(embed_lookup(&w.embed, &flat, v)?)?,
+            None => w.embed.index_select(&flat, 0)?,
+        }
+        .reshape((b, l, ()))?;
+        drop(flat);
         if gemma {
             // gemma scales the embeddings by √hidden, rounded to the compute dtype first
             let scale = Tensor::new((self.spec.hidden_size as f32).sqrt(), x.device())?
@@ -141,7 +149,13 @@ impl<'a> Decoder<'a> {
                 last.reshape((b, d))?.matmul(&w.embed.t()?)?
             }
         };
-        let logits = logits.reshape((b, ()))?.to_dtype(DType::F32)?;
+        let mut logits = logits.reshape((b, ()))?.to_dtype(DType::F32)?;
+        if let Some(v) = w.vocab {
+            // every rank's rows in their place, summed: the whole vocabulary on every rank
+            logits = self
+                .reduce(place_logits(&logits, v)?)?
+                .narrow(1, 0, v.vocab)?;
+        }
         match self.spec.numerics.final_softcap {
             Some(cap) => softcap(logits, cap),
             None => Ok(logits),
@@ -169,9 +183,18 @@ impl<'a> Decoder<'a> {
     }
 
     fn mlp(&self, mlp: &Mlp, x: &Tensor) -> candle_core::Result<Tensor> {
-        match mlp {
-            Mlp::Dense(f) => self.ffn(f, x),
-            Mlp::Moe(m) => self.experts(m, x),
+        let partial = match mlp {
+            Mlp::Dense(f) => self.ffn(f, x)?,
+            Mlp::Moe(m) => self.experts(m, x)?,
+        };
+        self.reduce(partial)
+    }
+
+    /// A tensor-parallel rank's partial sum made whole (as it is without a communicator).
+    fn reduce(&self, partial: Tensor) -> candle_core::Result<Tensor> {
+        match self.comm {
+            Some(c) if c.rank().world > 1 => c.all_reduce_sum(&partial),
+            _ => Ok(partial),
         }
     }
 
@@ -314,7 +337,9 @@ impl<'a> Decoder<'a> {
             let cat = o;
             cat.transpose(1, 2)?.reshape((b, l, heads * hd))?
         };
-        w.o.forward(&o)
+        let partial = w.o.forward(&o)?;
+        drop(o);
+        self.reduce(partial)
     }
 
     /// Scaled dot-product attention of queries `q` (b, heads, n, hd) at absolute positions

@@ -6,7 +6,11 @@
 pub mod decoder;
 pub mod generate;
 pub mod kv_cache;
+#[cfg(feature = "nccl")]
+pub mod nccl;
+pub mod parallel;
 pub mod setup;
+pub mod tcp;
 pub mod weights;
 
 use candle_core::{DType, Device};
@@ -36,6 +40,10 @@ pub enum RuntimeError {
     Checkpoint(String),
     #[error("{0}")]
     Candle(String),
+    /// A tensor-parallel world the model does not split into, or a communicator that failed to
+    /// start.
+    #[error("{0}")]
+    Parallel(String),
 }
 
 impl RuntimeError {

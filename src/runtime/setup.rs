@@ -24,7 +24,8 @@ pub fn runtime_err(e: RuntimeError) -> Error {
     match e {
         e @ (RuntimeError::Device(_)
         | RuntimeError::Unsupported(_)
-        | RuntimeError::Checkpoint(_)) => InputError::Usage(e.to_string()).into(),
+        | RuntimeError::Checkpoint(_)
+        | RuntimeError::Parallel(_)) => InputError::Usage(e.to_string()).into(),
         e @ RuntimeError::OutOfMemory { .. } => Error::OutOfMemory(e.to_string()),
         other => Error::Internal(other.to_string()),
     }

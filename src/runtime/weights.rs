@@ -12,12 +12,14 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufReader;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use candle_core::quantized::{gguf_file, GgmlDType, QMatMul, QStorage, QTensor};
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{DType, Device, Module, Tensor};
 
+use super::parallel::{self, Rank, Split, VocabShard};
 use super::{Result, RuntimeError};
 use crate::model::Spec;
 
@@ -175,6 +177,8 @@ pub struct Weights {
     /// `None` when the embeddings are tied to the output.
     pub lm_head: Option<Linear>,
     pub dtype: DType,
+    /// A tensor-parallel rank's rows of the (padded) vocabulary, in `embed` and `lm_head`.
+    pub vocab: Option<VocabShard>,
 }
 
 /// The families the decoder runs: llama-style blocks (RMSNorm, RoPE, GQA, gated MLP) with the
@@ -228,6 +232,8 @@ struct Loader<'a> {
     device: &'a Device,
     quantize: Option<Quantize>,
     source: Source<'a>,
+    /// A tensor-parallel rank: only its part of each tensor is drawn or read.
+    rank: Option<Rank>,
 }
 
 impl Loader<'_> {
@@ -414,18 +420,65 @@ impl Loader<'_> {
 
     fn ffn(&self, p: &str, inter: usize, names: FfnNames) -> Result<Ffn> {
         let h = self.spec.hidden_size as usize;
+        let mine = self.rank.map_or(0..inter, |r| r.part(inter));
+        let rows = |parts: Vec<Range<usize>>| self.split(|_| Split::Rows(parts));
         let gate_up = if self.spec.fused_projections {
-            GateUp::Fused(self.linear(&format!("{p}.gate_up_proj.weight"), 2 * inter, h)?)
+            let both = vec![mine.clone(), inter + mine.start..inter + mine.end];
+            GateUp::Fused(self.cut_linear(
+                &format!("{p}.gate_up_proj.weight"),
+                2 * inter,
+                h,
+                &rows(both),
+            )?)
         } else {
+            let split = rows(vec![mine.clone()]);
             GateUp::Split {
-                gate: self.linear(&format!("{p}.{}.weight", names.0), inter, h)?,
-                up: self.linear(&format!("{p}.{}.weight", names.1), inter, h)?,
+                gate: self.cut_linear(&format!("{p}.{}.weight", names.0), inter, h, &split)?,
+                up: self.cut_linear(&format!("{p}.{}.weight", names.1), inter, h, &split)?,
             }
         };
+        let cols = self.split(|_| Split::Cols(mine));
         Ok(Ffn {
             gate_up,
-            down: self.linear(&format!("{p}.{}.weight", names.2), h, inter)?,
+            down: self.cut_linear(&format!("{p}.{}.weight", names.2), h, inter, &cols)?,
         })
+    }
+
+    /// `f`'s split for a tensor-parallel rank; whole without one.
+    fn split(&self, f: impl FnOnce(Rank) -> Split) -> Split {
+        self.rank.map_or(Split::Whole, f)
+    }
+
+    /// A dense tensor of `full` shape as this rank keeps it: drawn in its own shape, or cut from
+    /// the checkpoint's on the host (the whole tensor never reaches the device).
+    fn cut_dense(&self, name: &str, full: &[usize], split: &Split, fill: Fill) -> Result<Tensor> {
+        if *split == Split::Whole {
+            return self.dense(name, full, fill);
+        }
+        match &self.source {
+            Source::Random { .. } => self.dense(name, &split.local_shape(full), fill),
+            Source::Safetensors { st, .. } => self
+                .safetensor(st, name, full, &Device::Cpu)
+                .and_then(|t| split.cut(&t).map_err(|e| self.err(e)))?
+                .to_dtype(self.dtype)
+                .and_then(|t| t.to_device(self.device))
+                .map_err(|e| self.err(e)),
+            Source::Gguf { .. } => Err(RuntimeError::Parallel(
+                "the tensor-parallel runtime reads safetensors checkpoints or draws random weights, not GGUF files".into(),
+            )),
+        }
+    }
+
+    fn cut_linear(&self, name: &str, rows: usize, cols: usize, split: &Split) -> Result<Linear> {
+        match split {
+            Split::Whole => self.linear(name, rows, cols),
+            _ => Ok(Linear::Dense(self.cut_dense(
+                name,
+                &[rows, cols],
+                split,
+                Fill::Normal,
+            )?)),
+        }
     }
 
     fn layer(&self, n: u64) -> Result<LayerWeights> {
@@ -434,24 +487,44 @@ impl Loader<'_> {
         let (q, kv) = (s.q_dim() as usize, s.kv_dim() as usize);
         let p = format!("model.layers.{n}");
         let a = format!("{p}.self_attn");
+        // a rank's query and KV rows: its heads × head_dim
+        let (qr, kr) = match self.rank {
+            Some(r) => {
+                let heads = parallel::heads(s, r);
+                let rows = |h: Range<usize>| h.start * hd..h.end * hd;
+                (rows(heads.q), rows(heads.kv))
+            }
+            None => (0..q, 0..kv),
+        };
+        let (q_split, kv_split) = (
+            self.split(|_| Split::Rows(vec![qr.clone()])),
+            self.split(|_| Split::Rows(vec![kr.clone()])),
+        );
         let qkv = if s.fused_projections {
-            Qkv::Fused(self.linear(&format!("{a}.qkv_proj.weight"), q + 2 * kv, h)?)
+            let shift = |r: &Range<usize>, by: usize| r.start + by..r.end + by;
+            let fused =
+                self.split(|_| Split::Rows(vec![qr.clone(), shift(&kr, q), shift(&kr, q + kv)]));
+            Qkv::Fused(self.cut_linear(&format!("{a}.qkv_proj.weight"), q + 2 * kv, h, &fused)?)
         } else {
             Qkv::Split {
-                q: self.linear(&format!("{a}.q_proj.weight"), q, h)?,
-                k: self.linear(&format!("{a}.k_proj.weight"), kv, h)?,
-                v: self.linear(&format!("{a}.v_proj.weight"), kv, h)?,
+                q: self.cut_linear(&format!("{a}.q_proj.weight"), q, h, &q_split)?,
+                k: self.cut_linear(&format!("{a}.k_proj.weight"), kv, h, &kv_split)?,
+                v: self.cut_linear(&format!("{a}.v_proj.weight"), kv, h, &kv_split)?,
             }
         };
         let qkv_bias = if s.qkv_bias {
+            let bias = |name: &str, n: usize, split: &Split| {
+                self.cut_dense(&format!("{a}.{name}"), &[n], split, Fill::Normal)
+            };
             Some((
-                self.dense(&format!("{a}.q_proj.bias"), &[q], Fill::Normal)?,
-                self.dense(&format!("{a}.k_proj.bias"), &[kv], Fill::Normal)?,
-                self.dense(&format!("{a}.v_proj.bias"), &[kv], Fill::Normal)?,
+                bias("q_proj.bias", q, &q_split)?,
+                bias("k_proj.bias", kv, &kv_split)?,
+                bias("v_proj.bias", kv, &kv_split)?,
             ))
         } else {
             None
         };
+        let o_split = self.split(|_| Split::Cols(qr.clone()));
         let qk_norm = if s.qk_norm {
             Some((
                 self.norm(&format!("{a}.q_norm.weight"), hd)?,
@@ -516,7 +589,7 @@ impl Loader<'_> {
         };
         Ok(LayerWeights {
             qkv,
-            o: self.linear(&format!("{a}.o_proj.weight"), h, q)?,
+            o: self.cut_linear(&format!("{a}.o_proj.weight"), h, q, &o_split)?,
             qkv_bias,
             qk_norm,
             mlp,
@@ -529,21 +602,31 @@ impl Loader<'_> {
     fn weights(&self) -> Result<Weights> {
         let s = self.spec;
         let (h, v) = (s.hidden_size as usize, s.vocab_size as usize);
+        if self.rank.is_some() && self.quantize.is_some() {
+            return Err(RuntimeError::Parallel(
+                "the tensor-parallel runtime keeps its weights in the compute dtype; drop --quantize".into(),
+            ));
+        }
         let layers = (0..s.num_layers)
             .map(|n| self.layer(n))
             .collect::<Result<Vec<_>>>()?;
+        let vocab = self.rank.map(|r| parallel::vocab_shard(s, r));
+        let rows = vocab.map_or(Split::Whole, Split::Vocab);
         Ok(Weights {
-            embed: self.dense("model.embed_tokens.weight", &[v, h], Fill::Normal)?,
+            embed: self.cut_dense("model.embed_tokens.weight", &[v, h], &rows, Fill::Normal)?,
             layers,
             norm: self.norm("model.norm.weight", h)?,
             lm_head: if s.tie_word_embeddings {
                 None
+            } else if vocab.is_some() {
+                Some(self.cut_linear("lm_head.weight", v, h, &rows)?)
             } else {
                 // The output projection stays in the runtime dtype under --quantize, as the
                 // embeddings do (what candle's and most GGUF quantizations keep wider).
                 Some(self.linear_as("lm_head.weight", v, h, None)?)
             },
             dtype: self.dtype,
+            vocab,
         })
     }
 }
@@ -570,7 +653,22 @@ impl Weights {
         seed: u64,
         quantize: Option<Quantize>,
     ) -> Result<Weights> {
+        Weights::random_part(spec, dtype, device, seed, quantize, None)
+    }
+
+    /// [`Weights::random`] of one tensor-parallel rank's part only (`None`: the whole model).
+    pub fn random_part(
+        spec: &Spec,
+        dtype: DType,
+        device: &Device,
+        seed: u64,
+        quantize: Option<Quantize>,
+        rank: Option<Rank>,
+    ) -> Result<Weights> {
         check_supported(spec)?;
+        if let Some(r) = rank {
+            parallel::check(spec, r.world)?;
+        }
         let _ = device.set_seed(seed);
         Loader {
             spec,
@@ -580,6 +678,7 @@ impl Weights {
             source: Source::Random {
                 quantized: RefCell::default(),
             },
+            rank,
         }
         .weights()
     }
@@ -594,7 +693,23 @@ impl Weights {
         device: &Device,
         quantize: Option<Quantize>,
     ) -> Result<Weights> {
+        Weights::load_part(spec, dir, dtype, device, quantize, None)
+    }
+
+    /// [`Weights::load`] of one tensor-parallel rank's part: each tensor is read on the host and
+    /// only this rank's rows or columns go to `device`.
+    pub fn load_part(
+        spec: &Spec,
+        dir: &Path,
+        dtype: DType,
+        device: &Device,
+        quantize: Option<Quantize>,
+        rank: Option<Rank>,
+    ) -> Result<Weights> {
         check_supported(spec)?;
+        if let Some(r) = rank {
+            parallel::check(spec, r.world)?;
+        }
         let files = checkpoint_files(dir)?;
         // SAFETY: the files are memory-mapped read-only; like every safetensors reader, this
         // assumes nobody rewrites the checkpoint while it is being read.
@@ -611,6 +726,7 @@ impl Weights {
             device,
             quantize,
             source: Source::Safetensors { st, dir },
+            rank,
         }
         .weights()
     }
@@ -643,6 +759,7 @@ impl Weights {
                 reader: RefCell::new(reader),
                 path,
             },
+            rank: None,
         }
         .weights()
     }
@@ -788,6 +905,26 @@ impl WeightSource {
             WeightSource::Random => Weights::random(spec, dtype, device, seed, quantize),
             WeightSource::Safetensors(dir) => Weights::load(spec, dir, dtype, device, quantize),
             WeightSource::Gguf(path) => Weights::load_gguf(spec, path, dtype, device),
+        }
+    }
+
+    /// One tensor-parallel rank's part of the weights (a GGUF file is refused).
+    pub fn load_part(
+        &self,
+        spec: &Spec,
+        dtype: DType,
+        device: &Device,
+        seed: u64,
+        rank: Rank,
+    ) -> Result<Weights> {
+        match self {
+            WeightSource::Random => Weights::random_part(spec, dtype, device, seed, None, Some(rank)),
+            WeightSource::Safetensors(dir) => {
+                Weights::load_part(spec, dir, dtype, device, None, Some(rank))
+            }
+            WeightSource::Gguf(_) => Err(RuntimeError::Parallel(
+                "the tensor-parallel runtime reads safetensors checkpoints or draws random weights, not GGUF files; pass the model's Hugging Face folder".into(),
+            )),
         }
     }
 

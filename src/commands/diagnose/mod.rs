@@ -14,6 +14,7 @@ pub mod limits;
 mod prepare;
 mod record;
 mod stages;
+mod tensor_parallel;
 mod verify;
 
 use std::path::PathBuf;
@@ -66,6 +67,10 @@ pub struct DiagnoseRequest {
     /// `--device cuda:0,cuda:1`: every GPU the transformers probe spreads the model over
     /// (`device` is the first); empty for one device.
     pub devices: Vec<Device>,
+    /// `--engine candle --device cuda:0,cuda:1 --tensor-parallel-size 2`: one candle probe child
+    /// per rank, rank r on `ranks[r]` (all GPUs over NCCL, or all the CPU over the loopback);
+    /// empty for one child.
+    pub ranks: Vec<Device>,
     pub vram_limit: Option<u64>,
     pub find_limits: bool,
     pub verify: bool,
@@ -234,6 +239,11 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
             .into());
         }
     }
+    // Tensor parallel: every figure below is one rank's (the model facts stay the whole model's).
+    let model_facts = facts(&prep.spec, prep.source.clone());
+    if !req.ranks.is_empty() {
+        tensor_parallel::prepare(req, &mut prep)?;
+    }
     progress.stage("environment");
     let env = Environment::read(req.device, &mut prep.notes);
     let mut setup = setup(req, &prep, &env);
@@ -264,7 +274,10 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
             "random weights of the model's real shapes (no checkpoint was read): the memory is the model's, the generated tokens are noise".into(),
         );
     }
-    let mut session = Session::new(launcher, setup, req.stage_timeout);
+    let mut session = match req.ranks.is_empty() {
+        true => Session::new(launcher, setup, req.stage_timeout),
+        false => Session::tensor_parallel(launcher, setup, req.ranks.clone(), req.stage_timeout),
+    };
 
     progress.stage("load");
     let load = match session.run(&Task::Load) {
@@ -418,7 +431,7 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
         version: env!("CARGO_PKG_VERSION"),
         verdict,
         remedies,
-        model: facts(&prep.spec, prep.source.clone()),
+        model: model_facts,
         workload: prep.workload,
         device: probe_device(req, &hello, env),
         mode: Mode::Measured,
@@ -455,10 +468,20 @@ fn probe_name(prep: &Prepared, req: &DiagnoseRequest, hello: &Hello, transformer
             hello.meter.as_str()
         );
     }
+    let on = match req.ranks.as_slice() {
+        [] => req.device.to_string(),
+        ranks => format!(
+            "{} (tensor parallel: one process per rank, the figures are the fullest rank's)",
+            ranks
+                .iter()
+                .map(Device::to_string)
+                .collect::<Vec<_>>()
+                .join(" + ")
+        ),
+    };
     format!(
-        "candle {} on {}, {} attention, preallocated KV cache",
+        "candle {} on {on}, {} attention, preallocated KV cache",
         prep.dtype,
-        req.device,
         if prep.eager {
             "eager"
         } else {
@@ -467,9 +490,10 @@ fn probe_name(prep: &Prepared, req: &DiagnoseRequest, hello: &Hello, transformer
     )
 }
 
-/// Spread over several GPUs: the verdict says which one ran out, as the OOM message named it.
+/// Spread over several GPUs: the verdict says which one ran out, as the OOM message named it
+/// (tensor parallel: with its rank).
 fn name_the_device(verdict: &mut Verdict, per_device: &[crate::probe::protocol::TaskDevices]) {
-    if let Some(d) = crate::probe::protocol::TaskDevices::first_oom(per_device) {
+    if let Some(d) = crate::probe::protocol::TaskDevices::first_oom_label(per_device) {
         verdict.summary = format!("{} — on {d}", verdict.summary);
     }
 }
@@ -598,6 +622,7 @@ fn setup(req: &DiagnoseRequest, prep: &Prepared, env: &Environment) -> Setup {
         eager: prep.eager,
         seed: 42,
         devices: req.devices.clone(),
+        tensor_parallel: None,
     }
 }
 
