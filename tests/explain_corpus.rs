@@ -239,6 +239,17 @@ fn the_sealed_2026_12b_set_tuned_scores_and_never_calls_an_oom_none() {
     );
 }
 
+/// llama.cpp's own out-of-memory logs, provoked on the H200 with known causes (#19): the model
+/// buffer at load (all layers and -ngl 24), the KV buffer, the compute buffer, and the first
+/// kernels of the prompt after every buffer fitted. Every one must be named right.
+#[test]
+fn llama_cpps_own_h200_logs_are_all_named_right() {
+    let s = score("llamacpp-h200", "tune");
+    report("llamacpp-h200/tune", &s);
+    assert_eq!(s.n, 7);
+    assert_eq!(s.right, s.n, "{:?}", s.misses);
+}
+
 /// Score any corpus and split by hand (a new held-out set: score it once, then record it).
 #[test]
 #[ignore = "scores LLM_OOM_CORPUS / LLM_OOM_SPLIT (default real / tune); run with --ignored --nocapture"]

@@ -141,6 +141,16 @@ impl<'a> Planner<'a> {
 
     pub fn budget(&self, w: &Workload) -> Budget {
         let est = self.estimate(w);
+        // The budget asks how long requests may be: llama.cpp's `-c` follows them in the search
+        // (the context that fits is the answer), not the one the user set.
+        let free_ctx = Workload {
+            llama: crate::estimate::LlamaCppArgs {
+                ctx_size: None,
+                ..w.llama
+            },
+            ..*w
+        };
+        let w = &free_ctx;
         let limit = self.context_limit();
         let table = CONCURRENCY_ROWS
             .iter()

@@ -229,8 +229,12 @@ impl Profile {
                 caps_sliding_window: false,
                 ..transformers
             },
+            // llama.cpp b11312 on an H200: buffers in `estimate::llamacpp`, fitted to and replayed
+            // against 59 runs (tests/llamacpp_replay.rs); the fields below serve the rest.
             Engine::LlamaCpp => Profile {
-                calibration: Calibration::Derived,
+                calibration: Calibration::Measured {
+                    source: "docs/calibration/llamacpp-h200-2026-12-01.jsonl",
+                },
                 runtime_overhead: 384 * MIB,
                 hidden_copies: 6.0,
                 // KQ in f32 without flash attention, for a micro-batch against the whole context.
