@@ -230,7 +230,7 @@ impl Profile {
                 ..transformers
             },
             // llama.cpp b11312 on an H200: buffers in `estimate::llamacpp`, fitted to and replayed
-            // against 59 runs (tests/llamacpp_replay.rs); the fields below serve the rest.
+            // against 63 runs (tests/llamacpp_replay.rs); the fields below serve the rest.
             Engine::LlamaCpp => Profile {
                 calibration: Calibration::Measured {
                     source: "docs/calibration/llamacpp-h200-2026-12-01.jsonl",

@@ -504,19 +504,19 @@ fn ggml_cuda_pool(lines: &[String], i: usize) -> bool {
         "cuMemMap",
         "cuMemAddressReserve",
     ];
-    // Any other CUDA_CHECK in a compute function is the graph's run too: on the H200 a prompt
-    // past what the card held after llama.cpp's buffers died in `ggml_cuda_kernel_can_use_pdl`
-    // (`cudaFuncGetAttributes`: the driver loading a kernel's module at its first launch), not in
-    // a buffer (tests/fixtures/logs/llamacpp-h200/). Buffer and tensor set-up functions are not.
-    let setup = ["buffer", "set_tensor", "get_tensor", "init", "device"]
-        .iter()
-        .any(|w| function.contains(w));
+    // The driver loading a kernel's module at its first launch is the graph's run too: on the
+    // H200 a prompt past what the card held after llama.cpp's buffers died in
+    // `ggml_cuda_kernel_can_use_pdl` / `cudaFuncGetAttributes` (tests/fixtures/logs/llamacpp-h200/).
+    const KERNEL_LOAD: &[&str] = &[
+        "cudaFuncGetAttributes",
+        "cuModuleLoad",
+        "cudaFuncSetAttribute",
+    ];
     function == "alloc"
         || function.starts_with("ggml_cuda_pool")
         || next
             .iter()
-            .any(|l| POOL_CALLS.iter().any(|c| l.contains(c)))
-        || !setup
+            .any(|l| POOL_CALLS.iter().chain(KERNEL_LOAD).any(|c| l.contains(c)))
 }
 
 /// Host RAM: the kernel's OOM killer, Ray's memory monitor, ollama's system-memory check,
