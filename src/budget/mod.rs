@@ -224,7 +224,7 @@ impl<'a> Planner<'a> {
                 WhatIf {
                     dtype,
                     engine,
-                    weights_bytes: est.weights,
+                    weights_bytes: crate::estimate::weight_bytes(self.spec, dtype),
                     peak_bytes: est.total,
                     fits: est.total <= self.vram,
                     max_total_tokens_batch1: t,

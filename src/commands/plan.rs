@@ -171,7 +171,9 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             calibration: profile.calibration,
             note: profile.calibration_note(),
         },
-        weights_bytes: f.estimate.weights,
+        // The model's bytes (a GGUF's tensor table); the estimate's `weights` is what of them sits on
+        // the GPU (llama.cpp keeps the input embedding in host memory).
+        weights_bytes: crate::estimate::weight_bytes(&spec, w.weight_dtype),
         weights_from: WeightsFrom::of(&spec, w.weight_dtype),
         kv_cache_bytes_per_token: kv_bytes_per_token_at(
             &spec,
