@@ -7,10 +7,8 @@ mod util;
 use serde_json::Value;
 use util::{llm_oom, temp, write, Run};
 
-/// 616 k parameters (2.5 MB in f32), 1 KiB of KV cache per token: fast even in a debug build.
-const TINY: &str = r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":128,
-"intermediate_size":344,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,
-"vocab_size":1000,"max_position_embeddings":65536,"tie_word_embeddings":false,"torch_dtype":"float32"}"#;
+/// The probe's tiny llama (tests/util.rs).
+const TINY: &str = util::TINY_PROBE;
 
 struct Case {
     home: tempfile::TempDir,

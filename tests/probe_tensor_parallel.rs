@@ -9,10 +9,8 @@ mod util;
 use serde_json::Value;
 use util::{llm_oom, temp, write, Run};
 
-/// 616 k parameters: 4 heads, 2 KV heads, vocabulary 1,000 (padded to 1,024).
-const TINY: &str = r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":128,
-"intermediate_size":344,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,
-"vocab_size":1000,"max_position_embeddings":65536,"tie_word_embeddings":false,"torch_dtype":"float32"}"#;
+/// The probe's tiny llama (tests/util.rs).
+const TINY: &str = util::TINY_PROBE;
 
 struct Case {
     home: tempfile::TempDir,

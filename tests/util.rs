@@ -54,6 +54,12 @@ pub fn write(path: &Path, text: &str) -> PathBuf {
     path.to_path_buf()
 }
 
+/// The probe's tiny llama: 616 k parameters (2.5 MB in f32), 4 heads over 2 KV heads, vocabulary
+/// 1,000, 1 KiB of KV cache per token: fast even in a debug build.
+pub const TINY_PROBE: &str = r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":128,
+"intermediate_size":344,"num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,
+"vocab_size":1000,"max_position_embeddings":65536,"tie_word_embeddings":false,"torch_dtype":"float32"}"#;
+
 /// A small llama config.json.
 pub const TINY_LLAMA: &str = r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":256,
 "intermediate_size":688,"num_hidden_layers":4,"num_attention_heads":8,"num_key_value_heads":2,
