@@ -4,12 +4,7 @@
 
 mod util;
 
-use serde_json::Value;
-use util::{gguf_header, run, temp, write};
-
-fn json(stdout: &str) -> Value {
-    serde_json::from_str(stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
-}
+use util::{gguf_header, json, run, temp, write};
 
 #[test]
 fn a_prompt_past_the_ceiling_is_refused_not_planned_as_fitting() {

@@ -144,18 +144,23 @@ pub fn assert_never_none_for_an_oom(s: &Score) {
     );
 }
 
-#[test]
-fn tune_split_scores_and_never_calls_an_oom_none() {
-    let s = score("real", "tune");
-    report("real/tune", &s);
-    assert_eq!(s.n, TUNE_LOGS, "the tune split has {TUNE_LOGS} logs");
+/// A tune split: all its logs scored, none of its OOMs called `none`, at least `floor` right.
+fn assert_tuned(corpus: &str, logs: usize, floor: usize) {
+    let s = score(corpus, "tune");
+    report(&format!("{corpus}/tune"), &s);
+    assert_eq!(s.n, logs, "{corpus}: the tune split has {logs} logs");
     assert_never_none_for_an_oom(&s);
     assert!(
-        s.right >= TUNE_RIGHT,
-        "real/tune: {}/{} right, below the recorded {TUNE_RIGHT}",
+        s.right >= floor,
+        "{corpus}/tune: {}/{} right, below the recorded {floor}",
         s.right,
         s.n
     );
+}
+
+#[test]
+fn tune_split_scores_and_never_calls_an_oom_none() {
+    assert_tuned("real", TUNE_LOGS, TUNE_RIGHT);
 }
 
 /// The fresh corpus (tests/fixtures/logs/real-fresh, 48 logs from 26 engines, gathered in session
@@ -173,16 +178,7 @@ const FRESH_RIGHT: usize = 43;
 
 #[test]
 fn the_fresh_corpus_once_held_out_now_tuned_scores_and_never_calls_an_oom_none() {
-    let s = score("real-fresh", "tune");
-    report("real-fresh/tune", &s);
-    assert_eq!(s.n, FRESH_LOGS);
-    assert_never_none_for_an_oom(&s);
-    assert!(
-        s.right >= FRESH_RIGHT,
-        "real-fresh: {}/{} right, below the recorded {FRESH_RIGHT}",
-        s.right,
-        s.n
-    );
+    assert_tuned("real-fresh", FRESH_LOGS, FRESH_RIGHT);
 }
 
 /// The 2026-12 corpus (tests/fixtures/logs/real-2026-12, 101 logs from 31 engines, issue #15),
@@ -204,16 +200,7 @@ const DEC_RIGHT: usize = 81;
 
 #[test]
 fn the_2026_12_corpus_tuned_scores_and_never_calls_an_oom_none() {
-    let s = score("real-2026-12", "tune");
-    report("real-2026-12/tune", &s);
-    assert_eq!(s.n, DEC_LOGS);
-    assert_never_none_for_an_oom(&s);
-    assert!(
-        s.right >= DEC_RIGHT,
-        "real-2026-12: {}/{} right, below the recorded {DEC_RIGHT}",
-        s.right,
-        s.n
-    );
+    assert_tuned("real-2026-12", DEC_LOGS, DEC_RIGHT);
 }
 
 /// The sealed set of session 6 (52 real logs, 21 engines, 8 look-alikes, gathered by a helper who
@@ -227,16 +214,7 @@ const SEALED_RIGHT: usize = 40;
 
 #[test]
 fn the_sealed_2026_12b_set_tuned_scores_and_never_calls_an_oom_none() {
-    let s = score("sealed-2026-12b", "tune");
-    report("sealed-2026-12b/tune", &s);
-    assert_eq!(s.n, SEALED_LOGS);
-    assert_never_none_for_an_oom(&s);
-    assert!(
-        s.right >= SEALED_RIGHT,
-        "sealed-2026-12b: {}/{} right, below the recorded {SEALED_RIGHT}",
-        s.right,
-        s.n
-    );
+    assert_tuned("sealed-2026-12b", SEALED_LOGS, SEALED_RIGHT);
 }
 
 /// llama.cpp's own out-of-memory logs, provoked on the H200 with known causes (#19): the model

@@ -8,11 +8,7 @@
 mod util;
 
 use serde_json::Value;
-use util::{run, temp};
-
-fn json(out: &str) -> Value {
-    serde_json::from_str(out).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
-}
+use util::{json, run, temp};
 
 const RECORDS: &str = "docs/calibration/llamacpp-h200-2026-12-01.jsonl";
 const MIB: f64 = 1048576.0;

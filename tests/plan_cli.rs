@@ -2,14 +2,9 @@
 
 mod util;
 
-use serde_json::Value;
-use util::{run, temp, write, TINY_LLAMA};
+use util::{json, run, temp, write, TINY_LLAMA};
 
 const MISTRAL: &str = "mistralai/Mistral-7B-Instruct-v0.2";
-
-fn json(out: &str) -> Value {
-    serde_json::from_str(out).unwrap_or_else(|e| panic!("not JSON ({e}):\n{out}"))
-}
 
 #[test]
 fn mistral_on_a_24_gib_card_in_all_three_modes() {

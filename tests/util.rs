@@ -6,6 +6,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// The command's stdout as JSON (a test failure naming the output otherwise).
+pub fn json(out: &str) -> serde_json::Value {
+    serde_json::from_str(out).unwrap_or_else(|e| panic!("not JSON ({e}):\n{out}"))
+}
+
 pub struct Run {
     pub code: i32,
     pub stdout: String,

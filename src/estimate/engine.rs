@@ -229,25 +229,20 @@ impl Profile {
                 caps_sliding_window: false,
                 ..transformers
             },
-            // llama.cpp b11312 on an H200: buffers in `estimate::llamacpp`, fitted to and replayed
-            // against 63 runs (tests/llamacpp_replay.rs); the fields below serve the rest.
+            // llama.cpp b11312 on an H200: its buffers (model, KV, compute), runtime and margin
+            // are `estimate::llamacpp`, fitted to and replayed against 63 runs
+            // (tests/llamacpp_replay.rs); here only what its cache keeps per layer kind.
             Engine::LlamaCpp => Profile {
                 calibration: Calibration::Measured {
                     source: "docs/calibration/llamacpp-h200-2026-12-01.jsonl",
                 },
-                runtime_overhead: 384 * MIB,
-                hidden_copies: 6.0,
-                // KQ in f32 without flash attention, for a micro-batch against the whole context.
-                score_bytes: Some(4.0),
+                runtime_overhead: super::llamacpp::RUNTIME_BASE,
                 kv_layout: KvLayout::Preallocated,
-                kv_slack: 0.0,
-                activation_slack: 0.0,
                 caps_sliding_window: true,
                 mla_cache: MlaCache::LatentKv,
                 expands_mla: false,
                 conv_state_full_kernel: false,
                 recurrent_state_f32: true,
-                prefill_chunk: Some(512),
                 ..transformers
             },
         }

@@ -14,8 +14,46 @@
 
 use serde::Serialize;
 
-use super::Workload;
+use super::{kv_bytes_in, CachePolicy, Engine, Estimate, Phase, Workload};
+use crate::model::spec::Experts;
 use crate::model::Spec;
+
+/// llama.cpp's peak on the GPU for `w` (every layer offloaded): the model less the input
+/// embedding, the KV buffer of every slot's padded share of `-c`, one compute buffer reserved for
+/// the worst pass (prefill and decode alike), the runtime beside them and llama.cpp's margin.
+/// Nothing grows while it runs, so the peak is the same at every step.
+pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
+    let weights = gpu_weights(spec, w.weight_dtype);
+    let (_, per_seq) = context(w);
+    let kv = kv_bytes_in(
+        spec,
+        w.kv_dtype,
+        per_seq,
+        w.batch,
+        CachePolicy::of(Engine::LlamaCpp),
+    );
+    let activations = compute_buffer(spec, w);
+    let runtime = runtime(spec, w);
+    let margin = safety_margin(vram);
+    Estimate {
+        weights,
+        kv_cache: kv,
+        kv_cache_full: kv,
+        activations,
+        allocator: 0,
+        runtime,
+        margin,
+        total: [kv, activations, runtime, margin]
+            .into_iter()
+            .fold(weights, u64::saturating_add),
+        peak_phase: Phase::Decode,
+    }
+}
+
+/// The model's routed experts, when its layers have any.
+fn routed(spec: &Spec) -> Option<&Experts> {
+    spec.experts.as_ref().filter(|e| e.sparse_layers > 0)
+}
 
 /// llama.cpp's knobs that move memory, as the user set them (`None` = llama.cpp's default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -39,6 +77,9 @@ impl LlamaCppArgs {
         *self == LlamaCppArgs::default()
     }
 }
+
+/// The CUDA context and cuBLAS beside llama.cpp's buffers on the H200 (dense models; `runtime`).
+pub const RUNTIME_BASE: u64 = 612 << 20;
 
 /// llama.cpp's defaults (common/common.h).
 pub const DEFAULT_UBATCH: u64 = 512;
@@ -99,10 +140,9 @@ pub fn compute_buffer(spec: &Spec, w: &Workload) -> u64 {
     let hidden = spec.hidden_size as f64 * t * 4.0;
     let kv_dim = spec.kv_dim() as f64;
     let heads = spec.num_heads as f64;
-    let ff = match &spec.experts {
-        Some(e) if e.sparse_layers > 0 => e.intermediate_size as f64 * e.active as f64,
-        _ => spec.intermediate_size as f64,
-    };
+    let ff = routed(spec).map_or(spec.intermediate_size as f64, |e| {
+        e.intermediate_size as f64 * e.active as f64
+    });
     let output = spec.vocab_size as f64 * n_out * 4.0 + hidden;
     let (mask, attention) = if flash_attn(w) {
         let mask = n_kv * t * 2.0;
@@ -129,12 +169,8 @@ pub fn compute_buffer(spec: &Spec, w: &Workload) -> u64 {
 /// of the scores' matrix products, fitted at 15 KiB per head and micro-batch token (201–491 MiB
 /// measured, within 60 MiB of the fit).
 pub fn runtime(spec: &Spec, w: &Workload) -> u64 {
-    const BASE: u64 = 612 << 20;
     const MOE: u64 = 100 << 20;
-    let moe = match &spec.experts {
-        Some(e) if e.sparse_layers > 0 => MOE,
-        _ => 0,
-    };
+    let moe = if routed(spec).is_some() { MOE } else { 0 };
     let pool = if flash_attn(w) {
         0
     } else {
@@ -142,7 +178,7 @@ pub fn runtime(spec: &Spec, w: &Workload) -> u64 {
         let (_, n_ub) = batches(w, n_ctx);
         spec.num_heads.saturating_mul(n_ub).saturating_mul(15 << 10)
     };
-    BASE.saturating_add(moe).saturating_add(pool)
+    RUNTIME_BASE.saturating_add(moe).saturating_add(pool)
 }
 
 /// llama.cpp allocates its buffers once, at start: what is left to chance is the CUDA pool and the

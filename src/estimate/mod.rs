@@ -99,12 +99,11 @@ impl Phase {
 /// Peak memory of `w` on `spec` for a card of `vram` bytes (vram matters only for the engines that
 /// size themselves from the card, and for the margin).
 pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
+    if w.engine == Engine::LlamaCpp {
+        return llamacpp::estimate(spec, w, vram);
+    }
     let p = Profile::of(w.engine);
-    let weights = if w.engine == Engine::LlamaCpp {
-        llamacpp::gpu_weights(spec, w.weight_dtype)
-    } else {
-        weight_bytes(spec, w.weight_dtype)
-    };
+    let weights = weight_bytes(spec, w.weight_dtype);
     let d = w.weight_dtype.compute_kv_dtype().elem_bytes().as_f64();
 
     let kv_tokens = |tokens: u64| match p.kv_layout {
@@ -112,15 +111,20 @@ pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
         _ => tokens,
     };
     let policy = CachePolicy::of(w.engine);
-    // llama.cpp allocates every slot's padded share of `-c` at start-up.
-    let (prompt_cells, full_cells) = if w.engine == Engine::LlamaCpp {
-        let (_, per_seq) = llamacpp::context(w);
-        (per_seq, per_seq)
-    } else {
-        (kv_tokens(w.prompt_tokens), kv_tokens(w.total_tokens()))
-    };
-    let kv_prompt = kv_bytes_in(spec, w.kv_dtype, prompt_cells, w.batch, policy);
-    let kv_full = kv_bytes_in(spec, w.kv_dtype, full_cells, w.batch, policy);
+    let kv_prompt = kv_bytes_in(
+        spec,
+        w.kv_dtype,
+        kv_tokens(w.prompt_tokens),
+        w.batch,
+        policy,
+    );
+    let kv_full = kv_bytes_in(
+        spec,
+        w.kv_dtype,
+        kv_tokens(w.total_tokens()),
+        w.batch,
+        policy,
+    );
 
     let (prefill_act, decode_act) = if w.engine == Engine::Candle {
         candle::generation_activations(
@@ -131,14 +135,10 @@ pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
             w.total_tokens(),
             Some(candle::ATTENTION_SLICE),
         )
-    } else if w.engine == Engine::LlamaCpp {
-        // One compute buffer, reserved for the worst pass, serves prefill and decode alike.
-        let c = llamacpp::compute_buffer(spec, w);
-        (c, c)
     } else {
         activations(spec, &p, w, d, kv_full)
     };
-    // vLLM and llama.cpp hold the whole cache from the start; transformers grows it.
+    // vLLM and candle hold the whole cache from the start; transformers grows it.
     let (prefill_kv, decode_kv) = match p.kv_layout {
         KvLayout::Concatenated => (kv_prompt, kv_full),
         _ => (kv_full, kv_full),
@@ -164,17 +164,8 @@ pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
         ));
     }
     let reserved = ((1.0 - p.memory_fraction) * vram as f64) as u64;
-    let safety = if w.engine == Engine::LlamaCpp {
-        llamacpp::safety_margin(vram)
-    } else {
-        safety_margin(vram)
-    };
-    let margin = reserved.saturating_add(safety);
-    let runtime = if w.engine == Engine::LlamaCpp {
-        llamacpp::runtime(spec, w)
-    } else {
-        p.runtime_overhead
-    };
+    let margin = reserved.saturating_add(safety_margin(vram));
+    let runtime = p.runtime_overhead;
     Estimate {
         weights,
         kv_cache,
@@ -212,16 +203,12 @@ fn activations(spec: &Spec, p: &Profile, w: &Workload, d: f64, kv_full: u64) -> 
     };
     let prompt = w.prompt_tokens as f64;
     let batch = w.batch as f64;
-    // Tokens in one forward pass, and the context they attend to.
+    // Tokens in one forward pass; the prompt is the context they attend to.
     let step_tokens = match p.prefill_chunk {
         Some(c) => (batch * prompt).min(c as f64),
         None => batch * prompt,
     };
-    // llama.cpp's KQ spans the whole allocated context (all slots); transformers' the prompt.
-    let context = match p.kv_layout {
-        KvLayout::Preallocated => w.total_tokens() as f64 * w.batch as f64,
-        _ => prompt,
-    };
+    let context = prompt;
 
     // Alive through the whole layer: hidden-size copies, RoPE tables, ids and mask.
     let per_token =

@@ -111,12 +111,7 @@ pub fn plan_layers(
         let mut row = priced(place, capacity, layers, weights, kv, holds, e);
         if matches!(place, Place::Gpu(_)) {
             // llama.cpp's own margin: it allocates its buffers once (estimate::llamacpp).
-            let margin = crate::estimate::llamacpp::safety_margin(capacity);
-            row.free_bytes = row
-                .free_bytes
-                .saturating_add(i64::try_from(row.margin_bytes).unwrap_or(i64::MAX))
-                .saturating_sub(i64::try_from(margin).unwrap_or(i64::MAX));
-            row.margin_bytes = margin;
+            row.set_margin(crate::estimate::llamacpp::safety_margin(capacity));
         }
         devices.push(row);
     }

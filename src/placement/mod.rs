@@ -49,6 +49,16 @@ impl DeviceShare {
             _ => self.device.to_string(),
         }
     }
+
+    /// Another safety margin for this row (an engine's own), its free bytes moved by the change.
+    pub(crate) fn set_margin(&mut self, margin: u64) {
+        let signed = |b: u64| i64::try_from(b).unwrap_or(i64::MAX);
+        self.free_bytes = self
+            .free_bytes
+            .saturating_add(signed(self.margin_bytes))
+            .saturating_sub(signed(margin));
+        self.margin_bytes = margin;
+    }
 }
 
 /// The placement of one model and workload over the devices.

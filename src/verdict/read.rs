@@ -569,12 +569,17 @@ fn vllm_no_blocks(a: &mut Ask) -> Decision {
 
 /// SGLang's scheduler had to retract a running request and found no token left in the KV pool:
 /// the running requests' caches filled it (the context × the requests running at once).
-fn sglang_pool_full(a: &mut Ask) -> Decision {
+/// More KV room for SGLang's token pool, or fewer requests sharing it.
+fn sglang_kv_room(a: &mut Ask) {
     a.remedy(Change::RaiseUtilization(92), a.engine, None);
     if let Some(r) = a.remedies.last_mut() {
         r.how =
             "--mem-fraction-static 0.92, or fewer running requests (--max-running-requests)".into();
     }
+}
+
+fn sglang_pool_full(a: &mut Ask) -> Decision {
+    sglang_kv_room(a);
     Decision::new(
         Cause::KvCache,
         Stage::Unknown,
@@ -588,11 +593,7 @@ fn sglang_pool_full(a: &mut Ask) -> Decision {
 /// goes on (the retracted requests are recomputed), so the cost is throughput; more KV room or
 /// fewer running requests stops it.
 fn sglang_retract(a: &mut Ask) -> Decision {
-    a.remedy(Change::RaiseUtilization(92), a.engine, None);
-    if let Some(r) = a.remedies.last_mut() {
-        r.how =
-            "--mem-fraction-static 0.92, or fewer running requests (--max-running-requests)".into();
-    }
+    sglang_kv_room(a);
     Decision::new(
         Cause::KvCache,
         Stage::LongGeneration,
