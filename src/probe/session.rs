@@ -236,6 +236,8 @@ impl Session {
     /// Start every child (one, or one per rank) and wait for each one's greeting.
     fn spawn(&mut self) -> Result<()> {
         let setups = world::rank_setups(&self.setup, &self.world)?;
+        let spawned = Instant::now();
+        tracing::debug!(children = setups.len(), "probe: starting");
         for s in &setups {
             match self.start(s) {
                 Ok(r) => self.running.push(r),
@@ -256,6 +258,11 @@ impl Session {
             let failed = match next_event(&self.running, &pending, deadline) {
                 Event::Line(i, line) => match serde_json::from_str::<Hello>(&line) {
                     Ok(h) => {
+                        tracing::debug!(
+                            child = i,
+                            seconds = spawned.elapsed().as_secs_f64(),
+                            "probe: greeted (imports, CUDA, ballast)"
+                        );
                         hellos[i] = Some(h);
                         continue;
                     }
@@ -396,6 +403,11 @@ impl Session {
         };
         match r {
             Some(r) => {
+                tracing::debug!(
+                    task = %r.label,
+                    seconds = started.elapsed().as_secs_f64(),
+                    "probe: answered"
+                );
                 self.per_device.extend(r.devices());
                 Reply::Done(Box::new(r))
             }
@@ -474,11 +486,20 @@ impl Session {
                 ..
             } = r;
             drop(stdin);
+            let ending = Instant::now();
             let status = wait_for(&mut child, Duration::from_secs(10));
+            tracing::debug!(
+                seconds = ending.elapsed().as_secs_f64(),
+                "probe: child exited"
+            );
             // The reader threads see the pipes close; give stderr a moment to drain.
             std::thread::sleep(Duration::from_millis(20));
             let words = last_words(&stderr);
             let exit = self.record(child.id(), status, device.gpu());
+            tracing::debug!(
+                seconds = ending.elapsed().as_secs_f64(),
+                "probe: child ended and its GPU memory checked"
+            );
             out.push((Some(exit), words));
         }
         out

@@ -128,6 +128,24 @@ def import_libs():
         transformers.logging.set_verbosity_error()
     except Exception:  # noqa: BLE001
         pass
+    _skip_sklearn()
+
+
+def _skip_sklearn():
+    """transformers' generation module imports scikit-learn, when it is installed, for assisted
+    decoding's ROC curve, which the probe never runs: 2.6 s of the H200 machine's start (session 8,
+    `python3 -X importtime`). Its availability check is answered "no" before that import; nothing
+    the probe measures touches it."""
+    try:
+        import transformers.utils as tu
+        import transformers.utils.import_utils as iu
+        if "transformers.generation.candidate_generator" in sys.modules:
+            return  # already imported: nothing to save
+        for mod in (tu, iu):
+            if hasattr(mod, "is_sklearn_available"):
+                mod.is_sklearn_available = lambda: False
+    except Exception:  # noqa: BLE001 - another transformers layout: import as it comes
+        pass
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1578,5 +1596,19 @@ def main(argv):
             child.close()
 
 
+def _leave(rc):
+    """Exit without the interpreter's teardown: with torch and a CUDA context loaded, finalising
+    the modules took 3-10 s after the last answer (docs/gpu-runs.md, session 8), time the parent
+    waited for nothing. Every answer is already flushed; the ballast was freed by `close()`; the
+    driver frees the rest of the process's memory at exit."""
+    for f in (sys.stdout, sys.stderr, _OUT):
+        try:
+            if f is not None:
+                f.flush()
+        except Exception:  # noqa: BLE001 - a closed pipe: nothing left to say
+            pass
+    os._exit(rc if isinstance(rc, int) else 1)
+
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    _leave(main(sys.argv[1:]))
