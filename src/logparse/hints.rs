@@ -25,6 +25,9 @@ pub enum StageHint {
     EngineStep,
     /// The model is loaded and the server is up.
     Serving,
+    /// A pipeline's compute step on the loaded model: ComfyUI's sampling and VAE nodes
+    /// (`Error occurred when executing VAEDecode`, `Node Type: KSampler`), a VAE's `decode`.
+    PipelineStep,
     /// The engine says the weights finished loading ("Loaded 1324 weights", "Model loading took
     /// 14.9 GiB"): a load phase above it is over; it decides nothing itself.
     Loaded,
@@ -121,6 +124,10 @@ pub struct WorkloadHint {
     pub num_seqs: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parallel: Option<u64>,
+    /// TensorRT-LLM's and others' build-time ceiling (`--max_batch_size 192`): the runtime
+    /// buffers are sized for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_batch_size: Option<u64>,
 }
 
 impl WorkloadHint {
@@ -514,6 +521,8 @@ fn stage_hint(line: &str) -> Option<StageHint> {
                 "Capturing the model for CUDA graphs",
                 "Capturing CUDA graph",
                 "Capturing cudagraph",
+                // vLLM's advice when the CUDA graphs' memory estimate fell short (vllm-57595).
+                "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS",
             ],
         ),
         (
@@ -544,6 +553,21 @@ fn stage_hint(line: &str) -> Option<StageHint> {
                 // mistral.rs quantizes the weights in place while loading (ISQ).
                 "/isq.rs",
                 "isq::",
+            ],
+        ),
+        (
+            StageHint::PipelineStep,
+            &[
+                "executing VAEDecode",
+                "executing VAEEncode",
+                "executing KSampler",
+                "executing SamplerCustom",
+                "Node Type:** VAEDecode",
+                "Node Type:** VAEEncode",
+                "Node Type:** KSampler",
+                "Node Type:** SamplerCustom",
+                "vae.decode(",
+                "decode_tiled",
             ],
         ),
         (
@@ -653,12 +677,13 @@ fn workload(line: &str, n: usize, ctx: &mut Context) {
         | n_ctx(?:_seq|_slot)?\s*[=(:]\s*\(?(?P<nctx>\d+)
         | max[_-]num[_-]seqs[=\s]+(?P<mns>\d+)
         | \bnum_(?:seqs|reqs)\s*=\s*(?P<ns>\d+)
-        | (?:--parallel[=\s]+|\s-np\s+|n_slots\s*=\s*)(?P<par>\d+)",
+        | (?:--parallel[=\s]+|\s-np\s+|n_slots\s*=\s*)(?P<par>\d+)
+        | max[_-]batch[_-]size(?:\s*[=:]\s*|\s+)(?P<mbs>\d+)",
     );
     let w = &mut ctx.workload;
     for c in figures.captures_iter(line) {
         let get = |k: &str| c.name(k).and_then(|m| m.as_str().parse::<u64>().ok());
-        let slots: [(&str, &mut Option<u64>); 7] = [
+        let slots: [(&str, &mut Option<u64>); 8] = [
             ("batch", &mut w.batch),
             ("seq", &mut w.seq_len),
             ("mml", &mut w.max_model_len),
@@ -666,6 +691,7 @@ fn workload(line: &str, n: usize, ctx: &mut Context) {
             ("mns", &mut w.max_num_seqs),
             ("ns", &mut w.num_seqs),
             ("par", &mut w.parallel),
+            ("mbs", &mut w.max_batch_size),
         ];
         for (k, slot) in slots {
             if let Some(v) = get(k) {

@@ -398,6 +398,22 @@ pub fn scan(lines: &[String]) -> (Vec<Finding>, Context) {
     }
     if st.findings.is_empty() {
         st.findings = std::mem::take(&mut st.unrecognised);
+        // A full disk is what stopped the run when it is the log's error and the only memory
+        // words are an unknown wording (windows-vibe-1168: a download failed with "not enough
+        // space on the disk", a helper's stray "fatal error: out of memory" in its details).
+        if let Some((n, quote)) = disk_full(lines) {
+            if st
+                .findings
+                .iter()
+                .all(|f| matches!(f.event, Event::OomWords))
+            {
+                st.findings.clear();
+                st.ctx.not_oom.push((
+                    n,
+                    format!("the disk was full ({quote}): storage, not memory — the out-of-memory words in it are not what stopped the run"),
+                ));
+            }
+        }
     }
     if st.findings.is_empty() {
         st.findings
@@ -414,6 +430,22 @@ pub fn scan(lines: &[String]) -> (Vec<Finding>, Context) {
         }
     }
     (st.findings, st.ctx)
+}
+
+/// The first line that says the disk is full (ENOSPC in its spellings), with a short quote.
+fn disk_full(lines: &[String]) -> Option<(usize, String)> {
+    const WORDS: &[&str] = &[
+        "No space left on device",
+        "not enough space on the disk",
+        "(os error 112)",
+        "[Errno 28]",
+    ];
+    lines.iter().enumerate().find_map(|(i, l)| {
+        WORDS
+            .iter()
+            .find(|w| l.contains(**w))
+            .map(|w| (i + 1, (*w).to_string()))
+    })
 }
 
 #[cfg(test)]

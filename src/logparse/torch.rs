@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use regex::Regex;
 
-use super::parse::{cap_size, cap_u64, re, Event, Scan, TorchOom, SIZE};
+use super::parse::{cap_size, cap_u64, re, Event, Finding, Scan, Source, TorchOom, SIZE};
 
 /// Read a PyTorch message at line `i`; true when the line was one.
 pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
@@ -26,6 +26,16 @@ pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
         // IPython / Jupyter head a traceback with the exception's name; the message itself
         // comes at its end (unsloth-465): the head is not a second error.
         if ipython_head(line) {
+            // A paste cut before the message still names the exception (inseq-286): an OOM
+            // without figures, counted only when no message follows.
+            if st.unrecognised.len() < 8 {
+                st.unrecognised.push(Finding {
+                    line: i + 1,
+                    source: Source::Pytorch,
+                    event: Event::TorchOom(TorchOom::default()),
+                    quote: line.trim().chars().take(200).collect(),
+                });
+            }
             return true;
         }
         message(lines, i, st);
@@ -46,10 +56,11 @@ fn ipython_head(line: &str) -> bool {
 fn message(lines: &[String], i: usize, st: &mut Scan) {
     let n = i + 1;
     let window = one_message(&lines[i..lines.len().min(i + 4)]);
-    let t = if window.contains("MPS backend out of memory") {
-        mps(&window)
-    } else {
-        current_or_old(&window)
+    let exceeds = window.contains("would exceed allowed memory");
+    let t = match exceeds.then(|| super::engines::allowed_memory_figures(lines, i, None)) {
+        Some(Some(t)) => t,
+        _ if window.contains("MPS backend out of memory") => mps(&window),
+        _ => current_or_old(&window),
     };
     // The exception line and its repetition in a traceback summary are one event.
     let repeat = st.last_torch_line.is_some_and(|l| n - l <= 3)
