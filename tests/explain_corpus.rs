@@ -254,6 +254,34 @@ fn the_sealed_2026_12c_set_tuned_scores_and_calls_no_worded_oom_none() {
     );
 }
 
+/// The sealed set gathered in session 8 (49 real logs, 24 engines, 7 look-alikes, by a helper who
+/// never ran the tool), scored ONCE the same session after sealed-2026-12c's rules and before any
+/// rule saw it: **29/49 right (59.2 %), 10 OOMs called none** (SIGKILLs worded as ollama's
+/// "signal: killed" and DeepSpeed's "return code = -9", a negative KV budget, TensorRT-LLM's
+/// maxTokensInPagedKvCache check, LM Studio's JSON with no RAM left, a macOS IOGPUMemory panic, and
+/// three wordless pastes), 0 look-alikes called an OOM. Tuned with general rules to 37/49.
+const SEALED_D_LOGS: usize = 49;
+const SEALED_D_RIGHT: usize = 37;
+/// Labelled OOMs whose paste has no out-of-memory line: DeepSpeed's launcher killing its
+/// subprocesses with the exit code cut off (DeepSpeed-3160), a from_pretrained traceback cut before
+/// its error (ChatGLM-6B-631), cuBLAS not initialised — a look-alike elsewhere (llama2c-279) — on a
+/// card Julia lists nearly full (CUDA.jl-1567).
+const SEALED_D_WORDLESS: &[&str] = &[
+    "deepspeed-DeepSpeed-3160.log",
+    "transformers-ChatGLM-6B-631.log",
+    "julia-CUDA.jl-1567.log",
+];
+
+#[test]
+fn the_sealed_2026_12d_set_tuned_scores_and_calls_no_worded_oom_none() {
+    assert_tuned_but(
+        "sealed-2026-12d",
+        SEALED_D_LOGS,
+        SEALED_D_RIGHT,
+        SEALED_D_WORDLESS,
+    );
+}
+
 /// llama.cpp's own out-of-memory logs, provoked on the H200 with known causes (#19): the model
 /// buffer at load (all layers and -ngl 24), the KV buffer, the compute buffer, and the first
 /// kernels of the prompt after every buffer fitted. Every one must be named right.

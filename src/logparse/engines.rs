@@ -318,7 +318,7 @@ fn tgi_trt(lines: &[String], i: usize, st: &mut Scan) -> bool {
     }
     let trt = re(
         &TRT,
-        r"\[TensorRT-LLM\].*(?:out of memory|could not be allocated)",
+        r"(?:\[TensorRT-LLM\]|tllmBuffers\.h|tensorrt_llm/).*(?:out of memory|could not be allocated)|cudaMallocAsync.*out of memory.*tllmBuffers",
     );
     if trt.is_match(line) {
         st.add(i + 1, line, Event::TensorrtOom { bytes: None });
@@ -610,6 +610,10 @@ fn host(lines: &[String], i: usize, st: &mut Scan) -> bool {
         once(st, i + 1, line, Event::RayOomKill);
         return true;
     }
+    if let Some(event) = lm_studio_ram(lines, i) {
+        st.add(i + 1, line, event);
+        return true;
+    }
     let ollama = re(
         &OLLAMA,
         &format!(r"requires more system memory \({SIZE}\) than is available \({SIZE}\)"),
@@ -632,6 +636,32 @@ fn host(lines: &[String], i: usize, st: &mut Scan) -> bool {
         return true;
     }
     false
+}
+
+/// LM Studio's load-failure report states the host's memory as JSON: `"ram_capacity": "314.65
+/// GB"` and, a line later, `"ram_unused": "316.65 KB"` (lmstudio-14). Less than 1 % of the RAM
+/// unused at a failed load is the host's memory run out.
+fn lm_studio_ram(lines: &[String], i: usize) -> Option<Event> {
+    static FIELD: OnceLock<Regex> = OnceLock::new();
+    let field = re(
+        &FIELD,
+        &format!(r#""ram_(capacity|unused)"\s*:\s*"{SIZE}""#),
+    );
+    let c = field.captures(&lines[i])?;
+    if c.get(1)?.as_str() != "unused" {
+        return None;
+    }
+    let unused = cap_size(&c, 2)?;
+    let capacity = lines[i.saturating_sub(4)..i].iter().find_map(|l| {
+        let c = field.captures(l)?;
+        (c.get(1)?.as_str() == "capacity")
+            .then(|| cap_size(&c, 2))
+            .flatten()
+    })?;
+    (unused.saturating_mul(100) < capacity).then_some(Event::HostMemoryShort {
+        needed: None,
+        available: Some(unused),
+    })
 }
 
 /// The kernel's own lines around a kill, before the `Killed process` line (which a paste may
@@ -848,6 +878,10 @@ fn is_exit_137(line: &str) -> bool {
         // gunicorn's arbiter: `Worker (pid:25134) was sent SIGKILL! Perhaps out of memory?`
         // (exllamav2-556): the kernel's OOM killer is the usual sender.
         || l.contains("was sent sigkill")
+        // ollama's runner (`llama runner process has terminated: signal: killed`, ollama-8571)
+        // and DeepSpeed's launcher (`exits with return code = -9`, DeepSpeed-4571): SIGKILL.
+        || l.contains("signal: killed")
+        || l.contains("return code = -9")
         || t == "killed"
         || (t.ends_with("]killed") && t.contains("it/s"))
         || t.strip_prefix("exit code:")

@@ -65,6 +65,10 @@ pub fn named_parts(line: &str) -> Vec<Part> {
         "key-value cache",
         "cache block",
         "kv block",
+        // shark-ai's KV pages (`CacheAllocationFailure … from PagePool`, base_attention_cache).
+        "attention_cache",
+        "attention cache",
+        "cacheallocationfailure",
     ];
     const CONTEXT: &[&str] = &[
         "context too large",
@@ -158,6 +162,9 @@ pub struct Context {
     pub cache_lines: Vec<usize>,
     /// Lines in the optimizer's step or its per-parameter state (Adam's `exp_avg`, `exp_avg_sq`).
     pub optimizer_lines: Vec<usize>,
+    /// Lines in a serving engine's per-step buffer resize (TensorRT-LLM's
+    /// `RuntimeBuffers::reshape` / `prepareStep`).
+    pub runtime_step_lines: Vec<usize>,
     /// `Exception in thread …` lines: a worker died.
     pub thread_exceptions: Vec<usize>,
     /// The seeds' check line `batch= B seq= L`, last seen values with their line.
@@ -266,6 +273,7 @@ impl Context {
             &mut self.activation_lines,
             &mut self.cache_lines,
             &mut self.optimizer_lines,
+            &mut self.runtime_step_lines,
             &mut self.thread_exceptions,
             &mut self.served_ok,
         ] {
@@ -300,6 +308,9 @@ pub fn mark(line: &str, n: usize, ctx: &mut Context) {
         ctx.served_ok.push(n);
     }
     workload(line, n, ctx);
+    if line.contains("RuntimeBuffers::reshape") || line.contains("RuntimeBuffers::prepareStep") {
+        ctx.runtime_step_lines.push(n);
+    }
     if let Some(w) = weights_loaded(line) {
         ctx.weights_loaded = Some((n, w.0, w.1));
     }
@@ -553,6 +564,8 @@ fn stage_hint(line: &str) -> Option<StageHint> {
                 // mistral.rs quantizes the weights in place while loading (ISQ).
                 "/isq.rs",
                 "isq::",
+                // GPTQ's per-layer line while it quantizes a loaded model (lit-llama-148).
+                "quantizing time",
             ],
         ),
         (
