@@ -160,6 +160,78 @@ pub fn run(
     )))
 }
 
+/// The prompt to try once more, fresh, after the decisive run ran out: the engine's own profile
+/// on this card allows more than the corrected budget, and less than what ran out. The correction
+/// applies the warm stages' worst under-prediction to every batch, which can cost a tenth of the
+/// prompt (Phi-3 batch 4 on 10 GiB: 790 where 903 runs, session 8); one trial in the engine
+/// settles it either way, and the budget never claims what did not run.
+pub fn budget_trial_prompt(
+    m: &Measured,
+    profile: u64,
+    corrected: u64,
+    asked: usize,
+) -> Option<usize> {
+    if m.stopped() || !m.loaded {
+        return None;
+    }
+    let ran_out_fresh = m
+        .stages
+        .iter()
+        .any(|s| s.fresh_process && s.outcome == Outcome::Oom);
+    let p = usize::try_from(profile).ok()?;
+    (ran_out_fresh && profile > corrected && p < asked && p > 0).then_some(p)
+}
+
+/// One fresh child at `(p, n, b)`: its record, to be a point of the corrected card, and what the
+/// report says of it. `None` when it failed otherwise than by running out (no point then).
+pub fn budget_trial(
+    session: &mut Session,
+    m: &Measured,
+    (p, n, b): (usize, usize, usize),
+    progress: &mut dyn Progress,
+) -> Result<Option<(StageRecord, String)>> {
+    progress.stage("the budget, in a fresh process");
+    let task = GenerateTask {
+        label: "budget_fresh".into(),
+        prompt_tokens: p,
+        new_tokens: n,
+        batch: b,
+        decode_steps: n.saturating_sub(1),
+        eager: None,
+    };
+    session.retire();
+    session.warm_fresh = false;
+    let reply = session.run(&Task::Generate(task));
+    session.warm_fresh = true;
+    let reply = reply?;
+    let usable = match &reply {
+        Reply::Done(r) => matches!(r.outcome, Outcome::Ok | Outcome::Oom),
+        Reply::Died { oom, .. } => oom.is_some(),
+        Reply::TimedOut { .. } => false,
+    };
+    if !usable {
+        return Ok(None);
+    }
+    let detail = format!(
+        "{} + {} tokens × {b}, the budget tried in a fresh process",
+        group(p as u64),
+        group(n as u64)
+    );
+    let mut s = from_reply(asked_stage(b), reply, m.weights_measured, &detail)
+        .sized(p as u64, n as u64, b as u64);
+    s.fresh_process = true;
+    let said = match s.outcome {
+        Outcome::Ok => "ran",
+        _ => "ran out too",
+    };
+    let note = format!(
+        "the budget was tried once more in a fresh process at {} + {} tokens × {b}: it {said}",
+        group(p as u64),
+        group(n as u64)
+    );
+    Ok(Some((s, note)))
+}
+
 fn warm_words(s: &StageRecord) -> String {
     match s.outcome {
         Outcome::Ok => format!("peak {}", Bytes(s.memory.peak)),
@@ -262,6 +334,24 @@ mod tests {
         assert_eq!(view.len(), 2);
         assert!(view.iter().all(|s| s.outcome == Outcome::Ok));
         assert_eq!(m.stages.len(), 3);
+    }
+
+    #[test]
+    fn the_budget_is_tried_fresh_only_after_a_fresh_run_ran_out_and_below_it() {
+        let mut fresh_oom = stage(Stage::Concurrency, Outcome::Oom, 10 * GIB);
+        fresh_oom.fresh_process = true;
+        let m = measured(vec![stage(Stage::Load, Outcome::Ok, 8 * GIB), fresh_oom]);
+        // The profile allows 903 where the correction says 790, and 936 ran out: try 903.
+        assert_eq!(budget_trial_prompt(&m, 903, 790, 936), Some(903));
+        // Nothing to gain, or nothing below what ran out.
+        assert_eq!(budget_trial_prompt(&m, 790, 790, 936), None);
+        assert_eq!(budget_trial_prompt(&m, 950, 790, 936), None);
+        // A warm out-of-memory alone is no reason: the decisive run did not run out.
+        let warm = measured(vec![
+            stage(Stage::Load, Outcome::Ok, 8 * GIB),
+            stage(Stage::Concurrency, Outcome::Oom, 10 * GIB),
+        ]);
+        assert_eq!(budget_trial_prompt(&warm, 903, 790, 936), None);
     }
 
     #[test]

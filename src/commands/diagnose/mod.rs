@@ -364,11 +364,29 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
     }
     // transformers: its profile on the card corrected by what transformers measured here;
     // candle: the peak model fitted to the candle stages.
-    let points: Vec<StageRecord> = view.iter().chain(&m.points).cloned().collect();
-    let corrected = Planner::new(
+    let mut points: Vec<StageRecord> = view.iter().chain(&m.points).cloned().collect();
+    let mut corrected = Planner::new(
         &prep.spec,
         corrected_card(&profile, &prep.workload, &points),
     );
+    if transformers && !req.interrupted() {
+        let budget_of = |p: &Planner| p.budget(&prep.workload).max_prompt_tokens.unwrap_or(0);
+        let trial =
+            decisive::budget_trial_prompt(&m, budget_of(&profile), budget_of(&corrected), p);
+        if let Some(at) = trial {
+            if let Some((point, note)) =
+                decisive::budget_trial(&mut session, &m, (at, n, b), progress)?
+            {
+                prep.notes.push(note);
+                points.push(point.clone());
+                m.points.push(point);
+                corrected = Planner::new(
+                    &prep.spec,
+                    corrected_card(&profile, &prep.workload, &points),
+                );
+            }
+        }
+    }
     let planner = match (&measured, transformers) {
         (_, true) => corrected,
         (Some(mm), false) => Planner {
