@@ -282,6 +282,19 @@ fn the_sealed_2026_12d_set_tuned_scores_and_calls_no_worded_oom_none() {
     );
 }
 
+/// The sealed set gathered in session 8 by a second helper (50 real logs, 30 engines and
+/// platforms, 9 look-alikes), scored ONCE after sealed-2026-12d's rules and before any rule saw it:
+/// **25/50 right (50.0 %), 1 OOM called none** (ComfyUI's message cut to "Allocation on device"),
+/// **3 look-alikes called an OOM** (llama.cpp's pinned-memory fallback twice, TensorRT-LLM's
+/// kernel shared memory). Tuned with general rules to 34/50.
+const SEALED_E_LOGS: usize = 50;
+const SEALED_E_RIGHT: usize = 34;
+
+#[test]
+fn the_sealed_2026_12e_set_tuned_scores_and_never_calls_an_oom_none() {
+    assert_tuned("sealed-2026-12e", SEALED_E_LOGS, SEALED_E_RIGHT);
+}
+
 /// llama.cpp's own out-of-memory logs, provoked on the H200 with known causes (#19): the model
 /// buffer at load (all layers and -ngl 24), the KV buffer, the compute buffer, and the first
 /// kernels of the prompt after every buffer fitted. Every one must be named right.

@@ -462,6 +462,12 @@ fn accelerators(lines: &[String], i: usize, st: &mut Scan) -> bool {
         once(st, i + 1, line, event);
         return true;
     }
+    // ComfyUI's error box cuts the message after its first words: `Allocation on device`
+    // (CogVideoXWrapper-26, under "Error occurred when executing CogVideoDecode").
+    if line.trim_end().ends_with("Allocation on device") {
+        once(st, i + 1, line, Event::AllocationExceeds { gpu: None });
+        return true;
+    }
     false
 }
 
@@ -635,7 +641,32 @@ fn host(lines: &[String], i: usize, st: &mut Scan) -> bool {
         st.add(i + 1, line, Event::HostAllocFailed { bytes });
         return true;
     }
+    // systemd: `ollama.service: A process of this unit has been killed by the OOM killer.`
+    // (ollama-9322): the kernel's OOM killer, named by the service manager.
+    if line.contains("has been killed by the OOM killer") {
+        let event = Event::HostOomKiller {
+            process: None,
+            rss: None,
+        };
+        once(st, i + 1, line, event);
+        return true;
+    }
+    if python_memory_error(line) {
+        once(st, i + 1, line, Event::HostAllocFailed { bytes: None });
+        return true;
+    }
     false
+}
+
+/// Python's own `MemoryError` (the interpreter could not get host memory), raised or re-raised by
+/// a DataLoader worker (`MemoryError: Caught MemoryError in DataLoader worker process 4`,
+/// kohya_ss-82) — not PyTorch's `OutOfMemoryError`, whose name merely ends with it.
+fn python_memory_error(line: &str) -> bool {
+    let t = line.trim_start();
+    t.starts_with("MemoryError")
+        || t.contains("Caught MemoryError")
+        || t.contains(" MemoryError: ")
+        || t.ends_with(" MemoryError")
 }
 
 /// LM Studio's load-failure report states the host's memory as JSON: `"ram_capacity": "314.65
@@ -899,6 +930,85 @@ mod tests {
     fn events(s: &str) -> Vec<Event> {
         let lines: Vec<String> = s.lines().map(str::to_string).collect();
         scan(&lines).0.into_iter().map(|f| f.event).collect()
+    }
+
+    #[test]
+    fn the_figures_under_would_exceed_allowed_memory_are_pytorchs_record() {
+        // comfyui-3278 (sealed-2026-12c).
+        let e = events("torch.cuda.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of memory)\nCurrently allocated     : 21.55 GiB\nRequested               : 952.00 MiB\nDevice limit            : 24.00 GiB\nFree (according to CUDA): 0 bytes");
+        let Event::TorchOom(t) = &e[0] else {
+            panic!("{e:?}")
+        };
+        assert_eq!(t.requested, Some(952 << 20));
+        assert_eq!(t.total, Some(24 << 30));
+        assert_eq!(t.free, Some(0));
+        assert!(t.allocated_by_pytorch.is_some_and(|a| a > 21 << 30));
+        // Cut after its first words by ComfyUI's error box, it is still the event.
+        let cut = events("Error occurred when executing CogVideoDecode:\n\nAllocation on device\n");
+        assert!(
+            matches!(cut[..], [Event::AllocationExceeds { .. }]),
+            "{cut:?}"
+        );
+    }
+
+    #[test]
+    fn sigkills_in_the_words_of_gunicorn_ollama_deepspeed_and_systemd_are_host_memory() {
+        for line in [
+            "[ERROR] Worker (pid:25134) was sent SIGKILL! Perhaps out of memory?",
+            "msg=\"error loading llama server\" error=\"llama runner process has terminated: signal: killed\"",
+            "[launch.py:321:sigkill_handler] ['python3', '-u', 'train.py'] exits with return code = -9",
+        ] {
+            assert!(matches!(events(line)[..], [Event::Exit137]), "{line}");
+        }
+        let e = events("ollama.service: A process of this unit has been killed by the OOM killer.");
+        assert!(matches!(e[..], [Event::HostOomKiller { .. }]), "{e:?}");
+        let e = events("MemoryError: Caught MemoryError in DataLoader worker process 4.");
+        assert!(
+            matches!(e[..], [Event::HostAllocFailed { bytes: None }]),
+            "{e:?}"
+        );
+        // PyTorch's OutOfMemoryError only ends with the word.
+        let e =
+            events("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB");
+        assert!(matches!(e[..], [Event::TorchOom(_)]), "{e:?}");
+    }
+
+    #[test]
+    fn a_wrapped_dram_message_and_lm_studios_ram_json_are_read() {
+        let e = events("TT_FATAL: Out of Memory: Not enough space to allocate 5368709120 B DRAM buffer\nacross 8 banks, where each bank needs to store 671088640 B, but bank size is\n786432000 B (allocated: 754974400 B, free: 31457600 B)");
+        assert!(
+            matches!(
+                e[..],
+                [Event::DeviceBufferOom {
+                    requested: Some(5368709120),
+                    total: Some(6291456000),
+                    ..
+                }]
+            ),
+            "{e:?}"
+        );
+        let e = events("    \"memory\": {\n      \"ram_capacity\": \"314.65 GB\",\n      \"ram_unused\": \"316.65 KB\"\n    },");
+        assert!(
+            matches!(e[..], [Event::HostMemoryShort { needed: None, .. }]),
+            "{e:?}"
+        );
+        let plenty = events("      \"ram_capacity\": \"64 GB\",\n      \"ram_unused\": \"20 GB\"");
+        assert!(plenty.is_empty(), "{plenty:?}");
+    }
+
+    #[test]
+    fn pinned_memory_fallbacks_kernel_shared_memory_and_a_full_disk_are_no_oom() {
+        for log in [
+            "ggml_cuda_host_malloc: failed to allocate 1900.00 MiB of pinned memory: invalid argument",
+            "[TensorRT-LLM][ERROR] Assertion failed: Sequence Length is too long for the MMHA kernel (not enough shared memory).",
+            "Error: All model downloads failed.\nThere is not enough space on the disk. (os error 112)\nsona stderr: fatal error: out of memory",
+        ] {
+            assert!(events(log).is_empty(), "{log}");
+        }
+        // /dev/shm is the host's memory: docker's shm stays an event where a reader knows it.
+        assert!(crate::logparse::words::says_oom(
+            "This might be caused by insufficient shared memory (shm)."
+        ));
     }
 
     #[test]

@@ -384,6 +384,8 @@ fn frames(line: &str, n: usize, ctx: &mut Context) {
         "softmax(",
         ".unfold(",
         "cross_entropy(output.float()",
+        // The loss over the logits (peft-Firefly-33: `torch._C._nn.cross_entropy_loss`).
+        "cross_entropy_loss(",
         "logits = logits",
         "self.mlp(",
         // vLLM's and SGLang's activation layers (SiluAndMul, GeluAndMul): one MLP buffer.
@@ -423,7 +425,8 @@ fn frames(line: &str, n: usize, ctx: &mut Context) {
         &["Exception in thread"],
     ]
     .concat();
-    if rust_frame(line) {
+    // mistral.rs prints its backtrace inline: `Backtrace [{ fn: "…::dequantize_f16" }, …]`.
+    if rust_frame(line) || line.contains("Backtrace [{ fn: ") {
         rust_frame_part(line, n, ctx);
     }
     if !literals(&ANY, &all).is_match(line) {
@@ -451,6 +454,19 @@ fn frames(line: &str, n: usize, ctx: &mut Context) {
 /// A frame of a native backtrace: Rust's `   3: attention_rs::workspace::cuda::get_moe_pool`,
 /// or C++'s `2       0x7f5884df817a tensorrt_llm::batch_manager::kv_cache_manager::…`.
 fn rust_frame(line: &str) -> bool {
+    // docker compose prefixes each line with its service: `vllmrs-p  |    4: <…>::sdp_prefill`.
+    let line = match line.split_once(" | ") {
+        Some((service, rest))
+            if !service.trim().is_empty()
+                && service
+                    .trim()
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) =>
+        {
+            rest
+        }
+        _ => line,
+    };
     let t = line.trim_start();
     if !t.as_bytes().first().is_some_and(u8::is_ascii_digit) {
         return false;
@@ -476,7 +492,15 @@ fn rust_frame_part(line: &str, n: usize, ctx: &mut Context) {
     let l = line.to_ascii_lowercase();
     if l.contains("kv_cache") || l.contains("kvcache") || l.contains("paged_attention") {
         ctx.cache_lines.push(n);
-    } else if l.contains("::forward") || l.contains("activation") || l.contains("workspace") {
+    } else if l.contains("::forward")
+        || l.contains("activation")
+        || l.contains("workspace")
+        // A prefill's attention (vllm.rs' `PagedAttention>::sdp_prefill`, xinfer-118) and a
+        // quantized matmul's dequantized copy (candle's `QMatMul::dequantize_f16`, mistral.rs-329)
+        // are the forward pass's transient tensors.
+        || l.contains("sdp_prefill")
+        || l.contains("::dequantize")
+    {
         ctx.activation_lines.push(n);
     }
 }

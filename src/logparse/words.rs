@@ -48,6 +48,14 @@ fn look_alike(line: &str) -> bool {
     ];
     LOOK_ALIKES.iter().any(|k| line.contains(k))
         || (line.contains("NCCL") && !line.to_ascii_lowercase().contains("out of memory"))
+        // A kernel's on-chip shared memory (TensorRT-LLM's MMHA, Triton's "out of resource:
+        // shared memory") is not the card's memory; /dev/shm (docker's "shm") is the host's.
+        || (line.contains("shared memory")
+            && !line.contains("shm")
+            && (line.contains("kernel") || line.contains("out of resource") || line.contains("Hardware limit")))
+        // llama.cpp falls back to pageable memory when pinning fails (ollama-5517,
+        // llama.cpp-9629): a warning, not an out-of-memory.
+        || (line.contains("ggml_cuda_host_malloc") && line.contains("of pinned memory"))
 }
 
 /// Out-of-memory words in any wording: "out of memory" (of device / GPU / host memory, with
