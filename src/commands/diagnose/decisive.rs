@@ -92,6 +92,28 @@ pub fn needed(
     }
 }
 
+/// `(p, n, b)` in a fresh child that loads the model and does not warm up — as the user's program
+/// runs — with every decode pass real (the full `generate()` path).
+fn fresh_generate(
+    session: &mut Session,
+    label: &str,
+    (p, n, b): (usize, usize, usize),
+) -> Result<Reply> {
+    let task = GenerateTask {
+        label: label.into(),
+        prompt_tokens: p,
+        new_tokens: n,
+        batch: b,
+        decode_steps: n.saturating_sub(1),
+        eager: None,
+    };
+    session.retire();
+    session.warm_fresh = false;
+    let reply = session.run(&Task::Generate(task));
+    session.warm_fresh = true;
+    reply
+}
+
 /// Run the whole workload in a fresh child and put its record in place of the asked stage's.
 /// When it ran, the warm probe's out-of-memories before it are superseded (a user's fresh
 /// program does not meet them); when it failed otherwise (not out of memory), the staged answer
@@ -104,20 +126,7 @@ pub fn run(
     progress: &mut dyn Progress,
 ) -> Result<Option<String>> {
     progress.stage("the whole workload, in a fresh process");
-    let task = GenerateTask {
-        label: "workload_fresh".into(),
-        prompt_tokens: p,
-        new_tokens: n,
-        batch: b,
-        // Every decode pass real: the full generate() path.
-        decode_steps: n.saturating_sub(1),
-        eager: None,
-    };
-    session.retire();
-    session.warm_fresh = false;
-    let reply = session.run(&Task::Generate(task));
-    session.warm_fresh = true;
-    let reply = reply?;
+    let reply = fresh_generate(session, "workload_fresh", (p, n, b))?;
     if m.stopped() {
         return Ok(None);
     }
@@ -191,19 +200,7 @@ pub fn budget_trial(
     progress: &mut dyn Progress,
 ) -> Result<Option<(StageRecord, String)>> {
     progress.stage("the budget, in a fresh process");
-    let task = GenerateTask {
-        label: "budget_fresh".into(),
-        prompt_tokens: p,
-        new_tokens: n,
-        batch: b,
-        decode_steps: n.saturating_sub(1),
-        eager: None,
-    };
-    session.retire();
-    session.warm_fresh = false;
-    let reply = session.run(&Task::Generate(task));
-    session.warm_fresh = true;
-    let reply = reply?;
+    let reply = fresh_generate(session, "budget_fresh", (p, n, b))?;
     let usable = match &reply {
         Reply::Done(r) => matches!(r.outcome, Outcome::Ok | Outcome::Oom),
         Reply::Died { oom, .. } => oom.is_some(),
