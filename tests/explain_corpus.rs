@@ -295,6 +295,26 @@ fn the_sealed_2026_12e_set_tuned_scores_and_never_calls_an_oom_none() {
     assert_tuned("sealed-2026-12e", SEALED_E_LOGS, SEALED_E_RIGHT);
 }
 
+/// The sealed set gathered in session 8 by a third helper (50 real logs, 27 engines, 8
+/// look-alikes), scored ONCE with all of session 8's rules and before any rule saw it: **34/50
+/// right (68.0 %), 5 OOMs called none** (Intel XPU's "can NOT allocate", LM Studio's "insufficient
+/// system resources", torch elastic's "exitcode: -9", PyTorch's old figures without their head,
+/// and a paste with no error line), 0 look-alikes called an OOM. Tuned with general rules to 37/50.
+const SEALED_F_LOGS: usize = 50;
+const SEALED_F_RIGHT: usize = 37;
+/// ollama's offload arithmetic and a helper's analysis, without the kill line (ollama-10739).
+const SEALED_F_WORDLESS: &[&str] = &["ollama-ollama-10739.log"];
+
+#[test]
+fn the_sealed_2026_12f_set_tuned_scores_and_calls_no_worded_oom_none() {
+    assert_tuned_but(
+        "sealed-2026-12f",
+        SEALED_F_LOGS,
+        SEALED_F_RIGHT,
+        SEALED_F_WORDLESS,
+    );
+}
+
 /// llama.cpp's own out-of-memory logs, provoked on the H200 with known causes (#19): the model
 /// buffer at load (all layers and -ngl 24), the KV buffer, the compute buffer, and the first
 /// kernels of the prompt after every buffer fitted. Every one must be named right.

@@ -913,6 +913,8 @@ fn is_exit_137(line: &str) -> bool {
         // and DeepSpeed's launcher (`exits with return code = -9`, DeepSpeed-4571): SIGKILL.
         || l.contains("signal: killed")
         || l.contains("return code = -9")
+        // torch.distributed.elastic: `failed (exitcode: -9) local_rank: 5` (FastChat-521).
+        || l.contains("(exitcode: -9)")
         || t == "killed"
         || (t.ends_with("]killed") && t.contains("it/s"))
         || t.strip_prefix("exit code:")
@@ -1009,6 +1011,25 @@ mod tests {
         assert!(crate::logparse::words::says_oom(
             "This might be caused by insufficient shared memory (shm)."
         ));
+    }
+
+    #[test]
+    fn headless_old_figures_elastic_sigkills_and_other_wordings_are_read() {
+        // GPT2-Chinese-215: the old format's figures without "CUDA out of memory. Tried to…".
+        let e = events("(GPU 0; 15.75 GiB total capacity; 79.11 MiB already allocated; 3.62 MiB free; 86.00 MiB reserved in total by PyTorch)");
+        assert!(
+            matches!(&e[..], [Event::TorchOom(t)] if t.total.is_some() && t.requested.is_none()),
+            "{e:?}"
+        );
+        let e = events("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 5 (pid: 32708)");
+        assert!(matches!(e[..], [Event::Exit137]), "{e:?}");
+        for line in [
+            "RuntimeError: Current platform can NOT allocate memory block with size larger than 4GB! Tried to alloc",
+            "Error: Model loading aborted due to insufficient system resources.",
+            "fatal   : Memory allocation failure",
+        ] {
+            assert!(crate::logparse::words::says_oom(line), "{line}");
+        }
     }
 
     #[test]

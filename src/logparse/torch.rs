@@ -17,7 +17,7 @@ pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
     let head = re(
         &HEAD,
         &format!(
-            r"(?:CUDA|HIP|XPU|MPS backend) out of memory|OutOfMemoryError|(?i:cuda out of memory)|Tried to allocate {SIZE}(?: \(GPU \d+;|\. GPU \d+ has a total capac)"
+            r"(?:CUDA|HIP|XPU|MPS backend) out of memory|OutOfMemoryError|(?i:cuda out of memory)|Tried to allocate {SIZE}(?: \(GPU \d+;|\. GPU \d+ has a total capac)|^\s*\(GPU \d+; {SIZE} total capacity; {SIZE} already allocated;"
         ),
     );
     // Other libraries name their own OutOfMemoryError (Ray's is the host's): not PyTorch's.
