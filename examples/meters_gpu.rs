@@ -58,7 +58,7 @@ fn main() -> anyhow::Result<()> {
     }
     let _ = device.synchronize();
     let frag = meter.read();
-    let largest = meter.largest_block(2 * MIB);
+    let largest = meter.largest_block(2 * MIB, u64::MAX);
     let free_now = meter.read().free;
     println!(
         "{}",
