@@ -331,6 +331,18 @@ impl Scan {
             quote: quote(line),
         });
     }
+
+    /// An event counted only when the log has no known one (`unrecognised`), up to eight.
+    pub fn add_fallback(&mut self, n: usize, line: &str, event: Event) {
+        if self.unrecognised.len() < 8 {
+            self.unrecognised.push(Finding {
+                line: n,
+                source: event.source(),
+                event,
+                quote: quote(line),
+            });
+        }
+    }
 }
 
 pub(crate) fn re(cell: &'static OnceLock<Regex>, pattern: &str) -> &'static Regex {

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use regex::Regex;
 
-use super::parse::{cap_size, cap_u64, re, Event, Finding, Scan, Source, TorchOom, SIZE};
+use super::parse::{cap_size, cap_u64, re, Event, Scan, TorchOom, SIZE};
 
 /// Read a PyTorch message at line `i`; true when the line was one.
 pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
@@ -28,14 +28,7 @@ pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
         if ipython_head(line) {
             // A paste cut before the message still names the exception (inseq-286): an OOM
             // without figures, counted only when no message follows.
-            if st.unrecognised.len() < 8 {
-                st.unrecognised.push(Finding {
-                    line: i + 1,
-                    source: Source::Pytorch,
-                    event: Event::TorchOom(TorchOom::default()),
-                    quote: line.trim().chars().take(200).collect(),
-                });
-            }
+            st.add_fallback(i + 1, line, Event::TorchOom(TorchOom::default()));
             return true;
         }
         message(lines, i, st);

@@ -86,10 +86,7 @@ pub fn advice(line: &str) -> bool {
 /// Keep a line no reader knew when it says out of memory: the log's OOM in an unknown wording.
 pub fn unrecognised(line: &str, n: usize, st: &mut Scan) {
     if st.unrecognised.len() < 8 && says_oom(line) && !look_alike(line) && !advice(line) {
-        let before = std::mem::take(&mut st.findings);
-        st.add(n, line, Event::OomWords);
-        let found = std::mem::replace(&mut st.findings, before);
-        st.unrecognised.extend(found);
+        st.add_fallback(n, line, Event::OomWords);
     }
 }
 

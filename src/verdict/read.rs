@@ -1752,23 +1752,18 @@ fn load_or_huge(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision>
         a.remedy(Change::QuantizeWeights(WeightDtype::Int8), a.engine, None);
         a.remedy(Change::CpuOffload, a.engine, None);
         a.remedy(Change::LargerGpu(0), a.engine, None);
-        let summary = match (t.requested, t.free) {
-            (None, None) => {
-                "weights: out of memory while loading the model (the log gives no figures)"
-                    .to_string()
-            }
-            _ => format!(
+        // Without figures the loading frame is all there is.
+        let figureless = t.requested.is_none() && t.free.is_none();
+        let summary = if figureless {
+            "weights: out of memory while loading the model (the log gives no figures)".to_string()
+        } else {
+            format!(
                 "weights: out of memory while loading the model — {} asked, {} free",
                 request_text(t),
                 Bytes(acc.free)
-            ),
+            )
         };
-        // Without figures the loading frame is all there is.
-        let sure = if t.requested.is_none() && t.free.is_none() {
-            0.6
-        } else {
-            0.8
-        };
+        let sure = if figureless { 0.6 } else { 0.8 };
         let Some(line) = quoted_below else {
             return Some(Decision::new(Cause::Weights, Stage::Load, sure, summary, e));
         };

@@ -378,8 +378,7 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
                 decisive::budget_trial(&mut session, &m, (at, n, b), progress)?
             {
                 prep.notes.push(note);
-                points.push(point.clone());
-                m.points.push(point);
+                points.push(point);
                 corrected = Planner::new(
                     &prep.spec,
                     corrected_card(&profile, &prep.workload, &points),
