@@ -20,6 +20,7 @@ pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
         llama_alloc,
         llama_followup,
         tgi_trt,
+        turbomind,
         sglang_exllama,
         apple,
         accelerators,
@@ -279,6 +280,22 @@ fn llama_buffer(lines: &[String], i: usize) -> LlamaBuffer {
     }
 }
 
+/// lmdeploy's TurboMind: `[TM][ERROR] CUDA runtime error: out of memory …/allocator.h:231`.
+/// Raised from `create_model_instance` (lmdeploy-1019), it is the KV cache, which TurboMind
+/// allocates then as `cache_max_entry_count` of the free memory.
+fn turbomind(lines: &[String], i: usize, st: &mut Scan) -> bool {
+    let line = &lines[i];
+    let tm = line.contains("[TM][ERROR]") || line.contains("turbomind");
+    if !(tm && line.contains("out of memory")) {
+        return false;
+    }
+    let instance = lines[i.saturating_sub(6)..i]
+        .iter()
+        .any(|l| l.contains("create_model_instance"));
+    once(st, i + 1, line, Event::TurbomindOom { instance });
+    true
+}
+
 /// TGI's prefill warm-up; TensorRT-LLM's component table and its allocator.
 fn tgi_trt(lines: &[String], i: usize, st: &mut Scan) -> bool {
     static TGI: OnceLock<Regex> = OnceLock::new();
@@ -286,6 +303,18 @@ fn tgi_trt(lines: &[String], i: usize, st: &mut Scan) -> bool {
     static COMPONENT: OnceLock<Regex> = OnceLock::new();
     static TRT: OnceLock<Regex> = OnceLock::new();
     let line = &lines[i];
+    static TOTAL: OnceLock<Regex> = OnceLock::new();
+    // TGI's warm-up when the token budget of its KV cache does not fit beside the weights:
+    // `Not enough memory to handle 16000 total tokens with 2 prefill tokens` (tgi-710).
+    let total = re(
+        &TOTAL,
+        r"Not enough memory to handle (\d+) total tokens with \d+ prefill tokens",
+    );
+    if let Some(c) = total.captures(line) {
+        let tokens = cap_u64(&c, 1);
+        st.add(i + 1, line, Event::TgiTotalTokens { tokens });
+        return true;
+    }
     let tgi = re(&TGI, r"Not enough memory to handle (\d+) prefill tokens");
     if let Some(c) = tgi.captures(line) {
         let tokens = cap_u64(&c, 1);
@@ -382,7 +411,10 @@ fn sglang_exllama(lines: &[String], i: usize, st: &mut Scan) -> bool {
         once(st, i + 1, line, Event::WeightsDispatchedOff);
         return true;
     }
-    if line.contains("Insufficient VRAM for model and cache") {
+    // exllamav3 (through TabbyAPI) words it "Insufficient VRAM in split for model and cache".
+    if line.contains("Insufficient VRAM for model and cache")
+        || line.contains("Insufficient VRAM in split for model and cache")
+    {
         once(st, i + 1, line, Event::ExllamaInsufficient);
         return true;
     }
@@ -412,7 +444,34 @@ fn apple(lines: &[String], i: usize, st: &mut Scan) -> bool {
         once(st, i + 1, line, Event::MetalOom);
         return true;
     }
+    if line.contains("buffer is nil") {
+        if let Some(event) = metal_working_set(&lines[i.saturating_sub(400)..i]) {
+            once(st, i + 1, line, event);
+            return true;
+        }
+    }
     false
+}
+
+/// The first of ggml-metal's `allocated 'NAME' buffer, size = X MiB, ( T / W )` lines with the
+/// running total T past the working set W (h2ogpt-1311: 'kv' takes 3,946 MiB to 4,458 of 4,096).
+fn metal_working_set(above: &[String]) -> Option<Event> {
+    static ADDED: OnceLock<Regex> = OnceLock::new();
+    let added = re(
+        &ADDED,
+        r"allocated '([^']*)' buffer, size = *([\d.]+) MiB, \( *([\d.]+) / *([\d.]+)\)",
+    );
+    above.iter().find_map(|l| {
+        let c = added.captures(l)?;
+        let mib = |k: usize| c.get(k).and_then(|m| size(m.as_str(), "MiB"));
+        let (bytes, total, working_set) = (mib(2)?, mib(3)?, mib(4)?);
+        let crossed = c.get(1).and_then(|m| named_buffer(m.as_str()));
+        (total > working_set && working_set > 0).then(|| Event::MetalWorkingSet {
+            crossed: crossed.unwrap_or(LlamaBuffer::Unknown),
+            before: total.saturating_sub(bytes),
+            working_set,
+        })
+    })
 }
 
 /// Other accelerators with their own figures (tt-xla's DRAM banks), ROCm's driver error, and
@@ -599,6 +658,10 @@ fn host(lines: &[String], i: usize, st: &mut Scan) -> bool {
         oom_killer(st, i + 1, line, task, None);
         return true;
     }
+    if let Some((process, rss)) = userspace_oom_killer(line) {
+        oom_killer(st, i + 1, line, process, rss);
+        return true;
+    }
     // Windows' ERROR_COMMITMENT_LIMIT: RAM and paging file are spoken for (a DLL that cannot
     // be mapped, a safetensors file that cannot be opened).
     if line.contains("paging file is too small")
@@ -656,6 +719,24 @@ fn host(lines: &[String], i: usize, st: &mut Scan) -> bool {
         return true;
     }
     false
+}
+
+/// The userspace OOM killers, which act on host RAM before the kernel does: earlyoom's
+/// `sending SIGTERM to process 322603 uid 1000 "python3.13": oom_score 1282, VmRSS 29931 MiB`
+/// (ComfyUI-15276) and systemd-oomd's `Killed /user.slice/….scope due to memory pressure`.
+fn userspace_oom_killer(line: &str) -> Option<(Option<String>, Option<u64>)> {
+    static EARLYOOM: OnceLock<Regex> = OnceLock::new();
+    let earlyoom = re(
+        &EARLYOOM,
+        r#"earlyoom.*sending SIG(?:TERM|KILL) to process \d+(?: uid \d+)? "([^"]+)"(?:.*?VmRSS (\d+) MiB)?"#,
+    );
+    if let Some(c) = earlyoom.captures(line) {
+        let process = c.get(1).map(|m| m.as_str().to_string());
+        let rss = cap_u64(&c, 2).map(|m| m.saturating_mul(1 << 20));
+        return Some((process, rss));
+    }
+    (line.contains("systemd-oomd") && line.contains("due to memory pressure"))
+        .then_some((None, None))
 }
 
 /// Python's own `MemoryError` (the interpreter could not get host memory), raised or re-raised by
@@ -800,6 +881,16 @@ fn kubernetes(lines: &[String], i: usize, st: &mut Scan) -> bool {
     let line = &lines[i];
     if line.contains("OOMKilled") {
         once(st, i + 1, line, Event::ContainerOomKilled);
+        return true;
+    }
+    // The kubelet's node event: `Warning  SystemOOM  node/…  System OOM encountered, victim
+    // process: llama-server` (LLMKube-386) — the node's kernel OOM killer took a container's process.
+    if line.contains("System OOM encountered") {
+        let process = line
+            .split_once("victim process: ")
+            .map(|(_, p)| p.split_whitespace().next().unwrap_or("").to_string())
+            .filter(|p| !p.is_empty());
+        oom_killer(st, i + 1, line, process, None);
         return true;
     }
     // Slurm's step daemon killing a job over its memory limit (slurm-coqui-stt-2238), and PyTorch's

@@ -351,6 +351,8 @@ fn frames(line: &str, n: usize, ctx: &mut Context) {
         "in _apply",
         "self._apply(",
         "param_applied = fn(param)",
+        // Module.to's `convert` (text-generation-webui's one-click install, textgen-15).
+        "return t.to(device, dtype if t.is_floating_point()",
         // candle / mistral.rs (Rust backtraces): weights read from safetensors.
         "MmapedSafetensors",
         "var_builder",
@@ -582,6 +584,9 @@ fn stage_hint(line: &str) -> Option<StageHint> {
                 "load_tensors",
                 "self._apply(",
                 "param_applied = fn(param)",
+                "return t.to(device, dtype if t.is_floating_point()",
+                // ComfyUI patches LoRA weights as it moves a model onto the GPU (ComfyUI-11144).
+                "ERROR lora ",
                 "MmapedSafetensors",
                 "var_builder",
                 "VarBuilder",

@@ -166,6 +166,11 @@ pub enum Event {
     CandleDriverOom,
     /// TGI: not enough memory for the prefill token budget at warm-up.
     TgiPrefill { tokens: Option<u64> },
+    /// TGI's warm-up: its KV cache cannot hold `--max-batch-total-tokens` beside the weights.
+    TgiTotalTokens { tokens: Option<u64> },
+    /// lmdeploy's TurboMind allocator ran out; `instance`: while creating the model instance,
+    /// where it allocates its KV cache.
+    TurbomindOom { instance: bool },
     /// TGI: the paged KV cache's block pool has fewer free blocks than a request needs.
     TgiCacheBlocks {
         asked: Option<u64>,
@@ -201,6 +206,14 @@ pub enum Event {
     ExllamaInsufficient,
     /// Apple Metal: a command buffer failed for lack of memory (no figures).
     MetalOom,
+    /// llama.cpp on Metal: `ggml_metal_get_buffer: error: buffer is nil` after its buffers went
+    /// past the recommended working set (`allocated 'kv' buffer, size = 512.03 MiB, ( 4458.33 /
+    /// 4096.00)`): `crossed` is the first buffer past it, `before` what the buffers above it held.
+    MetalWorkingSet {
+        crossed: LlamaBuffer,
+        before: u64,
+        working_set: u64,
+    },
     /// MLX: one buffer larger than Metal's maximum buffer size.
     MlxBufferTooLarge {
         requested: Option<u64>,
@@ -271,7 +284,10 @@ impl Event {
             | Event::VllmSamplerWarmup { .. } => Source::Vllm,
             Event::LlamaCppBuffer { .. } => Source::LlamaCpp,
             Event::CandleDriverOom => Source::Candle,
-            Event::TgiPrefill { .. } | Event::TgiCacheBlocks { .. } => Source::Tgi,
+            Event::TgiPrefill { .. }
+            | Event::TgiTotalTokens { .. }
+            | Event::TgiCacheBlocks { .. } => Source::Tgi,
+            Event::TurbomindOom { .. } => Source::Cuda,
             Event::BatchSizeExhausted => Source::Accelerate,
             Event::PagingFileTooSmall => Source::Windows,
             Event::OomKillerTasks { .. } => Source::Kernel,
@@ -283,6 +299,7 @@ impl Event {
             Event::ExllamaInsufficient => Source::Exllamav2,
             Event::WeightsDispatchedOff => Source::Pytorch,
             Event::MetalOom => Source::Metal,
+            Event::MetalWorkingSet { .. } => Source::LlamaCpp,
             Event::MlxBufferTooLarge { .. } => Source::Mlx,
             Event::DeviceBufferOom { .. } => Source::Accelerator,
             Event::HipErrorOom => Source::Rocm,

@@ -14,7 +14,7 @@ pub fn worth_reading(line: &str) -> bool {
     static ANCHORS: OnceLock<Regex> = OnceLock::new();
     re(
         &ANCHORS,
-        r"(?:memory|Memory|MEMORY|alloc|Alloc|ALLOC|OOM|oom|ENOMEM|Killed|killed|137|KV cache|kv cache|nough|nsufficient|INSUFFICIENT|RESOURCE_EXHAUSTED|status 5|could not be created|prefill tokens|max seq len|mem-fraction|xceed|Reason:|is_good|CUBLAS|OUT_OF_MEMORY|hipError|runs out|Terminated|buffer maximum|profiled value|paging file|1455|executable batch size|cache blocks|o create context|o create the llama context|available VRAM|code = -9|exitcode: -9|ram_unused)",
+        r"(?:memory|Memory|MEMORY|alloc|Alloc|ALLOC|OOM|oom|ENOMEM|Killed|killed|137|KV cache|kv cache|nough|nsufficient|INSUFFICIENT|RESOURCE_EXHAUSTED|status 5|could not be created|prefill tokens|max seq len|mem-fraction|xceed|Reason:|is_good|CUBLAS|OUT_OF_MEMORY|hipError|runs out|Terminated|buffer maximum|profiled value|paging file|1455|executable batch size|cache blocks|o create context|o create the llama context|available VRAM|code = -9|exitcode: -9|ram_unused|buffer is nil)",
     )
     .is_match(line)
 }
