@@ -1,0 +1,393 @@
+//! PyTorch's CUDA caching allocator, as a model: the rules of
+//! `c10/cuda/CUDACachingAllocator.cpp` with its default settings (no `expandable_segments`, no
+//! `max_split_size_mb`, no garbage-collection threshold, one stream), so that a sequence of
+//! tensor allocations and frees gives the segments PyTorch would `cudaMalloc`, its reserved bytes,
+//! and the request at which it runs out under a given limit.
+//!
+//! - Sizes are rounded up to 512 B. Requests up to 1 MiB come from the small pool, whose segments
+//!   are 2 MiB; larger ones from the large pool: a 20 MiB segment below 10 MiB, else the request
+//!   rounded up to 2 MiB.
+//! - A request takes the smallest cached free block that holds it (ties: the lowest address).
+//!   The block is split when the rest is ≥ 512 B (small pool) or > 1 MiB (large pool): the
+//!   request keeps the low end, the rest goes back to the pool.
+//! - A freed block merges with free neighbours of its segment.
+//! - With no cached block, a new segment is asked of the driver. When that fails, every cached
+//!   segment that is wholly free is handed back (`release_cached_blocks`) and the driver is asked
+//!   once more; failing again is the out-of-memory error.
+//!
+//! Replaying the allocator traces of the ground truth's own transformers runs (recorded with
+//! `torch.cuda.memory._record_memory_history` on the H200, scripts/gpu/alloc-trace.py) gives
+//! PyTorch's `max_memory_reserved` to the byte, and the failing request at the very event where
+//! PyTorch failed (tests/torch_alloc_replay.rs).
+
+use std::collections::BTreeSet;
+
+use thiserror::Error;
+
+use crate::units::MIB;
+
+const MIN_BLOCK: u64 = 512;
+const SMALL_SIZE: u64 = MIB;
+const SMALL_BUFFER: u64 = 2 * MIB;
+const LARGE_BUFFER: u64 = 20 * MIB;
+const MIN_LARGE_ALLOC: u64 = 10 * MIB;
+const ROUND_LARGE: u64 = 2 * MIB;
+
+/// What the driver keeps back from a `cudaMalloc` on the H200 (driver 580): a 278 MiB segment
+/// failed with 279.1 MiB reported free (Llama-2-7B eager, 1,509 tokens, session 9's traces),
+/// while every allocation that left ≥ 2 MiB free succeeded.
+pub const DRIVER_RESERVE: u64 = 2 * MIB;
+
+/// The request PyTorch could not place, as its out-of-memory message would say it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[error("the allocator could not get a {segment}-byte segment for a {requested}-byte tensor with {reserved} of {limit} bytes reserved")]
+pub struct OutOfMemory {
+    /// The tensor's bytes, rounded as the allocator rounds them.
+    pub requested: u64,
+    /// The segment it asked the driver for.
+    pub segment: u64,
+    /// Bytes reserved by the allocator when it gave up (after handing back the free segments).
+    pub reserved: u64,
+    pub limit: u64,
+}
+
+/// A live or cached block: a piece of one segment.
+#[derive(Debug, Clone, Copy)]
+struct Block {
+    ptr: u64,
+    size: u64,
+    small: bool,
+    allocated: bool,
+    prev: Option<usize>,
+    next: Option<usize>,
+}
+
+/// A handle on an allocated tensor's block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Allocation(usize);
+
+/// The allocator's state: every block ever made (an arena; merged blocks are retired), the two
+/// pools of cached free blocks, and the counters PyTorch reports.
+#[derive(Debug, Clone)]
+pub struct CachingAllocator {
+    limit: u64,
+    blocks: Vec<Block>,
+    retired: Vec<usize>,
+    pools: [BTreeSet<(u64, u64, usize)>; 2],
+    next_ptr: u64,
+    reserved: u64,
+    allocated: u64,
+    peak_reserved: u64,
+    peak_allocated: u64,
+    segments: u64,
+}
+
+/// Rounded size of a request (`round_size`).
+pub fn rounded(size: u64) -> u64 {
+    if size < MIN_BLOCK {
+        MIN_BLOCK
+    } else {
+        size.div_ceil(MIN_BLOCK).saturating_mul(MIN_BLOCK)
+    }
+}
+
+/// Segment the allocator asks the driver for to hold a rounded request (`get_allocation_size`).
+pub fn segment_for(size: u64) -> u64 {
+    if size <= SMALL_SIZE {
+        SMALL_BUFFER
+    } else if size < MIN_LARGE_ALLOC {
+        LARGE_BUFFER
+    } else {
+        size.div_ceil(ROUND_LARGE).saturating_mul(ROUND_LARGE)
+    }
+}
+
+impl CachingAllocator {
+    /// An empty allocator that may reserve up to `limit` bytes in all (what the driver has free
+    /// for it, less `DRIVER_RESERVE` if the caller models the driver's own share).
+    pub fn new(limit: u64) -> Self {
+        CachingAllocator {
+            limit,
+            blocks: Vec::new(),
+            retired: Vec::new(),
+            pools: [BTreeSet::new(), BTreeSet::new()],
+            next_ptr: 1 << 47,
+            reserved: 0,
+            allocated: 0,
+            peak_reserved: 0,
+            peak_allocated: 0,
+            segments: 0,
+        }
+    }
+
+    pub fn reserved(&self) -> u64 {
+        self.reserved
+    }
+    pub fn allocated(&self) -> u64 {
+        self.allocated
+    }
+    pub fn peak_reserved(&self) -> u64 {
+        self.peak_reserved
+    }
+    pub fn peak_allocated(&self) -> u64 {
+        self.peak_allocated
+    }
+    /// Segments asked of the driver so far.
+    pub fn segments(&self) -> u64 {
+        self.segments
+    }
+
+    /// Allocate `size` bytes; segment addresses are the allocator's own.
+    pub fn malloc(&mut self, size: u64) -> Result<Allocation, OutOfMemory> {
+        self.malloc_at(size, None)
+    }
+
+    /// Allocate `size` bytes; a new segment, if one is needed, starts at `segment_ptr` (a
+    /// recorded trace's address, so that ties between equal free blocks break as they did).
+    pub fn malloc_at(
+        &mut self,
+        size: u64,
+        segment_ptr: Option<u64>,
+    ) -> Result<Allocation, OutOfMemory> {
+        let size = rounded(size);
+        let small = size <= SMALL_SIZE;
+        let pool = usize::from(!small);
+        let found = self.pools[pool].range((size, 0, 0)..).next().copied();
+        let id = match found {
+            Some(key) => {
+                self.pools[pool].remove(&key);
+                key.2
+            }
+            None => self.new_segment(size, small, segment_ptr)?,
+        };
+        self.split(id, size);
+        let b = &mut self.blocks[id];
+        b.allocated = true;
+        self.allocated = self.allocated.saturating_add(b.size);
+        self.peak_allocated = self.peak_allocated.max(self.allocated);
+        Ok(Allocation(id))
+    }
+
+    fn new_segment(
+        &mut self,
+        size: u64,
+        small: bool,
+        ptr: Option<u64>,
+    ) -> Result<usize, OutOfMemory> {
+        let segment = segment_for(size);
+        if !self.fits(segment) {
+            self.empty_cache();
+            if !self.fits(segment) {
+                return Err(OutOfMemory {
+                    requested: size,
+                    segment,
+                    reserved: self.reserved,
+                    limit: self.limit,
+                });
+            }
+        }
+        let ptr = ptr.unwrap_or_else(|| {
+            // Fresh address space below the last segment, a 2 MiB gap apart.
+            self.next_ptr = self
+                .next_ptr
+                .saturating_sub(segment.saturating_add(ROUND_LARGE));
+            self.next_ptr
+        });
+        self.reserved = self.reserved.saturating_add(segment);
+        self.peak_reserved = self.peak_reserved.max(self.reserved);
+        self.segments = self.segments.saturating_add(1);
+        Ok(self.push(Block {
+            ptr,
+            size: segment,
+            small,
+            allocated: false,
+            prev: None,
+            next: None,
+        }))
+    }
+
+    fn fits(&self, segment: u64) -> bool {
+        self.reserved
+            .checked_add(segment)
+            .is_some_and(|r| r <= self.limit)
+    }
+
+    fn push(&mut self, b: Block) -> usize {
+        match self.retired.pop() {
+            Some(id) => {
+                self.blocks[id] = b;
+                id
+            }
+            None => {
+                self.blocks.push(b);
+                self.blocks.len() - 1
+            }
+        }
+    }
+
+    /// Split block `id` to `size` when the rest is worth keeping; the rest is cached.
+    fn split(&mut self, id: usize, size: u64) {
+        let b = self.blocks[id];
+        let rest = b.size.saturating_sub(size);
+        let keep = if b.small {
+            rest >= MIN_BLOCK
+        } else {
+            rest > SMALL_SIZE
+        };
+        if !keep {
+            return;
+        }
+        let r = self.push(Block {
+            ptr: b.ptr.saturating_add(size),
+            size: rest,
+            small: b.small,
+            allocated: false,
+            prev: Some(id),
+            next: b.next,
+        });
+        if let Some(n) = b.next {
+            self.blocks[n].prev = Some(r);
+        }
+        let b = &mut self.blocks[id];
+        b.next = Some(r);
+        b.size = size;
+        let key = self.key(r);
+        self.pools[usize::from(!self.blocks[r].small)].insert(key);
+    }
+
+    fn key(&self, id: usize) -> (u64, u64, usize) {
+        let b = &self.blocks[id];
+        (b.size, b.ptr, id)
+    }
+
+    /// Free a tensor's block: it merges with its free neighbours and is cached.
+    pub fn free(&mut self, a: Allocation) {
+        let id = a.0;
+        let Some(b) = self.blocks.get(id).copied() else {
+            return;
+        };
+        if !b.allocated {
+            return;
+        }
+        self.allocated = self.allocated.saturating_sub(b.size);
+        self.blocks[id].allocated = false;
+        for other in [b.prev, b.next].into_iter().flatten() {
+            let o = self.blocks[other];
+            if o.allocated {
+                continue;
+            }
+            let key = self.key(other);
+            self.pools[usize::from(!o.small)].remove(&key);
+            let me = &mut self.blocks[id];
+            if Some(other) == me.prev {
+                me.ptr = o.ptr;
+                me.prev = o.prev;
+                if let Some(p) = o.prev {
+                    self.blocks[p].next = Some(id);
+                }
+            } else {
+                me.next = o.next;
+                if let Some(n) = o.next {
+                    self.blocks[n].prev = Some(id);
+                }
+            }
+            self.blocks[id].size = self.blocks[id].size.saturating_add(o.size);
+            self.retired.push(other);
+        }
+        let key = self.key(id);
+        self.pools[usize::from(!self.blocks[id].small)].insert(key);
+    }
+
+    /// `torch.cuda.empty_cache()`: hand back every cached segment that is wholly free.
+    pub fn empty_cache(&mut self) {
+        for pool in 0..2 {
+            let whole: Vec<(u64, u64, usize)> = self.pools[pool]
+                .iter()
+                .filter(|k| {
+                    let b = &self.blocks[k.2];
+                    b.prev.is_none() && b.next.is_none()
+                })
+                .copied()
+                .collect();
+            for k in whole {
+                self.pools[pool].remove(&k);
+                self.reserved = self.reserved.saturating_sub(k.0);
+                self.retired.push(k.2);
+            }
+        }
+    }
+
+    /// Hand back the wholly free segment at `ptr`, if there is one (a recorded `segment_free`).
+    pub fn release_segment(&mut self, ptr: u64) -> bool {
+        for pool in 0..2 {
+            let hit = self.pools[pool]
+                .iter()
+                .find(|k| {
+                    let b = &self.blocks[k.2];
+                    b.ptr == ptr && b.prev.is_none() && b.next.is_none()
+                })
+                .copied();
+            if let Some(k) = hit {
+                self.pools[pool].remove(&k);
+                self.reserved = self.reserved.saturating_sub(k.0);
+                self.retired.push(k.2);
+                return true;
+            }
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_round_and_segments_follow_pytorchs_three_classes() {
+        assert_eq!(rounded(4), 512);
+        assert_eq!(rounded(35_728), 35_840);
+        assert_eq!(segment_for(rounded(7_168)), 2 * MIB);
+        // k_proj of Qwen2.5-7B (3.5 MiB) shares a 20 MiB segment; q_proj (24.5 MiB) gets 26 MiB.
+        assert_eq!(segment_for(3_670_016), 20 * MIB);
+        assert_eq!(segment_for(25_690_112), 27_262_976);
+    }
+
+    #[test]
+    fn a_freed_block_is_reused_split_and_merged_back() -> Result<(), OutOfMemory> {
+        let mut a = CachingAllocator::new(u64::MAX);
+        let x = a.malloc(3 * MIB)?; // a 20 MiB segment, split
+        let y = a.malloc(3 * MIB)?; // from the rest of it
+        assert_eq!((a.reserved(), a.segments()), (20 * MIB, 1));
+        a.free(x);
+        a.free(y);
+        // one whole free segment again: a 17 MiB request fits it without a new segment
+        let z = a.malloc(17 * MIB)?;
+        assert_eq!((a.reserved(), a.segments()), (20 * MIB, 1));
+        a.free(z);
+        a.empty_cache();
+        assert_eq!(a.reserved(), 0);
+        Ok(())
+    }
+
+    #[test]
+    fn out_of_memory_hands_back_free_segments_before_it_fails() -> Result<(), OutOfMemory> {
+        let mut a = CachingAllocator::new(64 * MIB);
+        let big = a.malloc(40 * MIB)?;
+        a.free(big); // cached, wholly free
+                     // 50 MiB does not fit beside the cached 40 MiB: it is handed back, then the request fits
+        let c = a.malloc(50 * MIB)?;
+        assert_eq!(a.reserved(), 50 * MIB);
+        let err = a.malloc(20 * MIB).err();
+        assert_eq!(
+            err,
+            Some(OutOfMemory {
+                requested: 20 * MIB,
+                segment: 20 * MIB,
+                reserved: 50 * MIB,
+                limit: 64 * MIB
+            })
+        );
+        a.free(c);
+        Ok(())
+    }
+}
