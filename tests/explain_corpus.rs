@@ -146,19 +146,15 @@ pub fn assert_never_none_for_an_oom(s: &Score) {
 
 /// A tune split: all its logs scored, none of its OOMs called `none`, at least `floor` right.
 fn assert_tuned(corpus: &str, logs: usize, floor: usize) {
-    assert_tuned_but(corpus, logs, floor, &[]);
+    assert_tuned_except(corpus, logs, floor, &[], &[]);
 }
 
-/// `assert_tuned`, except for the OOM logs listed in `wordless`: pastes whose text says nothing of
-/// memory (no error line, no figure, no out-of-memory word), labelled an OOM by their thread.
-/// Calling them an OOM would be fitting the label; each is named here with what it holds.
-fn assert_tuned_but(corpus: &str, logs: usize, floor: usize, wordless: &[&str]) {
-    assert_tuned_except(corpus, logs, floor, wordless, &[]);
-}
-
-/// `assert_tuned_but`, and except the look-alikes listed in `read_as_oom`: logs whose text alone
-/// is a real allocation failure in a known wording, which only the thread's later prose shows to
-/// be a bug (each is named where it is listed, with that prose).
+/// `assert_tuned`, except for the OOM logs listed in `wordless` and the look-alikes listed in
+/// `read_as_oom`. Wordless: pastes whose text says nothing of memory (no error line, no figure,
+/// no out-of-memory word), labelled an OOM by their thread — calling them an OOM would be fitting
+/// the label. Read as OOM: logs whose text alone is a real allocation failure in a known
+/// wording, which only the thread's later prose shows to be a bug. Each is named where it is
+/// listed, with what it holds.
 fn assert_tuned_except(
     corpus: &str,
     logs: usize,
@@ -263,11 +259,12 @@ const SEALED_C_WORDLESS: &[&str] = &[
 
 #[test]
 fn the_sealed_2026_12c_set_tuned_scores_and_calls_no_worded_oom_none() {
-    assert_tuned_but(
+    assert_tuned_except(
         "sealed-2026-12c",
         SEALED_C_LOGS,
         SEALED_C_RIGHT,
         SEALED_C_WORDLESS,
+        &[],
     );
 }
 
@@ -291,11 +288,12 @@ const SEALED_D_WORDLESS: &[&str] = &[
 
 #[test]
 fn the_sealed_2026_12d_set_tuned_scores_and_calls_no_worded_oom_none() {
-    assert_tuned_but(
+    assert_tuned_except(
         "sealed-2026-12d",
         SEALED_D_LOGS,
         SEALED_D_RIGHT,
         SEALED_D_WORDLESS,
+        &[],
     );
 }
 
@@ -324,11 +322,12 @@ const SEALED_F_WORDLESS: &[&str] = &["ollama-ollama-10739.log"];
 
 #[test]
 fn the_sealed_2026_12f_set_tuned_scores_and_calls_no_worded_oom_none() {
-    assert_tuned_but(
+    assert_tuned_except(
         "sealed-2026-12f",
         SEALED_F_LOGS,
         SEALED_F_RIGHT,
         SEALED_F_WORDLESS,
+        &[],
     );
 }
 

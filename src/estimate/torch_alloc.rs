@@ -303,16 +303,11 @@ impl CachingAllocator {
         for pool in 0..2 {
             let whole: Vec<(u64, u64, usize)> = self.pools[pool]
                 .iter()
-                .filter(|k| {
-                    let b = &self.blocks[k.2];
-                    b.prev.is_none() && b.next.is_none()
-                })
+                .filter(|k| self.is_whole_segment(k.2))
                 .copied()
                 .collect();
             for k in whole {
-                self.pools[pool].remove(&k);
-                self.reserved = self.reserved.saturating_sub(k.0);
-                self.retired.push(k.2);
+                self.release(pool, k);
             }
         }
     }
@@ -322,19 +317,27 @@ impl CachingAllocator {
         for pool in 0..2 {
             let hit = self.pools[pool]
                 .iter()
-                .find(|k| {
-                    let b = &self.blocks[k.2];
-                    b.ptr == ptr && b.prev.is_none() && b.next.is_none()
-                })
+                .find(|k| self.blocks[k.2].ptr == ptr && self.is_whole_segment(k.2))
                 .copied();
             if let Some(k) = hit {
-                self.pools[pool].remove(&k);
-                self.reserved = self.reserved.saturating_sub(k.0);
-                self.retired.push(k.2);
+                self.release(pool, k);
                 return true;
             }
         }
         false
+    }
+
+    /// A cached block that is a whole segment (no neighbour split off it).
+    fn is_whole_segment(&self, id: usize) -> bool {
+        let b = &self.blocks[id];
+        b.prev.is_none() && b.next.is_none()
+    }
+
+    /// Give a wholly free segment back to the driver.
+    fn release(&mut self, pool: usize, key: (u64, u64, usize)) {
+        self.pools[pool].remove(&key);
+        self.reserved = self.reserved.saturating_sub(key.0);
+        self.retired.push(key.2);
     }
 }
 

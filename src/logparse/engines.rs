@@ -302,8 +302,8 @@ fn tgi_trt(lines: &[String], i: usize, st: &mut Scan) -> bool {
     static BLOCKS: OnceLock<Regex> = OnceLock::new();
     static COMPONENT: OnceLock<Regex> = OnceLock::new();
     static TRT: OnceLock<Regex> = OnceLock::new();
-    let line = &lines[i];
     static TOTAL: OnceLock<Regex> = OnceLock::new();
+    let line = &lines[i];
     // TGI's warm-up when the token budget of its KV cache does not fit beside the weights:
     // `Not enough memory to handle 16000 total tokens with 2 prefill tokens` (tgi-710).
     let total = re(
@@ -658,7 +658,7 @@ fn host(lines: &[String], i: usize, st: &mut Scan) -> bool {
         oom_killer(st, i + 1, line, task, None);
         return true;
     }
-    if let Some((process, rss)) = userspace_oom_killer(line) {
+    if let Some((process, rss)) = reported_oom_kill(line) {
         oom_killer(st, i + 1, line, process, rss);
         return true;
     }
@@ -721,10 +721,13 @@ fn host(lines: &[String], i: usize, st: &mut Scan) -> bool {
     false
 }
 
-/// The userspace OOM killers, which act on host RAM before the kernel does: earlyoom's
-/// `sending SIGTERM to process 322603 uid 1000 "python3.13": oom_score 1282, VmRSS 29931 MiB`
-/// (ComfyUI-15276) and systemd-oomd's `Killed /user.slice/….scope due to memory pressure`.
-fn userspace_oom_killer(line: &str) -> Option<(Option<String>, Option<u64>)> {
+/// A kill for host memory reported by someone other than the kernel's own lines: the userspace
+/// OOM killers, which act before the kernel does — earlyoom's `sending SIGTERM to process 322603
+/// uid 1000 "python3.13": oom_score 1282, VmRSS 29931 MiB` (ComfyUI-15276), systemd-oomd's
+/// `Killed /user.slice/….scope due to memory pressure` — and the kubelet's node event `Warning
+/// SystemOOM  node/…  System OOM encountered, victim process: llama-server` (LLMKube-386).
+/// Returns the process and its resident bytes where the line gives them.
+fn reported_oom_kill(line: &str) -> Option<(Option<String>, Option<u64>)> {
     static EARLYOOM: OnceLock<Regex> = OnceLock::new();
     let earlyoom = re(
         &EARLYOOM,
@@ -734,6 +737,13 @@ fn userspace_oom_killer(line: &str) -> Option<(Option<String>, Option<u64>)> {
         let process = c.get(1).map(|m| m.as_str().to_string());
         let rss = cap_u64(&c, 2).map(|m| m.saturating_mul(1 << 20));
         return Some((process, rss));
+    }
+    if let Some((_, rest)) = line.split_once("System OOM encountered") {
+        let process = rest
+            .split_once("victim process: ")
+            .and_then(|(_, p)| p.split_whitespace().next())
+            .map(str::to_string);
+        return Some((process, None));
     }
     (line.contains("systemd-oomd") && line.contains("due to memory pressure"))
         .then_some((None, None))
@@ -881,16 +891,6 @@ fn kubernetes(lines: &[String], i: usize, st: &mut Scan) -> bool {
     let line = &lines[i];
     if line.contains("OOMKilled") {
         once(st, i + 1, line, Event::ContainerOomKilled);
-        return true;
-    }
-    // The kubelet's node event: `Warning  SystemOOM  node/…  System OOM encountered, victim
-    // process: llama-server` (LLMKube-386) — the node's kernel OOM killer took a container's process.
-    if line.contains("System OOM encountered") {
-        let process = line
-            .split_once("victim process: ")
-            .map(|(_, p)| p.split_whitespace().next().unwrap_or("").to_string())
-            .filter(|p| !p.is_empty());
-        oom_killer(st, i + 1, line, process, None);
         return true;
     }
     // Slurm's step daemon killing a job over its memory limit (slurm-coqui-stt-2238), and PyTorch's

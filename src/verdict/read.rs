@@ -724,14 +724,15 @@ fn llama(a: &mut Ask, buffer: LlamaBuffer, bytes: Option<u64>) -> Decision {
 /// are the story (h2ogpt-1311: 3,946 of 4,096 MiB before the KV cache); else that buffer is.
 fn metal_working_set(a: &mut Ask, crossed: LlamaBuffer, before: u64, working_set: u64) -> Decision {
     let share = before.saturating_mul(100) / working_set.max(1);
+    let weights = share >= 90;
     let (held, set) = (Bytes(before), Bytes(working_set));
-    let mut d = if share >= 90 {
+    let mut d = if weights {
         llama(a, LlamaBuffer::Model, Some(before))
     } else {
         llama(a, crossed, None)
     };
     d.confidence = 0.7;
-    d.summary = if share >= 90 {
+    d.summary = if weights {
         format!("weights: the model's buffers took {held} ({share} %) of Metal's {set} working set before the next buffer — no room was left for the KV cache and compute buffers")
     } else {
         format!("{}: llama.cpp's buffers held {held} of Metal's {set} working set; the next buffer went past it and Metal gave none", d.cause)
