@@ -82,7 +82,17 @@ struct Run {
     recorded_oom: Option<usize>,
 }
 
-fn replay(t: &Trace) -> Run {
+/// How a replay places new segments.
+#[derive(Clone, Copy, PartialEq)]
+enum Addresses {
+    /// At the recorded driver addresses, each recorded segment release as it was.
+    Recorded,
+    /// The allocator model's own addresses; a recorded release is `empty_cache()`, as a sequence
+    /// generated without the driver would have it.
+    Own,
+}
+
+fn replay(t: &Trace, addresses: Addresses) -> Run {
     let outside = if t.attn == "eager" {
         68 * MIB
     } else {
@@ -95,10 +105,11 @@ fn replay(t: &Trace) -> Run {
     let recorded_oom = t.events.iter().position(|e| e.0 == 'O');
     for (k, &(action, addr, size)) in t.events.iter().enumerate() {
         match action {
-            'S' => segment = Some(addr),
-            'U' => {
+            'S' if addresses == Addresses::Recorded => segment = Some(addr),
+            'U' if addresses == Addresses::Recorded => {
                 a.release_segment(addr);
             }
+            'U' => a.empty_cache(),
             'A' => match a.malloc_at(size, segment.take()) {
                 Ok(b) => {
                     live.insert(addr, b);
@@ -139,7 +150,7 @@ fn replay(t: &Trace) -> Run {
 
 fn check(name: &str) -> (Trace, Run) {
     let t = load(name);
-    let r = replay(&t);
+    let r = replay(&t, Addresses::Recorded);
     assert_eq!(
         r.peak_reserved, t.peak_reserved,
         "{name}: the model's reserved peak against PyTorch's max_memory_reserved"
@@ -192,4 +203,29 @@ fn a_cudnn_failure_in_decode_is_outside_the_allocator() {
     assert_eq!(r.how, Replayed::Ran);
     let beside = t.free_before_load - t.peak_reserved;
     assert!(beside > 76 * MIB && beside < 90 * MIB, "{beside}");
+}
+
+/// What a generated allocation sequence needs: the driver's segment addresses do not change the
+/// outcome. Replayed with the model's own addresses (ties between equal free blocks broken by its
+/// own order) and each recorded segment release read as `empty_cache()`, every trace gives the
+/// same reserved peak and runs out at the same request.
+#[test]
+fn the_driver_addresses_do_not_change_the_outcome() {
+    for name in [
+        "qwen2.5-7b-instruct-sdpa-b1-n128-p4466",
+        "llama-2-7b-eager-b1-n64-p1458",
+        "qwen2.5-7b-instruct-sdpa-b1-n128-p4549",
+        "llama-2-7b-eager-b1-n64-p1509",
+        "phi-3-mini-4k-instruct-sdpa-b4-n128-p936",
+        "qwen3-8b-sdpa-b1-n128-p7019",
+        "mistral-7b-instruct-v0.2-sdpa-b8-n256-p4295",
+        "qwen2.5-0.5b-instruct-sdpa-b16-n256-p8073",
+        "mistral-7b-instruct-v0.2-sdpa-b1-n256-p5887",
+    ] {
+        let t = load(name);
+        let recorded = replay(&t, Addresses::Recorded);
+        let own = replay(&t, Addresses::Own);
+        assert_eq!(own.peak_reserved, t.peak_reserved, "{name}");
+        assert_eq!(own.how, recorded.how, "{name}");
+    }
 }
