@@ -357,6 +357,49 @@ fn the_sealed_2026_12g_set_tuned_scores_and_never_calls_an_oom_none() {
     );
 }
 
+/// The eighth and ninth sealed sets (tests/fixtures/logs/sealed-2026-12h, -12i), gathered by two
+/// helpers in session 10 from disjoint threads (odd and even issue numbers), each scored once
+/// before any rule saw it: 29/45 (64.4 %; 2 OOMs called none, 1 look-alike called an OOM) and
+/// 15/22 (68.2 %; 2 OOMs called none, 1 look-alike called an OOM). Tuned with general rules:
+/// a kubelet's eviction for node memory, `Killed` after a progress bar in s/it, XLA's
+/// fragmentation figures, torch.nn's parameter creation as the load, and Intel XPU's 4 GB
+/// limit on one block when the request would have fit.
+const SEALED_H_LOGS: usize = 45;
+const SEALED_H_RIGHT: usize = 33;
+/// stable-diffusion.cpp asking ggml_aligned_malloc for 2.2 EB: a size bug, which the log words
+/// as `insufficient memory`.
+const SEALED_H_READ_AS_OOM: &[&str] = &["sdcpp-stable-diffusion.cpp-43.log"];
+const SEALED_I_LOGS: usize = 22;
+const SEALED_I_RIGHT: usize = 16;
+/// Pastes with no out-of-memory line: FSDP's allocated/reserved printout alone, and a
+/// container's exit cut at "exite".
+const SEALED_I_WORDLESS: &[&str] = &[
+    "fsdp-pytorch-124260.log",
+    "docker-stable-diffusion-webui-docker-64.log",
+];
+
+#[test]
+fn the_sealed_2026_12h_set_tuned_scores_and_never_calls_an_oom_none() {
+    assert_tuned_except(
+        "sealed-2026-12h",
+        SEALED_H_LOGS,
+        SEALED_H_RIGHT,
+        &[],
+        SEALED_H_READ_AS_OOM,
+    );
+}
+
+#[test]
+fn the_sealed_2026_12i_set_tuned_scores_and_calls_no_worded_oom_none() {
+    assert_tuned_except(
+        "sealed-2026-12i",
+        SEALED_I_LOGS,
+        SEALED_I_RIGHT,
+        SEALED_I_WORDLESS,
+        &[],
+    );
+}
+
 /// llama.cpp's own out-of-memory logs, provoked on the H200 with known causes (#19): the model
 /// buffer at load (all layers and -ngl 24), the KV buffer, the compute buffer, and the first
 /// kernels of the prompt after every buffer fitted. Every one must be named right.

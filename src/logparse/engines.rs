@@ -508,6 +508,26 @@ fn accelerators(lines: &[String], i: usize, st: &mut Scan) -> bool {
         once(st, i + 1, line, Event::HipErrorOom);
         return true;
     }
+    static XLA: OnceLock<Regex> = OnceLock::new();
+    let xla = re(
+        &XLA,
+        &format!(
+            r"Attempting to allocate {SIZE}\. That was not possible\. There are {SIZE} free\. Due to fragmentation, the largest contiguous region of free memory is {SIZE}"
+        ),
+    );
+    if let Some(c) = xla.captures(line) {
+        if let (Some(requested), Some(free), Some(largest)) =
+            (cap_size(&c, 1), cap_size(&c, 3), cap_size(&c, 5))
+        {
+            let event = Event::DeviceFragmented {
+                requested,
+                free,
+                largest,
+            };
+            once(st, i + 1, line, event);
+            return true;
+        }
+    }
     let exceed = re(
         &EXCEED,
         r"Allocation on device (\d+) would exceed allowed memory",
@@ -745,8 +765,11 @@ fn reported_oom_kill(line: &str) -> Option<(Option<String>, Option<u64>)> {
             .map(str::to_string);
         return Some((process, None));
     }
-    (line.contains("systemd-oomd") && line.contains("due to memory pressure"))
-        .then_some((None, None))
+    // The kubelet's eviction for node memory pressure (kubeflow-1261: `The node was low on
+    // resource: memory.`, then `Killing container … Need to kill Pod`).
+    ((line.contains("systemd-oomd") && line.contains("due to memory pressure"))
+        || line.contains("The node was low on resource: memory"))
+    .then_some((None, None))
 }
 
 /// Python's own `MemoryError` (the interpreter could not get host memory), raised or re-raised by
@@ -1007,7 +1030,7 @@ fn is_exit_137(line: &str) -> bool {
         // torch.distributed.elastic: `failed (exitcode: -9) local_rank: 5` (FastChat-521).
         || l.contains("(exitcode: -9)")
         || t == "killed"
-        || (t.ends_with("]killed") && t.contains("it/s"))
+        || (t.ends_with("]killed") && (t.contains("it/s") || t.contains("s/it")))
         || t.strip_prefix("exit code:")
             .is_some_and(|c| c.trim() == "137")
         // Knative / KServe `lastFailureInfo` and pod YAML: `exitCode: 137`.
@@ -1102,6 +1125,30 @@ mod tests {
         assert!(crate::logparse::words::says_oom(
             "This might be caused by insufficient shared memory (shm)."
         ));
+    }
+
+    #[test]
+    fn session_10_wordings_kubelet_eviction_s_per_it_kill_and_xla_fragmentation() {
+        // kubeflow-1261: the kubelet evicts for node memory.
+        let e = events("`The node was low on resource: memory.`");
+        assert!(matches!(e[..], [Event::HostOomKiller { .. }]), "{e:?}");
+        // chatglm-6b-191: the shell's `Killed` glued to a slow progress bar (seconds per step).
+        let e = events(
+            "Loading checkpoint shards:  50%|#####     | 4/8 [02:10<02:22, 35.73s/it]Killed",
+        );
+        assert!(matches!(e[..], [Event::Exit137]), "{e:?}");
+        // jax-trax-431: XLA's figures say fragmentation; without its last sentence they do not.
+        let e = events("RuntimeError: RESOURCE_EXHAUSTED: Attempting to allocate 31.06M. That was not possible. There are 58.64M free. Due to fragmentation, the largest contiguous region of free memory is 30.56M.; (0x0x0_HBM0)");
+        assert!(
+            matches!(e[..], [Event::DeviceFragmented { requested, free, largest }] if free > requested && largest < requested),
+            "{e:?}"
+        );
+        let e = events("XlaRuntimeError: RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to allocate 15.65G. That was not possible. There are 11.08G free.; (0x0x0_HBM0)");
+        assert!(
+            !e.iter()
+                .any(|e| matches!(e, Event::DeviceFragmented { .. })),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -347,6 +347,11 @@ fn frames(line: &str, n: usize, ctx: &mut Context) {
         "patch_weight_to_device",
         // vLLM's layers create their parameters (`create_weights`) when the model is built.
         "in create_weights",
+        // torch.nn's layers create their parameters when a model is built on the device
+        // (vllm-omni-919: `torch.empty((out_features, in_features), **factory_kwargs)` in
+        // Linear.__init__; Embedding's twin).
+        "torch.empty((out_features, in_features)",
+        "torch.empty((num_embeddings, embedding_dim)",
         // Module.to / .cuda / .half move every parameter through `_apply(convert)`.
         "in _apply",
         "self._apply(",

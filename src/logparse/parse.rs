@@ -226,6 +226,14 @@ pub enum Event {
         allocated: Option<u64>,
         free: Option<u64>,
     },
+    /// XLA (JAX, TensorFlow on TPU/GPU): `RESOURCE_EXHAUSTED: Attempting to allocate 31.06M. That
+    /// was not possible. There are 58.64M free. Due to fragmentation, the largest contiguous
+    /// region of free memory is 30.56M.` — enough free in all, no piece large enough.
+    DeviceFragmented {
+        requested: u64,
+        free: u64,
+        largest: u64,
+    },
     /// ROCm/HIP driver: `hipErrorOutOfMemory` without figures.
     HipErrorOom,
     /// OOMs in disguise: cuBLAS could not allocate its workspace / handle.
@@ -301,6 +309,7 @@ impl Event {
             Event::MetalOom => Source::Metal,
             Event::MetalWorkingSet { .. } => Source::LlamaCpp,
             Event::MlxBufferTooLarge { .. } => Source::Mlx,
+            Event::DeviceFragmented { .. } => Source::Accelerator,
             Event::DeviceBufferOom { .. } => Source::Accelerator,
             Event::HipErrorOom => Source::Rocm,
             Event::CublasAllocFailed | Event::CudnnFailure | Event::CudaErrorOom => Source::Cuda,
@@ -444,6 +453,10 @@ pub fn scan(lines: &[String]) -> (Vec<Finding>, Context) {
             }
         }
     }
+    if let Some((n, text)) = xpu_block_limit(lines, &st.findings) {
+        st.findings.clear();
+        st.ctx.not_oom.push((n, text));
+    }
     if st.findings.is_empty() {
         st.findings
             .extend(super::engines::ends_at_allocation(lines));
@@ -459,6 +472,42 @@ pub fn scan(lines: &[String]) -> (Vec<Finding>, Context) {
         }
     }
     (st.findings, st.ctx)
+}
+
+/// Intel's XPU runtime refuses any one allocation above 4 GB (`Current platform can NOT allocate
+/// memory block with size larger than 4GB! Tried to allocate 5.46 GiB (GPU 0; 15.56 GiB total
+/// capacity; 556.67 MiB already allocated; 2.70 GiB reserved …)`, ComfyUI-7004). When the request
+/// would have fit beside what PyTorch holds, it is that platform limit, not memory run out; a
+/// request larger than the card (ipex-llm-11798: 40 GiB on 15 GiB) stays an out-of-memory.
+fn xpu_block_limit(lines: &[String], findings: &[Finding]) -> Option<(usize, String)> {
+    static FIGURES: OnceLock<Regex> = OnceLock::new();
+    let figures = re(
+        &FIGURES,
+        &format!(
+            r"larger than 4GB! Tried to allocate {SIZE} \(GPU\s+\d+; {SIZE} total capacity; {SIZE} already allocated;(?: {SIZE} free;)? {SIZE} reserved"
+        ),
+    );
+    let (n, c) = lines
+        .iter()
+        .enumerate()
+        .find_map(|(n, l)| figures.captures(l).map(|c| (n, c)))?;
+    // Only where this is the log's one finding: another reader's out-of-memory stays.
+    if findings.len() > 1 {
+        return None;
+    }
+    let (requested, total) = (cap_size(&c, 1)?, cap_size(&c, 3)?);
+    let held = cap_size(&c, 9).or(cap_size(&c, 5)).unwrap_or(0);
+    (requested.checked_add(held)? <= total).then(|| {
+        (
+            n + 1,
+            format!(
+                "the XPU runtime refuses one allocation above 4 GB: {} was asked with {} of {} held — it would have fit, so this is the platform's limit on one block, not memory run out",
+                crate::units::Bytes(requested),
+                crate::units::Bytes(held),
+                crate::units::Bytes(total)
+            ),
+        )
+    })
 }
 
 /// The first line that says the disk is full (ENOSPC in its spellings), with a short quote.
@@ -483,6 +532,20 @@ mod tests {
 
     pub(crate) fn lines(s: &str) -> Vec<String> {
         s.lines().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn xpus_4gb_limit_on_one_block_is_not_memory_run_out_when_the_request_would_fit() {
+        // ComfyUI-7004: 5.46 GiB asked with 2.70 GiB of 15.56 GiB reserved.
+        let fits = "!!! Exception during processing !!! Current platform can NOT allocate memory block with size larger than 4GB! Tried to allocate 5.46 GiB (GPU  0; 15.56 GiB total capacity; 556.67 MiB already allocated; 2.70 GiB reserved in total by PyTorch)";
+        let (f, ctx) = scan(&lines(fits));
+        assert!(f.is_empty(), "{f:?}");
+        assert!(ctx.not_oom[0].1.contains("4 GB"), "{:?}", ctx.not_oom);
+        // ipex-llm-11798: 40 GiB asked of a 15.11 GiB card is memory run out whatever the limit.
+        let larger = "RuntimeError: Current platform can NOT allocate memory block with size larger than 4GB! Tried to allocate 40.00 GiB (GPU  0; 15.11 GiB total capacity; 10.03 GiB already allocated; 10.12 GiB reserved in total by PyTorch)";
+        let (f, ctx) = scan(&lines(larger));
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(ctx.not_oom.is_empty());
     }
 
     #[test]
