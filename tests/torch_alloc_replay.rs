@@ -158,12 +158,25 @@ fn check(name: &str) -> (Trace, Run) {
     (t, r)
 }
 
+/// The largest prompts that ran, the first that ran out in the allocator, and the one that failed in
+/// cuDNN during decode with every tensor placed.
+const RAN: &[&str] = &[
+    "qwen2.5-7b-instruct-sdpa-b1-n128-p4466",
+    "llama-2-7b-eager-b1-n64-p1458",
+];
+const RAN_OUT: &[&str] = &[
+    "qwen2.5-7b-instruct-sdpa-b1-n128-p4549",
+    "llama-2-7b-eager-b1-n64-p1509",
+    "phi-3-mini-4k-instruct-sdpa-b4-n128-p936",
+    "qwen3-8b-sdpa-b1-n128-p7019",
+    "mistral-7b-instruct-v0.2-sdpa-b8-n256-p4295",
+    "qwen2.5-0.5b-instruct-sdpa-b16-n256-p8073",
+];
+const CUDNN_IN_DECODE: &str = "mistral-7b-instruct-v0.2-sdpa-b1-n256-p5887";
+
 #[test]
 fn the_largest_prompts_that_ran_replay_to_pytorchs_reserved_peak_and_run() {
-    for name in [
-        "qwen2.5-7b-instruct-sdpa-b1-n128-p4466",
-        "llama-2-7b-eager-b1-n64-p1458",
-    ] {
+    for name in RAN {
         let (t, r) = check(name);
         assert_eq!(t.outcome, "ok");
         assert_eq!(r.how, Replayed::Ran, "{name}");
@@ -172,14 +185,7 @@ fn the_largest_prompts_that_ran_replay_to_pytorchs_reserved_peak_and_run() {
 
 #[test]
 fn the_first_prompts_that_ran_out_run_out_at_pytorchs_own_failing_request() {
-    for name in [
-        "qwen2.5-7b-instruct-sdpa-b1-n128-p4549",
-        "llama-2-7b-eager-b1-n64-p1509",
-        "phi-3-mini-4k-instruct-sdpa-b4-n128-p936",
-        "qwen3-8b-sdpa-b1-n128-p7019",
-        "mistral-7b-instruct-v0.2-sdpa-b8-n256-p4295",
-        "qwen2.5-0.5b-instruct-sdpa-b16-n256-p8073",
-    ] {
+    for name in RAN_OUT {
         let (t, r) = check(name);
         assert_eq!(t.outcome, "oom");
         let at = r
@@ -197,7 +203,7 @@ fn the_first_prompts_that_ran_out_run_out_at_pytorchs_own_failing_request() {
 /// verdict must count that memory.
 #[test]
 fn a_cudnn_failure_in_decode_is_outside_the_allocator() {
-    let (t, r) = check("mistral-7b-instruct-v0.2-sdpa-b1-n256-p5887");
+    let (t, r) = check(CUDNN_IN_DECODE);
     assert_eq!(t.outcome, "oom");
     assert_eq!(r.recorded_oom, None);
     assert_eq!(r.how, Replayed::Ran);
@@ -211,17 +217,7 @@ fn a_cudnn_failure_in_decode_is_outside_the_allocator() {
 /// same reserved peak and runs out at the same request.
 #[test]
 fn the_driver_addresses_do_not_change_the_outcome() {
-    for name in [
-        "qwen2.5-7b-instruct-sdpa-b1-n128-p4466",
-        "llama-2-7b-eager-b1-n64-p1458",
-        "qwen2.5-7b-instruct-sdpa-b1-n128-p4549",
-        "llama-2-7b-eager-b1-n64-p1509",
-        "phi-3-mini-4k-instruct-sdpa-b4-n128-p936",
-        "qwen3-8b-sdpa-b1-n128-p7019",
-        "mistral-7b-instruct-v0.2-sdpa-b8-n256-p4295",
-        "qwen2.5-0.5b-instruct-sdpa-b16-n256-p8073",
-        "mistral-7b-instruct-v0.2-sdpa-b1-n256-p5887",
-    ] {
+    for name in RAN.iter().chain(RAN_OUT).chain(&[CUDNN_IN_DECODE]) {
         let t = load(name);
         let recorded = replay(&t, Addresses::Recorded);
         let own = replay(&t, Addresses::Own);
