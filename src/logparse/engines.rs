@@ -479,6 +479,7 @@ fn metal_working_set(above: &[String]) -> Option<Event> {
 fn accelerators(lines: &[String], i: usize, st: &mut Scan) -> bool {
     static DRAM: OnceLock<Regex> = OnceLock::new();
     static EXCEED: OnceLock<Regex> = OnceLock::new();
+    static XLA: OnceLock<Regex> = OnceLock::new();
     let line = &lines[i];
     let dram = re(
         &DRAM,
@@ -508,7 +509,6 @@ fn accelerators(lines: &[String], i: usize, st: &mut Scan) -> bool {
         once(st, i + 1, line, Event::HipErrorOom);
         return true;
     }
-    static XLA: OnceLock<Regex> = OnceLock::new();
     let xla = re(
         &XLA,
         &format!(

@@ -491,8 +491,9 @@ fn xpu_block_limit(lines: &[String], findings: &[Finding]) -> Option<(usize, Str
         .iter()
         .enumerate()
         .find_map(|(n, l)| figures.captures(l).map(|c| (n, c)))?;
-    // Only where this is the log's one finding: another reader's out-of-memory stays.
-    if findings.len() > 1 {
+    // Only where the limit's line is the log's one finding: another reader's out-of-memory,
+    // on that line or any other, stays.
+    if findings.iter().any(|f| f.line != n + 1) {
         return None;
     }
     let (requested, total) = (cap_size(&c, 1)?, cap_size(&c, 3)?);
@@ -546,6 +547,11 @@ mod tests {
         let (f, ctx) = scan(&lines(larger));
         assert_eq!(f.len(), 1, "{f:?}");
         assert!(ctx.not_oom.is_empty());
+        // Another out-of-memory in the same log is not explained away by the limit's line.
+        let both = format!("{fits}\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which 1.12 GiB is free.");
+        let (f, ctx) = scan(&lines(&both));
+        assert!(!f.is_empty(), "{f:?}");
+        assert!(ctx.not_oom.is_empty(), "{:?}", ctx.not_oom);
     }
 
     #[test]
