@@ -7,6 +7,7 @@ pub mod kv;
 pub mod llamacpp;
 pub mod measured;
 pub mod torch_alloc;
+pub mod torch_program;
 pub mod weights;
 
 use serde::Serialize;
