@@ -27,6 +27,24 @@ fn bench(c: &mut Criterion) {
     c.bench_function("budget (limits + 6-row table)", |b| {
         b.iter(|| planner.budget(std::hint::black_box(&w)))
     });
+    // The allocator model of transformers' generate(): one replay of the default workload
+    // (5,815 + 256 tokens: ~740k allocations and frees), and the largest prompt it bisects.
+    let shape = llm_oom::estimate::torch_program::Shape::of(&spec, false).expect("llama family");
+    let g = llm_oom::estimate::torch_program::Generation {
+        batch: 1,
+        prompt: 5815,
+        new_tokens: 256,
+    };
+    let card = 16u64 << 30;
+    let mut slow = c.benchmark_group("torch_program");
+    slow.sample_size(10);
+    slow.bench_function("replay (Mistral-7B, 5,815 + 256 tokens)", |b| {
+        b.iter(|| llm_oom::estimate::torch_program::on_card(&shape, std::hint::black_box(g), card))
+    });
+    slow.bench_function("largest prompt (Mistral-7B, 256 new, 16 GiB)", |b| {
+        b.iter(|| llm_oom::budget::pool::largest_prompt(&shape, 1, 256, card, 32768))
+    });
+    slow.finish();
     c.bench_function("preset parse", |b| {
         b.iter(|| presets::load(id, std::hint::black_box(json)))
     });

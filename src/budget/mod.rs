@@ -3,12 +3,23 @@
 //! the estimate (which carries the safety margin).
 
 pub mod card;
+pub mod pool;
 
 use serde::Serialize;
 
 use crate::dtype::WeightDtype;
+use crate::estimate::torch_program::{on_card, Generation, OnCard, Shape};
 use crate::estimate::{estimate, Engine, Estimate, MeasuredModel, Workload};
 use crate::model::Spec;
+
+/// One `generate()` of the workload.
+pub fn generation(w: &Workload) -> Generation {
+    Generation {
+        batch: w.batch,
+        prompt: w.prompt_tokens,
+        new_tokens: w.max_new_tokens,
+    }
+}
 
 /// Rows of the safe token budget table.
 pub const CONCURRENCY_ROWS: [u64; 6] = [1, 2, 4, 8, 16, 32];
@@ -77,7 +88,15 @@ pub struct Planner<'a> {
     pub vram: u64,
     /// Peaks from the probe's measurements instead of the engine profile.
     pub measured: Option<&'a MeasuredModel>,
+    /// Answer transformers' workloads by replaying its allocation sequence through PyTorch's
+    /// allocator (`estimate::torch_program`) where that sequence is known: `vram` is then the
+    /// memory free for transformers' process.
+    pub pool: bool,
 }
+
+/// Past this many new tokens a replay is long (~3,000 events per token of a 7B): the allocator
+/// model runs this many decode steps and the profile must fit the rest as well.
+pub const POOL_NEW_TOKENS_EXACT: u64 = 1024;
 
 impl<'a> Planner<'a> {
     /// A planner from the engine profiles.
@@ -86,7 +105,40 @@ impl<'a> Planner<'a> {
             spec,
             vram,
             measured: None,
+            pool: false,
         }
+    }
+
+    /// The same planner answering transformers' workloads with the allocator model.
+    pub fn with_pool(self) -> Planner<'a> {
+        Planner { pool: true, ..self }
+    }
+
+    /// The traced sequence for this workload, when the allocator model answers it.
+    pub fn pool_shape(&self, w: &Workload) -> Option<Shape> {
+        if !self.pool || self.measured.is_some() {
+            return None;
+        }
+        let eager = match w.engine {
+            Engine::Transformers => false,
+            Engine::TransformersEager => true,
+            _ => return None,
+        };
+        let sixteen = matches!(w.weight_dtype, WeightDtype::Bf16 | WeightDtype::F16)
+            && matches!(
+                w.kv_dtype,
+                crate::dtype::KvDtype::Bf16 | crate::dtype::KvDtype::F16
+            );
+        let shape = Shape::of(self.spec, eager).filter(|_| sixteen)?;
+        shape.covers(generation(w)).then_some(shape)
+    }
+
+    /// The allocator model's run of this workload (decode capped at `POOL_NEW_TOKENS_EXACT`).
+    pub fn pool_run(&self, w: &Workload) -> Option<OnCard> {
+        let shape = self.pool_shape(w)?;
+        let mut g = generation(w);
+        g.new_tokens = g.new_tokens.min(POOL_NEW_TOKENS_EXACT);
+        Some(on_card(&shape, g, self.vram))
     }
 
     /// The same model of peaks on another card size.
@@ -102,7 +154,24 @@ impl<'a> Planner<'a> {
     }
 
     pub fn fits(&self, w: &Workload) -> bool {
-        self.estimate(w).total <= self.vram
+        match self.pool_run(w) {
+            Some(run) if w.max_new_tokens > POOL_NEW_TOKENS_EXACT => {
+                run.ran() && self.estimate(w).total <= self.vram
+            }
+            Some(run) => run.ran(),
+            None => self.estimate(w).total <= self.vram,
+        }
+    }
+
+    /// The peak the budget reports: the allocator model's peak on the card where it answers.
+    fn peak(&self, w: &Workload) -> (u64, bool) {
+        match (self.pool_shape(w), self.pool_run(w)) {
+            (Some(shape), Some(run)) => (run.peak_on_card(&shape), self.fits(w)),
+            _ => {
+                let est = self.estimate(w);
+                (est.total, est.total <= self.vram)
+            }
+        }
     }
 
     fn context_limit(&self) -> u64 {
@@ -140,7 +209,7 @@ impl<'a> Planner<'a> {
     }
 
     pub fn budget(&self, w: &Workload) -> Budget {
-        let est = self.estimate(w);
+        let (peak_bytes, fits) = self.peak(w);
         // The budget asks how long requests may be: llama.cpp's `-c` follows them in the search
         // (the context that fits is the answer), not the one the user set.
         let free_ctx = Workload {
@@ -152,24 +221,37 @@ impl<'a> Planner<'a> {
         };
         let w = &free_ctx;
         let limit = self.context_limit();
-        let table = CONCURRENCY_ROWS
-            .iter()
-            .map(|&c| {
-                let (t, by) = self.max_total(w, c);
-                let (p, n) = if t == 0 { (0, 0) } else { split_at_ratio(w, t) };
-                BudgetRow {
-                    concurrency: c,
-                    max_total_tokens: t,
-                    prompt_tokens: p,
-                    new_tokens: n,
-                    limited_by: by,
-                }
+        let row = |c: u64| {
+            let (t, by) = self.max_total(w, c);
+            let (p, n) = if t == 0 { (0, 0) } else { split_at_ratio(w, t) };
+            BudgetRow {
+                concurrency: c,
+                max_total_tokens: t,
+                prompt_tokens: p,
+                new_tokens: n,
+                limited_by: by,
+            }
+        };
+        // Each row of the allocator model bisects ~20 replays of tens of milliseconds: one
+        // thread per row.
+        let table = if self.pool_shape(w).is_some() {
+            std::thread::scope(|scope| {
+                let rows: Vec<_> = CONCURRENCY_ROWS
+                    .iter()
+                    .map(|&c| scope.spawn(move || row(c)))
+                    .collect();
+                rows.into_iter()
+                    .zip(CONCURRENCY_ROWS)
+                    .map(|(h, c)| h.join().unwrap_or_else(|_| row(c)))
+                    .collect()
             })
-            .collect();
+        } else {
+            CONCURRENCY_ROWS.iter().map(|&c| row(c)).collect()
+        };
         Budget {
             vram_bytes: self.vram,
-            fits: est.total <= self.vram,
-            peak_bytes: est.total,
+            fits,
+            peak_bytes,
             max_prompt_tokens: largest(1, limit.saturating_sub(w.max_new_tokens), |p| {
                 self.fits(&Workload {
                     prompt_tokens: p,

@@ -188,6 +188,77 @@ pub fn replay(shape: &Shape, g: Generation, limit: u64) -> Outcome {
     }
 }
 
+/// What transformers' process holds on the card outside PyTorch's pool before the load: the CUDA
+/// context and the libraries torch loads. 608.875 MiB in every one of the ground truth's 16 traced
+/// trials on the H200 (driver 580, torch 2.11), whatever the model.
+pub const TORCH_CONTEXT: u64 = 638_451_712;
+
+/// Taken beside the pool while the prefill runs (kernel modules loaded lazily): measured at every
+/// recorded out-of-memory, 76 MiB with SDPA and 68 MiB eager (docs/gpu-runs.md, session 9).
+pub const OUTSIDE_SDPA: u64 = 76 * MIB;
+pub const OUTSIDE_EAGER: u64 = 68 * MIB;
+
+/// What SDPA's decode needs beside the pool: cuDNN's attention failed ~100 decode steps in with
+/// 89.1 MiB (Mistral-7B, 5,887 tokens) and 87.1 MiB (Llama-3-8B, 2,432) left beside it, and every
+/// generation with 103.1 MiB or more left ran. The upper end, so a budget errs on the safe side.
+pub const DECODE_BESIDE_SDPA: u64 = 102 * MIB;
+
+/// transformers' `generate()` on a card with `capacity` bytes free for its process (what
+/// `mem_get_info` reports before the process starts, or the `--vram-limit` the probe's ballast
+/// leaves).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OnCard {
+    /// The pool's reserved peak, or where it stood when a request failed.
+    pub peak_reserved: u64,
+    /// The request the pool could not place, and when.
+    pub failed: Option<Stop>,
+    /// The pool's peak left too little beside it for SDPA's decode (cuDNN fails there).
+    pub short_beside: bool,
+    /// The pool's limit: the capacity less the context, what the prefill takes beside the pool
+    /// and the driver's reserve.
+    pub limit: u64,
+}
+
+impl OnCard {
+    pub fn ran(&self) -> bool {
+        self.failed.is_none() && !self.short_beside
+    }
+    /// The process's peak on the card as NVML would see it (context, pool, beside).
+    pub fn peak_on_card(&self, shape: &Shape) -> u64 {
+        let outside = if shape.eager {
+            OUTSIDE_EAGER
+        } else {
+            OUTSIDE_SDPA
+        };
+        TORCH_CONTEXT
+            .saturating_add(outside)
+            .saturating_add(self.peak_reserved)
+    }
+}
+
+pub fn on_card(shape: &Shape, g: Generation, capacity: u64) -> OnCard {
+    let free = capacity.saturating_sub(TORCH_CONTEXT);
+    let outside = if shape.eager {
+        OUTSIDE_EAGER
+    } else {
+        OUTSIDE_SDPA
+    };
+    let limit = free
+        .saturating_sub(outside)
+        .saturating_sub(super::torch_alloc::DRIVER_RESERVE);
+    let out = replay(shape, g, limit);
+    let short_beside = out.failed.is_none()
+        && !shape.eager
+        && g.new_tokens > 1
+        && free.saturating_sub(out.peak_reserved) < DECODE_BESIDE_SDPA;
+    OnCard {
+        peak_reserved: out.peak_reserved,
+        failed: out.failed,
+        short_beside,
+        limit,
+    }
+}
+
 /// Bytes of the bf16/fp16 dtype the model computes in.
 const ELEM: u64 = 2;
 
@@ -326,7 +397,12 @@ pub fn run<S: Sink>(shape: &Shape, g: Generation, sink: &mut S) -> Result<(), St
     for _ in 0..s.layers {
         if s.fused {
             x.a(mul(&[h, nh, hd, ELEM]))?;
-            x.a(mul(&[nh.saturating_add(nkv.saturating_mul(2)), hd, h, ELEM]))?;
+            x.a(mul(&[
+                nh.saturating_add(nkv.saturating_mul(2)),
+                hd,
+                h,
+                ELEM,
+            ]))?;
             x.a(mul(&[2, i, h, ELEM]))?;
             x.a(mul(&[h, i, ELEM]))?;
         } else {

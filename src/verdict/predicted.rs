@@ -4,6 +4,9 @@
 
 use super::{Cause, Contributing, Evidence, Stage, Verdict};
 use crate::budget::Planner;
+use crate::estimate::torch_program::{
+    OnCard, Phase as TorchPhase, Shape, DECODE_BESIDE_SDPA, TORCH_CONTEXT,
+};
 use crate::estimate::{Calibration, Estimate, Phase, Profile, Workload};
 use crate::units::{group, Bytes};
 
@@ -163,4 +166,100 @@ pub fn forecast(planner: &Planner, w: &Workload) -> Forecast {
         verdict,
         remedies,
     }
+}
+
+/// The verdict from the allocator model's run of transformers' `generate()` (`Planner::pool_run`):
+/// the profile's decomposition stays as evidence; whether it runs, where it fails and the cause
+/// are the replay's.
+pub fn pool_verdict(
+    planner: &Planner,
+    w: &Workload,
+    est: &Estimate,
+    run: &OnCard,
+    shape: &Shape,
+) -> Verdict {
+    let mut v = verdict(planner, w, est);
+    let vram = planner.vram;
+    let peak = run.peak_on_card(shape);
+    v.evidence.push(Evidence::bytes(
+        format!(
+            "transformers' allocation sequence replayed through PyTorch's caching allocator: {} reserved at the peak of a {} pool (the card's {} less the CUDA context, what kernels take beside the pool and the driver's reserve)",
+            Bytes(run.peak_reserved),
+            Bytes(run.limit),
+            Bytes(vram)
+        ),
+        run.peak_reserved,
+    ));
+    let one_fits = w.batch > 1 && planner.fits(&Workload { batch: 1, ..*w });
+    let (cause, stage, summary) = match run.failed {
+        None if !run.short_beside => {
+            v.contributing.clear();
+            (
+                Cause::None,
+                Stage::Unknown,
+                format!(
+                    "peak {} of {} ({} spare)",
+                    Bytes(peak),
+                    Bytes(vram),
+                    Bytes(vram.saturating_sub(peak))
+                ),
+            )
+        }
+        None => (
+            if one_fits { Cause::Concurrency } else { Cause::Activations },
+            Stage::LongGeneration,
+            format!(
+                "activations: SDPA's decode (cuDNN) needs about {} beside the pool and {} leaves {} there on the {} card",
+                Bytes(DECODE_BESIDE_SDPA),
+                Bytes(run.peak_reserved),
+                Bytes(vram.saturating_sub(TORCH_CONTEXT).saturating_sub(run.peak_reserved)),
+                Bytes(vram)
+            ),
+        ),
+        Some(stop) => {
+            let at = format!(
+                "the allocator cannot get a {} segment for a {} tensor with {} of its {} reserved",
+                Bytes(stop.oom.segment),
+                Bytes(stop.oom.requested),
+                Bytes(stop.oom.reserved),
+                Bytes(run.limit)
+            );
+            match stop.phase {
+                TorchPhase::Load => (
+                    Cause::Weights,
+                    Stage::Load,
+                    format!("weights: {} of {} weights do not load: {at}", Bytes(est.weights), w.weight_dtype),
+                ),
+                _ if one_fits => (
+                    Cause::Concurrency,
+                    Stage::Concurrency,
+                    format!(
+                        "concurrency: one sequence fits, {} do not: {at}",
+                        w.batch
+                    ),
+                ),
+                TorchPhase::Prefill => (
+                    Cause::Activations,
+                    Stage::FirstToken,
+                    format!(
+                        "activations: the prefill of {} tokens runs out: {at}",
+                        group(w.prompt_tokens.saturating_mul(w.batch))
+                    ),
+                ),
+                TorchPhase::Decode(step) => (
+                    Cause::KvCache,
+                    Stage::LongGeneration,
+                    format!(
+                        "kv_cache: the cache grows past the card at new token {}: {at}",
+                        group(step)
+                    ),
+                ),
+            }
+        }
+    };
+    v.cause = cause;
+    v.stage = stage;
+    v.summary = summary;
+    v.confidence = 0.85;
+    v
 }

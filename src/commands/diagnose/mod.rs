@@ -389,6 +389,7 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
     let planner = match (&measured, transformers) {
         (_, true) => corrected,
         (Some(mm), false) => Planner {
+            pool: false,
             spec: &prep.spec,
             vram: capacity,
             measured: Some(mm),
@@ -549,13 +550,46 @@ fn predicted(
         None => env.host.map_or(24 << 30, |h| h.1),
     });
     let profile = Planner::new(&prep.spec, capacity);
-    let f = crate::verdict::predicted::forecast(&profile, &prep.workload);
+    // On a CUDA card, transformers' allocation sequence replayed through PyTorch's allocator
+    // answers where it is known (the llama family in 16 bits); the profile elsewhere.
+    let profile = if req.device.gpu().is_some() {
+        profile.with_pool()
+    } else {
+        profile
+    };
+    let mut f = crate::verdict::predicted::forecast(&profile, &prep.workload);
+    // Past the replayed decode steps the profile must fit the rest too (`Planner::fits`): where
+    // it does not, its verdict stands.
+    let pool = profile
+        .pool_shape(&prep.workload)
+        .zip(profile.pool_run(&prep.workload))
+        .filter(|(_, run)| {
+            !run.ran()
+                || prep.workload.max_new_tokens <= crate::budget::POOL_NEW_TOKENS_EXACT
+                || f.estimate.total <= profile.vram
+        });
+    if let Some((shape, run)) = &pool {
+        f.verdict = crate::verdict::predicted::pool_verdict(
+            &profile,
+            &prep.workload,
+            &f.estimate,
+            run,
+            shape,
+        );
+        f.remedies = if f.verdict.cause == Cause::None {
+            Vec::new()
+        } else {
+            crate::verdict::pricing::price(&profile, &prep.workload, &f.estimate)
+        };
+    }
     let mut verdict = f.verdict;
     verdict.summary = format!("predicted — {}", verdict.summary);
     context_finding(&mut verdict, &prep);
     let budget = profile.budget(&prep.workload);
-    if let Some(edge) = near_the_edge(prep.workload.prompt_tokens, budget.max_prompt_tokens) {
-        verdict.evidence.push(crate::verdict::Evidence::text(edge));
+    if pool.is_none() {
+        if let Some(edge) = near_the_edge(prep.workload.prompt_tokens, budget.max_prompt_tokens) {
+            verdict.evidence.push(crate::verdict::Evidence::text(edge));
+        }
     }
     prep.notes
         .insert(0, format!("predicted, not measured: {why}"));
@@ -591,15 +625,24 @@ fn predicted(
         workload: prep.workload,
         device: probe_device(req, &hello, env),
         mode: Mode::Predicted,
-        probe: format!("predicted: the {engine_name} profile on this card"),
+        probe: if pool.is_some() {
+            format!("predicted: {engine_name}'s allocation sequence replayed through PyTorch's caching allocator on this card")
+        } else {
+            format!("predicted: the {engine_name} profile on this card")
+        },
         stages,
         weights_bytes: f.estimate.weights,
         kv_cache_bytes_per_token: kv_bytes_per_token(&prep.spec, prep.dtype.kv()),
+        prediction: Prediction {
+            engine: req.engine,
+            peak_bytes: budget.peak_bytes,
+            fits: budget.fits,
+            max_prompt_tokens: budget.max_prompt_tokens,
+        },
         budget: Some(budget),
         measured: None,
         limits: None,
         verification: None,
-        prediction: prediction(&profile, &prep.workload, req.engine),
         children: Vec::new(),
         per_device: Vec::new(),
         warmup_seconds: None,
