@@ -209,7 +209,12 @@ pub fn pool_verdict(
             if one_fits { Cause::Concurrency } else { Cause::Activations },
             Stage::LongGeneration,
             format!(
-                "activations: SDPA's decode (cuDNN) needs about {} beside the pool and {} leaves {} there on the {} card",
+                "{}: SDPA's decode (cuDNN) needs about {} beside the pool and {} leaves {} there on the {} card",
+                if one_fits {
+                    format!("concurrency: one sequence fits, {} do not", w.batch)
+                } else {
+                    "activations".to_string()
+                },
                 Bytes(DECODE_BESIDE_SDPA),
                 Bytes(run.peak_reserved),
                 Bytes(vram.saturating_sub(TORCH_CONTEXT).saturating_sub(run.peak_reserved)),
