@@ -49,6 +49,12 @@ pub struct Shape {
     pub eos: bool,
     /// Phi-3's sliding window: its cache layers copy both tensors on each update.
     pub window: Option<u64>,
+    /// Llama 3.1's frequency-dependent RoPE scaling: its inverse frequencies take 27 small
+    /// tensors to compute instead of 5.
+    pub llama3_rope: bool,
+    /// Qwen2 and Qwen3 drop the forward's attention mask before its input embedding (their
+    /// `causal_mask_mapping`); the llamas after.
+    pub qwen_forward: bool,
 }
 
 /// Which architectures the sequence is known for, and whether each has an end-of-sequence id
@@ -70,6 +76,13 @@ impl Shape {
         let eos = family(&spec.architecture)?;
         // Phi-3's sliding-window cache layers were traced; another family's were not.
         let sliding = spec.sliding_layers > 0 && spec.sliding_window.is_some();
+        use crate::model::spec::RopeScaling;
+        // Linear RoPE scaling was not traced.
+        let llama3_rope = match spec.numerics.rope_scaling {
+            None => false,
+            Some(RopeScaling::Llama3 { .. }) => true,
+            Some(RopeScaling::Linear { .. }) => return None,
+        };
         if spec.experts.is_some()
             || spec.head_dim % 2 == 1
             || (sliding && spec.architecture != "phi3")
@@ -91,6 +104,8 @@ impl Shape {
             eager,
             eos,
             window: spec.sliding_window.filter(|_| sliding),
+            llama3_rope,
+            qwen_forward: matches!(spec.architecture.as_str(), "qwen2" | "qwen3"),
         })
     }
 
@@ -198,10 +213,13 @@ pub const TORCH_CONTEXT: u64 = 638_451_712;
 pub const OUTSIDE_SDPA: u64 = 76 * MIB;
 pub const OUTSIDE_EAGER: u64 = 68 * MIB;
 
-/// What SDPA's decode needs beside the pool: cuDNN's attention failed ~100 decode steps in with
-/// 89.1 MiB (Mistral-7B, 5,887 tokens) and 87.1 MiB (Llama-3-8B, 2,432) left beside it, and every
-/// generation with 103.1 MiB or more left ran. The upper end, so a budget errs on the safe side.
-pub const DECODE_BESIDE_SDPA: u64 = 102 * MIB;
+/// What SDPA's decode needs beside the pool: cuDNN's attention fails there (`mha_graph.execute`)
+/// with every tensor placed. Over 37 SDPA trials of the H200 (docs/calibration/
+/// transformers-limits-h200-2026-12-0*.jsonl) it failed in all 7 with at most 89.1 MiB left
+/// beside the pool's peak and ran in all 30 with 97.1 MiB or more. Session 10's 102 MiB, set from
+/// the first 16 trials, called two of session 11's 20 held-out trials out of memory that ran (97.1
+/// and 101.1 MiB): the line is now just under the least that ran.
+pub const DECODE_BESIDE_SDPA: u64 = 96 * MIB;
 
 /// transformers' `generate()` on a card with `capacity` bytes free for its process (what
 /// `mem_get_info` reports before the process starts, or the `--vram-limit` the probe's ballast
@@ -336,32 +354,62 @@ impl<S: Sink> Gen<'_, S> {
         Ok(c3)
     }
 
-    /// SDPA's small workspace in a decode step (cuDNN's split-K buffers): seen on the H200 as
-    /// 4·heads·(splits·(head_dim + 2) + 1) bytes with 16 splits past 2k cached tokens, 32 past 4k,
-    /// four times that at head_dim 64, none below 2k.
+    /// SDPA's small workspace in a decode step (cuDNN's split-K buffers): on the H200 always
+    /// 4·heads·splits·(head_dim + 2) + 128 bytes (11 traced shapes, to the byte). The splits
+    /// follow cuDNN's own heuristic, seen as: at head_dim 128, 8 up to 2,048 cached tokens, 16 up
+    /// to 3,072, 32 beyond (none seen below 1,024); at head_dim 64, 128 with 14 heads and 64 with 9,
+    /// whatever the length; none at head_dim 96. A guess between these is at most one small-pool
+    /// segment (2 MiB) off.
     fn sdpa_workspace(&self, t: u64, len: u64) -> Option<u64> {
         if t > 1 {
             return Some(256);
         }
-        let mut splits: u64 = if len > 4096 {
-            32
-        } else if len > 2048 {
-            16
-        } else {
-            0
+        let splits: u64 = match self.s.head_dim {
+            128 if len > 3072 => 32,
+            128 if len > 2048 => 16,
+            128 if len > 1024 => 8,
+            64 if self.s.heads >= 12 => 128,
+            64 => 64,
+            _ => 0,
         };
-        if self.s.head_dim == 64 {
-            splits *= 4;
-        }
         (splits > 0).then(|| {
-            mul(&[
-                4,
-                self.s.heads,
-                splits
-                    .saturating_mul(self.s.head_dim.saturating_add(2))
-                    .saturating_add(1),
-            ])
+            mul(&[4, self.s.heads, splits, self.s.head_dim.saturating_add(2)]).saturating_add(128)
         })
+    }
+}
+
+/// The inverse frequencies' computation at init, as traced: `A1` a tensor of head_dim/2 f32,
+/// `A2` of head_dim/2 int64, `AQ` of head_dim/2 bools, `AE` a scalar, `Fk` the free of the block's
+/// k-th allocation. The last allocation is the result, kept.
+const DEFAULT_ROPE_INIT: &str = "A1 A1 F0 A1 AE F3 F1 A1 A1 F4 F2";
+const LLAMA3_ROPE_INIT: &str = "A2 A1 F0 A1 F1 A1 AE F4 F2 A1 A1 F5 F3 A1 A1 F7 AQ A1 A1 F9 F10 \
+    A1 A1 F12 A1 F13 A1 F14 A1 A1 F16 A1 F17 A1 A1 F18 F19 AQ AQ F21 AQ AQ F23 AQ F22 F24 A1 F11 \
+    F6 F8 F15 F20 F25";
+
+impl<S: Sink> Gen<'_, S> {
+    /// Run a traced pattern of small tensors (see `DEFAULT_ROPE_INIT`); the last allocation is
+    /// returned.
+    fn small_program(&mut self, pattern: &str, head_dim: u64) -> R<usize> {
+        let half = head_dim / 2;
+        let mut ids: Vec<usize> = Vec::new();
+        for tok in pattern.split_whitespace() {
+            match tok {
+                "A1" => ids.push(self.a(half * 4)?),
+                "A2" => ids.push(self.a(half * 8)?),
+                "AQ" => ids.push(self.a(half)?),
+                "AE" => ids.push(self.a(8)?),
+                f => {
+                    if let Some(id) = f
+                        .strip_prefix('F')
+                        .and_then(|k| k.parse::<usize>().ok())
+                        .and_then(|k| ids.get(k).copied())
+                    {
+                        self.f(id);
+                    }
+                }
+            }
+        }
+        Ok(ids.last().copied().unwrap_or(0))
     }
 }
 
@@ -430,24 +478,14 @@ pub fn run<S: Sink>(shape: &Shape, g: Generation, sink: &mut S) -> Result<(), St
     }
     x.a(h * ELEM)?;
     // The rotary embedding's inverse frequencies, computed twice (one kept, one copy kept).
-    let f = hd / 2 * 4;
-    let rope_params = |x: &mut Gen<S>| -> R<usize> {
-        let a = x.a(f)?;
-        let b_ = x.a(f)?;
-        x.f(a);
-        let c = x.a(f)?;
-        let d = x.a(8)?;
-        x.f(d);
-        x.f(b_);
-        let e = x.a(f)?;
-        let y = x.a(f)?;
-        x.f(e);
-        x.f(c);
-        Ok(y)
+    let pattern = if s.llama3_rope {
+        LLAMA3_ROPE_INIT
+    } else {
+        DEFAULT_ROPE_INIT
     };
-    rope_params(&mut x)?;
-    x.a(f)?;
-    let t = rope_params(&mut x)?;
+    x.small_program(pattern, hd)?;
+    x.a(hd / 2 * 4)?;
+    let t = x.small_program(pattern, hd)?;
     x.f(t);
     let head = x.a(mul(&[v, h, ELEM]))?;
     if s.tied {
@@ -552,7 +590,8 @@ pub fn run<S: Sink>(shape: &Shape, g: Generation, sink: &mut S) -> Result<(), St
         let mut next = x.a(mul(&[b, 8]))?;
         if v > 131_072 {
             // argmax over a vocabulary this wide reduces in two passes
-            let t1 = x.a(mul(&[b, 304]))?;
+            // the partial results: 19 blocks of 16 bytes a row up to 16 rows, 17 at 32 (traced)
+            let t1 = x.a(mul(&[b, if b > 16 { 272 } else { 304 }]))?;
             let t2 = x.a(mul(&[b, 4]))?;
             x.f(t2);
             x.f(t1);
@@ -757,6 +796,13 @@ fn forward<S: Sink>(x: &mut Gen<S>, cache: &mut Cache, t: u64, len: u64) -> R<us
         let out_bytes = mul(&[b, t, nh, hd, ELEM]);
         let mut o;
         if s.eager {
+            // repeat_kv: grouped K and V expanded to every query head over the whole context
+            let repeated = if nkv < nh {
+                let r = mul(&[b, nh, len, hd, ELEM]);
+                Some((x.a(r)?, x.a(r)?))
+            } else {
+                None
+            };
             let scores = mul(&[b, nh, t, len]);
             let w1 = x.a(scores.saturating_mul(ELEM))?;
             let w2 = x.a(scores.saturating_mul(ELEM))?;
@@ -774,6 +820,10 @@ fn forward<S: Sink>(x: &mut Gen<S>, cache: &mut Cache, t: u64, len: u64) -> R<us
                 let o2 = x.a(out_bytes)?;
                 x.f(o);
                 o = o2;
+            }
+            if let Some((rk, rv)) = repeated {
+                x.f(rk);
+                x.f(rv);
             }
         } else {
             let (s1, s2) = (x.a(8)?, x.a(8)?);
@@ -833,8 +883,13 @@ fn forward<S: Sink>(x: &mut Gen<S>, cache: &mut Cache, t: u64, len: u64) -> R<us
     }
     let nf = x.norm(rows, h)?;
     x.f(hs);
-    x.f(emb);
-    x.fo(emask);
+    if s.qwen_forward {
+        x.fo(emask);
+        x.f(emb);
+    } else {
+        x.f(emb);
+        x.fo(emask);
+    }
     x.f(sin);
     x.f(cos);
     let logits = x.a(mul(&[b, v, ELEM]))?;
@@ -879,6 +934,8 @@ mod tests {
             eager: false,
             eos: true,
             window: None,
+            llama3_rope: false,
+            qwen_forward: false,
         }
     }
 
