@@ -258,3 +258,46 @@ fn a_peak_at_the_edge_of_the_card_is_decided_by_a_fresh_process() {
         assert_eq!(code, Some(1), "{v}");
     }
 }
+
+/// Without transformers, a CUDA card is answered by transformers' allocation sequence replayed
+/// through PyTorch's allocator (the llama family; tests/torch_program.rs checks it against the
+/// ground truth): the report says so, a card too small for the weights and the torch context is
+/// a load failure, and a card that holds them runs.
+#[test]
+fn without_transformers_a_cuda_card_is_answered_by_the_allocator_replay() {
+    let home = temp();
+    let run = |limit: &str| {
+        let out = llm_oom(home.path())
+            .args([
+                "diagnose",
+                "--device",
+                "cuda",
+                "-p",
+                "256",
+                "-n",
+                "8",
+                "--vram-limit",
+                limit,
+                "--json",
+            ])
+            .env("LLM_OOM_PYTHON", "/nonexistent/python3")
+            .output()
+            .expect("runs");
+        let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+        (out.status.code(), v)
+    };
+    let (code, v) = run("2GiB");
+    assert_eq!(v["mode"], "predicted", "{v}");
+    assert!(
+        v["probe"]
+            .as_str()
+            .is_some_and(|p| p.contains("allocation sequence replayed")),
+        "{v}"
+    );
+    assert_eq!(v["verdict"]["cause"], "none", "{v}");
+    assert_eq!(code, Some(0), "{v}");
+    let (code, v) = run("700MiB");
+    assert_eq!(v["verdict"]["cause"], "weights", "{v}");
+    assert_eq!(v["verdict"]["stage"], "load", "{v}");
+    assert_eq!(code, Some(1), "{v}");
+}

@@ -183,7 +183,7 @@ pub fn pool_verdict(
     let peak = run.peak_on_card(shape);
     v.evidence.push(Evidence::bytes(
         format!(
-            "transformers' allocation sequence replayed through PyTorch's caching allocator: {} reserved at the peak of a {} pool (the card's {} less the CUDA context, what kernels take beside the pool and the driver's reserve)",
+            "transformers' allocation sequence replayed through PyTorch's caching allocator: {} reserved at the peak of a {} pool (the card's {} less the CUDA context, what kernels take beside the pool and the driver's reserve, as measured on the H200 with driver 580 and torch 2.11)",
             Bytes(run.peak_reserved),
             Bytes(run.limit),
             Bytes(vram)
