@@ -30,7 +30,8 @@ fn bench(c: &mut Criterion) {
     // The allocator model of transformers' generate(): one replay of the default workload
     // (5,815 + 256 tokens: ~740k allocations and frees), and the largest prompt it bisects.
     let shape = llm_oom::estimate::torch_program::Shape::of(&spec, false).expect("llama family");
-    let g = llm_oom::estimate::torch_program::Generation {
+    use llm_oom::estimate::torch_program::Generation;
+    let g = Generation {
         batch: 1,
         prompt: 5815,
         new_tokens: 256,
@@ -42,7 +43,12 @@ fn bench(c: &mut Criterion) {
         b.iter(|| llm_oom::estimate::torch_program::on_card(&shape, std::hint::black_box(g), card))
     });
     slow.bench_function("largest prompt (Mistral-7B, 256 new, 16 GiB)", |b| {
-        b.iter(|| llm_oom::budget::pool::largest_prompt(&shape, 1, 256, card, 32768))
+        b.iter(|| {
+            llm_oom::budget::largest(1, 32768, |prompt| {
+                llm_oom::estimate::torch_program::on_card(&shape, Generation { prompt, ..g }, card)
+                    .ran()
+            })
+        })
     });
     slow.finish();
     c.bench_function("preset parse", |b| {

@@ -3,7 +3,6 @@
 //! the estimate (which carries the safety margin).
 
 pub mod card;
-pub mod pool;
 
 use serde::Serialize;
 
