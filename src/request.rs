@@ -126,6 +126,9 @@ pub struct WorkloadRequest {
     pub parallel: ParallelRequest,
     /// llama.cpp's `-c`, `-ub`, `-b`, `-fa` as given (all unset: its defaults).
     pub llama: crate::estimate::LlamaCppArgs,
+    /// `plan --exact`: answer transformers' workloads by replaying its allocation sequence
+    /// through PyTorch's allocator (seconds, not milliseconds) where the sequence is known.
+    pub exact: bool,
 }
 
 /// vLLM's parallel layout as the flags give it; `None` = not given.

@@ -621,3 +621,46 @@ fn past_the_context_is_in_the_verdict() {
         .as_str()
         .is_some_and(|t| t.starts_with("past the context")));
 }
+
+/// `plan --exact` answers transformers by replaying its allocation sequence: a held-out trial of
+/// the H200 (Qwen2.5-0.5B, batch 32, 2,506 + 64 tokens on 6 GiB ran out in transformers; 2,505
+/// ran; docs/calibration/transformers-limits-h200-2026-12-02-pool.jsonl) is an out-of-memory with
+/// the budget at the very prompt that ran (the profile's budget: 2,412).
+#[test]
+fn plan_exact_answers_with_transformers_allocation_sequence() {
+    let home = temp();
+    let args = [
+        "plan",
+        "--model",
+        "Qwen/Qwen2.5-0.5B-Instruct",
+        "-b",
+        "32",
+        "-n",
+        "64",
+        "-p",
+        "2506",
+        "--vram",
+        "6GiB",
+        "--json",
+    ];
+    let profile = run(home.path(), &args);
+    let v: serde_json::Value = serde_json::from_str(&profile.stdout).expect("json");
+    assert_eq!(
+        v["budget"]["max_prompt_tokens"], 2412,
+        "the profile's answer: {v}"
+    );
+    let mut exact_args = args.to_vec();
+    exact_args.push("--exact");
+    let exact = run(home.path(), &exact_args);
+    let v: serde_json::Value = serde_json::from_str(&exact.stdout).expect("json");
+    assert_eq!(exact.code, 1, "{v}");
+    assert_eq!(v["verdict"]["cause"], "concurrency", "{v}");
+    assert_eq!(v["budget"]["max_prompt_tokens"], 2505, "{v}");
+    assert_eq!(v["budget"]["fits"], false, "{v}");
+    assert!(
+        v["notes"].as_array().is_some_and(|n| n
+            .iter()
+            .any(|s| s.as_str().is_some_and(|s| s.starts_with("--exact")))),
+        "{v}"
+    );
+}

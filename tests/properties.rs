@@ -244,6 +244,7 @@ proptest! {
             host_ram: Some(64 << 30),
             parallel: Default::default(),
             llama: Default::default(),
+            exact: false,
         };
         let within = prompt <= 10_000_000
             && new <= 10_000_000

@@ -300,14 +300,14 @@ impl<'a> Planner<'a> {
                     engine,
                     ..*w
                 };
-                let est = self.estimate(&alt);
+                let (peak_bytes, fits) = self.peak(&alt);
                 let (t, by) = self.max_total(&alt, 1);
                 WhatIf {
                     dtype,
                     engine,
                     weights_bytes: crate::estimate::weight_bytes(self.spec, dtype),
-                    peak_bytes: est.total,
-                    fits: est.total <= self.vram,
+                    peak_bytes,
+                    fits,
                     max_total_tokens_batch1: t,
                     limited_by: by,
                 }

@@ -234,6 +234,11 @@ pub struct PlanArgs {
     /// List the embedded model presets and exit.
     #[arg(long)]
     pub list_presets: bool,
+    /// transformers: replay its allocation sequence through a model of PyTorch's caching
+    /// allocator instead of the calibrated profile (the llama family in 16 bits; seconds, not
+    /// milliseconds). The card is then the memory free for the process.
+    #[arg(long)]
+    pub exact: bool,
     /// Host RAM offered for offloaded layers (64GiB…) [default: this machine's MemAvailable]
     #[arg(long, allow_hyphen_values = true)]
     pub host_ram: Option<String>,

@@ -41,6 +41,7 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
                 nodes: count("--nodes", args.nodes)?,
                 gpus_per_node: count("--gpus-per-node", args.gpus_per_node)?,
             };
+            req.exact = args.exact;
             let r = plan(&req)?;
             print(&report_text(&r, format)?)?;
             Ok(ExitStatus::of(&r.verdict))
@@ -384,6 +385,7 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
         gpu_index: a.gpu,
         gpus,
         host_ram: None,
+        exact: false,
         parallel: Default::default(),
         llama: llm_oom::estimate::LlamaCppArgs {
             ctx_size: a.ctx_size.map(|v| positive("--ctx-size", v)).transpose()?,

@@ -180,6 +180,7 @@ fn from_log(report: &ExplainReport, engine: Engine) -> Option<WorkloadRequest> {
         host_ram: None,
         parallel: Default::default(),
         llama: Default::default(),
+        exact: false,
     })
 }
 

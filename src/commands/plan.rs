@@ -104,7 +104,29 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     notes.extend(req.vram_read.clone());
     let device = card::choose(req.vram, req.gpu_index, &mut notes);
     let planner = Planner::new(&spec, device.vram_bytes);
+    let planner = if req.exact {
+        planner.with_pool()
+    } else {
+        planner
+    };
     let mut f = forecast(&planner, &w);
+    if f.replayed {
+        notes.push(format!(
+            "--exact: the verdict, the peak, the budget and the bf16 what-if are transformers' \
+             allocation sequence replayed through PyTorch's caching allocator on a card with {} \
+             free for the process (the CUDA context, what kernels take beside the pool and the \
+             driver's reserve as measured on the H200); the table of components is the profile's \
+             decomposition",
+            crate::units::Bytes(device.vram_bytes)
+        ));
+    } else if req.exact {
+        notes.push(
+            "--exact: transformers' allocation sequence is known for the llama family (Llama, \
+             Mistral, Qwen2/2.5, Qwen3, Phi-3) in 16 bits and for transformers only; the profile \
+             answers"
+                .to_string(),
+        );
+    }
     let oom = f.verdict.cause != crate::verdict::Cause::None;
     let host_ram = req
         .host_ram

@@ -151,11 +151,28 @@ pub struct Forecast {
     pub estimate: Estimate,
     pub verdict: Verdict,
     pub remedies: Vec<super::Remedy>,
+    /// The verdict is the allocator model's replay of transformers' allocation sequence.
+    pub replayed: bool,
 }
 
+/// The forecast of a workload: the profile's, or where the planner answers with the allocator
+/// model (`Planner::with_pool`) and it knows the model, the replay's verdict over the profile's
+/// decomposition. Past the replayed decode steps the profile must fit the rest too
+/// (`Planner::fits`): where it does not, its verdict stands.
 pub fn forecast(planner: &Planner, w: &Workload) -> Forecast {
     let estimate = planner.estimate(w);
-    let verdict = verdict(planner, w, &estimate);
+    let pool = planner
+        .pool_shape(w)
+        .zip(planner.pool_run(w))
+        .filter(|(_, run)| {
+            !run.ran()
+                || w.max_new_tokens <= crate::budget::POOL_NEW_TOKENS_EXACT
+                || estimate.total <= planner.vram
+        });
+    let verdict = match &pool {
+        Some((shape, run)) => pool_verdict(planner, w, &estimate, run, shape),
+        None => verdict(planner, w, &estimate),
+    };
     let remedies = if verdict.cause == Cause::None {
         Vec::new()
     } else {
@@ -165,6 +182,7 @@ pub fn forecast(planner: &Planner, w: &Workload) -> Forecast {
         estimate,
         verdict,
         remedies,
+        replayed: pool.is_some(),
     }
 }
 

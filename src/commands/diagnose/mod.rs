@@ -557,36 +557,13 @@ fn predicted(
     } else {
         profile
     };
-    let mut f = crate::verdict::predicted::forecast(&profile, &prep.workload);
-    // Past the replayed decode steps the profile must fit the rest too (`Planner::fits`): where
-    // it does not, its verdict stands.
-    let pool = profile
-        .pool_shape(&prep.workload)
-        .zip(profile.pool_run(&prep.workload))
-        .filter(|(_, run)| {
-            !run.ran()
-                || prep.workload.max_new_tokens <= crate::budget::POOL_NEW_TOKENS_EXACT
-                || f.estimate.total <= profile.vram
-        });
-    if let Some((shape, run)) = &pool {
-        f.verdict = crate::verdict::predicted::pool_verdict(
-            &profile,
-            &prep.workload,
-            &f.estimate,
-            run,
-            shape,
-        );
-        f.remedies = if f.verdict.cause == Cause::None {
-            Vec::new()
-        } else {
-            crate::verdict::pricing::price(&profile, &prep.workload, &f.estimate)
-        };
-    }
+    let f = crate::verdict::predicted::forecast(&profile, &prep.workload);
+    let pool = f.replayed;
     let mut verdict = f.verdict;
     verdict.summary = format!("predicted — {}", verdict.summary);
     context_finding(&mut verdict, &prep);
     let budget = profile.budget(&prep.workload);
-    if pool.is_none() {
+    if !pool {
         if let Some(edge) = near_the_edge(prep.workload.prompt_tokens, budget.max_prompt_tokens) {
             verdict.evidence.push(crate::verdict::Evidence::text(edge));
         }
@@ -625,7 +602,7 @@ fn predicted(
         workload: prep.workload,
         device: probe_device(req, &hello, env),
         mode: Mode::Predicted,
-        probe: if pool.is_some() {
+        probe: if pool {
             format!("predicted: {engine_name}'s allocation sequence replayed through PyTorch's caching allocator on this card")
         } else {
             format!("predicted: the {engine_name} profile on this card")
