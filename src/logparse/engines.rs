@@ -429,7 +429,19 @@ fn apple(lines: &[String], i: usize, st: &mut Scan) -> bool {
         &MLX,
         r"Attempting to allocate (\d+) bytes which is greater than the maximum allowed buffer size of (\d+) bytes",
     );
-    if let Some(c) = mlx.captures(line) {
+    // The message wraps after "which is" when pasted from a narrow terminal (mlx-vlm-1732).
+    let joined;
+    let text = if !mlx.is_match(line) && line.trim_end().ends_with("which is") {
+        joined = format!(
+            "{} {}",
+            line.trim_end(),
+            lines.get(i + 1).map_or("", |l| l.trim())
+        );
+        joined.as_str()
+    } else {
+        line.as_str()
+    };
+    if let Some(c) = mlx.captures(text) {
         let event = Event::MlxBufferTooLarge {
             requested: cap_u64(&c, 1),
             max_buffer: cap_u64(&c, 2),

@@ -352,6 +352,10 @@ fn frames(line: &str, n: usize, ctx: &mut Context) {
         // Linear.__init__; Embedding's twin).
         "torch.empty((out_features, in_features)",
         "torch.empty((num_embeddings, embedding_dim)",
+        // A model's own __init__ building its layers on the device (pyllama-28:
+        // `self.w3 = nn.Linear(dim, hidden_dim, bias=False)`).
+        "= nn.Linear(",
+        "= nn.Embedding(",
         // Module.to / .cuda / .half move every parameter through `_apply(convert)`.
         "in _apply",
         "self._apply(",
@@ -600,6 +604,11 @@ fn stage_hint(line: &str) -> Option<StageHint> {
                 "isq::",
                 // GPTQ's per-layer line while it quantizes a loaded model (lit-llama-148).
                 "quantizing time",
+                // ComfyUI's loader nodes (MistoControlNet-Flux-dev-11: `Error occurred when
+                // executing LoadTheMistoFluxControlNet`; CheckpointLoaderSimple, UNETLoader).
+                "executing Load",
+                "executing CheckpointLoader",
+                "executing UNETLoader",
             ],
         ),
         (

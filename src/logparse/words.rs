@@ -56,6 +56,10 @@ fn look_alike(line: &str) -> bool {
         // llama.cpp falls back to pageable memory when pinning fails (ollama-5517,
         // llama.cpp-9629): a warning, not an out-of-memory.
         || (line.contains("ggml_cuda_host_malloc") && line.contains("of pinned memory"))
+        // llama.cpp's mlock of the model hits RLIMIT_MLOCK ("failed to mlock … Cannot allocate
+        // memory", "Try increasing RLIMIT_MLOCK"): a warning about locked pages, not the card or
+        // the host running out (llama-cpp-python-618, h2ogpt-812).
+        || (line.contains("failed to mlock") || line.contains("RLIMIT_MLOCK"))
 }
 
 /// Out-of-memory words in any wording: "out of memory" (of device / GPU / host memory, with
