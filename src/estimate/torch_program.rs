@@ -394,8 +394,8 @@ impl<S: Sink> Gen<'_, S> {
         let mut ids: Vec<usize> = Vec::new();
         for tok in pattern.split_whitespace() {
             match tok {
-                "A1" => ids.push(self.a(half * 4)?),
-                "A2" => ids.push(self.a(half * 8)?),
+                "A1" => ids.push(self.a(half.saturating_mul(4))?),
+                "A2" => ids.push(self.a(half.saturating_mul(8))?),
                 "AQ" => ids.push(self.a(half)?),
                 "AE" => ids.push(self.a(8)?),
                 f => {
@@ -466,17 +466,17 @@ pub fn run<S: Sink>(shape: &Shape, g: Generation, sink: &mut S) -> Result<(), St
             }
             x.a(mul(&[h, nh, hd, ELEM]))?;
             if s.qk_norm {
-                x.a(hd * ELEM)?;
-                x.a(hd * ELEM)?;
+                x.a(hd.saturating_mul(ELEM))?;
+                x.a(hd.saturating_mul(ELEM))?;
             }
             x.a(mul(&[i, h, ELEM]))?;
             x.a(mul(&[i, h, ELEM]))?;
             x.a(mul(&[h, i, ELEM]))?;
         }
-        x.a(h * ELEM)?;
-        x.a(h * ELEM)?;
+        x.a(h.saturating_mul(ELEM))?;
+        x.a(h.saturating_mul(ELEM))?;
     }
-    x.a(h * ELEM)?;
+    x.a(h.saturating_mul(ELEM))?;
     // The rotary embedding's inverse frequencies, computed twice (one kept, one copy kept).
     let pattern = if s.llama3_rope {
         LLAMA3_ROPE_INIT
@@ -484,7 +484,7 @@ pub fn run<S: Sink>(shape: &Shape, g: Generation, sink: &mut S) -> Result<(), St
         DEFAULT_ROPE_INIT
     };
     x.small_program(pattern, hd)?;
-    x.a(hd / 2 * 4)?;
+    x.a((hd / 2).saturating_mul(4))?;
     let t = x.small_program(pattern, hd)?;
     x.f(t);
     let head = x.a(mul(&[v, h, ELEM]))?;
@@ -560,7 +560,7 @@ pub fn run<S: Sink>(shape: &Shape, g: Generation, sink: &mut S) -> Result<(), St
         let l32 = x.a(mul(&[b, v, 4]))?;
         x.fo(logits32.replace(l32));
         if s.eos {
-            let a156 = x.a(v * 8)?;
+            let a156 = x.a(v.saturating_mul(8))?;
             let a157 = x.a(v)?;
             let (y1, y2) = (x.a(v)?, x.a(v)?);
             x.f(y2);
@@ -573,7 +573,7 @@ pub fn run<S: Sink>(shape: &Shape, g: Generation, sink: &mut S) -> Result<(), St
             x.f(a156);
             x.f(a157);
             let a229 = x.a(mul(&[b, v, 4]))?;
-            let a230 = x.a(v * 8)?;
+            let a230 = x.a(v.saturating_mul(8))?;
             let a231 = x.a(v)?;
             let (y1, y2) = (x.a(v)?, x.a(v)?);
             x.f(y2);
@@ -598,9 +598,13 @@ pub fn run<S: Sink>(shape: &Shape, g: Generation, sink: &mut S) -> Result<(), St
         }
         x.fo(s3073.take());
         if s.eos {
-            let (y1, y2, y3) = (x.a(b * 8)?, x.a(b * 8)?, x.a(b * 8)?);
+            let (y1, y2, y3) = (
+                x.a(b.saturating_mul(8))?,
+                x.a(b.saturating_mul(8))?,
+                x.a(b.saturating_mul(8))?,
+            );
             x.f(y2);
-            let w = x.a(b * 8)?;
+            let w = x.a(b.saturating_mul(8))?;
             x.f(y1);
             x.f(y3);
             x.f(next);
@@ -626,7 +630,7 @@ pub fn run<S: Sink>(shape: &Shape, g: Generation, sink: &mut S) -> Result<(), St
         }
         let y1 = x.a(1)?;
         x.f(x3);
-        let y2 = x.a(b * 8)?;
+        let y2 = x.a(b.saturating_mul(8))?;
         x.f(y1);
         x.f(s3082);
         s3082 = y2;
