@@ -165,7 +165,13 @@ impl<'a> Planner<'a> {
     /// The peak the budget reports: the allocator model's peak on the card where it answers.
     fn peak(&self, w: &Workload) -> (u64, bool) {
         match (self.pool_shape(w), self.pool_run(w)) {
-            (Some(shape), Some(run)) => (run.peak_on_card(&shape), self.fits(w)),
+            // The same rule as `fits`, on the run already made (a replay takes up to 0.3 s).
+            (Some(shape), Some(run)) => (
+                run.peak_on_card(&shape),
+                run.ran()
+                    && (w.max_new_tokens <= POOL_NEW_TOKENS_EXACT
+                        || self.estimate(w).total <= self.vram),
+            ),
             _ => {
                 let est = self.estimate(w);
                 (est.total, est.total <= self.vram)
