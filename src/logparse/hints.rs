@@ -179,11 +179,25 @@ pub struct Context {
     /// `Load weight end … avail mem=X GB, mem usage=Y GB`, vLLM's `Loading model weights took
     /// Y GB` / `Model loading took Y GiB` — (line, weights, free after).
     pub weights_loaded: Option<(usize, u64, Option<u64>)>,
+    /// The device's total and free memory as the program found it before allocating anything
+    /// (TensorFlow's device discovery: `Total memory: 7.92GiB` / `Free memory: 190.31MiB`, or
+    /// `totalMemory: 10.92GiB freeMemory: 10.76GiB`) — (line of the free figure, total, free).
+    /// What was not free then was held by other processes.
+    pub free_at_start: Option<(usize, u64, u64)>,
+    /// Lines where creating a CUDA context failed (`cuCtxCreate`, `cuDevicePrimaryCtxRetain`):
+    /// a context needs a few hundred MiB before any tensor exists.
+    pub context_create_lines: Vec<usize>,
     /// Bytes the reader skipped in the middle of an over-long input (its marker line).
     pub skipped_bytes: Option<u64>,
     /// Lines that look like a failure but are not an out-of-memory event (a SIGKILL that
     /// Kubernetes did not call OOMKilled), with what the `none` verdict says about them.
     pub not_oom: Vec<(usize, String)>,
+    /// A `Total memory:` figure waiting for the `Free memory:` line below it (line, bytes).
+    #[serde(skip)]
+    pending_total: Option<(usize, u64)>,
+    /// The last `Found device` line (TensorFlow's device discovery).
+    #[serde(skip)]
+    found_device: Option<usize>,
     /// (the resume marker's line, the input's number of the line after it) in a skipped input.
     #[serde(skip)]
     pub resumed: Option<(usize, usize)>,
@@ -276,6 +290,7 @@ impl Context {
             &mut self.runtime_step_lines,
             &mut self.thread_exceptions,
             &mut self.served_ok,
+            &mut self.context_create_lines,
         ] {
             v.iter_mut().for_each(s);
         }
@@ -287,6 +302,9 @@ impl Context {
         }
         if let Some(w) = &mut self.weights_loaded {
             s(&mut w.0);
+        }
+        if let Some(f) = &mut self.free_at_start {
+            s(&mut f.0);
         }
     }
 }
@@ -308,6 +326,10 @@ pub fn mark(line: &str, n: usize, ctx: &mut Context) {
         ctx.served_ok.push(n);
     }
     workload(line, n, ctx);
+    device_at_start(line, n, ctx);
+    if line.contains("cuCtxCreate") || line.contains("cuDevicePrimaryCtxRetain") {
+        ctx.context_create_lines.push(n);
+    }
     if line.contains("RuntimeBuffers::reshape") || line.contains("RuntimeBuffers::prepareStep") {
         ctx.runtime_step_lines.push(n);
     }
@@ -699,6 +721,36 @@ fn literals(cell: &'static OnceLock<Regex>, keys: &[&str]) -> &'static Regex {
         Regex::new(&alternation.join("|"))
             .unwrap_or_else(|e| unreachable!("escaped literals always compile: {e}"))
     })
+}
+
+/// TensorFlow's device discovery, before it allocates: `Total memory: 7.92GiB` then `Free
+/// memory: 190.31MiB` on the next lines (TF 1.x), or both on one line (`totalMemory: 10.92GiB
+/// freeMemory: 10.76GiB`). A total seen waits for its free figure.
+fn device_at_start(line: &str, n: usize, ctx: &mut Context) {
+    static TOTAL: OnceLock<Regex> = OnceLock::new();
+    static FREE: OnceLock<Regex> = OnceLock::new();
+    if line.contains("Found device") {
+        ctx.found_device = Some(n);
+    }
+    // Only the figures of a device just found: a host's `Total memory:` is not the card's.
+    let found = ctx.found_device.is_some_and(|d| n - d <= 8);
+    if !found || !line.contains("emory:") {
+        return;
+    }
+    let figure = |cell: &'static OnceLock<Regex>, name: &str| {
+        let pattern = format!(r"(?i)\b{name}[ _]?memory:\s*([\d.]+)\s?(GiB|MiB|KiB|GB|MB)\b");
+        re(cell, &pattern)
+            .captures(line)
+            .and_then(|c| size(c.get(1)?.as_str(), c.get(2)?.as_str()))
+    };
+    if let Some(total) = figure(&TOTAL, "total") {
+        ctx.pending_total = Some((n, total));
+    }
+    if let (Some(free), Some((at, total))) = (figure(&FREE, "free"), ctx.pending_total) {
+        if n - at <= 3 && free <= total {
+            ctx.free_at_start.get_or_insert((n, total, free));
+        }
+    }
 }
 
 /// The workload figures a line states; most lines have none, so a cheap look comes first.

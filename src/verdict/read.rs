@@ -1195,6 +1195,9 @@ fn host(a: &mut Ask) -> Decision {
 /// served successfully it is undecided (mistralrs-1446).
 fn undecided(a: &mut Ask) -> Decision {
     let f = a.f;
+    if let Some(d) = held_before_start(a) {
+        return d;
+    }
     if let Some(d) = by_named_part(a) {
         return d;
     }
@@ -1235,6 +1238,65 @@ fn undecided(a: &mut Ask) -> Decision {
         format!("unknown: {what}"),
         vec![ev(f, what)],
     )
+}
+
+/// Memory this program never held (rule E59). When it found the card, before it allocated
+/// anything, most of it was already taken (TensorFlow's device discovery: `Total memory:
+/// 7.92GiB`, `Free memory: 190.31MiB`; tensorflow-8170), or creating its CUDA context ran out
+/// (`cuCtxCreate`, `cuDevicePrimaryCtxRetain` — a context needs a few hundred MiB before any
+/// tensor exists; OSPREY3-67, tensorflow-30594): other processes held the card.
+fn held_before_start(a: &mut Ask) -> Option<Decision> {
+    let at = a.f.line;
+    let f = a.f;
+    if let Some((line, total, free)) = a.ctx.free_at_start.filter(|s| s.0 <= at) {
+        let others = total.saturating_sub(free);
+        if total > 0 && others.saturating_mul(5) >= total.saturating_mul(4) {
+            a.remedy(Change::FreeOtherProcesses, a.engine, Some(others));
+            return Some(Decision::new(
+                Cause::OtherProcess,
+                Stage::Load,
+                0.6,
+                format!(
+                    "other_process: when the program found the card, before it allocated anything, only {} of {} was free — other processes held {}",
+                    Bytes(free),
+                    Bytes(total),
+                    Bytes(others)
+                ),
+                vec![
+                    Evidence {
+                        text: format!("free when the device was found: {} of {}", Bytes(free), Bytes(total)),
+                        bytes: Some(others),
+                        line: Some(line),
+                    },
+                    ev(f, undecided_what(f)),
+                ],
+            ));
+        }
+    }
+    let context = a
+        .ctx
+        .context_create_lines
+        .iter()
+        .copied()
+        .find(|&l| l.abs_diff(at) <= 20)?;
+    a.remedy(Change::FreeOtherProcesses, a.engine, None);
+    a.to_decide = Some(
+        "run `nvidia-smi` while it fails: the processes it lists hold the card; if none does, this program's own earlier contexts (a worker per GPU on one card) do".into(),
+    );
+    Some(Decision::new(
+        Cause::OtherProcess,
+        Stage::Load,
+        0.5,
+        "other_process: creating the CUDA context itself ran out of memory — a context needs a few hundred MiB before any tensor exists, so the card was already full when this program started".into(),
+        vec![
+            Evidence {
+                text: "the CUDA context could not be created".into(),
+                bytes: None,
+                line: Some(context),
+            },
+            ev(f, undecided_what(f)),
+        ],
+    ))
 }
 
 /// The message names the part that did not fit in its own words (rule E23): the KV cache
@@ -2328,6 +2390,22 @@ mod tests {
             cause_of("RuntimeError: Allocation is out of device memory on current platform.\n"),
             Cause::Unknown
         );
+    }
+
+    #[test]
+    fn memory_taken_before_the_program_allocated_is_another_process() {
+        // tensorflow-8170: 190 MiB of 7.92 GiB free when TensorFlow found the card.
+        let found = "I gpu_device.cc:885] Found device 0 with properties: \nname: GeForce GTX 1080\nTotal memory: 7.92GiB\nFree memory: 190.31MiB\nE cuda_driver.cc:1002] failed to allocate 190.31M (199557120 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY\n";
+        assert_eq!(cause_of(found), Cause::OtherProcess);
+        // Most of the card free at discovery says nothing of others.
+        let free = found.replace("Free memory: 190.31MiB", "Free memory: 7.80GiB");
+        assert_ne!(cause_of(&free), Cause::OtherProcess);
+        // A host's memory figures, with no device found above them, are not the card's.
+        let host = found.replace("Found device 0 with properties: ", "System info");
+        assert_ne!(cause_of(&host), Cause::OtherProcess);
+        // OSPREY3-67: the context itself could not be created.
+        let context = "jcuda.CudaException: CUDA_ERROR_OUT_OF_MEMORY\n    at jcuda.driver.JCudaDriver.checkResult(JCudaDriver.java:337)\n    at jcuda.driver.JCudaDriver.cuCtxCreate(JCudaDriver.java:1514)\n";
+        assert_eq!(cause_of(context), Cause::OtherProcess);
     }
 
     #[test]
