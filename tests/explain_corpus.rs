@@ -394,12 +394,12 @@ fn the_sealed_2026_12g_set_tuned_scores_and_never_calls_an_oom_none() {
 /// fragmentation figures, torch.nn's parameter creation as the load, and Intel XPU's 4 GB
 /// limit on one block when the request would have fit.
 const SEALED_H_LOGS: usize = 45;
-const SEALED_H_RIGHT: usize = 33;
+const SEALED_H_RIGHT: usize = 34;
 /// stable-diffusion.cpp asking ggml_aligned_malloc for 2.2 EB: a size bug, which the log words
 /// as `insufficient memory`.
 const SEALED_H_READ_AS_OOM: &[&str] = &["sdcpp-stable-diffusion.cpp-43.log"];
 const SEALED_I_LOGS: usize = 22;
-const SEALED_I_RIGHT: usize = 16;
+const SEALED_I_RIGHT: usize = 17;
 /// Pastes with no out-of-memory line: FSDP's allocated/reserved printout alone, and a
 /// container's exit cut at "exite".
 const SEALED_I_WORDLESS: &[&str] = &[

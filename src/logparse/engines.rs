@@ -615,6 +615,10 @@ fn cuda_errors(lines: &[String], i: usize, st: &mut Scan) -> bool {
     } else if line.contains("CUDA error: out of memory")
         || line.contains("CUDA driver error: out of memory")
         || line.contains("cudaErrorMemoryAllocation")
+        // CTranslate2 (faster-whisper, whisperX): `RuntimeError: CUDA failed with error out of
+        // memory`; PyTorch before 1.0 (THC): `cuda runtime error (2) : out of memory`.
+        || line.contains("CUDA failed with error out of memory")
+        || line.contains("cuda runtime error (2) : out of memory")
     {
         if ggml_cuda_pool(lines, i) {
             Event::LlamaCppBuffer {

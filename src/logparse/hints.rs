@@ -162,6 +162,10 @@ pub struct Context {
     pub cache_lines: Vec<usize>,
     /// Lines in the optimizer's step or its per-parameter state (Adam's `exp_avg`, `exp_avg_sq`).
     pub optimizer_lines: Vec<usize>,
+    /// Every Python traceback frame line (`File "…", line N, in f`).
+    pub py_frames: Vec<usize>,
+    /// Python frames in a constructor (`in __init__`), not an optimizer's or a cache's.
+    pub init_frames: Vec<usize>,
     /// Lines in a serving engine's per-step buffer resize (TensorRT-LLM's
     /// `RuntimeBuffers::reshape` / `prepareStep`).
     pub runtime_step_lines: Vec<usize>,
@@ -287,6 +291,8 @@ impl Context {
             &mut self.activation_lines,
             &mut self.cache_lines,
             &mut self.optimizer_lines,
+            &mut self.py_frames,
+            &mut self.init_frames,
             &mut self.runtime_step_lines,
             &mut self.thread_exceptions,
             &mut self.served_ok,
@@ -445,6 +451,9 @@ fn frames(line: &str, n: usize, ctx: &mut Context) {
         "_fused_adam",
         "optimizer.step(",
         "_take_model_step",
+        // DeepSpeed ZeRO's fp32 master copy, made as the optimizer is set up.
+        "_create_fp32_partitions",
+        "single_partition_of_fp32_groups",
     ];
     // One pass over the line for all keys first: most lines of a long log have none.
     static ANY: OnceLock<Regex> = OnceLock::new();
@@ -462,6 +471,7 @@ fn frames(line: &str, n: usize, ctx: &mut Context) {
     if rust_frame(line) || line.contains("Backtrace [{ fn: ") {
         rust_frame_part(line, n, ctx);
     }
+    python_frame(line, n, ctx);
     if !literals(&ANY, &all).is_match(line) {
         return;
     }
@@ -481,6 +491,30 @@ fn frames(line: &str, n: usize, ctx: &mut Context) {
     }
     if line.contains("Exception in thread") {
         ctx.thread_exceptions.push(n);
+    }
+}
+
+/// A Python traceback's frame line, `File "…/x.py", line 101, in __init__`: every one is kept
+/// (the innermost above an error is the last), and a constructor's (`in __init__`) is kept
+/// apart — an optimizer's constructor (ZeRO's fp32 master copy of the weights: colossalai's
+/// `low_level_optim.py … in __init__`, DeepSpeed's `_create_fp32_partitions`) as the optimizer.
+fn python_frame(line: &str, n: usize, ctx: &mut Context) {
+    let t = line.trim_start();
+    if !t.starts_with("File \"") {
+        return;
+    }
+    let Some((path, func)) = t.rsplit_once(", in ") else {
+        return;
+    };
+    ctx.py_frames.push(n);
+    if func.trim_end() != "__init__" {
+        return;
+    }
+    let path = path.to_ascii_lowercase();
+    if path.contains("optim") {
+        ctx.optimizer_lines.push(n);
+    } else if !path.contains("cache") {
+        ctx.init_frames.push(n);
     }
 }
 

@@ -252,6 +252,15 @@ fn innermost_frame(
         .map(|(l, _, k)| (l, k))
 }
 
+/// The innermost Python frame above line `at` (the last `File "…"` line, within 8 lines) when it
+/// is a constructor's (`in __init__`): the object being built ran out — a model building its
+/// layers on the card, or a wrapper loading one (faster-whisper-buzz-439:
+/// `faster_whisper/transcribe.py … in __init__` is WhisperModel loading its weights).
+fn constructor_innermost(ctx: &Context, at: usize) -> Option<usize> {
+    let last = ctx.py_frames.iter().rev().copied().find(|&l| l <= at)?;
+    (at - last <= 8 && ctx.init_frames.contains(&last)).then_some(last)
+}
+
 /// The stage signal that belongs to line `at`: the innermost frame above it (within 200 lines,
 /// and not followed by a generation frame: "Loading checkpoint shards" above a `generate`
 /// traceback is over), else one just below it (vLLM prints the error before its traceback).
@@ -1418,6 +1427,25 @@ fn context_too_large(a: &mut Ask, sequences: Option<u64>) -> Decision {
 /// weight loader → weights. At a lower confidence than with figures (ipex-llm-10677: XPU's
 /// "Allocation is out of device memory" under `attn_weights = torch.matmul`).
 fn by_innermost_frame(a: &mut Ask) -> Option<Decision> {
+    if let Some(line) = constructor_innermost(a.ctx, a.f.line) {
+        a.remedy(Change::QuantizeWeights(nf4()), a.engine, None);
+        a.remedy(Change::CpuOffload, a.engine, None);
+        let quote = undecided_what(a.f);
+        return Some(Decision::new(
+            Cause::Weights,
+            Stage::Load,
+            0.45,
+            format!("weights: the innermost frame above the error is a constructor (`__init__`) — the model being built or loaded onto the card; {quote}"),
+            vec![
+                Evidence {
+                    text: "innermost frame: a constructor".into(),
+                    bytes: None,
+                    line: Some(line),
+                },
+                ev(a.f, quote),
+            ],
+        ));
+    }
     // On one line the loader wins, then the cache, then a forward pass's buffer.
     let (line, frame) = innermost_frame(
         a.ctx,
@@ -1884,8 +1912,9 @@ fn stage_of(hint: StageHint, req: &str) -> Option<(Cause, Stage, String)> {
 /// tensor (chatchat-3992: 128 GiB on a 24 GiB card; megatron-92: fp32 logits of 9.3 GiB on
 /// 10.8; vllm-7721: 16 GiB of 44.5 at start-up, whatever gpu_memory_utilization).
 fn load_or_huge(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision> {
-    let above =
-        stage_near(a.ctx, a.f.line) == Stage::Load || acc.stage_hint == Some(StageHint::Load);
+    let above = stage_near(a.ctx, a.f.line) == Stage::Load
+        || acc.stage_hint == Some(StageHint::Load)
+        || constructor_innermost(a.ctx, a.f.line).is_some();
     let quoted_below = if above {
         None
     } else {
@@ -2390,6 +2419,33 @@ mod tests {
             cause_of("RuntimeError: Allocation is out of device memory on current platform.\n"),
             Cause::Unknown
         );
+    }
+
+    #[test]
+    fn a_constructor_innermost_is_the_model_being_built() {
+        // faster-whisper-buzz-439: CTranslate2's wording under WhisperModel's constructor.
+        let log = "  File \"buzz\\transcriber.py\", line 500, in transcribe_faster_whisper\n  File \"faster_whisper\\transcribe.py\", line 101, in __init__\nRuntimeError: CUDA failed with error out of memory\n";
+        assert_eq!(cause_of(log), Cause::Weights);
+        // The same error under a forward pass is not the constructor's.
+        let forward = log.replace("in __init__", "in forward");
+        assert_ne!(cause_of(&forward), Cause::Weights);
+        // A constructor further out, with the forward pass innermost, does not decide.
+        let outer = "  File \"app.py\", line 3, in __init__\n    self.warmup()\n  File \"app.py\", line 9, in warmup\n  File \"m.py\", line 1, in forward\nRuntimeError: CUDA failed with error out of memory\n";
+        assert_ne!(cause_of(outer), Cause::Weights);
+        // PyTorch before 1.0 is an out-of-memory too.
+        assert_ne!(
+            cause_of(
+                "RuntimeError: cuda runtime error (2) : out of memory at /py/THCStorage.cu:66\n"
+            ),
+            Cause::None
+        );
+    }
+
+    #[test]
+    fn an_optimizers_constructor_is_its_master_copy_of_the_weights() {
+        // ColossalAI-3512: ZeRO's fp32 copy of the flattened fp16 parameters, 25.10 GiB at once.
+        let log = "  File \"/x/coati/trainer/strategies/colossalai.py\", line 148, in setup_optimizer\n  File \"/x/colossalai/zero/sharded_optim/low_level_optim.py\", line 175, in __init__\n    fp32_flat_current_rank = fp16_flat_current_rank.float()\ntorch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 25.10 GiB (GPU 0;\n";
+        assert_eq!(cause_of(log), Cause::Weights);
     }
 
     #[test]
