@@ -332,7 +332,7 @@ fn the_sealed_2026_12d_set_tuned_scores_and_calls_no_worded_oom_none() {
 /// **3 look-alikes called an OOM** (llama.cpp's pinned-memory fallback twice, TensorRT-LLM's
 /// kernel shared memory). Tuned with general rules to 34/50.
 const SEALED_E_LOGS: usize = 50;
-const SEALED_E_RIGHT: usize = 34;
+const SEALED_E_RIGHT: usize = 35;
 
 #[test]
 fn the_sealed_2026_12e_set_tuned_scores_and_never_calls_an_oom_none() {
@@ -345,7 +345,7 @@ fn the_sealed_2026_12e_set_tuned_scores_and_never_calls_an_oom_none() {
 /// system resources", torch elastic's "exitcode: -9", PyTorch's old figures without their head,
 /// and a paste with no error line), 0 look-alikes called an OOM. Tuned with general rules to 37/50.
 const SEALED_F_LOGS: usize = 50;
-const SEALED_F_RIGHT: usize = 37;
+const SEALED_F_RIGHT: usize = 38;
 /// ollama's offload arithmetic and a helper's analysis, without the kill line (ollama-10739).
 const SEALED_F_WORDLESS: &[&str] = &["ollama-ollama-10739.log"];
 
@@ -415,7 +415,7 @@ const SEALED_I_WORDLESS: &[&str] = &[
 /// llama.cpp's mlock warning (RLIMIT_MLOCK) as a look-alike, a model's own `nn.Linear` in its
 /// `__init__` as the load, ComfyUI's loader nodes as the load.
 const SEALED_J_LOGS: usize = 44;
-const SEALED_J_RIGHT: usize = 31;
+const SEALED_J_RIGHT: usize = 32;
 const SEALED_K_LOGS: usize = 40;
 const SEALED_K_RIGHT: usize = 31;
 /// CTranslate2 printing "CUDA failed with error out of memory": the thread blames an allocator
@@ -436,6 +436,37 @@ fn the_sealed_2026_12k_set_tuned_scores_and_never_calls_an_oom_none() {
         &[],
         SEALED_K_READ_AS_OOM,
     );
+}
+
+/// The twelfth and thirteenth sealed sets (tests/fixtures/logs/sealed-2026-12l, -12m), gathered
+/// by two helpers in session 12 from disjoint threads (odd and even) past the 706 sources before
+/// them, each labelled again by a second helper who read the threads blind: scored ONCE with the
+/// rules of 3224442, before any rule saw them (docs/calibration/explain-first-scores-sealed-2026-
+/// 12l-m.jsonl): 19/34 (55.9 %; 2 OOMs called none) and 31/40 (77.5 %; 3 OOMs called none, 1
+/// look-alike called an OOM). Where the two annotators agree (61 of 74), 42 right (68.9 %).
+/// Tuned with general rules E62-E71.
+const SEALED_L_LOGS: usize = 34;
+const SEALED_L_RIGHT: usize = 22;
+/// kubernetes-10861: `kubectl describe pod` with `Restart Count: 5` and an empty reason — the
+/// thread says the container hit its memory limit; nothing in the paste says so.
+const SEALED_L_WORDLESS: &[&str] = &["kubernetes-kubernetes-10861.log"];
+const SEALED_M_LOGS: usize = 40;
+const SEALED_M_RIGHT: usize = 36;
+
+#[test]
+fn the_sealed_2026_12l_set_tuned_scores_and_calls_no_worded_oom_none() {
+    assert_tuned_except(
+        "sealed-2026-12l",
+        SEALED_L_LOGS,
+        SEALED_L_RIGHT,
+        SEALED_L_WORDLESS,
+        &[],
+    );
+}
+
+#[test]
+fn the_sealed_2026_12m_set_tuned_scores_and_never_calls_an_oom_none() {
+    assert_tuned_except("sealed-2026-12m", SEALED_M_LOGS, SEALED_M_RIGHT, &[], &[]);
 }
 
 #[test]

@@ -113,6 +113,22 @@ fn vllm_other(lines: &[String], i: usize, st: &mut Scan) -> bool {
         st.add(i + 1, line, event);
         return true;
     }
+    static CPU_KV: OnceLock<Regex> = OnceLock::new();
+    // vllm-45086: `Available memory on node 0 (149.11/692.65 GiB) on kv cache allocation is
+    // less than requested memory for kv (206.54/207.8 GiB)`.
+    let cpu_kv = re(
+        &CPU_KV,
+        r"Available memory on node \d+ \(([\d.]+)/[\d.]+ GiB\) on kv cache allocation is less than requested memory for kv \(([\d.]+)/[\d.]+ GiB\)",
+    );
+    if let Some(c) = cpu_kv.captures(line) {
+        let gib = |i: usize| c.get(i).and_then(|m| size(m.as_str(), "GiB"));
+        let event = Event::VllmCpuKv {
+            available: gib(1),
+            requested: gib(2),
+        };
+        st.add(i + 1, line, event);
+        return true;
+    }
     let sampler = re(&SAMPLER, r"warming up sampler with (\d+) dummy requests");
     if let Some(c) = sampler.captures(line) {
         let seqs = cap_u64(&c, 1);
@@ -1022,11 +1038,12 @@ pub fn ends_at_allocation(lines: &[String]) -> Option<Finding> {
 /// Exit code 137 in its spellings, or the shell's `Killed` (also right after a progress bar).
 fn is_exit_137(line: &str) -> bool {
     // The shells' job messages for a SIGKILLed job: zsh's `[1]    14875 killed     python
-    // main.py` and bash's `line 1: 14875 Killed   python main.py` (also after a progress bar).
+    // main.py` and bash's `line 1: 14875 Killed   python main.py` (also after a progress bar, and
+    // cut after `Killed`: LlamaFactory-2097's `cli_demo.sh: line 5: 12989 Killed`).
     static JOB: OnceLock<Regex> = OnceLock::new();
     let job = re(
         &JOB,
-        r"(?i)(?:\[\d+\]\s*[+-]?\s+\d+\s+killed\s+\S|line \d+:\s+\d+\s+killed\s+\S)",
+        r"(?i)(?:\[\d+\]\s*[+-]?\s+\d+\s+killed\s+\S|line \d+:\s+\d+\s+killed(?:\s+\S|\s*$))",
     );
     let l = line.to_ascii_lowercase();
     let t = l.trim();

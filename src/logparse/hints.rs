@@ -162,6 +162,9 @@ pub struct Context {
     pub cache_lines: Vec<usize>,
     /// Lines in the optimizer's step or its per-parameter state (Adam's `exp_avg`, `exp_avg_sq`).
     pub optimizer_lines: Vec<usize>,
+    /// A loader that allocates for all the weights at once (transformers'
+    /// `caching_allocator_warmup`): the one load whose single request can be tens of GiB.
+    pub one_piece_load_lines: Vec<usize>,
     /// Every Python traceback frame line (`File "…", line N, in f`).
     pub py_frames: Vec<usize>,
     /// Python frames in a constructor (`in __init__`), not an optimizer's or a cache's.
@@ -293,6 +296,7 @@ impl Context {
             &mut self.optimizer_lines,
             &mut self.py_frames,
             &mut self.init_frames,
+            &mut self.one_piece_load_lines,
             &mut self.runtime_step_lines,
             &mut self.thread_exceptions,
             &mut self.served_ok,
@@ -333,6 +337,9 @@ pub fn mark(line: &str, n: usize, ctx: &mut Context) {
     }
     workload(line, n, ctx);
     device_at_start(line, n, ctx);
+    if line.contains("caching_allocator_warmup") {
+        ctx.one_piece_load_lines.push(n);
+    }
     if line.contains("cuCtxCreate") || line.contains("cuDevicePrimaryCtxRetain") {
         ctx.context_create_lines.push(n);
     }
@@ -719,6 +726,9 @@ fn stage_hint(line: &str) -> Option<StageHint> {
             ],
         ),
     ];
+    if weight_named_error(line) {
+        return Some(StageHint::Load);
+    }
     static ANY: OnceLock<Regex> = OnceLock::new();
     let all: Vec<&str> = HINTS
         .iter()
@@ -731,6 +741,18 @@ fn stage_hint(line: &str) -> Option<StageHint> {
         .iter()
         .find(|(_, keys)| keys.iter().any(|k| line.contains(k)))
         .map(|(h, _)| *h)
+}
+
+/// A model patcher's error line that names the parameter it was moving (Fooocus-1341: `ERROR
+/// diffusion_model.output_blocks.2.0.out_layers.3.weight MPS backend out of memory`, as
+/// ComfyUI's `ERROR lora …`): the weights were going onto the device.
+fn weight_named_error(line: &str) -> bool {
+    let Some(rest) = line.trim_start().strip_prefix("ERROR ") else {
+        return false;
+    };
+    rest.split_whitespace().next().is_some_and(|name| {
+        name.contains('.') && (name.ends_with(".weight") || name.ends_with(".bias"))
+    })
 }
 
 /// Any engine's words for loading the model: "Loading bmodel from …" (a TPU runtime),

@@ -157,6 +157,12 @@ pub enum Event {
     },
     /// vLLM: warming up the sampler with `max_num_seqs` dummy requests ran out.
     VllmSamplerWarmup { seqs: Option<u64> },
+    /// vLLM's CPU backend: the KV cache it was asked to pre-allocate in host RAM
+    /// (`VLLM_CPU_KVCACHE_SPACE`) is more than the node has available.
+    VllmCpuKv {
+        available: Option<u64>,
+        requested: Option<u64>,
+    },
     /// llama.cpp: a CUDA buffer could not be allocated.
     LlamaCppBuffer {
         buffer: LlamaBuffer,
@@ -289,7 +295,8 @@ impl Event {
             Event::VllmKvCapacity { .. }
             | Event::VllmNoCacheBlocks
             | Event::VllmStartupFree { .. }
-            | Event::VllmSamplerWarmup { .. } => Source::Vllm,
+            | Event::VllmSamplerWarmup { .. }
+            | Event::VllmCpuKv { .. } => Source::Vllm,
             Event::LlamaCppBuffer { .. } => Source::LlamaCpp,
             Event::CandleDriverOom => Source::Candle,
             Event::TgiPrefill { .. }

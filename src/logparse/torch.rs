@@ -13,11 +13,13 @@ pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
     static HEAD: OnceLock<Regex> = OnceLock::new();
     let line = &lines[i];
     // The figures alone count too: a paste that starts at `Tried to allocate X (GPU 0; …` or
-    // `Tried to allocate X. GPU 0 has a total capacity` lost only the head (fastmri-238).
+    // `Tried to allocate X. GPU 0 has a total capacity` lost only the head (fastmri-238), also
+    // when a narrow column wrapped it after `GPU 0` (infinity-483: "CUDA" left on the line above
+    // beside the logger's `batch_handler.py:574`).
     let head = re(
         &HEAD,
         &format!(
-            r"(?:CUDA|HIP|XPU|MPS backend) out of memory|OutOfMemoryError|(?i:cuda out of memory)|Tried to allocate {SIZE}(?: \(GPU \d+;|\. GPU \d+ has a total capac)|^\s*\(GPU \d+; {SIZE} total capacity; {SIZE} already allocated;"
+            r"(?:CUDA|HIP|XPU|MPS backend) out of memory|OutOfMemoryError|(?i:cuda out of memory)|Tried to allocate {SIZE}(?: \(GPU \d+;|\. GPU \d+(?: has a total capac|\s*$))|^\s*\(GPU \d+; {SIZE} total capacity; {SIZE} already allocated;"
         ),
     );
     // Other libraries name their own OutOfMemoryError (Ray's is the host's): not PyTorch's.
@@ -48,7 +50,9 @@ fn ipython_head(line: &str) -> bool {
 /// The message can be wrapped when pasted: read it with the next lines.
 fn message(lines: &[String], i: usize, st: &mut Scan) {
     let n = i + 1;
-    let window = one_message(&lines[i..lines.len().min(i + 4)]);
+    // Eight lines: a logger that wraps the message into a narrow column (rich's, infinity-483)
+    // spreads it over as many.
+    let window = one_message(&lines[i..lines.len().min(i + 8)]);
     let exceeds = window.contains("would exceed allowed memory");
     let t = match exceeds.then(|| super::engines::allowed_memory_figures(lines, i, None)) {
         Some(Some(t)) => t,

@@ -14,7 +14,7 @@ pub fn worth_reading(line: &str) -> bool {
     static ANCHORS: OnceLock<Regex> = OnceLock::new();
     re(
         &ANCHORS,
-        r"(?:memory|Memory|MEMORY|alloc|Alloc|ALLOC|OOM|oom|ENOMEM|Killed|killed|137|KV cache|kv cache|nough|nsufficient|INSUFFICIENT|RESOURCE_EXHAUSTED|status 5|could not be created|prefill tokens|max seq len|mem-fraction|xceed|Reason:|is_good|CUBLAS|OUT_OF_MEMORY|hipError|runs out|Terminated|buffer maximum|profiled value|paging file|1455|executable batch size|cache blocks|o create context|o create the llama context|available VRAM|code = -9|exitcode: -9|ram_unused|buffer is nil)",
+        r"(?:memory|Memory|MEMORY|alloc|Alloc|ALLOC|OOM|oom|ENOMEM|Killed|killed|137|KV cache|kv cache|nough|nsufficient|INSUFFICIENT|RESOURCE_EXHAUSTED|status 5|could not be created|prefill tokens|max seq len|mem-fraction|xceed|Reason:|is_good|CUBLAS|OUT_OF_MEMORY|hipError|runs out|Terminated|buffer maximum|profiled value|paging file|1455|executable batch size|cache blocks|o create context|o create the llama context|available VRAM|code = -9|exitcode: -9|ram_unused|buffer is nil|OUT_OF_RESOURCES)",
     )
     .is_match(line)
 }
@@ -60,6 +60,10 @@ fn look_alike(line: &str) -> bool {
         // memory", "Try increasing RLIMIT_MLOCK"): a warning about locked pages, not the card or
         // the host running out (llama-cpp-python-618, h2ogpt-812).
         || (line.contains("failed to mlock") || line.contains("RLIMIT_MLOCK"))
+        // An estimate that is not a number (LM Studio's guardrail: "this model requires
+        // approximately NaN undefined of memory", lmstudio-1038): the estimator failed, nothing
+        // ran out.
+        || (line.contains("NaN") && line.contains("requires approximately"))
 }
 
 /// Out-of-memory words in any wording: "out of memory" (of device / GPU / host memory, with
@@ -71,7 +75,7 @@ pub fn says_oom(line: &str) -> bool {
     static WORDS: OnceLock<Regex> = OnceLock::new();
     let words = re(
         &WORDS,
-        r"(?i:out[ _-]?of[ _-]?(?:(?:device|gpu|host|video|system)[ _-]?)?(?:memory|vram)|failed to allocate|(?:cannot|can't|can not|could not|couldn't|unable to) allocate|memory allocation failure|insufficient system resources|could not be allocated|insufficient (?:[A-Za-z]+ ){0,2}(?:memory|vram)|insufficient[A-Za-z]*memory|failed to create (?:the )?(?:llama )?context|too large for (?:the )?available (?:[A-Za-z]+ )?(?:memory|vram|ram)|not enough (?:[A-Za-z]+ ){0,2}(?:memory|vram)|memory exhausted|resource_exhausted|ran out of (?:[A-Za-z]+ )?memory|_ALLOC_FAILED|[A-Za-z_]*alloc[A-Za-z_]* failed|allocation (?:of [^ ]+ (?:[A-Za-z]+ )?)?failed|bad_alloc|(?-u:\b)MemoryError(?-u:\b)|(?-u:\b)ENOMEM(?-u:\b)|exceeds? (?:the )?available (?:[A-Za-z]+ ){0,2}budget)|(?-u:\b)OOM(?-u:\b)|maxTokensInPagedKvCache must be large enough|prepare count underflow\S* @IOGPUMemory",
+        r"(?i:out[ _-]?of[ _-]?(?:(?:device|gpu|host|video|system)[ _-]?)?(?:memory|vram)|failed to allocate|(?:cannot|can't|can not|could not|couldn't|unable to) allocate|memory allocation failure|insufficient system resources|could not be allocated|insufficient (?:[A-Za-z]+ ){0,2}(?:memory|vram)|insufficient[A-Za-z]*memory|failed to create (?:the )?(?:llama )?context|too large for (?:the )?available (?:[A-Za-z]+ )?(?:memory|vram|ram)|not enough (?:[A-Za-z]+ ){0,2}(?:memory|vram)|memory exhausted|resource_exhausted|ran out of (?:[A-Za-z]+ )?memory|_ALLOC_FAILED|[A-Za-z_]*alloc[A-Za-z_]* failed|allocation (?:of [^ ]+ (?:[A-Za-z]+ )?)?failed|bad_alloc|(?-u:\b)MemoryError(?-u:\b)|(?-u:\b)ENOMEM(?-u:\b)|exceeds? (?:the )?available (?:[A-Za-z]+ ){0,2}budget)|(?-u:\b)OOM(?-u:\b)|maxTokensInPagedKvCache must be large enough|prepare count underflow\S* @IOGPUMemory|\[metal::malloc\] Resource limit|UR_RESULT_ERROR_OUT_OF_RESOURCES",
     );
     words.is_match(line) || (line.to_ascii_lowercase().contains("exceed") && line.contains("emory"))
 }
