@@ -5,7 +5,7 @@
 mod util;
 
 use serde_json::Value;
-use util::{llm_oom, temp, write, Run};
+use util::{llm_oom, llm_oom_one_thread, temp, write, Run};
 
 /// The probe's tiny llama (tests/util.rs).
 const TINY: &str = util::TINY_PROBE;
@@ -29,7 +29,7 @@ fn case() -> Case {
 
 impl Case {
     fn diagnose(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
-        let mut c = llm_oom(self.home.path());
+        let mut c = llm_oom_one_thread(self.home.path());
         c.args(["diagnose", "--model", &self.model, "--device", "cpu"])
             .args(args);
         // These cases measure llm-oom's own runtime: candle is the engine asked. (The
@@ -37,10 +37,6 @@ impl Case {
         if !args.contains(&"--engine") {
             c.args(["--engine", "candle"]);
         }
-        // One compute thread: the CPU runtime's memory grows by about 0.5 MiB per rayon thread
-        // (session 11), and at a 16 MiB limit that moves the limits found between runs when the
-        // tests share the cores.
-        c.env("RAYON_NUM_THREADS", "1");
         for (k, v) in env {
             c.env(k, v);
         }

@@ -129,13 +129,11 @@ fn same_keys(path: &str, want: &Value, got: &Value, errs: &mut Vec<String>) {
     }
 }
 
-/// The CPU probe's measured base grows by about 0.5 MiB per compute thread (each keeps its own
-/// scratch), so on a machine of another core count a remedy near the limit lands on the other
-/// side of it and the remedies reorder. One thread makes the recorded diagnose the same everywhere.
+/// Run the binary (on one compute thread: `util::llm_oom_one_thread`) and compare its JSON with the
+/// recorded contract.
 fn check(name: &str, args: &[&str], numbers_exact: bool) {
     let home = temp();
-    let out: util::Run = util::llm_oom(home.path())
-        .env("RAYON_NUM_THREADS", "1")
+    let out: util::Run = util::llm_oom_one_thread(home.path())
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("{name}: the binary does not run: {e}"))

@@ -38,6 +38,16 @@ pub fn llm_oom(home: &Path) -> Command {
     c
 }
 
+/// `llm_oom` on one compute thread: the CPU runtime keeps about 0.5 MiB of scratch per rayon
+/// thread, and which threads take work depends on the machine's load, so at the few-MiB limits
+/// the measured tests set, a figure near the limit moved between runs (diagnose_cli's
+/// find-limits, the diagnose contract).
+pub fn llm_oom_one_thread(home: &Path) -> Command {
+    let mut c = llm_oom(home);
+    c.env("RAYON_NUM_THREADS", "1");
+    c
+}
+
 pub fn run(home: &Path, args: &[&str]) -> Run {
     llm_oom(home)
         .args(args)
