@@ -41,10 +41,7 @@ fn compare(path: &str, want: &Value, got: &Value, numbers_exact: bool, errs: &mu
                 match g.get(k) {
                     None => errs.push(format!("{p}: missing")),
                     Some(gv) if VOLATILE.contains(&k.as_str()) => {
-                        if std::mem::discriminant(wv) != std::mem::discriminant(gv)
-                            && !wv.is_null()
-                            && !gv.is_null()
-                        {
+                        if kind_changed(wv, gv) {
                             errs.push(format!("{p}: kind changed"));
                         }
                     }
@@ -105,6 +102,11 @@ fn compare(path: &str, want: &Value, got: &Value, numbers_exact: bool, errs: &mu
     }
 }
 
+/// Two values of different JSON kinds, neither null (a null stands for an optional value).
+fn kind_changed(want: &Value, got: &Value) -> bool {
+    std::mem::discriminant(want) != std::mem::discriminant(got) && !want.is_null() && !got.is_null()
+}
+
 /// The keys of `want` at the top of an object, each present in `got` with a value of its kind
 /// (a key that is null in either is optional).
 fn same_keys(path: &str, want: &Value, got: &Value, errs: &mut Vec<String>) {
@@ -117,13 +119,7 @@ fn same_keys(path: &str, want: &Value, got: &Value, errs: &mut Vec<String>) {
     for (k, wv) in w {
         match g.get(k) {
             None if !wv.is_null() => errs.push(format!("{path}.{k}: missing")),
-            Some(gv)
-                if !wv.is_null()
-                    && !gv.is_null()
-                    && std::mem::discriminant(wv) != std::mem::discriminant(gv) =>
-            {
-                errs.push(format!("{path}.{k}: kind changed"));
-            }
+            Some(gv) if kind_changed(wv, gv) => errs.push(format!("{path}.{k}: kind changed")),
             _ => {}
         }
     }

@@ -793,16 +793,20 @@ fn device_at_start(line: &str, n: usize, ctx: &mut Context) {
     if !found || !line.contains("emory:") {
         return;
     }
-    let figure = |cell: &'static OnceLock<Regex>, name: &str| {
-        let pattern = format!(r"(?i)\b{name}[ _]?memory:\s*([\d.]+)\s?(GiB|MiB|KiB|GB|MB)\b");
-        re(cell, &pattern)
+    let figure = |cell: &'static OnceLock<Regex>, pattern: &str| {
+        re(cell, pattern)
             .captures(line)
             .and_then(|c| size(c.get(1)?.as_str(), c.get(2)?.as_str()))
     };
-    if let Some(total) = figure(&TOTAL, "total") {
+    let total = r"(?i)\btotal[ _]?memory:\s*([\d.]+)\s?(GiB|MiB|KiB|GB|MB)\b";
+    if let Some(total) = figure(&TOTAL, total) {
         ctx.pending_total = Some((n, total));
     }
-    if let (Some(free), Some((at, total))) = (figure(&FREE, "free"), ctx.pending_total) {
+    let free = figure(
+        &FREE,
+        r"(?i)\bfree[ _]?memory:\s*([\d.]+)\s?(GiB|MiB|KiB|GB|MB)\b",
+    );
+    if let (Some(free), Some((at, total))) = (free, ctx.pending_total) {
         if n - at <= 3 && free <= total {
             ctx.free_at_start.get_or_insert((n, total, free));
         }

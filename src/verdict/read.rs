@@ -1014,28 +1014,20 @@ fn sglang_no_kv(a: &mut Ask) -> Decision {
         a.f,
         "SGLang's KV pool after the weights is empty or negative".into(),
     )];
-    let Some((line, weights, free)) = a.ctx.weights_loaded else {
-        // Without the weights' footprint the log says only that the pool under the static
-        // fraction is too small (sglang-4330, gpustack-3831): the KV cache's share is short.
-        return Decision::new(
-            Cause::KvCache,
-            Stage::Load,
-            0.6,
-            "kv_cache: SGLang's KV pool does not fit in what --mem-fraction-static leaves after the weights; raise the fraction (or shorten --context-length, or use fewer CUDA graphs / speculative tokens)".into(),
-            e,
-        );
+    // Only weights that fill most of the static share are what does not fit; without their
+    // footprint the log says only that the pool under the fraction is too small (sglang-4330,
+    // gpustack-3831): the KV cache's share is short.
+    let filling = a.ctx.weights_loaded.filter(|&(_, weights, free)| {
+        let budget = free.map_or(weights, |f| weights.saturating_add(f));
+        weights.saturating_mul(5) >= budget.saturating_mul(4)
+    });
+    let Some((line, weights, free)) = filling else {
+        let summary = match a.ctx.weights_loaded {
+            Some((_, weights, free)) => format!("kv_cache: the weights took {} with {} left, yet SGLang's KV pool does not fit under --mem-fraction-static; raise the fraction", Bytes(weights), free.map_or("?".into(), |f| Bytes(f).to_string())),
+            None => "kv_cache: SGLang's KV pool does not fit in what --mem-fraction-static leaves after the weights; raise the fraction (or shorten --context-length, or use fewer CUDA graphs / speculative tokens)".into(),
+        };
+        return Decision::new(Cause::KvCache, Stage::Load, 0.6, summary, e);
     };
-    // The weights fill most of the static share: they are what does not fit.
-    let budget = free.map_or(weights, |f| weights.saturating_add(f));
-    if weights.saturating_mul(5) < budget.saturating_mul(4) {
-        return Decision::new(
-            Cause::KvCache,
-            Stage::Load,
-            0.6,
-            format!("kv_cache: the weights took {} with {} left, yet SGLang's KV pool does not fit under --mem-fraction-static; raise the fraction", Bytes(weights), free.map_or("?".into(), |f| Bytes(f).to_string())),
-            e,
-        );
-    }
     let left = free.map_or(String::new(), |f| {
         format!(", {} left on the card", Bytes(f))
     });
