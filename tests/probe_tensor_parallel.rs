@@ -39,6 +39,11 @@ impl Case {
         c.output().expect("the binary runs").into()
     }
 
+    /// `json` on one compute thread: the measured figures do not move with the host's cores.
+    fn json_one_thread(&self, args: &[&str]) -> (i32, Value) {
+        self.json(args, &[("RAYON_NUM_THREADS", "1")])
+    }
+
     fn json(&self, args: &[&str], env: &[(&str, &str)]) -> (i32, Value) {
         let mut a = vec!["--json", "--device", "cpu"];
         a.extend_from_slice(args);
@@ -140,25 +145,54 @@ fn a_rank_that_hangs_is_stopped_with_the_whole_world() {
     none_left(&v);
 }
 
+/// The fullest rank's peak in each task the unlimited run `v` answered, by the task's label.
+fn peak(v: &Value, label: &str) -> u64 {
+    v["per_device"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["label"] == label)
+        .flat_map(|t| t["devices"].as_array().into_iter().flatten())
+        .filter_map(|d| d["peak"].as_u64())
+        .max()
+        .unwrap_or_else(|| panic!("a {label} task in {v}"))
+}
+
+/// The same workload unlimited, on this machine: what each task peaked at. The CPU runtime's
+/// matrix-multiply scratch is sized by the host's caches and threads, so a fixed limit that
+/// fits one sequence here runs out at warm-up on another host (stop 29's red CI).
+fn unlimited(c: &Case, args: &[&str]) -> Value {
+    let mut a = vec!["--tp", "2"];
+    a.extend_from_slice(args);
+    let (code, v) = c.json_one_thread(&a);
+    assert_eq!(code, 0, "{v}");
+    v
+}
+
+/// A limit halfway between two measured peaks, as `--vram-limit` reads it.
+fn between(low: u64, high: u64) -> String {
+    assert!(
+        high > low + 200_000,
+        "{low} and {high} are too close to part"
+    );
+    format!("{}KB", (low + high) / 2 / 1000)
+}
+
 #[test]
 fn an_out_of_memory_on_a_rank_names_that_rank_and_its_device() {
     let c = case();
-    // one sequence fits each rank's 3 MiB; 64 sequences' cache does not
-    let (code, v) = c.json(
-        &[
-            "--tp",
-            "2",
-            "-p",
-            "64",
-            "-n",
-            "16",
-            "-b",
-            "64",
-            "--vram-limit",
-            "3MiB",
-        ],
-        &[],
-    );
+    let args = ["-p", "64", "-n", "16", "-b", "64"];
+    let v = unlimited(&c, &args);
+    // one sequence fits each rank's limit; 64 sequences' cache does not
+    let one = ["warmup", "first_token", "long_generation"]
+        .iter()
+        .map(|l| peak(&v, l))
+        .max()
+        .unwrap_or(0);
+    let limit = between(one, peak(&v, "concurrency"));
+    let mut a = vec!["--tp", "2", "--vram-limit", &limit];
+    a.extend_from_slice(&args);
+    let (code, v) = c.json_one_thread(&a);
     assert_eq!(code, 1, "{v}");
     assert_eq!(v["verdict"]["cause"], "concurrency", "{}", v["verdict"]);
     let summary = v["verdict"]["summary"].as_str().unwrap_or_default();
@@ -173,6 +207,26 @@ fn an_out_of_memory_on_a_rank_names_that_rank_and_its_device() {
     );
     assert_eq!(failed["oom_device"], "cpu");
     assert_eq!(stage(&v, "long_generation")["outcome"], "ok");
+    none_left(&v);
+}
+
+#[test]
+fn a_fresh_world_that_runs_out_warming_up_answers_with_the_stage_own_out_of_memory() {
+    let c = case();
+    let args = ["-p", "64", "-n", "16"];
+    let v = unlimited(&c, &args);
+    // the weights load; the warm-up's prefill does not fit beside them, in the first world or in
+    // the fresh one each stage then starts (which used to answer "no probe is running")
+    let limit = between(peak(&v, "load"), peak(&v, "warmup"));
+    let mut a = vec!["--tp", "2", "--vram-limit", &limit];
+    a.extend_from_slice(&args);
+    let (code, v) = c.json_one_thread(&a);
+    assert_eq!(code, 1, "{v}");
+    assert_eq!(v["verdict"]["cause"], "activations", "{}", v["verdict"]);
+    assert_eq!(v["verdict"]["stage"], "first_token", "{}", v["verdict"]);
+    let summary = v["verdict"]["summary"].as_str().unwrap_or_default();
+    assert!(summary.contains("(rank "), "{summary}");
+    assert_eq!(stage(&v, "first_token")["outcome"], "oom");
     none_left(&v);
 }
 

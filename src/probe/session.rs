@@ -316,31 +316,45 @@ impl Session {
     /// Run one task; a fresh child (which loads the model first) if none is alive.
     pub fn run(&mut self, task: &Task) -> Result<Reply> {
         if self.running.is_empty() {
-            self.spawn()?;
-            if !matches!(task, Task::Load) {
-                match self.exchange(&Task::Load) {
-                    Reply::Done(r) if r.outcome == Outcome::Ok => {
-                        // A fresh child warms up like the first did, so its tasks measure alike.
-                        if self.warm_fresh && !matches!(task, Task::Warmup { .. }) {
-                            let _ = self.exchange(&Task::Warmup {
-                                prompt_tokens: self.warmup_tokens,
-                            });
+            if matches!(task, Task::Load) {
+                self.spawn()?;
+            } else {
+                if let Some(failed) = self.start_loaded()? {
+                    return Ok(failed);
+                }
+                // A fresh child warms up like the first did, so its tasks measure alike.
+                if self.warm_fresh && !matches!(task, Task::Warmup { .. }) {
+                    let _ = self.exchange(&Task::Warmup {
+                        prompt_tokens: self.warmup_tokens,
+                    });
+                    // A world whose warm-up ran out has ended: the task runs cold in a fresh one,
+                    // so its answer is its own and not "no probe is running".
+                    if self.running.is_empty() {
+                        if let Some(failed) = self.start_loaded()? {
+                            return Ok(failed);
                         }
                     }
-                    Reply::Done(r) => {
-                        return Ok(Reply::Died {
-                            message: format!(
-                                "a fresh probe could not load the model again: {}",
-                                r.oom.map(|o| o.message).or(r.error).unwrap_or_default()
-                            ),
-                            oom: None,
-                        })
-                    }
-                    other => return Ok(other),
                 }
             }
         }
         Ok(self.exchange(task))
+    }
+
+    /// Start a fresh child (or world) and load the model; the reply to answer with if the load
+    /// did not succeed.
+    fn start_loaded(&mut self) -> Result<Option<Reply>> {
+        self.spawn()?;
+        Ok(match self.exchange(&Task::Load) {
+            Reply::Done(r) if r.outcome == Outcome::Ok => None,
+            Reply::Done(r) => Some(Reply::Died {
+                message: format!(
+                    "a fresh probe could not load the model again: {}",
+                    r.oom.map(|o| o.message).or(r.error).unwrap_or_default()
+                ),
+                oom: None,
+            }),
+            other => Some(other),
+        })
     }
 
     /// Send `task` to every child and wait for every answer (or the first failure).
