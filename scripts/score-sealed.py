@@ -1,5 +1,6 @@
 import json,subprocess,sys,tempfile,collections
-# usage: score.py SET COMMIT OUT.jsonl  -- prints totals only
+# usage (from the repository root, after cargo build --release):
+#   python3 scripts/score-sealed.py SET COMMIT OUT.jsonl  -- appends each verdict, prints totals only
 s,commit,out=sys.argv[1:4]
 d=f'tests/fixtures/logs/{s}'
 m=json.load(open(f'{d}/manifest.json'))

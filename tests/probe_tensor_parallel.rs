@@ -7,7 +7,7 @@
 mod util;
 
 use serde_json::Value;
-use util::{llm_oom, temp, write, Run};
+use util::{llm_oom_one_thread, temp, write, Run};
 
 /// The probe's tiny llama (tests/util.rs).
 const TINY: &str = util::TINY_PROBE;
@@ -28,7 +28,8 @@ fn case() -> Case {
 
 impl Case {
     fn run(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
-        let mut c = llm_oom(self.home.path());
+        // One compute thread: the measured figures do not move with the host's cores.
+        let mut c = llm_oom_one_thread(self.home.path());
         c.args(["diagnose", "--model", &self.model]).args(args);
         if !args.contains(&"--engine") {
             c.args(["--engine", "candle"]);
@@ -37,11 +38,6 @@ impl Case {
             c.env(k, v);
         }
         c.output().expect("the binary runs").into()
-    }
-
-    /// `json` on one compute thread: the measured figures do not move with the host's cores.
-    fn json_one_thread(&self, args: &[&str]) -> (i32, Value) {
-        self.json(args, &[("RAYON_NUM_THREADS", "1")])
     }
 
     fn json(&self, args: &[&str], env: &[(&str, &str)]) -> (i32, Value) {
@@ -164,7 +160,7 @@ fn peak(v: &Value, label: &str) -> u64 {
 fn unlimited(c: &Case, args: &[&str]) -> Value {
     let mut a = vec!["--tp", "2"];
     a.extend_from_slice(args);
-    let (code, v) = c.json_one_thread(&a);
+    let (code, v) = c.json(&a, &[]);
     assert_eq!(code, 0, "{v}");
     v
 }
@@ -192,7 +188,7 @@ fn an_out_of_memory_on_a_rank_names_that_rank_and_its_device() {
     let limit = between(one, peak(&v, "concurrency"));
     let mut a = vec!["--tp", "2", "--vram-limit", &limit];
     a.extend_from_slice(&args);
-    let (code, v) = c.json_one_thread(&a);
+    let (code, v) = c.json(&a, &[]);
     assert_eq!(code, 1, "{v}");
     assert_eq!(v["verdict"]["cause"], "concurrency", "{}", v["verdict"]);
     let summary = v["verdict"]["summary"].as_str().unwrap_or_default();
@@ -220,7 +216,7 @@ fn a_fresh_world_that_runs_out_warming_up_answers_with_the_stage_own_out_of_memo
     let limit = between(peak(&v, "load"), peak(&v, "warmup"));
     let mut a = vec!["--tp", "2", "--vram-limit", &limit];
     a.extend_from_slice(&args);
-    let (code, v) = c.json_one_thread(&a);
+    let (code, v) = c.json(&a, &[]);
     assert_eq!(code, 1, "{v}");
     assert_eq!(v["verdict"]["cause"], "activations", "{}", v["verdict"]);
     assert_eq!(v["verdict"]["stage"], "first_token", "{}", v["verdict"]);
