@@ -1,6 +1,8 @@
-import json,subprocess,sys,tempfile,collections
+import json,os,subprocess,sys,tempfile,collections
 # usage (from the repository root, after cargo build --release):
 #   python3 scripts/score-sealed.py SET COMMIT OUT.jsonl  -- appends each verdict, prints totals only
+#   (LLM_OOM_BIN picks another build of the binary, e.g. target/debug/llm-oom)
+bin=os.environ.get('LLM_OOM_BIN','target/release/llm-oom')
 s,commit,out=sys.argv[1:4]
 d=f'tests/fixtures/logs/{s}'
 m=json.load(open(f'{d}/manifest.json'))
@@ -8,7 +10,7 @@ home=tempfile.mkdtemp()
 right=n=none=look=0
 rows=[]
 for e in m:
-    r=subprocess.run(['target/release/llm-oom','explain',f"{d}/{e['file']}",'--json'],capture_output=True,text=True,env={'HOME':home,'PATH':'/usr/bin:/bin'})
+    r=subprocess.run([bin,'explain',f"{d}/{e['file']}",'--json'],capture_output=True,text=True,env={'HOME':home,'PATH':'/usr/bin:/bin'})
     try: j=json.loads(r.stdout); v=j['verdict']['cause']; c=j['verdict'].get('confidence')
     except Exception: v='?'; c=None
     n+=1; right+= v==e['cause']

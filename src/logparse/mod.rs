@@ -3,6 +3,7 @@
 //! them is the verdict wing's (`verdict::read`).
 
 pub mod bounded;
+pub mod catalogue;
 pub mod clean;
 pub mod engines;
 pub mod hints;

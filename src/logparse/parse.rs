@@ -34,6 +34,24 @@ pub enum Source {
     Accelerate,
     /// Windows itself (its commit limit: RAM + paging file).
     Windows,
+    MistralRs,
+    Exllamav3,
+    Lmdeploy,
+    Deepspeed,
+    Comfyui,
+    Koboldcpp,
+    StableDiffusionCpp,
+    Ctranslate2,
+    Onnxruntime,
+    Tensorflow,
+    /// XLA (JAX, TensorFlow on TPU/GPU).
+    Xla,
+    Triton,
+    Slurm,
+    Docker,
+    /// systemd and systemd-oomd.
+    Systemd,
+    Earlyoom,
     /// A line with out-of-memory words in a wording no reader knows.
     Unrecognised,
 }
@@ -271,6 +289,8 @@ pub enum Event {
     Exit137,
     /// PyTorch could not allocate host memory.
     HostAllocFailed { bytes: Option<u64> },
+    /// An engine's own message from the catalogue of what its source prints (`catalogue`).
+    Catalogued(super::catalogue::Catalogued),
     /// A line with out-of-memory words that no reader knows: an OOM whose cause is undecided.
     OomWords,
     /// The log ends right after an engine allocated a buffer (the error after it is missing).
@@ -326,6 +346,7 @@ impl Event {
             Event::ContainerOomKilled => Source::Kubernetes,
             Event::JobMemoryLimit { .. } => Source::Kubernetes,
             Event::ContextTooLarge { .. } => Source::LlamaCpp,
+            Event::Catalogued(c) => c.source,
             Event::OomWords => Source::Unrecognised,
             Event::EndsAtAllocation { .. } => Source::LlamaCpp,
         }
@@ -436,7 +457,10 @@ pub fn scan(lines: &[String]) -> (Vec<Finding>, Context) {
         if marker || !super::words::worth_reading(line) || super::words::negated(line) {
             continue;
         }
-        if super::torch::read(lines, i, &mut st) || super::engines::read(lines, i, &mut st) {
+        if super::torch::read(lines, i, &mut st)
+            || super::catalogue::read(line, i + 1, &mut st)
+            || super::engines::read(lines, i, &mut st)
+        {
             continue;
         }
         super::words::unrecognised(line, i + 1, &mut st);

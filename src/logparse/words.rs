@@ -14,7 +14,7 @@ pub fn worth_reading(line: &str) -> bool {
     static ANCHORS: OnceLock<Regex> = OnceLock::new();
     re(
         &ANCHORS,
-        r"(?:memory|Memory|MEMORY|alloc|Alloc|ALLOC|OOM|oom|ENOMEM|Killed|killed|137|KV cache|kv cache|nough|nsufficient|INSUFFICIENT|RESOURCE_EXHAUSTED|status 5|could not be created|prefill tokens|max seq len|mem-fraction|xceed|Reason:|is_good|CUBLAS|OUT_OF_MEMORY|hipError|runs out|Terminated|buffer maximum|profiled value|paging file|1455|executable batch size|cache blocks|o create context|o create the llama context|available VRAM|code = -9|exitcode: -9|ram_unused|buffer is nil|OUT_OF_RESOURCES)",
+        r"(?:memory|Memory|MEMORY|alloc|Alloc|ALLOC|OOM|oom|ENOMEM|Killed|killed|137|KV cache|kv cache|nough|nsufficient|INSUFFICIENT|RESOURCE_EXHAUSTED|status 5|could not be created|prefill tokens|max seq len|mem-fraction|xceed|Reason:|is_good|CUBLAS|OUT_OF_MEMORY|hipError|runs out|Terminated|buffer maximum|profiled value|paging file|1455|executable batch size|cache blocks|o create context|o create the llama context|available VRAM|code = -9|exitcode: -9|ram_unused|buffer is nil|OUT_OF_RESOURCES|OUT_OF_ME|pages \(only|oo small|available slots|large for cache|blocks|free block|cache_bytes|worst-case request|hold even one|llama_decode returned|devices to map|fixed model components|not fit|full model on GPU|buffer failed|is available under|unfolding row|failed with code: 3|metal resource|ret = -2|nonzero: -2|Compute error|error -2|code: -9|: -9 \(pid|SIGKILL|signal 9|ObjectStoreFull|error 12|model requires)",
     )
     .is_match(line)
 }
@@ -47,7 +47,7 @@ fn look_alike(line: &str) -> bool {
         "Memory access fault",
     ];
     LOOK_ALIKES.iter().any(|k| line.contains(k))
-        || (line.contains("NCCL") && !line.to_ascii_lowercase().contains("out of memory"))
+        || (line.contains("NCCL") && !device_memory_ran_out(line))
         // A kernel's on-chip shared memory (TensorRT-LLM's MMHA, Triton's "out of resource:
         // shared memory") is not the card's memory; /dev/shm (docker's "shm") is the host's.
         || (line.contains("shared memory")
@@ -64,6 +64,31 @@ fn look_alike(line: &str) -> bool {
         // approximately NaN undefined of memory", lmstudio-1038): the estimator failed, nothing
         // ran out.
         || (line.contains("NaN") && line.contains("requires approximately"))
+        // Warnings and notices about memory that are not a failure (each from the engine's
+        // source, tests/fixtures/messages): TensorFlow's BFC allocator retrying ("The caller
+        // indicates that this is not a failure"), a pod that cannot be scheduled yet, docker's
+        // note that the OOM killer is off, ollama evicting a model it predicts will not fit,
+        // Triton falling back to pageable memory, DeepSpeed flattening on the CPU, accelerate's
+        // device-map notice that a device got no modules.
+        || NOT_A_FAILURE.iter().any(|k| line.contains(k))
+        || (line.contains("FailedScheduling") && line.contains("Insufficient memory"))
+}
+
+const NOT_A_FAILURE: &[&str] = &[
+    "The caller indicates that this is not a failure",
+    "OOM killer is disabled for the container",
+    "predicted to exceed available memory, evicting",
+    "predicted usage exceeds VRAM",
+    "falling back to non-pinned system memory",
+    "Flattening param group",
+    "no modules could be assigned to the following devices due to insufficient memory",
+];
+
+/// "out of memory" or "out of device memory": the card's memory named as run out (an NCCL line
+/// that says so is an out-of-memory, not a collective's failure).
+fn device_memory_ran_out(line: &str) -> bool {
+    let l = line.to_ascii_lowercase();
+    l.contains("out of memory") || l.contains("out of device memory")
 }
 
 /// Out-of-memory words in any wording: "out of memory" (of device / GPU / host memory, with
@@ -86,7 +111,19 @@ pub fn advice(line: &str) -> bool {
     static ADVICE: OnceLock<Regex> = OnceLock::new();
     re(
         &ADVICE,
-        r"(?i)(?-u:\b)(?:if|in case|may|might|could|can|to avoid|to prevent|avoid(?:ing)?|prevent(?:ing)?|risk of|lead to|cause|reduce|reducing|consider)(?-u:\b)[^.;]{0,40}?(?:(?-u:\b)oom(?-u:\b)|out[ -]of[ -]memory|running out of memory)",
+        r"(?i)(?-u:\b)(?:if|in case|may|might|could|can|to avoid|to prevent|avoid(?:ing)?|prevent(?:ing)?|risk of|risking|lead to|cause|reduce|reducing|consider)(?-u:\b)[^.;]{0,40}?(?:(?-u:\b)oom(?-u:\b)|out[ -]of[ -]memory|running out of memory)",
+    )
+    .is_match(line)
+        || example_in_parentheses(line)
+}
+
+/// An out-of-memory given as an example of what might have happened: "other ranks that didn't
+/// finish loading. It is likely due to unexpected failures (e.g., OOM) or a slow node" (SGLang).
+fn example_in_parentheses(line: &str) -> bool {
+    static EG: OnceLock<Regex> = OnceLock::new();
+    re(
+        &EG,
+        r"(?i)\((?:e\.g\.|for example|such as),? [^)]*?(?:(?-u:\b)oom(?-u:\b)|out[ -]of[ -]memory)[^)]*\)",
     )
     .is_match(line)
 }
@@ -106,6 +143,15 @@ pub fn is_look_alike(line: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_out_of_memory_given_as_an_example_or_a_risk_is_advice() {
+        assert!(advice("ValueError: TP rank 0 could finish the model loading, but there are other ranks that didn't finish loading. It is likely due to unexpected failures (e.g., OOM) or a slow node."));
+        assert!(advice("its allocations are outside the memory the engine profiled -- risking OOM or a silently shrunken cache."));
+        assert!(!advice(
+            "RuntimeError: CUDA out of memory (e.g. the card is full)x"
+        ));
+    }
 
     #[test]
     fn an_allocator_that_says_it_failed_is_out_of_memory() {

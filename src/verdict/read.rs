@@ -11,6 +11,7 @@ use super::{Cause, Contributing, Evidence, Remedy, Stage, Verdict};
 use crate::dtype::{KvDtype, WeightDtype};
 use crate::error::{InputError, Result};
 use crate::estimate::Engine;
+use crate::logparse::catalogue::{Catalogued, RanOut, When};
 use crate::logparse::clean::decode;
 use crate::logparse::hints::{named_part, named_parts, Part};
 use crate::logparse::parse::{
@@ -453,7 +454,7 @@ fn host_side(e: &Event) -> bool {
             | Event::HostMemoryShort { .. }
             | Event::PagingFileTooSmall
             | Event::OomKillerTasks { .. }
-    )
+    ) || matches!(e, Event::Catalogued(c) if c.ran_out == RanOut::Host)
 }
 
 /// One road per family of events.
@@ -544,8 +545,74 @@ fn decide(a: &mut Ask) -> Decision {
         | Event::PagingFileTooSmall
         | Event::OomKillerTasks { .. }
         | Event::HostMemoryShort { .. } => host(a),
+        Event::Catalogued(c) if c.ran_out != RanOut::Unknown => catalogued(a, c),
         _ => undecided(a),
     }
+}
+
+/// An engine's own message, from the catalogue of what its source prints (rule E72): the part
+/// the code path says ran out, at the stage it prints it, with the figures the message gives.
+fn catalogued(a: &mut Ask, c: &Catalogued) -> Decision {
+    let f = a.f;
+    let stage = match (c.when, c.ran_out) {
+        (When::Load, _) => Stage::Load,
+        (When::Request, _) => Stage::FirstToken,
+        (When::Any, RanOut::Host) => Stage::Unknown,
+        (When::Any, _) => stage_near(a.ctx, f.line),
+    };
+    let short = match (c.needed, c.available) {
+        (Some(n), Some(h)) => n.checked_sub(h),
+        _ => None,
+    };
+    let cause = match c.ran_out {
+        RanOut::Weights => {
+            a.remedy(Change::QuantizeWeights(nf4()), a.engine, short);
+            a.remedy(Change::CpuOffload, a.engine, None);
+            Cause::Weights
+        }
+        RanOut::KvCache => {
+            a.remedy(Change::ReduceContext(0), a.engine, short);
+            a.remedy(Change::LimitConcurrency(0), a.engine, None);
+            a.remedy(Change::QuantizeKv(KvDtype::Q8_0), a.engine, None);
+            Cause::KvCache
+        }
+        RanOut::Activations => {
+            a.remedy(Change::ChunkedPrefill(0), a.engine, short);
+            a.remedy(Change::TruncatePrompt(0), a.engine, None);
+            Cause::Activations
+        }
+        RanOut::Concurrency => {
+            a.remedy(Change::LimitConcurrency(0), a.engine, None);
+            Cause::Concurrency
+        }
+        RanOut::OtherProcess => {
+            a.remedy(Change::FreeOtherProcesses, a.engine, short);
+            Cause::OtherProcess
+        }
+        RanOut::Host => {
+            a.remedy(Change::MoreHostMemory, a.engine, None);
+            Cause::HostMemory
+        }
+        RanOut::Unknown => return undecided(a),
+    };
+    let figures = match (c.needed, c.available) {
+        (Some(n), Some(h)) => format!(": {} needed, {} there", Bytes(n), Bytes(h)),
+        (Some(n), None) => format!(": {} asked", Bytes(n)),
+        (None, Some(h)) => format!(": {} there", Bytes(h)),
+        (None, None) => String::new(),
+    };
+    let host = if cause == Cause::HostMemory {
+        " — host RAM, not the GPU"
+    } else {
+        ""
+    };
+    Decision::new(
+        cause,
+        stage,
+        c.confidence,
+        format!("{cause}: {}{figures}{host}", c.what),
+        vec![ev(f, format!("{} ({})", c.what, c.from))],
+    )
 }
 
 fn vllm_kv(
@@ -1548,6 +1615,7 @@ fn undecided_what(f: &Finding) -> String {
         Event::AllocationExceeds { .. } => "an allocation would exceed the allowed device memory; the log has no figures".into(),
         Event::DeviceBufferOom { requested, .. } => format!("the accelerator's allocator could not place a buffer of {}; the log does not give the device's size", requested.map_or("?".into(), |b| Bytes(b).to_string())),
         Event::OomWords => format!("an out-of-memory message in a wording llm-oom does not know: \"{}\"", f.quote),
+        Event::Catalogued(c) => c.what.to_string(),
         _ => "the CUDA driver returned out of memory without saying for what".into(),
     }
 }
@@ -2360,6 +2428,7 @@ pub fn kind_name(e: &Event) -> &'static str {
         Event::Exit137 => "exit_137",
         Event::HostAllocFailed { .. } => "host_alloc_failed",
         Event::OomWords => "oom_words",
+        Event::Catalogued(c) => c.id,
         Event::EndsAtAllocation { .. } => "ends_at_allocation",
     }
 }
