@@ -100,12 +100,12 @@ macro_rules! row {
 /// A size with named groups, for the rows' figures.
 macro_rules! need {
     () => {
-        r"(?P<need>[\d.,]+)\s?(?P<need_u>bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)"
+        r"(?P<need>[\d.,]+)\s?(?P<need_u>bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB|K|M|G)\b"
     };
 }
 macro_rules! have {
     () => {
-        r"(?P<have>[\d.,]+)\s?(?P<have_u>bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)"
+        r"(?P<have>[\d.,]+)\s?(?P<have_u>bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB|K|M|G)\b"
     };
 }
 
@@ -331,6 +331,11 @@ pub static ROWS: &[Row] = &[
         "a data-loader worker was killed by SIGKILL: usually the OOM killer, for host RAM",
         "pytorch/pytorch torch/csrc/DataLoader.cpp",
         "RuntimeError: DataLoader worker (pid 48213) is killed by signal: Killed."),
+    row!("torch-mmap-enomem", Pytorch, Host, Load, 0.8,
+        r"unable to mmap (?P<need_b>\d+) bytes from file .*Cannot allocate memory \(12\)",
+        "mapping a checkpoint into memory failed for lack of host memory (or address space)",
+        "pytorch/pytorch aten/src/ATen/MapAllocator.cpp",
+        "RuntimeError: unable to mmap 16060617592 bytes from file <Meta-Llama-3-8B/original/consolidated.00.pth>: Cannot allocate memory (12)"),
     row!("deepspeed-mlock", Deepspeed, Host, Any, 0.7,
         r"mlock failed to allocate \d+ bytes with error no 12",
         "DeepSpeed could not pin host memory for its offload buffers",
@@ -473,6 +478,21 @@ pub static ROWS: &[Row] = &[
         "llama.cpp's KV cache (its context of n_ctx tokens) has no room for the batch",
         "ggml-org/llama.cpp src/llama-context.cpp",
         "decode: failed to find a memory slot for batch of size 512"),
+    row!("vllm-cpu-swap-space", Vllm, KvCache, Request, 0.7,
+        r"Aborted due to the lack of CPU swap space",
+        "vLLM's CPU swap space for preempted sequences' KV blocks (--swap-space) is full",
+        "vllm-project/vllm vllm/core/scheduler.py",
+        "RuntimeError: Aborted due to the lack of CPU swap space. Please increase the swap space to avoid this error."),
+    row!("vllm-negative-kv", Vllm, KvCache, Load, 0.75,
+        r"the rest of the memory reserved for KV Cache is -[\d.]+ ?GiB|# (?:cuda|GPU) blocks: 0,",
+        "vLLM's profile leaves nothing (or less than nothing) for the KV cache after the weights and activations",
+        "vllm-project/vllm vllm/worker/worker.py",
+        "INFO 02-26 09:54:05 worker.py:267] model weights take 5.20GiB; non_torch_memory takes 0.03GiB; PyTorch activation peak memory takes 1.42GiB; the rest of the memory reserved for KV Cache is -1.05GiB."),
+    row!("kvcached-pool-short", Vllm, KvCache, Request, 0.7,
+        r"kv_cache_manager\.py:\d+\] available_size\(\)=[\d.]+ < need_size=\d+",
+        "the elastic KV pool (kvcached) has fewer free blocks than the batch needs",
+        "ovg-project/kvcached kvcached/kv_cache_manager.py",
+        "(EngineCore_DP0 pid=10311) [kvcached][WARNING][2025-10-25 11:17:27][kv_cache_manager.py:164] available_size()=9.0 < need_size=30"),
     row!("deepspeed-kv-blocks", Deepspeed, KvCache, Request, 0.8,
         r"Not enough free blocks in the KV-cache",
         "DeepSpeed-FastGen's KV cache has no free blocks",
@@ -556,6 +576,11 @@ pub static ROWS: &[Row] = &[
         "XLA could not bring the program's activations under the device's memory",
         "openxla/xla xla/service/hlo_rematerialization.cc",
         "W0905 17:27:21.123456 2329 hlo_rematerialization.cc:3231] Can't reduce memory use below 57.03GiB (61237292825 bytes) by rematerialization; only reduced to 68.32GiB (73361280968 bytes)"),
+    row!("xla-execution-oom", Xla, Unknown, Any, 0.5,
+        r"(?i:resource[_ ]exhausted): Out of memory while trying to allocate (?P<need_b>\d+) bytes|(?i:resource[_ ]exhausted): Out of memory while trying to allocate \S+\. \[executable_name",
+        "XLA could not allocate a buffer of a compiled program while running it",
+        "openxla/xla xla/pjrt/gpu/se_gpu_pjrt_client.cc",
+        "RuntimeError: Resource exhausted: Out of memory while trying to allocate 13497323384 bytes."),
     row!("sdcpp-compute-buffer", StableDiffusionCpp, Activations, Request, 0.75,
         r"alloc compute (?:buffer|graph) failed|VAE decode failed \(likely out of memory\)",
         "stable-diffusion.cpp could not allocate a compute buffer (the graph's activations)",
@@ -593,6 +618,26 @@ pub static ROWS: &[Row] = &[
         "turboderp-org/exllamav3 exllamav3/cache/cache.py",
         "AssertionError: Cannot create new state: no available slots"),
     // ── out of memory, part not named ──
+    row!("xla-not-possible", Xla, Unknown, Any, 0.5,
+        concat!(r"(?i:resource[_ ]exhausted): Attempting to allocate ", need!(), r"\. That was not possible\. There are ", have!(), r" free"),
+        "XLA's device allocator could not place the buffer",
+        "openxla/xla xla/stream_executor/integrations/tf_allocator_adapter.cc",
+        "(1) Resource exhausted: Attempting to allocate 180.59M. That was not possible. There are 142.58M free.; (0x3x0_HBM1)"),
+    row!("xla-execution-failed", Xla, Unknown, Any, 0.45,
+        r"Execution of replica \d+ failed: (?i:resource[_ ]exhausted)",
+        "XLA's execution ran out of device memory",
+        "openxla/xla xla/python/local_client.cc",
+        "E external/org_tensorflow/tensorflow/compiler/xla/python/local_client.cc:672] Execution of replica 0 failed: Resource exhausted: Out "),
+    row!("tensorrt-builder-oom", TensorrtLlm, Weights, Load, 0.5,
+        r"\[TRT\] \[E\] .*Error Code 2: OutOfMemory",
+        "TensorRT's builder ran out of device memory while building the engine (it holds the engine's weights and its tactic workspace)",
+        "NVIDIA/TensorRT (builder's virtualMemoryBuffer)",
+        "[05/15/2024-14:03:05] [TRT] [E] 2: [virtualMemoryBuffer.cpp::resizePhysical::155] Error Code 2: OutOfMemory (no further information)"),
+    row!("openvino-cl-out-of-resources", Openvino, Unknown, Any, 0.5,
+        r"reduce memory consumption .*to avoid CL_OUT_OF_RESOURCES",
+        "OpenVINO's GPU plugin hit CL_OUT_OF_RESOURCES: the GPU's memory ran out, or its driver failed",
+        "openvinotoolkit/openvino src/plugins/intel_gpu/src/runtime/ocl/ocl_stream.cpp",
+        "\"Due to the driver bug any subsequent OpenCL API call will cause application hang, so GPU plugin can't finish correctly. Please try to update the driver or reduce memory consumption (use smaller batch size, less streams, lower precision, etc)to avoid CL_OUT_OF_RESOURCES exception\""),
     row!("cublas-status-3", Cuda, Unknown, Any, 0.5,
         r"cublasLtCreate\(.*\) failed with code: 3\b|CUBLAS ERROR: Status 3\b",
         "cuBLAS could not allocate (status 3, CUBLAS_STATUS_ALLOC_FAILED): the card was already full",
@@ -649,10 +694,20 @@ fn compiled() -> &'static (RegexSet, Vec<Regex>) {
     })
 }
 
+/// Rows that give way when the line says more than they read: XLA's figures with its
+/// fragmentation sentence go to the reader that weighs them (`engines`, `DeviceFragmented`).
+const UNLESS: &[(&str, &str)] = &[("xla-not-possible", "Due to fragmentation")];
+
 /// The first row whose message is on this line, with its figures.
 pub fn lookup(line: &str) -> Option<Catalogued> {
     let (set, each) = compiled();
-    let i = set.matches(line).into_iter().next()?;
+    let i = set.matches(line).into_iter().find(|&i| {
+        ROWS.get(i).is_some_and(|r| {
+            !UNLESS
+                .iter()
+                .any(|(id, words)| *id == r.id && line.contains(words))
+        })
+    })?;
     let row = ROWS.get(i)?;
     let caps = each.get(i)?.captures(line)?;
     Some(Catalogued {
@@ -678,13 +733,62 @@ fn figure(c: &Captures, name: &str) -> Option<u64> {
 }
 
 /// Offer one line to the catalogue; true when it held a catalogued message.
-pub fn read(line: &str, n: usize, st: &mut Scan) -> bool {
+pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
+    let Some(line) = lines.get(i) else {
+        return false;
+    };
     match lookup(line) {
-        Some(c) => {
-            st.add(n, line, Event::Catalogued(c));
+        Some(mut c) => {
+            if c.id == "xla-execution-oom" {
+                xla_buffer_assignment(lines, i, &mut c);
+            }
+            st.add(i + 1, line, Event::Catalogued(c));
             true
         }
         None => false,
+    }
+}
+
+/// XLA prints its buffer assignment after an execution's out-of-memory (`BufferAssignment OOM
+/// Debugging`): parameters (the weights and inputs passed in), outputs, and temporaries. When
+/// the program's own buffers — temporaries and outputs beyond the parameters — are most of the
+/// total, the computation's activations are what did not fit (AFProfile-8: 372.76 MiB of
+/// parameters, 9.64 GiB out and 4.44 GiB temporaries of 14.44 GiB); outputs that only copy the
+/// parameters (gemma-54: 1000.50 MiB in, 1000.50 MiB out, no temporaries) decide nothing.
+fn xla_buffer_assignment(lines: &[String], i: usize, c: &mut Catalogued) {
+    static STAT: OnceLock<Regex> = OnceLock::new();
+    let stat = STAT.get_or_init(|| {
+        Regex::new(&format!(
+            r"^\s*(parameter|maybe_live_out|preallocated temp|total) allocation:\s*{}",
+            super::parse::SIZE
+        ))
+        .unwrap_or_else(|e| unreachable!("static regex: {e}"))
+    });
+    let (mut param, mut out, mut temp, mut total) = (None, None, None, None);
+    for l in lines.iter().skip(i + 1).take(12) {
+        if let Some(m) = stat.captures(l) {
+            let v = size(
+                m.get(2).map_or("", |x| x.as_str()),
+                m.get(3).map_or("", |x| x.as_str()),
+            );
+            match m.get(1).map(|x| x.as_str()) {
+                Some("parameter") => param = v,
+                Some("maybe_live_out") => out = v,
+                Some("preallocated temp") => temp = v,
+                _ => total = v,
+            }
+        }
+    }
+    let (Some(param), Some(out), Some(temp), Some(total)) = (param, out, temp, total) else {
+        return;
+    };
+    let own = temp.saturating_add(out.saturating_sub(param));
+    if total > 0 && own.saturating_mul(5) >= total.saturating_mul(4) {
+        c.ran_out = RanOut::Activations;
+        c.when = When::Request;
+        c.confidence = 0.7;
+        c.what = "XLA's buffer assignment shows the program's own temporaries and outputs, not its parameters, fill the allocation: activations";
+        c.needed = Some(total);
     }
 }
 
@@ -728,6 +832,25 @@ mod tests {
         assert_eq!(c, Some((Some(8_192_000_000), Some(3_120_000_000))));
         let c = lookup("memory allocation of 34359738368 bytes failed").and_then(|c| c.needed);
         assert_eq!(c, Some(34_359_738_368));
+    }
+
+    #[test]
+    fn xlas_buffer_assignment_decides_activations_only_when_the_program_s_own_buffers_fill_it() {
+        let lines = |s: &str| s.lines().map(str::to_string).collect::<Vec<_>>();
+        let mut st = Scan::default();
+        let afprofile = "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 4770354232 bytes.\nBufferAssignment OOM Debugging.\nBufferAssignment stats:\n             parameter allocation:  372.76MiB\n              constant allocation:    48.5KiB\n        maybe_live_out allocation:    9.64GiB\n     preallocated temp allocation:    4.44GiB\n                 total allocation:   14.44GiB";
+        assert!(read(&lines(afprofile), 0, &mut st));
+        let gemma = "Execution of replica 0 failed: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1049100288 bytes.\n             parameter allocation: 1000.50MiB\n              constant allocation:         0B\n        maybe_live_out allocation: 1000.50MiB\n     preallocated temp allocation:         0B\n                 total allocation:    1.95GiB";
+        assert!(read(&lines(gemma), 0, &mut st));
+        let parts: Vec<RanOut> = st
+            .findings
+            .iter()
+            .filter_map(|f| match &f.event {
+                Event::Catalogued(c) => Some(c.ran_out),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(parts, vec![RanOut::Activations, RanOut::Unknown]);
     }
 
     #[test]

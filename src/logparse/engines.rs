@@ -276,6 +276,10 @@ fn llama_buffer(lines: &[String], i: usize) -> LlamaBuffer {
         LlamaBuffer::KvCache
     } else if compute(&near) || near.contains("gallocr") {
         LlamaBuffer::Compute
+    } else if near.contains("error loading model") || near.contains("failed to load model") {
+        // The model's load failed (talk-llama-fast-34: `llama_new_context_with_model: model
+        // cannot be NULL` follows it, naming the context only because the model is missing).
+        LlamaBuffer::Model
     } else if near.contains("llama_new_context_with_model")
         || near.contains("llama_init_from_model")
         || near.contains("llama_context:")
@@ -1043,10 +1047,11 @@ fn is_exit_137(line: &str) -> bool {
     static JOB: OnceLock<Regex> = OnceLock::new();
     let job = re(
         &JOB,
-        r"(?i)(?:\[\d+\]\s*[+-]?\s+\d+\s+killed\s+\S|line \d+:\s+\d+\s+killed(?:\s+\S|\s*$))",
+        r"(?i)(?:\[\d+\]\s*[+-]?\s+\d+\s+killed\s+\S|line \d+:\s+\d+\s+killed(?::\s*9)?(?:\s+\S|\s*$))",
     );
     let l = line.to_ascii_lowercase();
-    let t = l.trim();
+    // A quoted progress bar keeps its quote after `Killed` (ChatGLM-6B-179).
+    let t = l.trim().trim_end_matches(['"', '`', '\'']);
     job.is_match(line)
         || l.contains("exit code 137")
         || l.contains("exit code:    137")

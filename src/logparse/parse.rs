@@ -43,6 +43,7 @@ pub enum Source {
     StableDiffusionCpp,
     Ctranslate2,
     Onnxruntime,
+    Openvino,
     Tensorflow,
     /// XLA (JAX, TensorFlow on TPU/GPU).
     Xla,
@@ -458,7 +459,7 @@ pub fn scan(lines: &[String]) -> (Vec<Finding>, Context) {
             continue;
         }
         if super::torch::read(lines, i, &mut st)
-            || super::catalogue::read(line, i + 1, &mut st)
+            || super::catalogue::read(lines, i, &mut st)
             || super::engines::read(lines, i, &mut st)
         {
             continue;

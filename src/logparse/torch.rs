@@ -120,6 +120,7 @@ fn request(window: &str, t: &mut TorchOom) {
 fn current_or_old(window: &str) -> TorchOom {
     static TOTAL_NEW: OnceLock<Regex> = OnceLock::new();
     static TOTAL_OLD: OnceLock<Regex> = OnceLock::new();
+    static TOTAL_CACHED: OnceLock<Regex> = OnceLock::new();
     let total_new = re(
         &TOTAL_NEW,
         &format!(r"GPU (\d+) has a total capac(?:i)?ty of {SIZE} of which {SIZE} is free"),
@@ -128,6 +129,14 @@ fn current_or_old(window: &str) -> TorchOom {
         &TOTAL_OLD,
         &format!(
             r"\(GPU (\d+); {SIZE} total capacity; {SIZE} already allocated; {SIZE} free;(?: {SIZE} allowed;)? {SIZE} reserved in total by PyTorch\)"
+        ),
+    );
+    // PyTorch ≤ 1.3: `(GPU 0; 3.95 GiB total capacity; 1.62 GiB already allocated; 23.00 MiB
+    // free; 9.10 MiB cached)` — "cached" is the reserve beyond what is allocated (yolov3-4).
+    let total_cached = re(
+        &TOTAL_CACHED,
+        &format!(
+            r"\(GPU (\d+); {SIZE} total capacity; {SIZE} already allocated; {SIZE} free; {SIZE} cached\)"
         ),
     );
     let mut t = TorchOom {
@@ -148,6 +157,15 @@ fn current_or_old(window: &str) -> TorchOom {
         t.reserved_total = cap_size(&c, 10);
         if let (Some(r), Some(a)) = (t.reserved_total, t.allocated_by_pytorch) {
             t.reserved_unallocated = Some(r.saturating_sub(a));
+        }
+    } else if let Some(c) = total_cached.captures(window) {
+        t.gpu = cap_u64(&c, 1).map(|g| g as u32);
+        t.total = cap_size(&c, 2);
+        t.allocated_by_pytorch = cap_size(&c, 4);
+        t.free = cap_size(&c, 6);
+        t.reserved_unallocated = cap_size(&c, 8);
+        if let (Some(a), Some(u)) = (t.allocated_by_pytorch, t.reserved_unallocated) {
+            t.reserved_total = Some(a.saturating_add(u));
         }
     }
     details(window, &mut t);

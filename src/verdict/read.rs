@@ -47,25 +47,26 @@ pub struct ConfidenceBand {
     pub band: &'static str,
     pub right: u32,
     pub of: u32,
-    /// "right 183 of 239 times at this level on real logs it had not seen"
+    /// "right 208 of 280 times at this level on real logs it had not seen"
     pub text: String,
 }
 
 /// (lowest confidence in the band, its name, right, of) — measured on logs the rules had never
-/// seen: the first scoring of the twelve sealed sets (tests/fixtures/logs/sealed-2026-12b, 52 logs,
+/// seen: the first scoring of the fourteen sealed sets (tests/fixtures/logs/sealed-2026-12b, 52 logs,
 /// session 7: 18/22, 12/15, 8/15; sealed-2026-12c, 50 logs, session 8: 16/25, 3/6, 7/19;
 /// sealed-2026-12d, 49 logs: 16/26, 6/9, 7/14; sealed-2026-12e, 50 logs: 15/18, 8/11, 2/21;
 /// sealed-2026-12f, 50 logs: 23/30, 7/11, 4/9; sealed-2026-12g, 49 logs, session 9: 17/21, 8/9,
 /// 5/19; sealed-2026-12h, 45 logs, session 10: 13/16, 4/8, 12/21; sealed-2026-12i, 22 logs:
 /// 9/11, 0/2, 6/9; sealed-2026-12j, 44 logs, session 11: 17/19, 2/6, 10/19; sealed-2026-12k,
 /// 40 logs: 12/15, 3/6, 11/19; sealed-2026-12l and -12m, 74 logs, session 12: 27/36, 4/11,
-/// 19/27). On the tune corpora every band scores higher
+/// 19/27; sealed-2026-12n and -12o, 92 logs, session 13: 25/41, 8/12, 18/39). On the tune
+/// corpora every band scores higher
 /// (real: 54/54, 22/24, 22/28), which is what fitting does; a user's log is one the rules have
 /// not seen. Re-measure with the next sealed set.
 const CALIBRATION: &[(f64, &str, u32, u32)] = &[
-    (0.8, "high (>= 0.8)", 183, 239),
-    (0.6, "medium (0.6-0.8)", 57, 94),
-    (0.0, "low (< 0.6)", 91, 192),
+    (0.8, "high (>= 0.8)", 208, 280),
+    (0.6, "medium (0.6-0.8)", 65, 106),
+    (0.0, "low (< 0.6)", 109, 231),
 ];
 
 /// The band a confidence falls in, with its record.
@@ -1911,7 +1912,10 @@ fn contradiction(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision
     let fits = t.requested.is_some()
         && t.free.is_some()
         && segment(acc.request).saturating_add(DRIVER_SLACK) <= acc.free;
-    if !fits || acc.capped || t.backend == Some("mps") {
+    // A request larger than the whole card cannot fit whatever "free" says (TheRock-4598: an APU
+    // reports 84.98 GiB free of a 15.49 GiB card — the system RAM it shares — and 16 GiB fails).
+    let larger_than_card = acc.total > 0 && acc.request > acc.total;
+    if !fits || acc.capped || t.backend == Some("mps") || larger_than_card {
         return None;
     }
     a.to_decide = Some("run `nvidia-smi` while it fails and check which device the process uses (CUDA_VISIBLE_DEVICES): the printed figures say the request fits".into());
