@@ -514,6 +514,60 @@ fn the_sealed_2026_12o_set_tuned_scores_and_never_calls_an_oom_none() {
     assert_tuned_except("sealed-2026-12o", SEALED_O_LOGS, SEALED_O_RIGHT, &[], &[]);
 }
 
+/// The sixteenth and seventeenth sealed sets (sealed-2026-12p, -12q), gathered in session 14
+/// from disjoint threads (odd and even) past the 872 sources before them: scored ONCE with the
+/// rules of 2dbdc6c — the catalogue and the 12n/o rules in — before any rule saw them (docs/
+/// calibration/explain-first-scores-sealed-2026-12p-q.jsonl): 13/27 (48.1 %; 11 OOMs called
+/// none, all pastes without an out-of-memory line, 1 look-alike called an OOM) and 15/22
+/// (68.2 %; 1 look-alike called an OOM). Tuned with E77-E79.
+const SEALED_P_LOGS: usize = 27;
+const SEALED_P_RIGHT: usize = 15;
+/// The gatherer copied these from search excerpts that stop before the error line (the thread's
+/// title or prose names the OOM; the paste does not), or the paste has no memory words at all:
+/// LocalAI's `rpc error: code = Canceled`, LM Studio's `llama_decode: failed to decode, ret = -3`
+/// (GGML_STATUS_FAILED, not ALLOC_FAILED), TensorRT-LLM's assertion cut at `maxTo`.
+const SEALED_P_WORDLESS: &[&str] = &[
+    "exllamav2-exllamav2-663.log",
+    "localai-LocalAI-5257.log",
+    "tensorrt-llm-cortex.cpp-981.log",
+    "lmdeploy-lmdeploy-519.log",
+    "transformers-ms-swift-2127.log",
+    "lmstudio-lmstudio-bug-tracker-633.log",
+    "vllm-DeepSeek-V2-83.log",
+    "vllm-WeClone-83.log",
+    "deepspeed-Baichuan2-113.log",
+    "deepspeed-OpenRLHF-95.log",
+    "transformers-Qwen-895.log",
+];
+const SEALED_Q_LOGS: usize = 22;
+const SEALED_Q_RIGHT: usize = 16;
+/// MLX's `[metal::malloc] Resource limit (499000) exceeded`: the live-buffer count, labelled a
+/// look-alike here and an out-of-memory in mlx-lm-1332 (rule E69); the second annotator of this
+/// set calls it an out-of-memory too.
+const SEALED_Q_READ_AS_OOM: &[&str] = &["mlx-mlx-vlm-1972.log"];
+
+#[test]
+fn the_sealed_2026_12p_set_tuned_scores_and_calls_no_worded_oom_none() {
+    assert_tuned_except(
+        "sealed-2026-12p",
+        SEALED_P_LOGS,
+        SEALED_P_RIGHT,
+        SEALED_P_WORDLESS,
+        &[],
+    );
+}
+
+#[test]
+fn the_sealed_2026_12q_set_tuned_scores_and_never_calls_an_oom_none() {
+    assert_tuned_except(
+        "sealed-2026-12q",
+        SEALED_Q_LOGS,
+        SEALED_Q_RIGHT,
+        &[],
+        SEALED_Q_READ_AS_OOM,
+    );
+}
+
 #[test]
 fn the_sealed_2026_12h_set_tuned_scores_and_never_calls_an_oom_none() {
     assert_tuned_except(

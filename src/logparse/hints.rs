@@ -391,6 +391,9 @@ fn frames(line: &str, n: usize, ctx: &mut Context) {
         // `self.w3 = nn.Linear(dim, hidden_dim, bias=False)`).
         "= nn.Linear(",
         "= nn.Embedding(",
+        // A parallel layer creating its weight in its constructor (fairscale's and Meta's
+        // `ColumnParallelLinear`: `self.weight = Parameter(torch.Tensor(…))`, llama-stack-apps-86).
+        "self.weight = Parameter(",
         // Module.to / .cuda / .half move every parameter through `_apply(convert)`.
         "in _apply",
         "self._apply(",

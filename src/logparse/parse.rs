@@ -455,7 +455,11 @@ pub fn scan(lines: &[String]) -> (Vec<Finding>, Context) {
         // The bounded reader's own marker (it names "out-of-memory words") is no event.
         let marker = line.starts_with(super::hints::SKIPPED_MARKER)
             || line.starts_with(super::hints::RESUMED_MARKER);
-        if marker || !super::words::worth_reading(line) || super::words::negated(line) {
+        if marker
+            || !super::words::worth_reading(line)
+            || super::words::negated(line)
+            || super::words::pinned_fallback(lines, i)
+        {
             continue;
         }
         if super::torch::read(lines, i, &mut st)

@@ -135,6 +135,20 @@ pub fn unrecognised(line: &str, n: usize, st: &mut Scan) {
     }
 }
 
+/// ggml's Vulkan backend failing to pin host memory, and the driver's reason on the next line:
+/// it falls back to pageable memory and goes on (llama.cpp-9271, its maintainer: "can be safely
+/// ignored"), as `ggml_cuda_host_malloc` does.
+pub fn pinned_fallback(lines: &[String], i: usize) -> bool {
+    let pinned = |l: &String| l.contains("ggml_vulkan: Failed to allocate pinned memory");
+    lines.get(i).is_some_and(pinned)
+        || (lines
+            .get(i)
+            .is_some_and(|l| l.contains("vk::Device::allocateMemory: ErrorOutOf"))
+            && i.checked_sub(1)
+                .and_then(|p| lines.get(p))
+                .is_some_and(pinned))
+}
+
 /// Whether a line is a look-alike (for readers that match broad wordings).
 pub fn is_look_alike(line: &str) -> bool {
     look_alike(line)
