@@ -547,7 +547,7 @@ fn decide(a: &mut Ask) -> Decision {
         | Event::PagingFileTooSmall
         | Event::OomKillerTasks { .. }
         | Event::HostMemoryShort { .. } => host(a),
-        Event::Catalogued(c) if c.ran_out != RanOut::Unknown => catalogued(a, c),
+        Event::Catalogued(c) => catalogued(a, c),
         _ => undecided(a),
     }
 }
