@@ -440,3 +440,45 @@ fn a_terminal_is_told_that_standard_input_is_read() {
     );
     assert!(text.contains("OOM"), "{text}");
 }
+
+#[test]
+fn a_log_cut_inside_a_traceback_is_undecided_not_no_oom() {
+    // OpenRLHF-95 (sealed-2026-12p): a backward pass's frames, pasted without the exception
+    // under them. It shows a failure, not which: `unknown` with no event, exit 1 (rule E80).
+    let (code, j) = explain_json("sealed-2026-12p/deepspeed-OpenRLHF-95.log", &[]);
+    assert_eq!(code, 1);
+    assert_eq!(j["verdict"]["cause"], "unknown", "{}", j["verdict"]);
+    assert_eq!(j["findings"].as_array().map(Vec::len), Some(0));
+    assert!(j["verdict"]["confidence"].as_f64().unwrap() < 0.6);
+    assert!(
+        j["to_decide"]
+            .as_str()
+            .unwrap()
+            .contains("paste the rest of the output after line"),
+        "{}",
+        j["to_decide"]
+    );
+    let home = temp();
+    let path = format!("{FIXTURES}/sealed-2026-12p/deepspeed-OpenRLHF-95.log");
+    let text = run(home.path(), &["explain", &path]);
+    assert!(
+        text.stdout
+            .contains("✗ UNDECIDED — the log stops inside the traceback at line 1"),
+        "{}",
+        text.stdout
+    );
+    // With the exception line under the same frames, the traceback is an ordinary failure.
+    let whole = format!(
+        "{}\nRuntimeError: CUDA error: an illegal memory access was encountered\n",
+        std::fs::read_to_string(&path).unwrap()
+    );
+    let file = write(&home.path().join("whole.log"), &whole);
+    let r = run(home.path(), &["explain", file.to_str().unwrap(), "--json"]);
+    let j: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(
+        (r.code, j["verdict"]["cause"].as_str()),
+        (0, Some("none")),
+        "{}",
+        j["verdict"]
+    );
+}

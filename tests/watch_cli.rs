@@ -215,3 +215,27 @@ fn sigterm_reaches_the_program() {
     );
     assert!(rest.contains("child got SIGTERM"));
 }
+
+#[test]
+fn output_that_stops_inside_a_traceback_is_left_to_the_exit() {
+    // explain calls a paste cut inside a traceback undecided; watch has the whole output and the
+    // exit, so the program's own exit decides (rule E80 is explain's only).
+    let (code, _, j) = watch(
+        &[
+            "sh",
+            "-c",
+            "printf 'Traceback (most recent call last):\\n  File \"/x/t.py\", line 3, in <module>\\n    f()\\n'; exit 4",
+        ],
+        &[],
+    );
+    assert_eq!(code, 4);
+    assert_eq!(j["verdict"]["cause"], "none", "{}", j["verdict"]);
+    assert!(
+        j["verdict"]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("exited with code 4"),
+        "{}",
+        j["verdict"]
+    );
+}

@@ -199,6 +199,10 @@ pub struct Context {
     /// Lines that look like a failure but are not an out-of-memory event (a SIGKILL that
     /// Kubernetes did not call OOMKilled), with what the `none` verdict says about them.
     pub not_oom: Vec<(usize, String)>,
+    /// The header line of a Python traceback the log stops inside, when no line of the log says
+    /// what failed (`words::unfinished_traceback`); set only for a log without any event.
+    #[serde(skip)]
+    pub unfinished: Option<usize>,
     /// A `Total memory:` figure waiting for the `Free memory:` line below it (line, bytes).
     #[serde(skip)]
     pending_total: Option<(usize, u64)>,
@@ -315,6 +319,9 @@ impl Context {
         }
         if let Some(f) = &mut self.free_at_start {
             s(&mut f.0);
+        }
+        if let Some(u) = &mut self.unfinished {
+            s(u);
         }
     }
 }

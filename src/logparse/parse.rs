@@ -500,6 +500,9 @@ pub fn scan(lines: &[String]) -> (Vec<Finding>, Context) {
     if st.findings.is_empty() {
         st.findings.extend(super::engines::oom_killer_tasks(lines));
     }
+    if st.findings.is_empty() && st.ctx.not_oom.is_empty() {
+        st.ctx.unfinished = super::words::unfinished_traceback(lines);
+    }
     if let Some((at, first)) = st.ctx.resumed {
         let by = first.saturating_sub(at + 1);
         st.ctx.shift_after(at, by);
@@ -554,6 +557,9 @@ fn disk_full(lines: &[String]) -> Option<(usize, String)> {
         "not enough space on the disk",
         "(os error 112)",
         "[Errno 28]",
+        // huggingface_hub's download warning: "… only has 4489.36 MB free disk space"
+        // (diffusers-5064).
+        "MB free disk space",
     ];
     lines.iter().enumerate().find_map(|(i, l)| {
         WORDS

@@ -149,6 +149,62 @@ pub fn pinned_fallback(lines: &[String], i: usize) -> bool {
                 .is_some_and(pinned))
 }
 
+/// The line of a Python traceback's header when the log stops inside that traceback before any
+/// line says what failed: no exception, error, kill or abort anywhere in the log, outside the
+/// frames. Such a paste shows a failure but not which one (exllamav2-663: a load cut after
+/// `ERROR: Traceback`; OpenRLHF-95: a backward pass's frames and nothing under them), so it is
+/// not evidence that no memory ran out.
+pub fn unfinished_traceback(lines: &[String]) -> Option<usize> {
+    static FAILURE: OnceLock<Regex> = OnceLock::new();
+    let failure = re(
+        &FAILURE,
+        r"(?i)(?-u:\b)(?:error|errors|exception|failed|failure|fatal|killed|abort|aborted|segmentation fault|panicked|core dumped|terminate called|exit code|exited with|exit status|errno)(?-u:\b)|[A-Za-z](?:Error|Exception|Interrupt|Exit)(?-u:\b)",
+    );
+    // The traceback's header, and the thread's line above it (`Exception in thread Thread-3
+    // (_model_generate):` names no exception).
+    let header = |l: &str| {
+        l.contains("Traceback (most recent call last)")
+            || (l.trim_start().starts_with("Exception in thread ") && l.trim_end().ends_with(':'))
+    };
+    let frame = |l: &str| {
+        let t = l.trim_start();
+        // `File "…", line N, in f`, with a rank or a logger's prefix in front.
+        t.starts_with("File \"") || (t.contains(" File \"") && t.contains("\", line "))
+    };
+    // A logger's level and place in front of each line (vLLM's `ERROR 05-16 18:43:14
+    // [core.py:343] `, uvicorn's `ERROR:    `, a rank's `[rank0]: `) say where the line came
+    // from, not what failed (WeClone-83: a whole traceback logged at ERROR).
+    static PREFIX: OnceLock<Regex> = OnceLock::new();
+    let prefix = re(
+        &PREFIX,
+        r"^\s*(?:\[rank\d+\]:\s*|\((?:\w+ )?pid=\d+(?:, ip=[\d.]+)?\)\s*|(?:ERROR|WARNING|INFO|DEBUG|CRITICAL)(?::\s+|\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+(?:\[[^\]]*\]\s*)?))+",
+    );
+    let mut last = None;
+    for (i, l) in lines.iter().enumerate() {
+        let l = match prefix.find(l) {
+            Some(m) => &l[m.end()..],
+            None => l.as_str(),
+        };
+        if header(l) {
+            // What a header line says before the traceback: "hit an exception:" names none, "NCCL
+            // error: unhandled system error" does (vllm-7800).
+            let before = l.split("Traceback").next().unwrap_or_default();
+            let named = before
+                .replace("exception", "")
+                .replace("Exception in thread", "");
+            if failure.is_match(&named) {
+                return None;
+            }
+            if l.contains("Traceback") {
+                last = Some(i + 1);
+            }
+        } else if !frame(l) && failure.is_match(l) {
+            return None;
+        }
+    }
+    last
+}
+
 /// Whether a line is a look-alike (for readers that match broad wordings).
 pub fn is_look_alike(line: &str) -> bool {
     look_alike(line)
@@ -157,6 +213,74 @@ pub fn is_look_alike(line: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn lines(s: &[&str]) -> Vec<String> {
+        s.iter().map(|l| (*l).to_string()).collect()
+    }
+
+    #[test]
+    fn a_traceback_cut_before_its_exception_is_unfinished() {
+        // ms-swift-2127: a generate thread's frames and nothing under them.
+        let cut = lines(&[
+            "Exception in thread Thread-3 (_model_generate):",
+            "Traceback (most recent call last):",
+            "  File \"/x/threading.py\", line 1016, in _bootstrap_inner",
+            "    self.run()",
+            "  File \"/x/transformers/generation/utils.py\", line 3009, in _sample",
+            "    outputs = self(**model_inputs, return_dict=True)",
+        ]);
+        assert_eq!(unfinished_traceback(&cut), Some(2));
+        // A logger's prefix on the header (exllamav2-663: `ERROR:    Traceback …`).
+        let prefixed = lines(&[
+            "INFO: Loading model",
+            "ERROR:    Traceback (most recent call last):",
+        ]);
+        assert_eq!(unfinished_traceback(&prefixed), Some(2));
+        // vLLM logs a whole traceback at ERROR (WeClone-83): the level is not the failure.
+        let logged = lines(&[
+            "ERROR 05-16 18:43:14 [core.py:343] EngineCore hit an exception: Traceback (most recent call last):",
+            "ERROR 05-16 18:43:14 [core.py:343]   File \"/x/vllm/v1/engine/core.py\", line 335, in run_engine_core",
+            "ERROR 05-16 18:43:14 [core.py:343]     engine_core = EngineCoreProc(*args, **kwargs)",
+        ]);
+        assert_eq!(unfinished_traceback(&logged), Some(1));
+        let said = lines(&[
+            "[rank0]: Traceback (most recent call last):",
+            "[rank0]: RuntimeError: boom",
+        ]);
+        assert_eq!(unfinished_traceback(&said), None);
+        // The error named on the header's own line (vllm-7800).
+        let header = lines(&["(VllmWorkerProcess pid=232) ERROR 08-23 08:25:25 utils.py:226] Exception in worker while processing method init_device: NCCL error: unhandled system error, Traceback (most recent call last):"]);
+        assert_eq!(unfinished_traceback(&header), None);
+    }
+
+    #[test]
+    fn a_traceback_with_an_error_anywhere_is_not_unfinished() {
+        let mut whole = lines(&[
+            "Traceback (most recent call last):",
+            "  File \"/x/error_handlers.py\", line 3, in f",
+            "    g()",
+        ]);
+        // A frame whose path says "error" is no error line.
+        assert_eq!(unfinished_traceback(&whole), Some(1));
+        whole.push("RuntimeError: CUDA error: an illegal memory access was encountered".into());
+        assert_eq!(unfinished_traceback(&whole), None);
+        // The error pasted above the traceback (vllmv1-14452) counts too.
+        let above = lines(&[
+            "ERROR 07-28 [core.py:632] RuntimeError: CUDA error: no kernel image is available",
+            "Traceback (most recent call last):",
+            "  File \"/x/core.py\", line 623, in run_engine_core",
+        ]);
+        assert_eq!(unfinished_traceback(&above), None);
+        // A killed process and a log without a traceback are not unfinished tracebacks.
+        assert_eq!(
+            unfinished_traceback(&lines(&["Traceback (most recent call last):", "Killed"])),
+            None
+        );
+        assert_eq!(
+            unfinished_traceback(&lines(&["Loading model", "done"])),
+            None
+        );
+    }
 
     #[test]
     fn an_out_of_memory_given_as_an_example_or_a_risk_is_advice() {

@@ -25,7 +25,14 @@ fn text(r: &ExplainReport, style: &Style) -> String {
         r.lines,
         r.findings.len()
     ));
-    super::text::verdict_header(&mut out, &r.verdict, style, "NO OOM", "OOM");
+    // An undecided log without any out-of-memory event (one cut inside a traceback) is not
+    // called an OOM.
+    let word = if r.findings.is_empty() {
+        "UNDECIDED"
+    } else {
+        "OOM"
+    };
+    super::text::verdict_header(&mut out, &r.verdict, style, "NO OOM", word);
     if r.verdict.cause != Cause::None {
         out.push_str(&style.dim(&format!("  {}\n", band_sentence(r))));
     }

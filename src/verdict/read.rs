@@ -122,7 +122,10 @@ pub fn read_log(raw: &[u8], engine: Engine) -> Result<LogReading> {
     };
     let r = match findings.first() {
         Some(first) => classify(first, &findings, &ctx, engine),
-        None => no_oom(total, &ctx),
+        None => match ctx.unfinished {
+            Some(at) => unfinished(at, &ctx),
+            None => no_oom(total, &ctx),
+        },
     };
     Ok(LogReading {
         confidence_band: confidence_band(r.verdict.confidence),
@@ -158,6 +161,47 @@ fn no_oom(lines: usize, ctx: &Context) -> Reading {
         },
         remedies: Vec::new(),
         to_decide: None,
+    }
+}
+
+/// A log that stops inside a Python traceback before any line says what failed (rule E80): it
+/// shows a failure but not which, so it is not answered "no OOM". The verdict is `unknown` with
+/// no event behind it, at the lowest confidence; the stage is the frames' (a load, a forward
+/// pass), and what decides it is the exception line the paste left out.
+fn unfinished(at: usize, ctx: &Context) -> Reading {
+    let last_frame = ctx.py_frames.last().copied().unwrap_or(at).max(at);
+    let stage = match (stage_near(ctx, last_frame), hint_near(ctx, last_frame)) {
+        (Stage::Unknown, Some(StageHint::Load | StageHint::CacheAlloc)) => Stage::Load,
+        (
+            Stage::Unknown,
+            Some(StageHint::EngineStep | StageHint::Serving | StageHint::PipelineStep),
+        ) => Stage::FirstToken,
+        (s, _) => s,
+    };
+    let during = match stage {
+        Stage::Load => " while the model was loading",
+        Stage::FirstToken => " in a forward pass",
+        _ => "",
+    };
+    Reading {
+        verdict: Verdict {
+            cause: Cause::Unknown,
+            stage,
+            confidence: 0.2,
+            summary: format!(
+                "the log stops inside the traceback at line {at}{during}, before the line that says what failed: no out-of-memory line is in it, and nothing in it rules one out"
+            ),
+            evidence: vec![Evidence {
+                text: "a Python traceback with no exception under it, and no error line anywhere in the log".into(),
+                bytes: None,
+                line: Some(at),
+            }],
+            contributing: Vec::new(),
+        },
+        remedies: Vec::new(),
+        to_decide: Some(format!(
+            "paste the rest of the output after line {last_frame}: the exception under the traceback (its last line) names what failed"
+        )),
     }
 }
 

@@ -424,9 +424,13 @@ fn report(
     } else {
         read_log(&text, req.engine).ok()
     };
+    // The program's whole output and its exit are known here: output that stops inside a
+    // traceback (explain's undecided reading, with no event) is left to the exit and the kernel.
     let (mut verdict, mut remedies, findings) = match explained {
-        Some(e) => (e.verdict, e.remedies, e.findings),
-        None => (
+        Some(e) if e.verdict.cause == Cause::None || !e.findings.is_empty() => {
+            (e.verdict, e.remedies, e.findings)
+        }
+        _ => (
             Verdict {
                 cause: Cause::None,
                 stage: Stage::Unknown,
