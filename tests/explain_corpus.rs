@@ -585,6 +585,39 @@ fn the_sealed_2026_12q_set_tuned_scores_and_never_calls_an_oom_none() {
     );
 }
 
+/// The eighteenth and nineteenth sealed sets (session 15: 31 logs of odd threads with 9
+/// look-alikes, 25 of even threads with 10), gathered past 921 earlier sources and scored ONCE
+/// with the rules of 0acbaed (E80 in) before any rule saw them (docs/calibration/
+/// explain-first-scores-sealed-2026-12r-s.jsonl): **19/31 (61.3 %; 0 OOMs called none, 0
+/// look-alikes called an OOM)** and **16/25 (64.0 %; 2 OOMs called none, 1 look-alike called an
+/// OOM)**. Tuned with E81–E84 to 20/31 and 20/25.
+const SEALED_R_LOGS: usize = 31;
+const SEALED_R_RIGHT: usize = 20;
+const SEALED_S_LOGS: usize = 25;
+const SEALED_S_RIGHT: usize = 20;
+/// A CPU run on Windows that stops while loading checkpoint shards and returns to the prompt:
+/// no error line at all (the thread: 16 GB of RAM full).
+const SEALED_S_WORDLESS: &[&str] = &["transformers-unlimiformer-56.log"];
+/// TGI's `Not enough memory to handle 1024 prefill tokens`: its warm-up's own words, which the
+/// thread shows to be bitsandbytes' 8-bit path failing on Hopper.
+const SEALED_S_READ_AS_OOM: &[&str] = &["tgi-text-generation-inference-780.log"];
+
+#[test]
+fn the_sealed_2026_12r_set_tuned_scores_and_never_calls_an_oom_none() {
+    assert_tuned("sealed-2026-12r", SEALED_R_LOGS, SEALED_R_RIGHT);
+}
+
+#[test]
+fn the_sealed_2026_12s_set_tuned_scores_and_calls_no_worded_oom_none() {
+    assert_tuned_except(
+        "sealed-2026-12s",
+        SEALED_S_LOGS,
+        SEALED_S_RIGHT,
+        SEALED_S_WORDLESS,
+        SEALED_S_READ_AS_OOM,
+    );
+}
+
 #[test]
 fn the_sealed_2026_12h_set_tuned_scores_and_never_calls_an_oom_none() {
     assert_tuned_except(

@@ -810,10 +810,14 @@ fn reported_oom_kill(line: &str) -> Option<(Option<String>, Option<u64>)> {
 
 /// Python's own `MemoryError` (the interpreter could not get host memory), raised or re-raised by
 /// a DataLoader worker (`MemoryError: Caught MemoryError in DataLoader worker process 4`,
-/// kohya_ss-82) — not PyTorch's `OutOfMemoryError`, whose name merely ends with it.
+/// kohya_ss-82) — not PyTorch's `OutOfMemoryError`, whose name merely ends with it. numpy's
+/// `_ArrayMemoryError` is one too: numpy's arrays live in host memory (textgen-6338: `Unable to
+/// allocate 18.6 GiB for an array with shape (32768, 152064)`, a llama.cpp loader's logits
+/// buffer sized by the context).
 fn python_memory_error(line: &str) -> bool {
     let t = line.trim_start();
     t.starts_with("MemoryError")
+        || t.contains("._ArrayMemoryError: ")
         || t.contains("Caught MemoryError")
         || t.contains(" MemoryError: ")
         || t.ends_with(" MemoryError")
@@ -1080,6 +1084,15 @@ fn is_exit_137(line: &str) -> bool {
 mod tests {
     use super::super::parse::scan;
     use super::*;
+
+    #[test]
+    fn numpys_array_memory_error_is_pythons_memory_error() {
+        // textgen-6338: numpy's arrays are host memory.
+        assert!(python_memory_error("numpy.core._exceptions._ArrayMemoryError: Unable to allocate 18.6 GiB for an array with shape (32768, 152064) and data type float32"));
+        assert!(!python_memory_error(
+            "torch.OutOfMemoryError: CUDA out of memory."
+        ));
+    }
 
     fn events(s: &str) -> Vec<Event> {
         let lines: Vec<String> = s.lines().map(str::to_string).collect();

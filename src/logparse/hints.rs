@@ -624,6 +624,8 @@ fn stage_hint(line: &str) -> Option<StageHint> {
                 "# GPU blocks:",
                 "GPU KV cache size:",
                 "Available KV cache memory:",
+                // tt-metal's progress bar as it allocates each layer's cache (tt-metal-21904).
+                "Allocating TT kv caches",
             ],
         ),
         (
@@ -664,6 +666,11 @@ fn stage_hint(line: &str) -> Option<StageHint> {
                 "Loading checkpoint shards",
                 "Loading model",
                 "load_tensors",
+                // MLC's chat CLI loads the weights onto the device here (mlc-llm-38).
+                "Initializing the chat module",
+                // A server's scheduler reporting the load it was doing failed (mlx-serve-13:
+                // `[scheduler] model load failed: EngineOpenFailed` under ds4's Metal warm-up).
+                "model load failed",
                 "self._apply(",
                 "param_applied = fn(param)",
                 "return t.to(device, dtype if t.is_floating_point()",
@@ -1079,6 +1086,23 @@ mod tests {
         assert_eq!(ctx.optimizer_lines, vec![1]);
         assert_eq!(ctx.cache_lines, vec![2]);
         assert_eq!(ctx.activation_lines, vec![3]);
+    }
+
+    #[test]
+    fn engines_own_words_for_loading_and_allocating_the_cache() {
+        // tt-metal-21904, mlc-llm-38, mlx-serve-13 (session 15).
+        assert_eq!(
+            stage_hint("Allocating TT kv caches for each layer (submesh 1):  69%|██| 22/32"),
+            Some(StageHint::CacheAlloc)
+        );
+        assert_eq!(
+            stage_hint("Initializing the chat module..."),
+            Some(StageHint::Load)
+        );
+        assert_eq!(
+            stage_hint("[scheduler] model load failed: EngineOpenFailed"),
+            Some(StageHint::Load)
+        );
     }
 
     #[test]

@@ -88,7 +88,7 @@ fn text(r: &ExplainReport, style: &Style) -> String {
     out
 }
 
-/// "confidence band high (>= 0.8): right 225 of 309 times at this level on real logs it had not seen"
+/// "confidence band high (>= 0.8): right 250 of 339 times at this level on real logs it had not seen"
 fn band_sentence(r: &ExplainReport) -> String {
     let b = &r.confidence_band;
     format!("confidence band {}: {}", b.band, b.text)
