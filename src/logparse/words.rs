@@ -179,6 +179,13 @@ pub fn unfinished_traceback(lines: &[String]) -> Option<usize> {
         &PREFIX,
         r"^\s*(?:\[rank\d+\]:\s*|\((?:\w+ )?pid=\d+(?:, ip=[\d.]+)?\)\s*|(?:ERROR|WARNING|INFO|DEBUG|CRITICAL)(?::\s+|\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+(?:\[[^\]]*\]\s*)?))+",
     );
+    // Most logs have no traceback: one cheap pass decides them before any regex runs.
+    if !lines
+        .iter()
+        .any(|l| l.contains("Traceback (most recent call last)"))
+    {
+        return None;
+    }
     let mut last = None;
     for (i, l) in lines.iter().enumerate() {
         let l = match prefix.find(l) {
