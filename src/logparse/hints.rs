@@ -474,22 +474,24 @@ fn frames(line: &str, n: usize, ctx: &mut Context) {
     ];
     // One pass over the line for all keys first: most lines of a long log have none.
     static ANY: OnceLock<Regex> = OnceLock::new();
-    let all = [
-        LOAD,
-        GENERATION,
-        EAGER,
-        ACTIVATION,
-        CACHE,
-        OPTIMIZER,
-        &["Exception in thread"],
-    ]
-    .concat();
+    let all = || {
+        [
+            LOAD,
+            GENERATION,
+            EAGER,
+            ACTIVATION,
+            CACHE,
+            OPTIMIZER,
+            &["Exception in thread"],
+        ]
+        .concat()
+    };
     // mistral.rs prints its backtrace inline: `Backtrace [{ fn: "…::dequantize_f16" }, …]`.
     if rust_frame(line) || line.contains("Backtrace [{ fn: ") {
         rust_frame_part(line, n, ctx);
     }
     python_frame(line, n, ctx);
-    if !literals(&ANY, &all).is_match(line) {
+    if !literals(&ANY, all).is_match(line) {
         return;
     }
     let has = |keys: &[&str]| keys.iter().any(|k| line.contains(k));
@@ -747,11 +749,13 @@ fn stage_hint(line: &str) -> Option<StageHint> {
         return Some(StageHint::Load);
     }
     static ANY: OnceLock<Regex> = OnceLock::new();
-    let all: Vec<&str> = HINTS
-        .iter()
-        .flat_map(|(_, keys)| keys.iter().copied())
-        .collect();
-    if !literals(&ANY, &all).is_match(line) {
+    let all = || -> Vec<&str> {
+        HINTS
+            .iter()
+            .flat_map(|(_, keys)| keys.iter().copied())
+            .collect()
+    };
+    if !literals(&ANY, all).is_match(line) {
         return loading_words(line).then_some(StageHint::Load);
     }
     HINTS
@@ -787,10 +791,14 @@ fn loading_words(line: &str) -> bool {
     .is_match(line)
 }
 
-/// One regex matching any of `keys` literally (built once; a single scan of the line).
-fn literals(cell: &'static OnceLock<Regex>, keys: &[&str]) -> &'static Regex {
+/// One regex matching any of the `keys` literally (the list is made and compiled once, on the
+/// first line; then a single scan of each line).
+fn literals<'k>(
+    cell: &'static OnceLock<Regex>,
+    keys: impl FnOnce() -> Vec<&'k str>,
+) -> &'static Regex {
     cell.get_or_init(|| {
-        let alternation: Vec<String> = keys.iter().map(|k| regex::escape(k)).collect();
+        let alternation: Vec<String> = keys().iter().map(|k| regex::escape(k)).collect();
         Regex::new(&alternation.join("|"))
             .unwrap_or_else(|e| unreachable!("escaped literals always compile: {e}"))
     })
