@@ -32,7 +32,7 @@ use crate::verdict::{Cause, Evidence, Remedy, Stage, Verdict};
 use capture::Capture;
 use guard::Guard;
 use oomkill::{OomKill, OomWatch};
-use signals::Forwarder;
+use signals::{Armed, Forwarder};
 use timeline::{phases, Phase, PhaseKind, Sample, Timeline};
 
 #[derive(Debug, Clone)]
@@ -209,6 +209,7 @@ pub fn watch(req: &WatchRequest) -> Result<WatchReport> {
         }
     }
     let torch_hook = torch::prepare(&req.command, req.torch, &mut command);
+    let armed = Armed::new()?;
     let mut child = command.spawn().map_err(|e| {
         InputError::Usage(format!(
             "cannot start `{program}`: {e}; check the command after --"
@@ -220,7 +221,7 @@ pub fn watch(req: &WatchRequest) -> Result<WatchReport> {
         g.tell(&[root]);
     }
     let done = Arc::new(AtomicBool::new(false));
-    let forwarder = Forwarder::start(root, guard_pid, Arc::clone(&done))?;
+    let forwarder = Forwarder::start(armed, root, guard_pid, Arc::clone(&done));
 
     let cap = Arc::new(Mutex::new(Capture::default()));
     let out = child

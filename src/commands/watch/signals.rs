@@ -26,10 +26,22 @@ pub struct Forwarder {
     pub escalated: Arc<AtomicBool>,
 }
 
+/// The handlers, installed before the program starts: a signal that comes while it is being
+/// spawned waits for the forwarding thread instead of killing watch by default (which would
+/// leave a program the guardian had not yet been told of).
+pub struct Armed(signal_hook::iterator::Signals);
+
+impl Armed {
+    pub fn new() -> Result<Armed> {
+        signal_hook::iterator::Signals::new([SIGTERM, SIGHUP, SIGINT])
+            .map(Armed)
+            .map_err(|e| Error::Internal(format!("cannot install signal handlers: {e}")))
+    }
+}
+
 impl Forwarder {
-    pub fn start(root: u32, guard: Option<u32>, done: Arc<AtomicBool>) -> Result<Forwarder> {
-        let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGHUP, SIGINT])
-            .map_err(|e| Error::Internal(format!("cannot install signal handlers: {e}")))?;
+    pub fn start(armed: Armed, root: u32, guard: Option<u32>, done: Arc<AtomicBool>) -> Forwarder {
+        let Armed(mut signals) = armed;
         let handle = signals.handle();
         let escalated = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&escalated);
@@ -62,11 +74,11 @@ impl Forwarder {
                 let _ = t.join();
             }
         });
-        Ok(Forwarder {
+        Forwarder {
             handle,
             thread,
             escalated,
-        })
+        }
     }
 
     pub fn stop(self) {
