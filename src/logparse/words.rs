@@ -155,6 +155,7 @@ pub fn pinned_fallback(lines: &[String], i: usize) -> bool {
 /// `ERROR: Traceback`; OpenRLHF-95: a backward pass's frames and nothing under them), so it is
 /// not evidence that no memory ran out.
 pub fn unfinished_traceback(lines: &[String]) -> Option<usize> {
+    const HEADER: &str = "Traceback (most recent call last)";
     static FAILURE: OnceLock<Regex> = OnceLock::new();
     let failure = re(
         &FAILURE,
@@ -163,7 +164,7 @@ pub fn unfinished_traceback(lines: &[String]) -> Option<usize> {
     // The traceback's header, and the thread's line above it (`Exception in thread Thread-3
     // (_model_generate):` names no exception).
     let header = |l: &str| {
-        l.contains("Traceback (most recent call last)")
+        l.contains(HEADER)
             || (l.trim_start().starts_with("Exception in thread ") && l.trim_end().ends_with(':'))
     };
     let frame = |l: &str| {
@@ -180,10 +181,7 @@ pub fn unfinished_traceback(lines: &[String]) -> Option<usize> {
         r"^\s*(?:\[rank\d+\]:\s*|\((?:\w+ )?pid=\d+(?:, ip=[\d.]+)?\)\s*|(?:ERROR|WARNING|INFO|DEBUG|CRITICAL)(?::\s+|\s+\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+(?:\[[^\]]*\]\s*)?))+",
     );
     // Most logs have no traceback: one cheap pass decides them before any regex runs.
-    if !lines
-        .iter()
-        .any(|l| l.contains("Traceback (most recent call last)"))
-    {
+    if !lines.iter().any(|l| l.contains(HEADER)) {
         return None;
     }
     let mut last = None;
@@ -202,7 +200,7 @@ pub fn unfinished_traceback(lines: &[String]) -> Option<usize> {
             if failure.is_match(&named) {
                 return None;
             }
-            if l.contains("Traceback") {
+            if l.contains(HEADER) {
                 last = Some(i + 1);
             }
         } else if !frame(l) && failure.is_match(l) {

@@ -124,7 +124,7 @@ pub fn read_log(raw: &[u8], engine: Engine) -> Result<LogReading> {
     let r = match findings.first() {
         Some(first) => classify(first, &findings, &ctx, engine),
         None => match ctx.unfinished {
-            Some(at) => unfinished(at, &ctx),
+            Some(at) => unfinished(at, total, &ctx),
             None => no_oom(total, &ctx),
         },
     };
@@ -168,10 +168,11 @@ fn no_oom(lines: usize, ctx: &Context) -> Reading {
 /// A log that stops inside a Python traceback before any line says what failed (rule E80): it
 /// shows a failure but not which, so it is not answered "no OOM". The verdict is `unknown` with
 /// no event behind it, at the lowest confidence; the stage is the frames' (a load, a forward
-/// pass), and what decides it is the exception line the paste left out.
-fn unfinished(at: usize, ctx: &Context) -> Reading {
-    let last_frame = ctx.py_frames.last().copied().unwrap_or(at).max(at);
-    let stage = match (stage_near(ctx, last_frame), hint_near(ctx, last_frame)) {
+/// pass), and what decides it is the exception line the paste left out — after its last line
+/// (`lines`), whatever prefix its frames carry.
+fn unfinished(at: usize, lines: usize, ctx: &Context) -> Reading {
+    let end = lines.max(at);
+    let stage = match (stage_near(ctx, end), hint_near(ctx, end)) {
         (Stage::Unknown, Some(StageHint::Load | StageHint::CacheAlloc)) => Stage::Load,
         (
             Stage::Unknown,
@@ -201,7 +202,7 @@ fn unfinished(at: usize, ctx: &Context) -> Reading {
         },
         remedies: Vec::new(),
         to_decide: Some(format!(
-            "paste the rest of the output after line {last_frame}: the exception under the traceback (its last line) names what failed"
+            "paste the rest of the output after line {end}: the exception under the traceback (its last line) names what failed"
         )),
     }
 }
