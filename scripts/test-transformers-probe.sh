@@ -10,7 +10,8 @@
 # fragmentation (CPU: ok, fragmentation null, a note); the cache ends with the same length as a real
 # full generate() (prompt + new - 1); an emulated out-of-memory under vram_limit and a task after it;
 # unreadable and unknown tasks; exit on stdin EOF, on SIGTERM, when the parent dies; bad setup
-# (exit 2, "llm-oom: " line); and the missing-package path (exit 4 and one JSON line).
+# (exit 2, "llm-oom: " line); the missing-package path (exit 4 and one JSON line); and the warm
+# process (children forked from one interpreter: relay, signals, exit status, idle exit).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
@@ -253,6 +254,80 @@ with tempfile.TemporaryDirectory() as shim:
     lines = p.stdout.splitlines()
     ok = p.returncode == 4 and len(lines) == 1 and json.loads(lines[0]).get("package") == "transformers"
     check(ok, "torch but no transformers: exit 4, package transformers: %s" % p.stdout.strip())
+
+# --- 6. the warm process: children forked from one interpreter that imported torch once --------
+def alive(pid):
+    try:
+        return open("/proc/%d/stat" % pid).read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def zygote_pid(hello):
+    for n in hello.get("notes", []):
+        if n.startswith("forked from llm-oom's warm transformers process (pid "):
+            return int(n.split("(pid ")[1].split(")")[0])
+    return None
+
+
+with tempfile.TemporaryDirectory() as run_dir:
+    zenv = dict(os.environ, XDG_RUNTIME_DIR=run_dir, LLM_OOM_ZYGOTE="cpu", LLM_OOM_ZYGOTE_IDLE_S="3")
+
+    def start(**kw):
+        return subprocess.Popen([PY, PROBE, "--setup", setup(**kw)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, bufsize=1, env=zenv)
+
+    zygotes, results = [], []
+    for i in range(2):
+        p = start()
+        h = json.loads(p.stdout.readline())
+        p.stdin.write(json.dumps({"task": "load"}) + "\n")
+        p.stdin.flush()
+        results.append(json.loads(p.stdout.readline()))
+        p.stdin.close()
+        rc = p.wait(timeout=60)
+        zygotes.append(zygote_pid(h))
+        check(h["pid"] != p.pid and rc == 0, "warm process: run %d's child (pid %d) is not its relay (pid %d), exit %d"
+              % (i + 1, h["pid"], p.pid, rc))
+    check(zygotes[0] is not None and zygotes[0] == zygotes[1],
+          "warm process: both children were forked by one warm process (%s)" % zygotes)
+    check(all(r["outcome"] == "ok" and r["after"] > 0 for r in results), "warm process: a forked child loads the model")
+    p = start()
+    h = json.loads(p.stdout.readline())
+    p.kill()
+    p.wait()
+    t = time.time()
+    while alive(h["pid"]) and time.time() - t < 5:
+        time.sleep(0.05)
+    check(not alive(h["pid"]), "warm process: SIGKILL of the relay ends its child")
+    p = start()
+    h = json.loads(p.stdout.readline())
+    p.send_signal(signal.SIGTERM)
+    check(p.wait(timeout=30) == 128 + signal.SIGTERM, "warm process: SIGTERM reaches the child; the relay exits 143")
+    p = start()
+    h = json.loads(p.stdout.readline())
+    os.kill(h["pid"], signal.SIGKILL)
+    check(p.wait(timeout=30) == -signal.SIGKILL, "warm process: a child killed by SIGKILL leaves its relay killed by it")
+    p = subprocess.run([PY, PROBE, "--setup", setup(model="/nonexistent")], capture_output=True, text=True,
+                       timeout=60, env=zenv)
+    check(p.returncode == 2 and p.stderr.strip().splitlines()[-1].startswith("llm-oom: "),
+          "warm process: a bad setup exits 2 with its 'llm-oom: ' line")
+    p = subprocess.run([PY, "-I", "-S", PROBE, "--setup", setup()], capture_output=True, text=True, timeout=60,
+                       env=zenv)
+    check(p.returncode == 4 and json.loads(p.stdout.splitlines()[0]).get("package") == "torch",
+          "warm process: without torch the warm process cannot start and the answer is as before (exit 4)")
+    off = dict(zenv, LLM_OOM_ZYGOTE="0")
+    p = subprocess.Popen([PY, PROBE, "--setup", setup()], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=off)
+    h = json.loads(p.stdout.readline())
+    p.stdin.close()
+    p.wait(timeout=60)
+    check(h["pid"] == p.pid and zygote_pid(h) is None, "LLM_OOM_ZYGOTE=0: the probe runs in its own process")
+    t = time.time()
+    while zygotes[0] and alive(zygotes[0]) and time.time() - t < 30:
+        time.sleep(0.1)
+    socks = [f for f in os.listdir(os.path.join(run_dir, "llm-oom-%d" % os.getuid())) if f.endswith(".sock")]
+    check(not alive(zygotes[0]) and not socks, "warm process: it exits when idle and removes its socket (%s)" % socks)
 
 import shutil
 shutil.rmtree(ckpt, ignore_errors=True)

@@ -602,6 +602,52 @@ const SEALED_S_WORDLESS: &[&str] = &["transformers-unlimiformer-56.log"];
 /// thread shows to be bitsandbytes' 8-bit path failing on Hopper.
 const SEALED_S_READ_AS_OOM: &[&str] = &["tgi-text-generation-inference-780.log"];
 
+/// Session 16's two sealed sets (36 and 17 logs, gathered by docs/corpus-brief.md), scored once
+/// with the rules of 032b082 before any rule saw them (docs/calibration/
+/// explain-first-scores-sealed-2026-12t-u.jsonl): **29/36 (80.6 %; 3 OOMs called none, 1
+/// look-alike called an OOM)** and **6/17 (35.3 %; 2 OOMs called none)**. Tuned with E85 (a
+/// negative "Available KV cache memory") to 30/36.
+const SEALED_T_LOGS: usize = 36;
+const SEALED_T_RIGHT: usize = 30;
+const SEALED_U_LOGS: usize = 17;
+const SEALED_U_RIGHT: usize = 6;
+/// vLLM's `KeyboardInterrupt: MQLLMEngine terminated` (the thread: lowering
+/// gpu_memory_utilization fixed it) and a Windows prompt back after "Loading checkpoint shards:
+/// 0%" (the thread: an 8 GB card): no memory words.
+const SEALED_T_WORDLESS: &[&str] = &["vllm-vllm-15469.log", "transformers-chatglm3-1317.log"];
+/// TensorRT's "skipping tactic … insufficient memory" warnings; the thread calls them harmless
+/// (the second annotator read them as an OOM).
+const SEALED_T_READ_AS_OOM: &[&str] = &["tensorrt-voltaml-fast-stable-diffusion-15.log"];
+/// koboldcpp's `access violation reading 0x…4` after `failed to load model` (the maintainer: the
+/// model will not fit), and TensorRT's builder asking 196 GiB of plugin scratch space with 44 GiB
+/// available: a build-time workspace refusal, not read as an allocation failure.
+const SEALED_U_WORDLESS: &[&str] = &[
+    "koboldcpp-koboldcpp-1852.log",
+    "tensorrt-llm-TensorRT-LLM-2688.log",
+];
+
+#[test]
+fn the_sealed_2026_12t_set_tuned_scores_and_calls_no_worded_oom_none() {
+    assert_tuned_except(
+        "sealed-2026-12t",
+        SEALED_T_LOGS,
+        SEALED_T_RIGHT,
+        SEALED_T_WORDLESS,
+        SEALED_T_READ_AS_OOM,
+    );
+}
+
+#[test]
+fn the_sealed_2026_12u_set_tuned_scores_and_calls_no_worded_oom_none() {
+    assert_tuned_except(
+        "sealed-2026-12u",
+        SEALED_U_LOGS,
+        SEALED_U_RIGHT,
+        SEALED_U_WORDLESS,
+        &[],
+    );
+}
+
 #[test]
 fn the_sealed_2026_12r_set_tuned_scores_and_never_calls_an_oom_none() {
     assert_tuned("sealed-2026-12r", SEALED_R_LOGS, SEALED_R_RIGHT);

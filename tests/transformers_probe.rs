@@ -301,3 +301,71 @@ fn without_transformers_a_cuda_card_is_answered_by_the_allocator_replay() {
     assert_eq!(v["verdict"]["stage"], "load", "{v}");
     assert_eq!(code, Some(1), "{v}");
 }
+
+/// The warm process (`LLM_OOM_ZYGOTE`, transformers_probe.py): a second diagnose's child is
+/// forked from the interpreter the first one started, says so, is recorded by its own pid (not
+/// its relay's), and answers as a child of its own interpreter does.
+#[test]
+fn a_warm_process_forks_the_child_and_the_answer_is_the_same() {
+    let Some(python) = std::env::var_os("LLM_OOM_TEST_PYTHON") else {
+        eprintln!("LLM_OOM_TEST_PYTHON is not set: the warm transformers process is not run here");
+        return;
+    };
+    let (run_dir, home) = (temp(), temp());
+    let run = |zygote: &str| -> Value {
+        let out = llm_oom(home.path())
+            .args(["diagnose", "--model", &fixture(), "--device", "cpu"])
+            .args(["-p", "48", "-n", "8", "-b", "2", "--dtype", "f32", "--json"])
+            .arg("--python")
+            .arg(&python)
+            .env("XDG_RUNTIME_DIR", run_dir.path())
+            .env("LLM_OOM_ZYGOTE", zygote)
+            .env("LLM_OOM_ZYGOTE_IDLE_S", "5")
+            .output()
+            .expect("runs");
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+    };
+    let warm_pid = |v: &Value| -> Option<u32> {
+        v["notes"].as_array()?.iter().find_map(|n| {
+            n.as_str()?
+                .strip_prefix("forked from llm-oom's warm transformers process (pid ")?
+                .split(')')
+                .next()?
+                .parse()
+                .ok()
+        })
+    };
+    let (first, second, own) = (run("cpu"), run("cpu"), run("0"));
+    let (a, b) = (warm_pid(&first), warm_pid(&second));
+    assert!(
+        a.is_some() && a == b,
+        "one warm process forked both: {a:?} {b:?}"
+    );
+    assert_eq!(
+        warm_pid(&own),
+        None,
+        "LLM_OOM_ZYGOTE=0 runs the probe in its own process"
+    );
+    for v in [&first, &second] {
+        let children = v["children"].as_array().expect("children");
+        assert!(!children.is_empty());
+        for c in children {
+            let pid = c["pid"].as_u64().expect("pid");
+            assert_ne!(Some(pid as u32), a, "a child is recorded by its own pid");
+            assert_eq!(c["exit"], "exited 0", "{c}");
+        }
+    }
+    for key in ["cause", "stage"] {
+        assert_eq!(first["verdict"][key], own["verdict"][key], "{key}");
+        assert_eq!(second["verdict"][key], own["verdict"][key], "{key}");
+    }
+    for key in [
+        "fits",
+        "max_prompt_tokens",
+        "max_new_tokens",
+        "context_limit",
+    ] {
+        assert_eq!(first["budget"][key], own["budget"][key], "budget {key}");
+    }
+}

@@ -95,7 +95,12 @@ fn vllm_other(lines: &[String], i: usize, st: &mut Scan) -> bool {
     static FREE: OnceLock<Regex> = OnceLock::new();
     static SAMPLER: OnceLock<Regex> = OnceLock::new();
     let line = &lines[i];
-    if line.contains("No available memory for the cache blocks") {
+    // vLLM v1 prints the KV cache's share before it raises "No available memory for the cache
+    // blocks"; a negative share is that failure, in a paste cut before the raise (vllm-omni-469:
+    // `Available KV cache memory: -2.77 GiB`, then `EngineCore failed to start.` and the frames).
+    if line.contains("No available memory for the cache blocks")
+        || line.contains("Available KV cache memory: -")
+    {
         st.add(i + 1, line, Event::VllmNoCacheBlocks);
         return true;
     }
@@ -1548,6 +1553,14 @@ mod tests {
                 free: None
             }]
         );
+    }
+
+    #[test]
+    fn a_negative_kv_cache_share_is_no_room_for_cache_blocks() {
+        let e = events("(EngineCore_DP0 pid=563) INFO 12-23 23:34:23 [gpu_worker.py:298] Available KV cache memory: -2.77 GiB\n");
+        assert!(matches!(e.as_slice(), [Event::VllmNoCacheBlocks]), "{e:?}");
+        let e = events("INFO [gpu_worker.py:298] Available KV cache memory: 12.77 GiB\n");
+        assert!(e.is_empty(), "{e:?}");
     }
 
     #[test]

@@ -59,6 +59,10 @@ pub struct ChildRecord {
 
 struct Running {
     child: Child,
+    /// The probe's own pid, as its greeting says: the transformers child may be forked by a warm
+    /// process (transformers_probe.py's zygote), and `child` is then its relay. NVML's figures
+    /// and the leftover check are for this pid.
+    pid: u32,
     stdin: ChildStdin,
     lines: Receiver<String>,
     stderr: Arc<Mutex<Vec<u8>>>,
@@ -225,6 +229,7 @@ impl Session {
             }
         });
         Ok(Running {
+            pid: child.id(),
             child,
             stdin,
             lines: rx,
@@ -263,6 +268,9 @@ impl Session {
                             seconds = spawned.elapsed().as_secs_f64(),
                             "probe: greeted (imports, CUDA, ballast)"
                         );
+                        if let Some(r) = self.running.get_mut(i) {
+                            r.pid = h.pid;
+                        }
                         hellos[i] = Some(h);
                         continue;
                     }
@@ -494,6 +502,7 @@ impl Session {
         for r in running {
             let Running {
                 mut child,
+                pid,
                 stdin,
                 stderr,
                 device,
@@ -509,7 +518,7 @@ impl Session {
             // The reader threads see the pipes close; give stderr a moment to drain.
             std::thread::sleep(Duration::from_millis(20));
             let words = last_words(&stderr);
-            let exit = self.record(child.id(), status, device.gpu());
+            let exit = self.record(pid, status, device.gpu());
             tracing::debug!(
                 seconds = ending.elapsed().as_secs_f64(),
                 "probe: child ended and its GPU memory checked"

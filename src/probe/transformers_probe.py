@@ -1564,7 +1564,12 @@ def main(argv):
     try:
         child = Child(setup)  # checks the setup (exit 2) before the slow imports
         import_libs()
-        send(child.open())
+        hello = child.open()
+        if _FORKED_FROM is not None:
+            hello.setdefault("notes", []).append(
+                "forked from llm-oom's warm transformers process (pid %d): torch and transformers were "
+                "imported there once, without CUDA" % _FORKED_FROM)
+        send(hello)
         while True:
             line = sys.stdin.buffer.readline()
             if not line:
@@ -1596,6 +1601,425 @@ def main(argv):
             child.close()
 
 
+# ---------------------------------------------------------------------------------------------
+# The warm process (zygote): torch and transformers imported once, children forked from it
+# ---------------------------------------------------------------------------------------------
+# A fresh probe child spends 10-15 s importing torch and transformers before it touches the GPU
+# (docs/gpu-runs.md, sessions 8 and 15). So, for a probe on one CUDA device, this script first acts
+# as a relay: it asks a warm process of the same interpreter, script and import environment to fork
+# the child, hands it its own stdin/stdout/stderr (SCM_RIGHTS) with its argv, environment and
+# working directory, and then only waits, forwarding signals, and exits as the child did. The warm
+# process never starts CUDA (it refuses to fork once libcuda is mapped), holds no GPU memory, kills
+# a child whose relay went away (a SIGKILL of the relay does not orphan it), and exits after
+# LLM_OOM_ZYGOTE_IDLE_S (default 600) seconds without a child. The first relay starts it and waits
+# for its imports (a cold run, as before). Anything that goes wrong before the fork falls back to
+# running the probe in this process, as without the warm process.
+#   LLM_OOM_ZYGOTE=0    never; unset or 1: for CUDA devices; cpu: for the CPU as well (tests).
+
+ZYGOTE_ENV_PREFIXES = ("PYTHON", "VIRTUAL_ENV", "CONDA", "LD_", "HF_", "TRANSFORMERS_", "TORCH",
+                       "PYTORCH_", "CUDA_", "NCCL_", "NVIDIA_", "OMP_", "MKL_", "TOKENIZERS_",
+                       "LLM_OOM_", "HOME", "XDG_CACHE_HOME")
+ZYGOTE_START_S = 170.0  # below session.rs's HELLO_TIMEOUT (180 s)
+_FORKED_FROM = None  # the warm process's pid, in a child it forked
+
+
+def _zygote_wanted(argv):
+    mode = os.environ.get("LLM_OOM_ZYGOTE", "1").strip().lower()
+    if mode in ("0", "off", "no", "false"):
+        return None
+    try:
+        setup = json.loads(argv[argv.index("--setup") + 1])
+    except (ValueError, IndexError):
+        return None
+    if not isinstance(setup, dict) or setup.get("devices") or setup.get("tensor_parallel"):
+        return None
+    dev = str(setup.get("device", "")).strip().lower()
+    if not (dev.startswith("cuda") or dev == "gpu" or (mode == "cpu" and dev == "cpu")):
+        return None
+    return setup
+
+
+def _zygote_dir():
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    if not base or not os.path.isdir(base):
+        base = "/tmp"
+    d = os.path.join(base, "llm-oom-%d" % os.getuid())
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    st = os.stat(d)
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise OSError("%s is not private to this user" % d)
+    return d
+
+
+def _zygote_key(script):
+    import hashlib
+    h = hashlib.sha256()
+    h.update(os.path.realpath(sys.executable).encode())
+    h.update(b"\0")
+    h.update(script)
+    # The interpreter's flags (-I, -S) and import path decide what an import finds.
+    h.update(repr((tuple(sys.flags), sys.path[1:])).encode())
+    for k in sorted(os.environ):
+        if k.startswith(ZYGOTE_ENV_PREFIXES):
+            h.update(b"\0%s=%s" % (k.encode(), os.environ[k].encode("utf-8", "surrogateescape")))
+    return h.hexdigest()[:20]
+
+
+def _send_msg(sock, obj):
+    sock.sendall((json.dumps(obj) + "\n").encode())
+
+
+def _read_msg(f):
+    line = f.readline()
+    return json.loads(line) if line else None
+
+
+def relay(argv):
+    """Run this probe in a child forked by the warm process. Returns the child's wait status, or
+    None when it could not (the caller then runs the probe in this process)."""
+    import socket
+    if _zygote_wanted(argv) is None:
+        return None
+    try:
+        with open(os.path.abspath(__file__), "rb") as f:
+            script = f.read()
+        d = _zygote_dir()
+        key = _zygote_key(script)
+        path = os.path.join(d, "zygote-%s.sock" % key)
+        if os.path.exists(path + ".declined"):
+            return None  # this interpreter's imports start CUDA: it cannot serve forks
+        sock = _zygote_connect(path) or _zygote_start(d, key, path, script)
+        if sock is None:
+            return None
+        sock.settimeout(None)
+        request = {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}
+        body = json.dumps(request).encode()
+        socket.send_fds(sock, [b"%d\n" % len(body) + body], [0, 1, 2])
+        replies = sock.makefile("rb")
+        first = _read_msg(replies)
+    except (OSError, ValueError) as e:
+        log("llm-oom: the warm transformers process was not used (%s); starting torch here" % e)
+        return None
+    if not first or "pid" not in first:
+        if first and first.get("refused"):
+            log("llm-oom: the warm transformers process declined (%s); starting torch here" % first["refused"])
+        return None
+    pid = int(first["pid"])
+
+    def forward(signum, frame):
+        try:
+            os.kill(pid, signum)
+        except OSError:
+            pass
+
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, forward)
+    die_with_parent()  # the parent's death ends this relay, whose socket's end ends the child
+    try:
+        last = _read_msg(replies)
+    except (OSError, ValueError):
+        last = None
+    if not last or "status" not in last:
+        return 3 << 8  # the warm process died: its child saw its parent go and left (exit 3)
+    return int(last["status"])
+
+
+def _zygote_connect(path):
+    import socket
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.settimeout(5)
+        s.connect(path)
+        return s
+    except OSError:
+        s.close()
+        return None
+
+
+def _zygote_start(d, key, path, script):
+    """Start the warm process (one at a time: a lock) and wait until it listens."""
+    import fcntl
+    import subprocess
+    with open(os.path.join(d, "zygote-%s.lock" % key), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        sock = _zygote_connect(path)  # another relay may have started it meanwhile
+        if sock is not None:
+            return sock
+        copy = os.path.join(d, "probe-%s.py" % key)
+        with open(copy + ".tmp", "wb") as f:
+            f.write(script)
+        os.replace(copy + ".tmp", copy)
+        with open(os.path.join(d, "zygote-%s.log" % key), "wb") as logf:
+            flags = subprocess._args_from_interpreter_flags()  # -I, -S, -X …: as this interpreter
+            z = subprocess.Popen([sys.executable] + flags + [copy, "--zygote", path], stdin=subprocess.DEVNULL,
+                                 stdout=logf, stderr=logf, close_fds=True, start_new_session=True)
+        deadline = time.monotonic() + ZYGOTE_START_S
+        while time.monotonic() < deadline:
+            sock = _zygote_connect(path)
+            if sock is not None:
+                return sock
+            if z.poll() is not None:
+                return None  # it could not import (the in-process run will say why)
+            time.sleep(0.05)
+        return None
+
+
+def _zygote_preimport():
+    """What every probe child imports before its first task, so a fork needs none of it."""
+    import_libs()
+    from transformers import AutoConfig, AutoModelForCausalLM  # noqa: F401
+    for name in ("torch._dynamo", "torch.distributed.tensor", "transformers.generation",
+                 "transformers.integrations.accelerate", "accelerate"):
+        try:
+            __import__(name)
+        except Exception:  # noqa: BLE001 - optional: the child imports it itself if it can
+            pass
+
+
+def _zygote_warm_model(argv):
+    """Import the modeling module of the model this child will load (not remote code)."""
+    try:
+        setup = json.loads(argv[argv.index("--setup") + 1])
+        if setup.get("trust_remote_code"):
+            return
+        with open(os.path.join(setup["model"], "config.json")) as f:
+            model_type = json.load(f).get("model_type")
+        from transformers.models.auto import modeling_auto
+        name = modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
+        if name:
+            getattr(transformers, name)
+    except Exception:  # noqa: BLE001 - the child loads it as it would anyway
+        pass
+
+
+def _cuda_started():
+    """Whether the CUDA driver was initialised in this process (then a fork's child could not use
+    it). torch's and triton's imports map libcuda without initialising it (H200 machine, session
+    16); before cuInit, cuCtxGetCurrent answers CUDA_ERROR_NOT_INITIALIZED (3) and starts nothing."""
+    if torch.cuda.is_initialized():
+        return True
+    try:
+        with open("/proc/self/maps") as f:
+            if not any("libcuda.so" in line for line in f):
+                return False
+        ctx = ctypes.c_void_p()
+        return ctypes.CDLL("libcuda.so.1").cuCtxGetCurrent(ctypes.byref(ctx)) != 3
+    except (OSError, AttributeError):
+        return True
+
+
+def _install_stamp():
+    stamp = []
+    for mod in (torch, transformers):
+        try:
+            st = os.stat(os.path.dirname(mod.__file__))
+            stamp.append((mod.__version__, st.st_mtime_ns, st.st_ino))
+        except Exception:  # noqa: BLE001
+            stamp.append(None)
+    return stamp
+
+
+def zygote_main(argv):
+    import selectors
+    import socket
+    import struct
+    if len(argv) != 1:
+        return 2
+    path = argv[0]
+    idle_s = float(os.environ.get("LLM_OOM_ZYGOTE_IDLE_S", "600"))
+    t0 = time.monotonic()
+    _zygote_preimport()
+    if _cuda_started():
+        log("the imports started the CUDA driver: a forked child could not use it; not serving")
+        with open(path + ".declined", "w") as f:
+            f.write("the imports started CUDA\n")
+        return 1
+    stamp = _install_stamp()
+    log("imports done in %.2f s (torch %s, transformers %s)" % (time.monotonic() - t0, torch.__version__,
+                                                                transformers.__version__))
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    os.chmod(path, 0o600)
+    listener.listen(16)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ, "accept")
+    sel.register(wake_r, selectors.EVENT_READ, "wake")
+    by_pid = {}  # child pid -> its relay's connection (None once the relay is gone)
+    last = time.monotonic()
+    serving = True
+
+    def stop_serving():
+        nonlocal serving
+        if serving:
+            serving = False
+            sel.unregister(listener)
+            listener.close()
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def serve(conn):
+        conn.settimeout(10)
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        if struct.unpack("3i", creds)[1] != os.getuid():
+            conn.close()
+            return
+        data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 16, 3)
+        try:
+            head, _, body = data.partition(b"\n")
+            need = int(head)
+            while len(body) < need:
+                more = conn.recv(need - len(body))
+                if not more:
+                    raise ValueError("the request was cut short")
+                body += more
+            req = json.loads(body)
+            if len(fds) != 3:
+                raise ValueError("expected 3 descriptors, got %d" % len(fds))
+        except (ValueError, OSError) as e:
+            for fd in fds:
+                os.close(fd)
+            _send_msg(conn, {"refused": "a bad request (%s)" % e})
+            conn.close()
+            return
+        if _install_stamp() != stamp:
+            for fd in fds:
+                os.close(fd)
+            _send_msg(conn, {"refused": "torch or transformers changed on disk since it started"})
+            conn.close()
+            stop_serving()
+            return
+        _zygote_warm_model(req["argv"])
+        if _cuda_started():
+            for fd in fds:
+                os.close(fd)
+            _send_msg(conn, {"refused": "CUDA was started in the warm process"})
+            conn.close()
+            stop_serving()
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        me = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            rc = 1
+            try:
+                signal.set_wakeup_fd(-1)
+                for sig in (signal.SIGCHLD, signal.SIGHUP):
+                    signal.signal(sig, signal.SIG_DFL)
+                sel.close()
+                for fd in (wake_r, wake_w):
+                    os.close(fd)
+                if serving:
+                    listener.close()
+                for c in by_pid.values():
+                    if c is not None:
+                        c.close()
+                conn.close()
+                for i, fd in enumerate(fds):
+                    os.dup2(fd, i)
+                    os.close(fd)
+                os.environ.clear()
+                os.environ.update(req["env"])
+                try:
+                    os.chdir(req["cwd"])
+                except OSError:
+                    pass
+                global _FORKED_FROM
+                _FORKED_FROM = me
+                sys.argv = [os.path.abspath(__file__)] + list(req["argv"])
+                rc = main(list(req["argv"]))
+            except SystemExit as e:
+                rc = e.code if isinstance(e.code, int) else 1
+            except BaseException:  # noqa: BLE001 - say it on the relay's stderr, then leave
+                traceback.print_exc()
+            _leave(rc)
+        for fd in fds:
+            os.close(fd)
+        by_pid[pid] = conn
+        sel.register(conn, selectors.EVENT_READ, pid)
+        _send_msg(conn, {"pid": pid})
+
+    while True:
+        if not by_pid and (not serving or time.monotonic() - last > idle_s):
+            stop_serving()
+            return 0
+        for k, _ in sel.select(timeout=1.0):
+            if k.data == "accept":
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    continue
+                try:
+                    serve(conn)
+                except (OSError, ValueError) as e:
+                    log("a request failed: %s" % e)
+                    conn.close()
+            elif k.data == "wake":
+                try:
+                    os.read(wake_r, 4096)
+                except BlockingIOError:
+                    pass
+            else:  # a relay's connection: it says nothing more, so this is its end
+                try:
+                    gone = not k.fileobj.recv(1)
+                except OSError:
+                    gone = True
+                if gone:
+                    sel.unregister(k.fileobj)
+                    k.fileobj.close()
+                    by_pid[k.data] = None
+                    try:
+                        os.kill(k.data, signal.SIGKILL)
+                    except OSError:
+                        pass
+        while by_pid:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            conn = by_pid.pop(pid, None)
+            last = time.monotonic()
+            if conn is not None:
+                try:
+                    _send_msg(conn, {"status": status})
+                except OSError:
+                    pass
+                sel.unregister(conn)
+                conn.close()
+
+
+def _mirror(status):
+    """Leave as the forked child did: its exit code, or its signal."""
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        try:
+            signal.signal(-code, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass  # SIGKILL, SIGSTOP: not catchable, so already the default
+        os.kill(os.getpid(), -code)
+        time.sleep(1)
+        code = 128 - code
+    os._exit(code)
+
+
 def _leave(rc):
     """Exit without the interpreter's teardown: with torch and a CUDA context loaded, finalising
     the modules took 3-10 s after the last answer (docs/gpu-runs.md, session 8), time the parent
@@ -1611,4 +2035,9 @@ def _leave(rc):
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--zygote"]:
+        _leave(zygote_main(sys.argv[2:]))
+    _status = relay(sys.argv[1:])
+    if _status is not None:
+        _mirror(_status)
     _leave(main(sys.argv[1:]))
