@@ -1868,6 +1868,15 @@ def zygote_main(argv):
             except OSError:
                 pass
 
+    def refuse(conn, fds, why, stop=False):
+        """Say no to a relay (it then runs the probe itself); `stop`: serve no one after it."""
+        for fd in fds:
+            os.close(fd)
+        _send_msg(conn, {"refused": why})
+        conn.close()
+        if stop:
+            stop_serving()
+
     def serve(conn):
         conn.settimeout(10)
         creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
@@ -1887,26 +1896,12 @@ def zygote_main(argv):
             if len(fds) != 3:
                 raise ValueError("expected 3 descriptors, got %d" % len(fds))
         except (ValueError, OSError) as e:
-            for fd in fds:
-                os.close(fd)
-            _send_msg(conn, {"refused": "a bad request (%s)" % e})
-            conn.close()
-            return
+            return refuse(conn, fds, "a bad request (%s)" % e)
         if _install_stamp() != stamp:
-            for fd in fds:
-                os.close(fd)
-            _send_msg(conn, {"refused": "torch or transformers changed on disk since it started"})
-            conn.close()
-            stop_serving()
-            return
+            return refuse(conn, fds, "torch or transformers changed on disk since it started", stop=True)
         _zygote_warm_model(req["argv"])
         if _cuda_started():
-            for fd in fds:
-                os.close(fd)
-            _send_msg(conn, {"refused": "CUDA was started in the warm process"})
-            conn.close()
-            stop_serving()
-            return
+            return refuse(conn, fds, "CUDA was started in the warm process", stop=True)
         sys.stdout.flush()
         sys.stderr.flush()
         me = os.getpid()
