@@ -292,8 +292,40 @@ with tempfile.TemporaryDirectory() as run_dir:
     check(zygotes[0] is not None and zygotes[0] == zygotes[1],
           "warm process: both children were forked by one warm process (%s)" % zygotes)
     check(all(r["outcome"] == "ok" and r["after"] > 0 for r in results), "warm process: a forked child loads the model")
+    # A relay that leaves right after its request, before the pid comes back: its child must
+    # not outlive it, and the warm process must go on serving.
+    import socket as _socket
+
+    def zchildren(z):
+        kids = []
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    if int(open("/proc/%s/stat" % d).read().split(")")[-1].split()[1]) == z:
+                        kids.append(int(d))
+                except (OSError, IndexError, ValueError):
+                    pass
+        return kids
+
+    zdir = os.path.join(run_dir, "llm-oom-%d" % os.getuid())
+    zsock = [os.path.join(zdir, f) for f in os.listdir(zdir) if f.endswith(".sock")][0]
+    for _ in range(3):
+        r0, w0 = os.pipe()
+        r1, w1 = os.pipe()
+        c = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        c.connect(zsock)
+        body = json.dumps({"argv": ["--setup", setup()], "env": dict(zenv), "cwd": os.getcwd()}).encode()
+        _socket.send_fds(c, [b"%d\n" % len(body) + body], [r0, w1, w1])
+        c.close()
+        for fd in (r0, w0, r1, w1):
+            os.close(fd)
+    t = time.time()
+    while zchildren(zygotes[0]) and time.time() - t < 10:
+        time.sleep(0.05)
+    check(not zchildren(zygotes[0]), "warm process: a relay gone before its pid leaves no child behind")
     p = start()
     h = json.loads(p.stdout.readline())
+    check(zygote_pid(h) == zygotes[0], "warm process: it still serves after relays that left early")
     p.kill()
     p.wait()
     t = time.time()

@@ -1517,6 +1517,15 @@ class Child:
 # ---------------------------------------------------------------------------------------------
 # Process life
 # ---------------------------------------------------------------------------------------------
+def _pdeathsig(sig=signal.SIGTERM):
+    """PR_SET_PDEATHSIG: `sig` when the parent dies."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(1, sig, 0, 0, 0)
+    except Exception:  # noqa: BLE001
+        pass
+
+
 def die_with_parent():
     """Exit when the parent dies: PR_SET_PDEATHSIG (SIGTERM: the handler frees the ballast), and a
     daemon thread that sees the parent pid change and leaves at once (the driver frees what a dead
@@ -1619,7 +1628,7 @@ def main(argv):
 ZYGOTE_ENV_PREFIXES = ("PYTHON", "VIRTUAL_ENV", "CONDA", "LD_", "HF_", "TRANSFORMERS_", "TORCH",
                        "PYTORCH_", "CUDA_", "NCCL_", "NVIDIA_", "OMP_", "MKL_", "TOKENIZERS_",
                        "LLM_OOM_", "HOME", "XDG_CACHE_HOME")
-ZYGOTE_START_S = 170.0  # below session.rs's HELLO_TIMEOUT (180 s)
+ZYGOTE_START_S = 120.0  # leaves an in-process import time within session.rs's HELLO_TIMEOUT (180 s)
 _FORKED_FROM = None  # the warm process's pid, in a child it forked
 
 
@@ -1659,6 +1668,12 @@ def _zygote_key(script):
     h.update(script)
     # The interpreter's flags (-I, -S) and import path decide what an import finds.
     h.update(repr((tuple(sys.flags), sys.path[1:])).encode())
+    # A child runs in the warm process's cgroup (memory limits, a Slurm or systemd scope).
+    try:
+        with open("/proc/self/cgroup", "rb") as f:
+            h.update(f.read())
+    except OSError:
+        pass
     for k in sorted(os.environ):
         if k.startswith(ZYGOTE_ENV_PREFIXES):
             h.update(b"\0%s=%s" % (k.encode(), os.environ[k].encode("utf-8", "surrogateescape")))
@@ -1720,7 +1735,18 @@ def relay(argv):
     except (OSError, ValueError):
         last = None
     if not last or "status" not in last:
-        return 3 << 8  # the warm process died: its child saw its parent go and left (exit 3)
+        # The warm process died: its child sees its parent go and leaves; make sure it has
+        # before answering, so the next child does not start beside its memory.
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                break
+            time.sleep(0.05)
+        else:
+            forward(signal.SIGKILL, None)
+        return 3 << 8
     return int(last["status"])
 
 
@@ -1837,6 +1863,8 @@ def zygote_main(argv):
     stamp = _install_stamp()
     log("imports done in %.2f s (torch %s, transformers %s)" % (time.monotonic() - t0, torch.__version__,
                                                                 transformers.__version__))
+    if _zygote_connect(path) is not None:
+        return 0  # another warm process serves this key (a relay gave up waiting on this one)
     try:
         os.unlink(path)
     except FileNotFoundError:
@@ -1893,6 +1921,9 @@ def zygote_main(argv):
                     raise ValueError("the request was cut short")
                 body += more
             req = json.loads(body)
+            if not (isinstance(req, dict) and isinstance(req.get("argv"), list)
+                    and isinstance(req.get("env"), dict) and isinstance(req.get("cwd"), str)):
+                raise ValueError("not a request")
             if len(fds) != 3:
                 raise ValueError("expected 3 descriptors, got %d" % len(fds))
         except (ValueError, OSError) as e:
@@ -1909,6 +1940,9 @@ def zygote_main(argv):
         if pid == 0:
             rc = 1
             try:
+                _pdeathsig()
+                if os.getppid() != me:
+                    os._exit(3)  # the warm process died before this child could watch it
                 signal.set_wakeup_fd(-1)
                 for sig in (signal.SIGCHLD, signal.SIGHUP):
                     signal.signal(sig, signal.SIG_DFL)
@@ -1942,8 +1976,20 @@ def zygote_main(argv):
         for fd in fds:
             os.close(fd)
         by_pid[pid] = conn
-        sel.register(conn, selectors.EVENT_READ, pid)
-        _send_msg(conn, {"pid": pid})
+        try:
+            sel.register(conn, selectors.EVENT_READ, pid)
+            _send_msg(conn, {"pid": pid})
+        except Exception:  # noqa: BLE001 - the relay left before its pid: no one waits for the child
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+            by_pid[pid] = None  # still reaped below
+            try:
+                sel.unregister(conn)
+            except (KeyError, ValueError):
+                pass
+            conn.close()
 
     while True:
         if not by_pid and (not serving or time.monotonic() - last > idle_s):
@@ -1957,8 +2003,8 @@ def zygote_main(argv):
                     continue
                 try:
                     serve(conn)
-                except (OSError, ValueError) as e:
-                    log("a request failed: %s" % e)
+                except Exception as e:  # noqa: BLE001 - one bad request must not end the warm process
+                    log("a request failed: %s: %s" % (type(e).__name__, e))
                     conn.close()
             elif k.data == "wake":
                 try:
