@@ -14,7 +14,7 @@ B=/tmp/llm-oom; gunzip -c .gl/llm-oom.gz > $B && chmod +x $B
 M=presets/mistral-7b-instruct-v0.2.json
 apps() { nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2>&1 | tr '\n' ';'; }
 echo "apps before: $(apps)" >> "$OUT/summary.txt"
-timed ttv-off env LLM_OOM_ZYGOTE=0 $B -vv diagnose -m $M --json
+[ "${OFF:-1}" = 0 ] || timed ttv-off env LLM_OOM_ZYGOTE=0 $B -vv diagnose -m $M --json
 timed ttv-cold $B -vv diagnose -m $M --json
 for r in warm1 warm2 warm3; do timed ttv-$r $B -vv diagnose -m $M --json; done
 timed ttv-32k timeout 150 $B -vv diagnose -m $M --vram-limit 48GiB -p 32000 -n 256 --json
@@ -27,7 +27,7 @@ sleep 6; echo "killed run, 6 s in: $(apps)" >> "$OUT/summary.txt"; kill -9 $D; K
 for i in $(seq 1 100); do sleep 0.1; [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader)" ] && break; done
 echo "killed run: GPU free $(( ($(date +%s%N) - K0) / 1000000 )) ms after SIGKILL: [$(apps)]" >> "$OUT/summary.txt"
 python3 scripts/gpu/select-limits.py "$OUT/all.jsonl" all >> "$OUT/summary.txt"
-timed edges timeout ${EDGES_S:-300} env PER_RUN_S=80 SAVE_DIR=$OUT/reports python3 scripts/gpu/diagnose-vs-transformers.py \
+[ "${EDGES_S:-300}" = 0 ] || timed edges timeout ${EDGES_S:-300} env PER_RUN_S=80 SAVE_DIR=$OUT/reports python3 scripts/gpu/diagnose-vs-transformers.py \
   "$OUT/all.jsonl" "$FINAL/verdicts.jsonl" "$B" measured
 pkill -f 'llm-oom diagnose'; sleep 2   # a run the timeout cut short (the harness's child)
 echo "apps at the end: $(apps)" >> "$OUT/summary.txt"
