@@ -1531,11 +1531,7 @@ def die_with_parent():
     daemon thread that sees the parent pid change and leaves at once (the driver frees what a dead
     process held)."""
     ppid = os.getppid()
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001
-        pass
+    _pdeathsig()
     if ppid == 1:
         return  # started by init: nothing to watch
 
@@ -1618,7 +1614,7 @@ def main(argv):
 # as a relay: it asks a warm process of the same interpreter, script and import environment to fork
 # the child, hands it its own stdin/stdout/stderr (SCM_RIGHTS) with its argv, environment and
 # working directory, and then only waits, forwarding signals, and exits as the child did. The warm
-# process never starts CUDA (it refuses to fork once libcuda is mapped), holds no GPU memory, kills
+# process never starts CUDA (it refuses to fork once the driver is initialised), holds no GPU memory, kills
 # a child whose relay went away (a SIGKILL of the relay does not orphan it), and exits after
 # LLM_OOM_ZYGOTE_IDLE_S (default 600) seconds without a child. The first relay starts it and waits
 # for its imports (a cold run, as before). Anything that goes wrong before the fork falls back to
@@ -1635,17 +1631,15 @@ _FORKED_FROM = None  # the warm process's pid, in a child it forked
 def _zygote_wanted(argv):
     mode = os.environ.get("LLM_OOM_ZYGOTE", "1").strip().lower()
     if mode in ("0", "off", "no", "false"):
-        return None
+        return False
     try:
         setup = json.loads(argv[argv.index("--setup") + 1])
     except (ValueError, IndexError):
-        return None
+        return False
     if not isinstance(setup, dict) or setup.get("devices") or setup.get("tensor_parallel"):
-        return None
+        return False
     dev = str(setup.get("device", "")).strip().lower()
-    if not (dev.startswith("cuda") or dev == "gpu" or (mode == "cpu" and dev == "cpu")):
-        return None
-    return setup
+    return dev.startswith("cuda") or dev == "gpu" or (mode == "cpu" and dev == "cpu")
 
 
 def _zygote_dir():
@@ -1693,7 +1687,7 @@ def relay(argv):
     """Run this probe in a child forked by the warm process. Returns the child's wait status, or
     None when it could not (the caller then runs the probe in this process)."""
     import socket
-    if _zygote_wanted(argv) is None:
+    if not _zygote_wanted(argv):
         return None
     try:
         with open(os.path.abspath(__file__), "rb") as f:
@@ -1896,6 +1890,19 @@ def zygote_main(argv):
             except OSError:
                 pass
 
+    def drop_relay(conn, pid):
+        """The relay behind `conn` is gone: no one waits for child `pid` (still reaped below)."""
+        try:
+            sel.unregister(conn)
+        except (KeyError, ValueError):
+            pass
+        conn.close()
+        by_pid[pid] = None
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
     def refuse(conn, fds, why, stop=False):
         """Say no to a relay (it then runs the probe itself); `stop`: serve no one after it."""
         for fd in fds:
@@ -1979,17 +1986,8 @@ def zygote_main(argv):
         try:
             sel.register(conn, selectors.EVENT_READ, pid)
             _send_msg(conn, {"pid": pid})
-        except Exception:  # noqa: BLE001 - the relay left before its pid: no one waits for the child
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-            by_pid[pid] = None  # still reaped below
-            try:
-                sel.unregister(conn)
-            except (KeyError, ValueError):
-                pass
-            conn.close()
+        except Exception:  # noqa: BLE001 - the relay left before its pid
+            drop_relay(conn, pid)
 
     while True:
         if not by_pid and (not serving or time.monotonic() - last > idle_s):
@@ -2017,13 +2015,7 @@ def zygote_main(argv):
                 except OSError:
                     gone = True
                 if gone:
-                    sel.unregister(k.fileobj)
-                    k.fileobj.close()
-                    by_pid[k.data] = None
-                    try:
-                        os.kill(k.data, signal.SIGKILL)
-                    except OSError:
-                        pass
+                    drop_relay(k.fileobj, k.data)
         while by_pid:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -2046,11 +2038,7 @@ def _mirror(status):
     """Leave as the forked child did: its exit code, or its signal."""
     code = os.waitstatus_to_exitcode(status)
     if code < 0:
-        for f in (sys.stdout, sys.stderr):
-            try:
-                f.flush()
-            except Exception:  # noqa: BLE001
-                pass
+        _flush_all()
         try:
             signal.signal(-code, signal.SIG_DFL)
         except (OSError, ValueError):
@@ -2066,13 +2054,17 @@ def _leave(rc):
     the modules took 3-10 s after the last answer (docs/gpu-runs.md, session 8), time the parent
     waited for nothing. Every answer is already flushed; the ballast was freed by `close()`; the
     driver frees the rest of the process's memory at exit."""
+    _flush_all()
+    os._exit(rc if isinstance(rc, int) else 1)
+
+
+def _flush_all():
     for f in (sys.stdout, sys.stderr, _OUT):
         try:
             if f is not None:
                 f.flush()
         except Exception:  # noqa: BLE001 - a closed pipe: nothing left to say
             pass
-    os._exit(rc if isinstance(rc, int) else 1)
 
 
 if __name__ == "__main__":
