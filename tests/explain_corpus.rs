@@ -611,6 +611,24 @@ const SEALED_T_LOGS: usize = 36;
 const SEALED_T_RIGHT: usize = 30;
 const SEALED_U_LOGS: usize = 17;
 const SEALED_U_RIGHT: usize = 6;
+const SEALED_V_LOGS: usize = 43;
+const SEALED_V_RIGHT: usize = 25;
+const SEALED_W_LOGS: usize = 42;
+const SEALED_W_RIGHT: usize = 22;
+/// Host-memory kills with no memory words: BitNet's converter `died with <Signals.SIGKILL: 9>`,
+/// LlamaFactory's export ending in `Killed` (the threads: host RAM), and Ray's `Worker
+/// unexpectedly exits with a connection error code 2` (the thread: the node's OOM killer).
+const SEALED_V_WORDLESS: &[&str] = &[
+    "bitnet-BitNet-103.log",
+    "llamafactory-LlamaFactory-1975.log",
+    "ray-OpenRLHF-1065.log",
+];
+/// intel-xpu-backend-for-triton#7477: the annotator called it a look-alike (the thread: a
+/// driver bug), though its text says "XPU out of memory"; read as an OOM.
+const SEALED_V_READ_AS_OOM: &[&str] = &["xpu-intel-xpu-backend-for-triton-7477.log"];
+/// cudarc's CUDA_ERROR_ILLEGAL_ADDRESS labelled an OOM by the thread (apache/mahout#696), and
+/// alpaca-lora's `killed` at `Loading checkpoint shards: 52%` (host RAM): no memory words.
+const SEALED_W_WORDLESS: &[&str] = &["cudarc-mahout-696.log", "transformers-alpaca-lora-546.log"];
 /// vLLM's `KeyboardInterrupt: MQLLMEngine terminated` (the thread: lowering
 /// gpu_memory_utilization fixed it) and a Windows prompt back after "Loading checkpoint shards:
 /// 0%" (the thread: an 8 GB card): no memory words.
@@ -644,6 +662,30 @@ fn the_sealed_2026_12u_set_tuned_scores_and_calls_no_worded_oom_none() {
         SEALED_U_LOGS,
         SEALED_U_RIGHT,
         SEALED_U_WORDLESS,
+        &[],
+    );
+}
+
+/// Sealed 2026-12v and 12w, scored once at 266b5f8 before any rule change (first sight: 25/43
+/// and 22/42; docs/calibration/explain-first-scores-sealed-2026-12v-w.jsonl), now tuned sets.
+#[test]
+fn the_sealed_2026_12v_set_tuned_scores_and_calls_no_worded_oom_none() {
+    assert_tuned_except(
+        "sealed-2026-12v",
+        SEALED_V_LOGS,
+        SEALED_V_RIGHT,
+        SEALED_V_WORDLESS,
+        SEALED_V_READ_AS_OOM,
+    );
+}
+
+#[test]
+fn the_sealed_2026_12w_set_tuned_scores_and_calls_no_worded_oom_none() {
+    assert_tuned_except(
+        "sealed-2026-12w",
+        SEALED_W_LOGS,
+        SEALED_W_RIGHT,
+        SEALED_W_WORDLESS,
         &[],
     );
 }
