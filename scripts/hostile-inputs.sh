@@ -299,6 +299,11 @@ else
     echo '| `a grandchild OOM-killed in a small cgroup` | skipped | this machine does not let us create a memory cgroup |' >>"$ROWS"
 fi
 
+# More groups, one file per area (each uses group, row and the fixtures above).
+for extra in "$ROOT"/scripts/hostile-inputs.d/*.sh; do
+    [ -f "$extra" ] && . "$extra"
+done
+
 # --- summary ----------------------------------------------------------------------------------
 SUMMARY="$TOTAL inputs: $PANICS panics, $HANGS hangs, $WRONG unexpected exit codes (overflows among them), $LOST lost reports, $LEFT runs with processes left."
 OUT="$T/table.md"
