@@ -19,3 +19,29 @@ fn docs_examples() {
         .case("docs/engines.md");
 }
 
+/// Each command's `--help` ends with two or three examples, the README's vocabulary.
+#[test]
+fn every_command_help_ends_with_a_few_examples() {
+    let bin = env!("CARGO_BIN_EXE_llm-oom");
+    for command in ["plan", "explain", "diagnose", "watch", "env"] {
+        let out = std::process::Command::new(bin)
+            .args([command, "--help"])
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("the binary runs");
+        let help = String::from_utf8_lossy(&out.stdout);
+        let examples = help
+            .split("Examples:\n")
+            .nth(1)
+            .unwrap_or_else(|| panic!("`{command} --help` has no examples:\n{help}"));
+        let lines = examples
+            .lines()
+            .take_while(|l| !l.trim().is_empty())
+            .filter(|l| l.trim_start().starts_with("llm-oom ") || l.contains("| llm-oom "))
+            .count();
+        assert!(
+            (2..=3).contains(&lines),
+            "`{command} --help` shows {lines} examples, not 2 or 3:\n{help}"
+        );
+    }
+}

@@ -5,34 +5,42 @@ use clap_complete::Shell;
 
 const PLAN_EXAMPLES: &str = "\
 Examples:
-  llm-oom plan --model mistralai/Mistral-7B-Instruct-v0.2 --vram 24GiB
-  llm-oom plan --model ./my-model --prompt-tokens 8000 --max-new-tokens 1000 --batch 4 --vram 24GiB
-  llm-oom plan --model llama-2-13b-hf --dtype nf4 --vram 16GiB --markdown
-  llm-oom plan --model model.Q4_K_M.gguf --engine llama.cpp --vram 8GiB --json
-  llm-oom plan --model meta-llama/Llama-3.3-70B-Instruct --dtype nf4 --vram 2x24GiB
-  llm-oom plan --model mistralai/Mixtral-8x7B-Instruct-v0.1 --engine vllm --vram 2xa100-40gb --tp 2
-  llm-oom plan --model meta-llama/Llama-3.1-405B-Instruct --dtype fp8 --engine vllm --vram h100 --nodes 2 --gpus-per-node 8
-  llm-oom plan --list-presets";
+  llm-oom plan --model mistralai/Mistral-7B-Instruct-v0.2 --vram 24GiB --prompt-tokens 8000 --max-new-tokens 1000 --batch 4
+  llm-oom plan --model model.Q4_K_M.gguf --engine llama.cpp --vram 8GiB
+  llm-oom plan --model meta-llama/Llama-3.3-70B-Instruct --dtype nf4 --vram 2x24GiB --markdown
+
+More: docs/plan.md; the models it knows offline: llm-oom plan --list-presets";
 
 const EXPLAIN_EXAMPLES: &str = "\
 Examples:
   llm-oom explain oom.log
   pbpaste | llm-oom explain -
-  llm-oom explain crash.log --model mistralai/Mistral-7B-Instruct-v0.2 --prompt-tokens 12000 --batch 4
-  kubectl logs pod/llm-0 --previous | llm-oom explain --markdown";
+  llm-oom explain oom.log --model mistralai/Mistral-7B-Instruct-v0.2 --prompt-tokens 12000 --batch 4
+
+More: docs/explain.md";
 
 const WATCH_EXAMPLES: &str = "\
 Examples:
   llm-oom watch -- python app.py
-  llm-oom watch --svg mem.svg -o report.md --markdown -- python serve.py --port 8000
+  llm-oom watch --markdown -o report.md --svg mem.svg -- python serve.py --port 8000
   llm-oom watch --fail-on-oom --json -o oom.json -- pytest tests/
 
-The program's input and output pass through unchanged; the report goes to standard error, or to -o.";
+The program's input, output and exit code pass through; the report goes to standard error, or to -o.
+More: docs/watch.md";
 
 const DIAGNOSE_EXAMPLES: &str = "\
 Examples:
   llm-oom diagnose
-  llm-oom diagnose --model mistralai/Mistral-7B-Instruct-v0.2 --prompt-tokens 8000 --vram 24GiB";
+  llm-oom diagnose --model mistralai/Mistral-7B-Instruct-v0.2 --prompt-tokens 8000 --vram-limit 24GiB
+  llm-oom diagnose --model ./my-model --engine candle --device cuda --find-limits
+
+More: docs/diagnose.md; the engines: docs/engines.md";
+
+const ENV_EXAMPLES: &str = "\
+Examples:
+  llm-oom env
+  llm-oom env --markdown
+  llm-oom env --python .venv/bin/python";
 
 /// `--version`: the version and what this binary can run.
 #[cfg(all(feature = "cuda", not(feature = "nccl")))]
@@ -60,7 +68,10 @@ const LONG_VERSION: &str = concat!(
     long_about = "Find out why a local LLM runs out of GPU memory, and what to change.\n\n\
         Weights, KV cache, activations, concurrency, fragmentation or another process: llm-oom names \
         the cause with numbers and prices every remedy in bytes.\n\n\
-        Exit codes: 0 fits / no OOM, 1 would OOM / OOM found, 2 bad input or usage, 3 internal failure."
+        Commands, in the order you usually need them: plan (no GPU needed), explain (paste a log), \
+        diagnose (on the GPU, in your engine), watch (your own program).\n\n\
+        Exit codes: 0 fits / no OOM, 1 would OOM / OOM found, 2 bad input or usage, 3 llm-oom or its \
+        probe failed; watch passes the program's own exit code through."
 )]
 pub struct Cli {
     /// More logging on stderr (-v info, -vv debug, -vvv trace); RUST_LOG overrides.
@@ -107,12 +118,7 @@ pub enum ColorChoice {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Probe where memory goes on this machine's GPU, stage by stage, and name the cause.
-    #[command(after_help = DIAGNOSE_EXAMPLES, mut_arg("model", |a| a.help(model_help(
-        &format!("{} (embedded, runs in seconds on a CPU)", llm_oom::model::presets::DIAGNOSE_DEFAULT_MODEL)
-    ))))]
-    Diagnose(DiagnoseArgs),
-    /// Predict from config.json alone whether a workload fits, and the largest one that does.
+    /// Predict from config.json alone, with no GPU, whether a workload fits, and the largest one that does.
     #[command(after_help = PLAN_EXAMPLES)]
     Plan(PlanArgs),
     /// Read a pasted OOM log (PyTorch, vLLM, llama.cpp, candle, TGI, dmesg…) and say what it means.
@@ -120,6 +126,11 @@ pub enum Command {
         "none: the log alone is read"
     ))))]
     Explain(ExplainArgs),
+    /// Measure, stage by stage, where memory goes on this machine's GPU in your engine, and name the cause.
+    #[command(after_help = DIAGNOSE_EXAMPLES, mut_arg("model", |a| a.help(model_help(
+        &format!("{} (embedded, runs in seconds on a CPU)", llm_oom::model::presets::DIAGNOSE_DEFAULT_MODEL)
+    ))))]
+    Diagnose(DiagnoseArgs),
     /// Run your own program, watch the memory of its process tree, and explain how it ended.
     #[command(after_help = WATCH_EXAMPLES)]
     Watch(WatchArgs),
@@ -133,6 +144,7 @@ pub enum Command {
     WatchGuard,
     /// What matters for GPU memory on this machine (GPUs, driver, host RAM, this build, the Python
     /// packages, the allocator's settings), to paste beside a report.
+    #[command(after_help = ENV_EXAMPLES)]
     Env {
         /// The Python whose packages are listed [default: $LLM_OOM_PYTHON, else python3]
         #[arg(long)]
