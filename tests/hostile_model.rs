@@ -114,6 +114,15 @@ fn a_checkpoint_that_contradicts_its_config_is_refused_with_both_counts() {
     let r = plan(home.path(), &dir);
     assert!(r.code == 0 || r.code == 1, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("safetensors headers"), "{}", r.stdout);
+    // The same with one embedding stored though the config unties them: still the same model.
+    let one = params - v * h;
+    let header = format!(
+        r#"{{"model.w":{{"dtype":"BF16","shape":[{one}],"data_offsets":[0,{}]}}}}"#,
+        one * 2
+    );
+    safetensors(&dir.join("model.safetensors"), &header, (one * 2) as usize);
+    let r = plan(home.path(), &dir);
+    assert!(r.code == 0 || r.code == 1, "{}{}", r.stdout, r.stderr);
 }
 
 #[test]

@@ -249,7 +249,14 @@ fn contradiction(
     }
     let config = spec.parameters();
     let embedding = spec.vocab_size.saturating_mul(spec.hidden_size);
-    let low = config as f64 * (1.0 - PARAMETER_TOLERANCE);
+    // A checkpoint may store one embedding where the config unties them (transformers ties them
+    // back on load): the lower bound leaves that matrix out.
+    let untied = if spec.tie_word_embeddings {
+        0
+    } else {
+        embedding
+    };
+    let low = config.saturating_sub(untied) as f64 * (1.0 - PARAMETER_TOLERANCE);
     let high = config.saturating_add(embedding) as f64 * 2.0;
     let found = w.parameters as f64;
     if config == 0 || (low..=high).contains(&found) {
