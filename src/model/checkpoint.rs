@@ -51,6 +51,13 @@ pub struct CheckpointWeights {
     pub skipped_tensors: u64,
     pub skipped_bytes: u64,
     pub source: HeaderSource,
+    /// Elements of the counted tensors (their shapes' products).
+    #[serde(skip)]
+    pub parameters: u64,
+    /// Whether every counted tensor is a plain float (`F32`, `F16`, `BF16`): then `parameters` is
+    /// the model's parameter count; packed or scaled forms (U8, I32, FP8…) count otherwise.
+    #[serde(skip)]
+    pub plain_floats: bool,
 }
 
 impl CheckpointWeights {
@@ -102,21 +109,37 @@ fn header_len(file: &str, first: &[u8]) -> Result<u64, InputError> {
     Ok(n)
 }
 
-/// One tensor of a header: its dtype and byte count.
+/// One tensor of a header: its dtype, byte count and elements.
 struct Entry {
     name: String,
     dtype: String,
     bytes: u64,
+    elements: u64,
 }
 
-/// The tensors of one header's JSON.
-fn parse_header(file: &str, json: &[u8]) -> Result<Vec<Entry>, InputError> {
+/// Bits of one element of a safetensors dtype; `None` for one llm-oom does not know.
+fn dtype_bits(d: &str) -> Option<u64> {
+    Some(match d {
+        "F4" => 4,
+        "F6_E2M3" | "F6_E3M2" => 6,
+        "BOOL" | "U8" | "I8" | "F8_E4M3" | "F8_E5M2" | "F8_E8M0" => 8,
+        "U16" | "I16" | "F16" | "BF16" => 16,
+        "U32" | "I32" | "F32" => 32,
+        "U64" | "I64" | "F64" | "C64" => 64,
+        _ => return None,
+    })
+}
+
+/// The tensors of one header's JSON. `data_len`: the bytes after the header when the file's
+/// length is known (a file on disk); every tensor's byte range must lie within it.
+fn parse_header(file: &str, json: &[u8], data_len: Option<u64>) -> Result<Vec<Entry>, InputError> {
     let v: Value = serde_json::from_slice(json)
         .map_err(|e| bad(file, format!("its safetensors header is not JSON ({e})")))?;
     let Value::Object(map) = v else {
         return Err(bad(file, "its safetensors header is not a JSON object"));
     };
     let mut out = Vec::with_capacity(map.len());
+    let mut ranges: Vec<(u64, u64, String)> = Vec::with_capacity(map.len());
     for (name, t) in map {
         if name == "__metadata__" {
             continue;
@@ -126,30 +149,86 @@ fn parse_header(file: &str, json: &[u8]) -> Result<Vec<Entry>, InputError> {
             .get("data_offsets")
             .and_then(Value::as_array)
             .map(|a| a.iter().filter_map(Value::as_u64).collect::<Vec<_>>());
-        match (dtype, offsets.as_deref()) {
-            (Some(d), Some([start, end])) if end >= start => out.push(Entry {
-                name,
-                dtype: d.to_string(),
-                bytes: end - start,
-            }),
-            _ => {
+        let shape = t
+            .get("shape")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().map(Value::as_u64).collect::<Option<Vec<_>>>());
+        let (Some(d), Some([start, end])) = (dtype, offsets.as_deref()) else {
+            return Err(bad(
+                file,
+                format!("tensor `{name}` has no dtype or no valid data_offsets"),
+            ));
+        };
+        let (start, end) = (*start, *end);
+        if end < start {
+            return Err(bad(
+                file,
+                format!("tensor `{name}` has data_offsets [{start}, {end}], which end before they start"),
+            ));
+        }
+        if let Some(len) = data_len.filter(|len| end > *len) {
+            return Err(bad(
+                file,
+                format!(
+                    "tensor `{name}` has data_offsets [{start}, {end}], past the {len} data bytes the file holds: it is truncated or its header is wrong"
+                ),
+            ));
+        }
+        let Some(Some(dims)) = shape else {
+            return Err(bad(
+                file,
+                format!("tensor `{name}` has no shape of non-negative integers"),
+            ));
+        };
+        let elements = dims
+            .iter()
+            .try_fold(1u64, |acc, d| acc.checked_mul(*d))
+            .ok_or_else(|| bad(file, format!("tensor `{name}`'s shape overflows 64 bits")))?;
+        let bytes = end - start;
+        if let Some(bits) = dtype_bits(d) {
+            let want = elements
+                .checked_mul(bits)
+                .map(|b| b.div_ceil(8))
+                .ok_or_else(|| bad(file, format!("tensor `{name}`'s shape overflows 64 bits")))?;
+            if want != bytes {
                 return Err(bad(
                     file,
-                    format!("tensor `{name}` has no dtype or no valid data_offsets"),
-                ))
+                    format!(
+                        "tensor `{name}` ({d}, shape {dims:?}) needs {want} bytes but its data_offsets [{start}, {end}] hold {bytes}"
+                    ),
+                ));
+            }
+        }
+        ranges.push((start, end, name.clone()));
+        out.push(Entry {
+            name,
+            dtype: d.to_string(),
+            bytes,
+            elements,
+        });
+    }
+    ranges.sort();
+    for w in ranges.windows(2) {
+        if let [(_, a_end, a), (b_start, _, b)] = w {
+            if b_start < a_end {
+                return Err(bad(
+                    file,
+                    format!("tensors `{a}` and `{b}` overlap (their data_offsets share bytes)"),
+                ));
             }
         }
     }
     Ok(out)
 }
 
-/// The first 8 bytes and the header of a shard on disk.
-fn read_file_header(path: &Path, file: &str) -> Result<Vec<u8>, InputError> {
+/// The first 8 bytes and the header of a shard on disk, and the bytes of data after the header.
+fn read_file_header(path: &Path, file: &str) -> Result<(Vec<u8>, u64), InputError> {
     let io = |source| InputError::Io {
         path: path.to_path_buf(),
         source,
     };
     let mut f = std::fs::File::open(path).map_err(io)?;
+    let file_len = f.metadata().map_err(io)?.len();
     let mut first = [0u8; 8];
     f.read_exact(&mut first)
         .map_err(|_| bad(file, "shorter than the 8-byte safetensors header length"))?;
@@ -162,8 +241,11 @@ fn read_file_header(path: &Path, file: &str) -> Result<Vec<u8>, InputError> {
             format!("its header is truncated: {read} of {n} bytes"),
         ));
     }
-    Ok(out)
+    Ok((out, file_len.saturating_sub(8).saturating_sub(n)))
 }
+
+/// A shard's name, its first 8 bytes and header, and (read from disk) its data bytes.
+type Shard = (String, Vec<u8>, Option<u64>);
 
 /// The layer a tensor belongs to (`model.layers.12.mlp…` → 12).
 fn layer_index(name: &str) -> Option<u64> {
@@ -175,13 +257,14 @@ fn layer_index(name: &str) -> Option<u64> {
 
 /// Sums the headers (`8 bytes + JSON` each, by shard name) into the weights.
 fn total(
-    headers: &[(String, Vec<u8>)],
+    headers: &[Shard],
     layers: u64,
     source: HeaderSource,
 ) -> Result<CheckpointWeights, InputError> {
     let mut by: BTreeMap<String, u64> = BTreeMap::new();
     let (mut total, mut count, mut skipped, mut skipped_bytes) = (0u64, 0u64, 0u64, 0u64);
-    for (file, bytes) in headers {
+    let (mut parameters, mut plain_floats) = (0u64, true);
+    for (file, bytes, data_len) in headers {
         let n = header_len(file, bytes)?;
         let json = bytes
             .get(8..)
@@ -195,13 +278,15 @@ fn total(
                     ),
                 )
             })?;
-        for e in parse_header(file, json)? {
+        for e in parse_header(file, json, *data_len)? {
             if layer_index(&e.name).is_some_and(|i| i >= layers) {
                 skipped += 1;
                 skipped_bytes = skipped_bytes.saturating_add(e.bytes);
                 continue;
             }
             count += 1;
+            parameters = parameters.saturating_add(e.elements);
+            plain_floats &= matches!(e.dtype.as_str(), "F32" | "F16" | "BF16");
             total = total
                 .checked_add(e.bytes)
                 .ok_or_else(|| bad(file, "its tensor sizes overflow 64 bits"))?;
@@ -219,6 +304,8 @@ fn total(
         skipped_tensors: skipped,
         skipped_bytes,
         source,
+        parameters,
+        plain_floats,
     })
 }
 
@@ -245,29 +332,47 @@ fn shards_of_index(file: &str, text: &str) -> Result<Vec<String>, InputError> {
 }
 
 /// A local checkpoint folder (a download, or an HF cache snapshot): the weights from its shards'
-/// headers, or `None` when it holds no safetensors.
+/// headers, or `None` when it holds no safetensors, or not every shard its index names.
 pub fn from_dir(dir: &Path, layers: u64) -> Result<Option<CheckpointWeights>, InputError> {
+    from_dir_noting(dir, layers, &mut Vec::new())
+}
+
+/// `from_dir`, with the shards an index names but the folder lacks (neither the file nor its cached
+/// header) pushed to `missing`.
+pub fn from_dir_noting(
+    dir: &Path,
+    layers: u64,
+    missing: &mut Vec<String>,
+) -> Result<Option<CheckpointWeights>, InputError> {
     let shards = match read_opt(&dir.join(INDEX))? {
         Some(text) => shards_of_index(INDEX, &text)?,
         None if dir.join(SINGLE).is_file() => vec![SINGLE.to_string()],
         None => return Ok(None),
     };
     let mut headers = Vec::with_capacity(shards.len());
+    let mut absent = Vec::new();
     for s in shards {
         let path = dir.join(&s);
         let cached = dir.join(format!("{s}{CACHED_SUFFIX}"));
-        let bytes = if path.is_file() {
-            read_file_header(&path, &s)?
+        if path.is_file() {
+            let shown = path.display().to_string();
+            let (bytes, data_len) = read_file_header(&path, &shown)?;
+            headers.push((shown, bytes, Some(data_len)));
         } else if cached.is_file() {
-            std::fs::read(&cached).map_err(|source| InputError::Io {
+            let bytes = std::fs::read(&cached).map_err(|source| InputError::Io {
                 path: cached.clone(),
                 source,
-            })?
+            })?;
+            headers.push((s, bytes, None));
         } else {
-            // Index without its shards (only config and index were downloaded).
-            return Ok(None);
-        };
-        headers.push((s, bytes));
+            // Index without this shard (only config and index were downloaded, or a part):
+            // the caller prices from the config.
+            absent.push(s);
+        }
+    }
+    if !absent.is_empty() {
+        missing.extend(absent);
+        return Ok(None);
     }
     total(&headers, layers, HeaderSource::Files).map(Some)
 }
@@ -459,7 +564,7 @@ pub fn from_hub(hub: &Hub, id: &str, layers: u64) -> Result<Option<CheckpointWei
         let (bytes, c) = hub.fetch_header(id, &s)?;
         let name = format!("{s}{CACHED_SUFFIX}");
         store(hub, id, commit.as_deref().or(c.as_deref()), &name, &bytes);
-        headers.push((s, bytes));
+        headers.push((s, bytes, None));
     }
     total(&headers, layers, HeaderSource::Hub).map(Some)
 }
@@ -490,7 +595,7 @@ mod tests {
             "model.layers.0.w_scale":{"dtype":"F32","shape":[1],"data_offsets":[16,20]},
             "model.layers.2.w":{"dtype":"BF16","shape":[4],"data_offsets":[20,28]}}"#,
         );
-        let w = total(&[("a".into(), h)], 2, HeaderSource::Files).unwrap();
+        let w = total(&[("a".into(), h, None)], 2, HeaderSource::Files).unwrap();
         assert_eq!(w.total_bytes, 20);
         assert_eq!(w.tensor_count, 2);
         assert_eq!((w.skipped_tensors, w.skipped_bytes), (1, 8));
@@ -501,11 +606,83 @@ mod tests {
     fn truncated_and_oversized_headers_name_the_file() {
         let mut h = header(r#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}"#);
         h.truncate(h.len() - 3);
-        let e = total(&[("s1.safetensors".into(), h)], 1, HeaderSource::Hub).unwrap_err();
+        let e = total(&[("s1.safetensors".into(), h, None)], 1, HeaderSource::Hub).unwrap_err();
         assert!(e.to_string().contains("s1.safetensors"), "{e}");
         let e = header_len("x.safetensors", &u64::MAX.to_le_bytes()).unwrap_err();
         assert!(e.to_string().contains("x.safetensors"), "{e}");
         assert_eq!(layer_index("model.layers.61.mlp.experts.0.w"), Some(61));
         assert_eq!(layer_index("lm_head.weight"), None);
+    }
+
+    #[test]
+    fn byte_ranges_past_the_file_backwards_overlapping_or_missized_are_refused() {
+        let t = |json: &str, len: Option<u64>| {
+            parse_header("m.safetensors", json.as_bytes(), len).map(|e| e.len())
+        };
+        let ok = r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},
+                    "b":{"dtype":"F4","shape":[3,2],"data_offsets":[8,11]}}"#;
+        assert_eq!(t(ok, Some(11)).unwrap(), 2);
+        let cases = [
+            (ok, Some(10), "past the 10 data bytes"),
+            (
+                r#"{"a":{"dtype":"U8","shape":[9223372036854775808],"data_offsets":[0,9223372036854775808]}}"#,
+                Some(200),
+                "past the 200",
+            ),
+            (
+                r#"{"a":{"dtype":"U8","shape":[0],"data_offsets":[8,0]}}"#,
+                None,
+                "end before they start",
+            ),
+            (
+                r#"{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},
+                    "b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}"#,
+                None,
+                "overlap",
+            ),
+            (
+                r#"{"a":{"dtype":"BF16","shape":[4,4],"data_offsets":[0,8]}}"#,
+                None,
+                "needs 32 bytes",
+            ),
+            (
+                r#"{"a":{"dtype":"BF16","shape":[4,-1],"data_offsets":[0,8]}}"#,
+                None,
+                "no shape",
+            ),
+        ];
+        for (json, len, want) in cases {
+            let e = t(json, len).unwrap_err().to_string();
+            assert!(e.contains("m.safetensors") && e.contains(want), "{e}");
+            assert!(e.contains("`a`") || e.contains("`b`"), "{e}");
+        }
+    }
+
+    #[test]
+    fn counts_parameters_and_whether_they_are_plain_floats() {
+        let h = header(
+            r#"{"a":{"dtype":"BF16","shape":[4,4],"data_offsets":[0,32]},
+                "b":{"dtype":"F32","shape":[3],"data_offsets":[32,44]}}"#,
+        );
+        let w = total(&[("a".into(), h, Some(44))], 1, HeaderSource::Files).unwrap();
+        assert_eq!((w.parameters, w.plain_floats), (19, true));
+        let h = header(r#"{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}"#);
+        let w = total(&[("a".into(), h, None)], 1, HeaderSource::Files).unwrap();
+        assert!(!w.plain_floats);
+    }
+
+    #[test]
+    fn an_index_whose_shards_are_missing_names_them() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(INDEX),
+            r#"{"weight_map":{"a":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors"}}"#,
+        )
+        .unwrap();
+        let mut missing = Vec::new();
+        assert!(from_dir_noting(dir.path(), 1, &mut missing)
+            .unwrap()
+            .is_none());
+        assert_eq!(missing.len(), 2);
     }
 }

@@ -12,7 +12,8 @@ type Obj = Map<String, Value>;
 
 /// Parse config.json text. `path` is only used in messages; `name` is what reports call the model.
 pub fn parse_config(text: &str, path: &Path, name: &str) -> Result<Spec, InputError> {
-    let root: Value = serde_json::from_str(text).map_err(|source| InputError::Json {
+    let text = python_json(text);
+    let root: Value = serde_json::from_str(&text).map_err(|source| InputError::Json {
         path: path.to_path_buf(),
         source,
     })?;
@@ -45,6 +46,40 @@ pub fn parse_config(text: &str, path: &Path, name: &str) -> Result<Spec, InputEr
     };
     let spec = reader.spec(name)?;
     reader.bounded(spec)
+}
+
+/// Python's `json` module writes `NaN`, `Infinity` and `-Infinity` bare (mamba2's
+/// `"time_step_limit": [0.0, Infinity]`) and reads them back; strict JSON has no such tokens.
+/// They become `null` here — outside strings only — so such a config parses as Python reads it;
+/// no field llm-oom sizes with is a float that could be infinite.
+fn python_json(text: &str) -> std::borrow::Cow<'_, str> {
+    const TOKENS: &[&str] = &["-Infinity", "Infinity", "NaN"];
+    if !TOKENS.iter().any(|t| text.contains(t)) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let (mut in_string, mut escaped) = (false, false);
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+        } else if c == '"' {
+            in_string = true;
+        } else if let Some(t) = TOKENS.iter().find(|t| rest.starts_with(**t)) {
+            out.push_str("null");
+            rest = &rest[t.len()..];
+            continue;
+        }
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// One config.json, with the language model's part first, then the wrapper, then the family's
@@ -270,7 +305,7 @@ impl Reader<'_> {
         };
 
         let (sliding_window, sliding_layers) = self.sliding(family, layers)?;
-        let (native_dtype, keep_dense) = super::quant::read(self, &mut notes);
+        let (native_dtype, keep_dense) = super::quant::read(self, &mut notes)?;
 
         Ok(Spec {
             name: name.to_string(),
@@ -324,7 +359,7 @@ impl Reader<'_> {
         b: super::families::Built,
         mut notes: Vec<String>,
     ) -> Result<Spec, InputError> {
-        let (native_dtype, keep_dense) = super::quant::read(self, &mut notes);
+        let (native_dtype, keep_dense) = super::quant::read(self, &mut notes)?;
         notes.extend(b.notes);
         Ok(Spec {
             name: name.to_string(),
@@ -617,5 +652,48 @@ mod tests {
             parse(r#"[1,2]"#),
             Err(InputError::BadField { .. })
         ));
+    }
+
+    #[test]
+    fn python_json_tokens_outside_strings_read_as_null() {
+        let t = r#"{"a": [0.0, Infinity], "b": -Infinity, "c": NaN, "d": "NaN \" Infinity"}"#;
+        let v: Value = serde_json::from_str(&python_json(t)).unwrap();
+        assert_eq!(v["a"][1], Value::Null);
+        assert_eq!(v["b"], Value::Null);
+        assert_eq!(v["c"], Value::Null);
+        assert_eq!(v["d"], "NaN \" Infinity");
+        assert!(matches!(python_json("{}"), std::borrow::Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn quantization_bits_outside_the_format_are_refused_and_odd_dtypes_noted() {
+        let base = r#"{"model_type":"llama","hidden_size":64,"intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":10"#;
+        for (method, bits, ok) in [
+            ("gptq", "0", false),
+            ("gptq", "1", false),
+            ("gptq", "17", false),
+            ("gptq", "\"4\"", false),
+            ("gptq", "3", true),
+            ("awq", "4", true),
+            ("awq", "0", false),
+        ] {
+            let json = format!(
+                r#"{base},"quantization_config":{{"quant_method":"{method}","bits":{bits}}}}}"#
+            );
+            match parse(&json) {
+                Ok(_) => assert!(ok, "{method} {bits}"),
+                Err(e) => {
+                    assert!(!ok, "{method} {bits}: {e}");
+                    assert!(e.to_string().contains("quantization_config.bits"), "{e}");
+                }
+            }
+        }
+        let spec = parse(&format!(r#"{base},"torch_dtype":"float12"}}"#)).unwrap();
+        assert!(spec
+            .notes
+            .iter()
+            .any(|n| n.contains("unknown torch_dtype `float12`")));
+        let spec = parse(&format!(r#"{base},"torch_dtype":"bfloat16"}}"#)).unwrap();
+        assert!(!spec.notes.iter().any(|n| n.contains("torch_dtype")));
     }
 }

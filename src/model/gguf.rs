@@ -166,10 +166,19 @@ fn spec_from_content(c: &Content, path: &Path, name: &str) -> Result<Spec, Input
             None => Ok(None),
         }
     };
-    let need = |key: &str| {
-        num(key)?
-            .filter(|n| *n > 0)
-            .ok_or_else(|| missing(format!("{arch}.{key}")))
+    let need = |key: &str| match num(key)? {
+        Some(0) => {
+            let full = format!("{arch}.{key}");
+            let what = crate::limits::for_key(&full).1;
+            Err(InputError::BadField {
+                path: path.to_path_buf(),
+                field: full,
+                value: "0".into(),
+                why: format!("0 is not a valid {what}"),
+            })
+        }
+        Some(n) => Ok(n),
+        None => Err(missing(format!("{arch}.{key}"))),
     };
 
     let hidden = need("embedding_length")?;

@@ -165,6 +165,15 @@ pub fn find(id: &str) -> Option<(&'static str, &'static str)> {
     })
 }
 
+/// Whether `asked` found preset `id` by another model's name (an alias: `Llama-3.1-70B-Instruct`
+/// planned as `Llama-3.3-70B-Instruct`), not by the preset's own id or its name without the
+/// organisation.
+pub fn near_name(asked: &str, id: &str) -> bool {
+    let asked = asked.trim().to_ascii_lowercase();
+    let id = id.to_ascii_lowercase();
+    asked != id && Some(asked.as_str()) != id.rsplit('/').next()
+}
+
 /// Parse a preset into a `Spec` named by its canonical id.
 /// A preset by its file in `presets/` (tests: the file stem, e.g. `mixtral-8x7b-instruct-v0.1`).
 #[cfg(test)]
@@ -202,6 +211,13 @@ mod tests {
             "mistralai/Mistral-7B-Instruct-v0.2"
         );
         assert!(find("nobody/nothing").is_none());
+        let (id, _) = find("meta-llama/Llama-3.1-70B-Instruct").unwrap();
+        assert!(near_name("meta-llama/Llama-3.1-70B-Instruct", id));
+        assert!(!near_name(
+            "Mistral-7B-Instruct-v0.2",
+            "mistralai/Mistral-7B-Instruct-v0.2"
+        ));
+        assert!(!near_name(" qwen/qwen3-8b", "Qwen/Qwen3-8B"));
         assert!(find(DEFAULT_MODEL).is_some());
     }
 }

@@ -7,19 +7,40 @@ use serde_json::{Map, Value};
 use super::config::Reader;
 use super::spec::Role;
 use crate::dtype::{Fp8Scale, WeightDtype};
+use crate::error::InputError;
 
 type Obj = Map<String, Value>;
 
+/// `torch_dtype` values read as their own dtype; any other is sized as bf16 with a note.
+const TORCH_DTYPES: &[&str] = &["float32", "float16", "bfloat16", "auto"];
+
 /// The checkpoint's weight format and the roles its ignore list keeps dense.
-pub(crate) fn read(r: &Reader, notes: &mut Vec<String>) -> (WeightDtype, Vec<Role>) {
-    let torch = r.str("torch_dtype").or_else(|| r.str("dtype"));
+pub(crate) fn read(
+    r: &Reader,
+    notes: &mut Vec<String>,
+) -> Result<(WeightDtype, Vec<Role>), InputError> {
+    let key = if r.str("torch_dtype").is_some() {
+        "torch_dtype"
+    } else {
+        "dtype"
+    };
+    let torch = r.str(key);
     let base = match torch {
         Some("float32") => WeightDtype::F32,
         Some("float16") => WeightDtype::F16,
         _ => WeightDtype::Bf16,
     };
+    if let Some(t) = torch.filter(|t| !TORCH_DTYPES.contains(t)) {
+        notes.push(format!(
+            "unknown {key} `{t}` (llm-oom reads {}): weights sized as bf16 — pass --dtype to size them otherwise",
+            TORCH_DTYPES.join(", ")
+        ));
+    }
     let Some(Value::Object(q)) = r.outer.get("quantization_config") else {
-        return (base, Vec::new());
+        return Ok((base, Vec::new()));
+    };
+    let bits = |obj: &Obj, keys: &[&str], allowed: std::ops::RangeInclusive<u8>| {
+        checked_bits(r, method_of(q), obj, keys, allowed)
     };
     let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("");
     let b = |k: &str| q.get(k).and_then(Value::as_bool).unwrap_or(false);
@@ -34,11 +55,11 @@ pub(crate) fn read(r: &Reader, notes: &mut Vec<String>) -> (WeightDtype, Vec<Rol
         }
         "bitsandbytes" if b("load_in_8bit") => WeightDtype::Int8,
         "gptq" => WeightDtype::Gptq {
-            bits: bits(n("bits"), 4),
+            bits: bits(q, &["bits"], 2..=8)?,
             group_size: n("group_size").filter(|g| *g > 0).unwrap_or(128),
         },
         "awq" => WeightDtype::Awq {
-            bits: bits(n("bits").or_else(|| n("w_bit")), 4),
+            bits: bits(q, &["bits", "w_bit"], 2..=8)?,
             group_size: n("group_size")
                 .or_else(|| n("q_group_size"))
                 .filter(|g| *g > 0)
@@ -88,7 +109,7 @@ pub(crate) fn read(r: &Reader, notes: &mut Vec<String>) -> (WeightDtype, Vec<Rol
                 .unwrap_or(q);
             let g = |k: &str| p.get(k).and_then(Value::as_u64);
             WeightDtype::Hqq {
-                bits: bits(g("nbits"), 4),
+                bits: bits(p, &["nbits"], 1..=8)?,
                 group_size: g("group_size").filter(|g| *g > 0).unwrap_or(64),
             }
         }
@@ -100,13 +121,44 @@ pub(crate) fn read(r: &Reader, notes: &mut Vec<String>) -> (WeightDtype, Vec<Rol
         }
     };
     let keep = keep_dense(q, notes);
-    (dtype, keep)
+    Ok((dtype, keep))
 }
 
-fn bits(n: Option<u64>, default: u8) -> u8 {
-    n.and_then(|b| u8::try_from(b).ok())
-        .filter(|b| (1..=8).contains(b))
-        .unwrap_or(default)
+fn method_of(q: &Obj) -> &str {
+    q.get("quant_method").and_then(Value::as_str).unwrap_or("")
+}
+
+/// A quantization's bits per weight: 4 when the config leaves them out, refused outside
+/// `allowed` (a `bits: 0` sized as 4-bit would be a confident wrong answer).
+fn checked_bits(
+    r: &Reader,
+    method: &str,
+    obj: &Obj,
+    keys: &[&str],
+    allowed: std::ops::RangeInclusive<u8>,
+) -> Result<u8, InputError> {
+    let Some((key, v)) = keys
+        .iter()
+        .find_map(|k| obj.get(*k).filter(|v| !v.is_null()).map(|v| (*k, v)))
+    else {
+        return Ok(4);
+    };
+    match v
+        .as_u64()
+        .and_then(|n| u8::try_from(n).ok())
+        .filter(|b| allowed.contains(b))
+    {
+        Some(b) => Ok(b),
+        None => Err(r.bad(
+            &format!("quantization_config.{key}"),
+            v,
+            &format!(
+                "{method} stores {} to {} bits per weight",
+                allowed.start(),
+                allowed.end()
+            ),
+        )),
+    }
 }
 
 /// compressed-tensors: the weights scheme of its first config group.

@@ -93,8 +93,7 @@ pub fn resolve(model: &str) -> Result<ResolvedModel, InputError> {
         let config = path.join("config.json");
         if config.is_file() {
             let mut spec = parse_config(&read(&config)?, &config, model)?;
-            let w = checkpoint::from_dir(path, spec.num_layers)?;
-            attach(&mut spec, w);
+            local_checkpoint(&mut spec, path)?;
             return Ok(found(spec, SourceKind::Directory, config));
         }
         // A folder with one GGUF file (as LM Studio and ollama exports lay them out).
@@ -126,11 +125,19 @@ pub fn resolve(model: &str) -> Result<ResolvedModel, InputError> {
         // A config.json beside its shards: read their headers too.
         if path.file_name().is_some_and(|n| n == "config.json") {
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                let w = checkpoint::from_dir(dir, spec.num_layers)?;
-                attach(&mut spec, w);
+                local_checkpoint(&mut spec, dir)?;
             }
         }
         return Ok(found(spec, SourceKind::ConfigFile, path.to_path_buf()));
+    }
+    if !path.exists() {
+        // `exists` follows links: a link whose target is gone is a path, never a hub id.
+        if let Ok(target) = std::fs::read_link(path) {
+            return Err(InputError::Usage(format!(
+                "path {model} is a broken symlink (it points to {}, which does not exist); pass a checkpoint folder, a config.json or a .gguf file that is there",
+                target.display()
+            )));
+        }
     }
     if path.exists() {
         return Err(InputError::Usage(format!(
@@ -150,11 +157,16 @@ pub fn resolve(model: &str) -> Result<ResolvedModel, InputError> {
     if let Some(config) = cache.model(model.to_string()).get("config.json") {
         let mut spec = parse_config(&read(&config)?, &config, model)?;
         let w = checkpoint::from_hub(&hub, model, spec.num_layers)?;
-        attach(&mut spec, w);
+        attach(&mut spec, w, model)?;
         return Ok(found(spec, SourceKind::HfCache, config));
     }
     if let Some((id, json)) = presets::find(model) {
-        let spec = presets::load(id, json)?;
+        let mut spec = presets::load(id, json)?;
+        if presets::near_name(model, id) {
+            spec.notes.push(format!(
+                "`{model}` planned with the preset for {id} (same architecture)"
+            ));
+        }
         return Ok(ResolvedModel {
             spec,
             source: ModelSource {
@@ -183,16 +195,79 @@ pub fn resolve(model: &str) -> Result<ResolvedModel, InputError> {
     let config = fetch_config(model, cache)?;
     let mut spec = parse_config(&read(&config)?, &config, model)?;
     let w = checkpoint::from_hub(&hub, model, spec.num_layers)?;
-    attach(&mut spec, w);
+    attach(&mut spec, w, model)?;
     Ok(found(spec, SourceKind::Hub, config))
 }
 
-/// Price the weights from the checkpoint's headers when they were read, and say so.
-fn attach(spec: &mut Spec, w: Option<checkpoint::CheckpointWeights>) {
+/// The safetensors beside a local config.json: priced from their headers, refused when they
+/// contradict the config, and a note when the index names shards the folder lacks.
+fn local_checkpoint(spec: &mut Spec, dir: &Path) -> Result<(), InputError> {
+    let mut missing = Vec::new();
+    let w = checkpoint::from_dir_noting(dir, spec.num_layers, &mut missing)?;
+    if let Some(first) = missing.first() {
+        spec.notes.push(format!(
+            "{} in {} names {} shard{} the folder does not hold ({first}{}); weights sized from config.json's shapes — pass the folder of the complete download to price the checkpoint's own bytes",
+            checkpoint::INDEX,
+            dir.display(),
+            missing.len(),
+            if missing.len() == 1 { "" } else { "s" },
+            if missing.len() > 1 { ", …" } else { "" },
+        ));
+    }
+    attach(spec, w, &dir.display().to_string())
+}
+
+/// How far the checkpoint's parameters may stray from the config's (rounding, buffers, a vision
+/// tower's few percent) before they are two different models.
+const PARAMETER_TOLERANCE: f64 = 0.10;
+
+/// Price the weights from the checkpoint's headers when they were read, and say so; refuse a
+/// checkpoint whose parameters contradict its config.json.
+fn attach(
+    spec: &mut Spec,
+    w: Option<checkpoint::CheckpointWeights>,
+    place: &str,
+) -> Result<(), InputError> {
     if let Some(w) = w {
+        contradiction(spec, &w, place)?;
         spec.notes.push(w.note());
         spec.checkpoint = Some(w);
     }
+    Ok(())
+}
+
+/// A checkpoint of plain float tensors (packed, scaled and quantized ones count elements
+/// differently) that holds fewer parameters than the config describes, or more than twice as many
+/// (a vision tower or a stored lm_head adds some, never a second model), is another model.
+fn contradiction(
+    spec: &Spec,
+    w: &checkpoint::CheckpointWeights,
+    place: &str,
+) -> Result<(), InputError> {
+    if !w.plain_floats || spec.native_dtype.is_quantized() || spec.gguf.is_some() {
+        return Ok(());
+    }
+    let config = spec.parameters();
+    let embedding = spec.vocab_size.saturating_mul(spec.hidden_size);
+    // A checkpoint may store one embedding where the config unties them (transformers ties them
+    // back on load): the lower bound leaves that matrix out.
+    let untied = if spec.tie_word_embeddings {
+        0
+    } else {
+        embedding
+    };
+    let low = config.saturating_sub(untied) as f64 * (1.0 - PARAMETER_TOLERANCE);
+    let high = config.saturating_add(embedding) as f64 * 2.0;
+    let found = w.parameters as f64;
+    if config == 0 || (low..=high).contains(&found) {
+        return Ok(());
+    }
+    Err(InputError::Usage(format!(
+        "the safetensors in {place} hold {} parameters but config.json describes {} ({:.2} B): they are not the same model; point --model at the folder whose config.json matches these weights, or put config.json in a folder of its own to size the model from the config alone",
+        crate::units::group(w.parameters),
+        crate::units::group(config),
+        config as f64 / 1e9,
+    )))
 }
 
 fn found(spec: Spec, kind: SourceKind, path: PathBuf) -> ResolvedModel {
