@@ -1,4 +1,4 @@
-//! The meters on a real GPU (issue #4's device checks), printed as JSON lines:
+//! The meters on a real GPU, printed as JSON lines:
 //! context overhead, pool reserved vs used after freeing a large tensor (before and after trim),
 //! the largest-block search beside a deliberately fragmented pool, the ballast leaving the asked
 //! limit, and NVML seeing a second process that holds memory.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build llama.cpp's CUDA tools for an H200 (sm_90) on a machine with no GPU and no CUDA toolkit, and
-# pack them into ONE archive, .gl/llama-cpp-cuda.tar.gz, to carry to the GPU machine (issue #19).
+# pack them into ONE archive, .gl/llama-cpp-cuda.tar.gz, to carry to the GPU machine.
 #
 # Usage:  scripts/build-llama-cpp.sh          # CUDA build + archive (30-60 min on 2 cores, first run)
 #         scripts/build-llama-cpp.sh --cpu    # also a CPU-only build in .gl/llama-build/cpu (local tests)

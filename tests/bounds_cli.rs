@@ -1,4 +1,4 @@
-//! Sizes past what a real model or card has, through the binary (#16): each one used to print a
+//! Sizes past what a real model or card has, through the binary: each one used to print a
 //! wrong answer (FITS from a wrapped sum, 0 B from a wrapped product), hang, or panic; now it is
 //! exit 2 with the bound named, or an honest verdict.
 

@@ -443,9 +443,9 @@ fn a_terminal_is_told_that_standard_input_is_read() {
 
 #[test]
 fn a_log_cut_inside_a_traceback_is_undecided_not_no_oom() {
-    // OpenRLHF-95 (sealed-2026-12p): a backward pass's frames, pasted without the exception
+    // OpenRLHF-95 (real-2026-12p): a backward pass's frames, pasted without the exception
     // under them. It shows a failure, not which: `unknown` with no event, exit 1 (rule E80).
-    let (code, j) = explain_json("sealed-2026-12p/deepspeed-OpenRLHF-95.log", &[]);
+    let (code, j) = explain_json("real-2026-12p/deepspeed-OpenRLHF-95.log", &[]);
     assert_eq!(code, 1);
     assert_eq!(j["verdict"]["cause"], "unknown", "{}", j["verdict"]);
     assert_eq!(j["findings"].as_array().map(Vec::len), Some(0));
@@ -459,7 +459,7 @@ fn a_log_cut_inside_a_traceback_is_undecided_not_no_oom() {
         j["to_decide"]
     );
     let home = temp();
-    let path = format!("{FIXTURES}/sealed-2026-12p/deepspeed-OpenRLHF-95.log");
+    let path = format!("{FIXTURES}/real-2026-12p/deepspeed-OpenRLHF-95.log");
     let text = run(home.path(), &["explain", &path]);
     assert!(
         text.stdout

@@ -1,13 +1,13 @@
 //! Every out-of-memory message the engines' own source can print, and their near misses, read
 //! by `explain`: tests/fixtures/messages/*.jsonl (serving engines; the llama.cpp family; other
-//! runtimes and the OS; PyTorch and its training stack), written by helpers from each engine's
-//! source (docs/catalogue-brief.md). Each entry has the source string, a rendering with its
+//! runtimes and the OS; PyTorch and its training stack), written from each engine's
+//! source. Each entry has the source string, a rendering with its
 //! placeholders filled (a rendering, not a real log), whether it is an out-of-memory, and the
 //! cause the code path gives.
 //!
 //! What must hold: no catalogued out-of-memory is answered `none`, and no near miss is called an
 //! out-of-memory, except the entries listed below with the reason (a warning the engine recovers
-//! from, or a helper's label this project does not share). The cause is the helper's reading of
+//! from, or a label this project does not share). The cause is the catalogue's reading of
 //! the code path; `explain` adopts it only where the message's words name the part, so the cause
 //! agreement has a floor, printed with every disagreement.
 
@@ -51,7 +51,7 @@ const OOM_ANSWERED_NONE: &[(&str, &str, &str)] = &[
     ("tensorflow", "E tensorflow/stream_executor/cuda/cuda_dnn.cc:334] Could not create cudnn handle", "a cuDNN handle failure: often memory, often a version mismatch (a look-alike in the real corpus)"),
     ("pytorch", "RuntimeError: CUDA error: CUBLAS_STATUS_NOT_INITIALIZED", "cuBLAS not initialised: a look-alike in the real corpus (version mismatches as often as memory)"),
     ("pytorch", "RuntimeError: cuDNN error: CUDNN_STATUS_NOT_INITIALIZED", "cuDNN not initialised: a look-alike in the real corpus"),
-    ("pytorch", "RuntimeError: Invalid buffer size", "MPS refuses one tensor over Metal's buffer limit: a size limit (the helper was unsure too)"),
+    ("pytorch", "RuntimeError: Invalid buffer size", "MPS refuses one tensor over Metal's buffer limit: a size limit (the label is unsure too)"),
     ("accelerate", "ValueError: We need an `offload_dir`", "a missing argument for offloading, not memory run out"),
     ("transformers", "ValueError: The current `device_map` had weights offloaded to the disk", "a missing argument for offloading"),
     ("transformers", "ValueError: Invalid values: max_batch_tokens", "a validation error of the paged cache's sizes"),
@@ -62,13 +62,13 @@ const OOM_ANSWERED_NONE: &[(&str, &str, &str)] = &[
 const LOOK_ALIKES_CALLED_OOM: &[(&str, &str, &str)] = &[
     ("llama.cpp", "ggml_vulkan: Device memory allocation of size 5368709120 failed.", "the driver answers ErrorOutOfDeviceMemory; a buffer over the device's size limit is an out-of-memory as MLX's is"),
     ("llama.cpp", "ggml_vulkan: Device memory allocation of size 1048576 failed.", "ErrorOutOfDeviceMemory: the driver's own out-of-memory"),
-    ("llama-cpp-python", "llama_model_load: error loading model: unable to allocate CUDA0 buffer", "the model's buffer could not be allocated: weights (the helper's label is a slip)"),
+    ("llama-cpp-python", "llama_model_load: error loading model: unable to allocate CUDA0 buffer", "the model's buffer could not be allocated: weights (the catalogue's label is a slip)"),
     ("llama-cpp-python", "llama_adapter_lora_init: failed to apply lora adapter: failed to allocate buffer", "the adapter's buffer could not be allocated (the llama.cpp entry says OOM)"),
     ("sglang", "[2025-05-12 10:11:12 TP0] Scheduler hit an exception", "\"Not enough memory. Please try to increase --mem-fraction-static\": SGLang's KV pool"),
     ("deepspeed", "RuntimeError: zero.Init resolved a process group", "the message warns of an OOM risk in its own words"),
 ];
 
-/// How many catalogued entries `explain` gives the helper's cause at least (of all entries).
+/// How many catalogued entries `explain` gives the catalogue's cause at least (of all entries).
 const CAUSE_AGREES_AT_LEAST: usize = 404;
 
 fn listed(list: &[(&str, &str, &str)], engine: &str, rendered: &str) -> Option<usize> {
@@ -131,7 +131,7 @@ fn no_catalogued_out_of_memory_is_none_and_no_near_miss_is_one() {
         }
     }
     println!(
-        "catalogue: {agree}/{n} causes agree with the helpers'; {} + {} listed exceptions",
+        "catalogue: {agree}/{n} causes agree with the catalogue's; {} + {} listed exceptions",
         used_none.len(),
         used_oom.len()
     );

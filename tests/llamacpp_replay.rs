@@ -1,4 +1,4 @@
-//! llama.cpp's profile replayed against llama.cpp itself (#19): every run recorded on the H200 in
+//! llama.cpp's profile replayed against llama.cpp itself: every run recorded on the H200 in
 //! docs/calibration/llamacpp-h200-2026-12-01.jsonl (scripts/gpu/llamacpp-h200.sh: llama.cpp's own
 //! buffer report and the device's NVML peak) is planned again with the same knobs, and plan's
 //! buffers must match: the KV buffer exactly (to llama.cpp's printed 0.01 MiB), the model's GPU

@@ -1,4 +1,4 @@
-//! Property tests (#16) over the config parser, the GGUF reader, the estimate, the budget and the
+//! Property tests over the config parser, the GGUF reader, the estimate, the budget and the
 //! request builder: no panic and no overflow on any input (these run with overflow checks on),
 //! and the invariants — weights and KV cache never shrink as a model or a workload grows, and
 //! every limit the budget reports fits by the same estimator while one more does not.

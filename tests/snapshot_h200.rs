@@ -1,4 +1,4 @@
-//! Allocator snapshots captured on the H200 (session 6, 2026-12-01: `scripts/gpu/snapshot-h200.sh`,
+//! Allocator snapshots captured on the H200 (2026-12-01: `scripts/gpu/snapshot-h200.sh`,
 //! torch 2.11.0+cu130, transformers 5.17.0, Mistral-7B-v0.2 shapes with random weights, the card
 //! capped by a torch tensor), read through the real binary: `explain <snapshot.pickle> --json`.
 //! Each verdict, and the attributed bytes beside `plan`'s own components for the same workload.

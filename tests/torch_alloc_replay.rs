@@ -1,6 +1,6 @@
 //! llm-oom's model of PyTorch's caching allocator (`estimate::torch_alloc`) against PyTorch itself:
-//! allocator traces recorded on the H200 (2026-12-01, scripts/gpu/alloc-trace-s9.sh) in the ground
-//! truth's own fresh processes for #14 — the probe's ballast, `from_config` on the device in bf16,
+//! allocator traces recorded on the H200 (2026-12-01, scripts/gpu/alloc-trace-edges.sh) in the ground
+//! truth's own fresh processes — the probe's ballast, `from_config` on the device in bf16,
 //! one `generate()` — at the largest prompt that ran and the first that ran out. Each trace is
 //! replayed tensor by tensor: the reserved peak must be PyTorch's `max_memory_reserved` to the byte,
 //! and where PyTorch ran out, the model must run out at that very request and nowhere before.

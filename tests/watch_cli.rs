@@ -67,7 +67,7 @@ fn a_growing_program_that_runs_out() {
 #[test]
 fn a_kill_9_with_no_memory_is_not_a_host_oom_and_exit_137() {
     // `sh -c 'kill -9 $$'` holds almost nothing and no OOM kill is recorded: something else
-    // sent the signal (#16: it used to read as host_memory).
+    // sent the signal, so it is not read as host_memory.
     let (code, _, j) = watch(&["sh", "-c", "kill -9 $$"], &["--fail-on-oom"]);
     assert_eq!(code, 137);
     assert_eq!(j["exit"]["signal"], 9);

@@ -1,4 +1,4 @@
-//! `watch` under faults, with real process trees (#16): an output path that cannot be written, a
+//! `watch` under faults, with real process trees: an output path that cannot be written, a
 //! report that cannot be written at the end, `kill -9` of watch, a program that ignores SIGTERM
 //! and Ctrl-C, a grandchild killed by the OOM killer inside a small memory cgroup, an OOM followed
 //! by megabytes of output, and a host-memory curve without NVML.

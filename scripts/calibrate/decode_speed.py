@@ -1,5 +1,5 @@
 """Decode tokens/s of transformers generate() on the presets' shapes (random weights, greedy), to
-set beside llm-oom's probe in the same GPU session (issue #7 item 6). One JSON line per model.
+set beside llm-oom's probe on the same GPU. One JSON line per model.
 
     python3 scripts/calibrate/decode_speed.py mistral-7b-instruct-v0.2:bfloat16 llama-2-13b:float16
 """

@@ -1,6 +1,7 @@
 # Shared by the GPU scripts (source it; the part name is the script's $1): the CUDA 13.0 libraries
-# on the path, logs gathered in a temporary folder and tarred into $OUT (or ./gpu-out) as
+# on the path, logs collected in a temporary folder and tarred into $OUT (or ./gpu-out) as
 # <part>.tgz on exit, with the GPU's processes afterwards, and `timed` for one command.
+# Usage (in a script): set -- <part>; source scripts/gpu/common.sh <part>
 export LD_LIBRARY_PATH=/usr/local/cuda-13.0/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
 FINAL=${OUT:-./gpu-out}
 OUT=$(mktemp -d)

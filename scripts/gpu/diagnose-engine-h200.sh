@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# diagnose in transformers on the H200 (issue #14), one short device call: the verdict and exit code
+# diagnose in transformers on the H200, one short device call: the verdict and exit code
 # at transformers' own limits, predicted mode for every memory-limited workload (no GPU work), then
 # measured mode (the embedded transformers probe) from the fastest workload on, while time is left.
 # A stalled stage is quoted by its Python stacks (faulthandler, every LLM_OOM_PROBE_STALL_S).

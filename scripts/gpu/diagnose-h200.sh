@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The GPU checks of issues #4, #5 and #7, in one call on the H200 machine (see docs/gpu-runs.md).
-# Usage: scripts/gpu/diagnose-h200.sh <part> ; binaries in dist/ (built here with --features cuda).
-# Logs go to $OUT (or ./gpu-out).
+# diagnose's GPU checks on the H200 machine: the meters, verdicts of Mistral-7B and Llama-2-13B
+# workloads, decode speed against transformers, and the README's example reports.
+# Usage: scripts/gpu/diagnose-h200.sh <meters|verdicts|speed|readme> ; binaries in dist/ (built
+# here with --features cuda). Logs go to $OUT (or ./gpu-out).
 set -u
 source "$(dirname "$0")/common.sh"
 M7=mistralai/Mistral-7B-Instruct-v0.2

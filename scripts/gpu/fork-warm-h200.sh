@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Session 15: fork-warm.py on the H200 — a fresh child against one forked from a process that
+# fork-warm.py on the H200: a fresh child against one forked from a process that
 # imported torch and transformers without CUDA (Mistral-7B's shapes, random bf16 weights), and
 # the GPU's processes after (no memory left behind).
+# Usage: OUT=./gpu-out bash scripts/gpu/fork-warm-h200.sh
 set -u
 cd "$(dirname "$0")/../.."
 set -- forkwarm

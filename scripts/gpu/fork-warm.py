@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Session 15, for the fork server of docs/next-steps.md (#14's 17.6 s warm diagnose): can a
+"""For a fork server (a warm diagnose took 17.6 s when this was written): can a
 process that imported torch and transformers, without starting CUDA, fork children that then use
 CUDA, and how much of a fresh child's time does that save?
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# #14 on the H200, session 7, call 1: why diagnose's decisive fresh run fits Llama-2-7B eager at
-# 1,509 tokens (15 GiB) where transformers' own trial runs out (scripts/gpu/generate-ab.py, one
-# fresh process per variant), then measured-mode verdicts with the current code at limit records
-# the session-6 call 3 ran with older code.   AB_ONLY=1: the A/B part only.
+# Why diagnose's decisive fresh run can fit Llama-2-7B eager at 1,509 tokens (15 GiB) where
+# transformers' own trial runs out (scripts/gpu/generate-ab.py, one fresh process per variant),
+# then measured-mode verdicts at limit records.   AB_ONLY=1: the A/B part only.
+# Usage: OUT=./gpu-out [AB_ONLY=1] bash scripts/gpu/generate-ab-h200.sh
 set -u
 cd "$(dirname "$0")/../.."
 set -- generate-ab

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Why does diagnose's decisive fresh run fit where transformers' own trial runs out? (#14)
+"""Why does diagnose's decisive fresh run fit where transformers' own trial runs out?
 
 One variant per FRESH process, the same Child set-up as scripts/gpu/transformers-limits.py's trial
 (the probe's own code: ballast, random weights of the preset's shapes, from_config on the device).

@@ -5,6 +5,7 @@
 # paths (the sdist under /work/wt-llamacpp/.gl, the CUDA wheels' root as links into the machine's
 # CUDA 13.0 toolkit), drops ninja's regeneration edge (cmake is not needed: nothing was
 # reconfigured) and runs ninja for llama-completion. Prints the binary's path on success.
+# Usage: bash scripts/gpu/llamacpp-finish-build.sh   (from the repository root, .glb/llama-tree.tar.gz present)
 set -u
 REPO=$(pwd)
 T="$REPO/.glb/tree"   # inside the repository's ignored .glb: kept for the next call while warm

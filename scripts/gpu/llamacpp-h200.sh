@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# #19 on the H200: llama.cpp's memory measured (scripts/gpu/llamacpp-measure.py) for GGUFs of real
+# llama.cpp's memory measured on the H200 (scripts/gpu/llamacpp-measure.py) for GGUFs of real
 # shapes written here (scripts/gpu/write-gguf.py), across -c, -fa, -ub, -ctk/-ctv, -np, -ngl; the
 # largest context that loads under a cap (a ballast holds the rest); llama.cpp's own --fit; real
 # out-of-memory logs. Needs .gl/llama-cpp-cuda.tar.gz (scripts/build-llama-cpp.sh).
-#   PARTS="grid ctx fit oom" (default all), MODELS="...", DIR=/tmp/gguf
+# Usage: OUT=./gpu-out [PARTS="grid ctx fit oom"] [MODELS="..."] [DIR=/tmp/gguf] [WRITE_ONLY=1] bash scripts/gpu/llamacpp-h200.sh
 set -u
 cd "$(dirname "$0")/../.."
 set -- llamacpp

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""llama.cpp's memory, measured (#19): its own per-buffer report and the device's NVML peak for one
+"""llama.cpp's memory, measured: its own per-buffer report and the device's NVML peak for one
 run, and the largest context that loads and generates under a memory cap.
 
     python3 scripts/gpu/llamacpp-measure.py run  OUT.jsonl GGUF TAG [llama args ...]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where a transformers probe's first seconds go, in one fresh process (session 8, #14): the
+"""Where a transformers probe's first seconds go, in one fresh process: the
 imports, CUDA's start, building the model with random weights on the device, and generate()'s
 first, second and third calls. Prints one JSON line of wall times in seconds.
 Usage: load-breakdown.py PRESET.json [prompt new]"""

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The GPU checks of issues #3 (families, --quantize on CUDA) and #7 item 4 (the candle profile
-# against the probe's own limits), on the H200 machine; see docs/gpu-runs.md and docs/accuracy.md.
+# The runtime's GPU checks on the H200 machine: every family and --quantize on CUDA, and the
+# candle profile against the probe's own limits; see docs/accuracy.md.
 # Usage: scripts/gpu/runtime-h200.sh <families|limits-a|limits-b> ; the binary in dist/ (built
 # here with --features cuda). Logs go to $OUT (or ./gpu-out) as <part>.tgz.
 set -u

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Issue 22 on the H200: PyTorch's allocator snapshot of real OOMs, made by llm-oom's own hook
+# PyTorch's allocator snapshot of real OOMs on the H200, made by llm-oom's own hook
 # (src/snapshot/sitecustomize.py, put first on PYTHONPATH as `watch` will), for a load OOM, a
 # long-prompt OOM, a batch OOM and a fragmented allocator; then decode time with and without
 # memory history. Keeps the pickles (small) under $OUT/snapshots/<case>/ for tests/fixtures.
-#   PY=/path/to/python-with-cuda-torch-and-transformers OUT=./gpu-out bash scripts/gpu/snapshot-h200.sh
+# Usage: PY=/path/to/python-with-cuda-torch-and-transformers OUT=./gpu-out bash scripts/gpu/snapshot-h200.sh
 # DRY=1 runs each case for 4 tokens on the CPU with a 2-layer model (no GPU: tests the plumbing).
 # (no set -u: common.sh's EXIT trap reads $1)
 cd "$(dirname "$0")/../.."

@@ -1,4 +1,4 @@
-"""Where the first generate() of a fresh CUDA process spends its time (session 17): Mistral-7B's
+"""Where the first generate() of a fresh CUDA process spends its time: Mistral-7B's
 shapes, random bf16 weights built on the GPU, each first call timed to a synchronize. Prints one
 JSON object. Usage: python3 warmup-floor.py [prompt_tokens]"""
 import gc

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Session 17: where a warm transformers-mode diagnose of Mistral-7B spends its seconds. The first
+# Where a warm transformers-mode diagnose of Mistral-7B spends its seconds. The first
 # run starts the warm process; three warm runs under cProfile (LLM_OOM_PROBE_PROFILE), their -vv
 # phases and the profiles' top functions; then the floor of a fresh CUDA process's first
 # generate() (warmup-floor.py), with lazy and with eager module loading.
+# Usage: OUT=./gpu-out bash scripts/gpu/warmup-h200.sh   (binary: .gl/llm-oom.gz)
 set -u
 cd "$(dirname "$0")/../.."
 set -- warmup

@@ -34,7 +34,8 @@ const MIN_LARGE_ALLOC: u64 = 10 * MIB;
 const ROUND_LARGE: u64 = 2 * MIB;
 
 /// What the driver keeps back from a `cudaMalloc` on the H200 (driver 580): a 278 MiB segment
-/// failed with 279.1 MiB reported free (Llama-2-7B eager, 1,509 tokens, session 9's traces),
+/// failed with 279.1 MiB reported free (Llama-2-7B eager, 1,509 tokens,
+/// docs/calibration/alloc-traces-h200-2026-12-01),
 /// while every allocation that left ≥ 2 MiB free succeeded.
 pub const DRIVER_RESERVE: u64 = 2 * MIB;
 

@@ -209,16 +209,17 @@ pub fn replay(shape: &Shape, g: Generation, limit: u64) -> Outcome {
 pub const TORCH_CONTEXT: u64 = 638_451_712;
 
 /// Taken beside the pool while the prefill runs (kernel modules loaded lazily): measured at every
-/// recorded out-of-memory, 76 MiB with SDPA and 68 MiB eager (docs/gpu-runs.md, session 9).
+/// recorded out-of-memory, 76 MiB with SDPA and 68 MiB eager
+/// (docs/calibration/alloc-traces-h200-2026-12-01).
 pub const OUTSIDE_SDPA: u64 = 76 * MIB;
 pub const OUTSIDE_EAGER: u64 = 68 * MIB;
 
 /// What SDPA's decode needs beside the pool: cuDNN's attention fails there (`mha_graph.execute`)
 /// with every tensor placed. Over 37 SDPA trials of the H200 (docs/calibration/
 /// transformers-limits-h200-2026-12-0*.jsonl) it failed in all 7 with at most 89.1 MiB left
-/// beside the pool's peak and ran in all 30 with 97.1 MiB or more. Session 10's 102 MiB, set from
-/// the first 16 trials, called two of session 11's 20 held-out trials out of memory that ran (97.1
-/// and 101.1 MiB): the line is now just under the least that ran.
+/// beside the pool's peak and ran in all 30 with 97.1 MiB or more: the line is just under the
+/// least that ran (a line of 102 MiB, set from the first 16 trials, called two held-out trials
+/// out of memory that ran, at 97.1 and 101.1 MiB).
 pub const DECODE_BESIDE_SDPA: u64 = 96 * MIB;
 
 /// transformers' `generate()` on a card with `capacity` bytes free for its process (what

@@ -5,7 +5,7 @@
 //! that weigh its figures and the log around it.
 //!
 //! The rows come from the catalogue in `tests/fixtures/messages/*.jsonl` (what each engine's
-//! source prints, by three helpers, docs/catalogue-brief.md); `tests/explain_messages.rs` runs
+//! source prints, read from the source); `tests/explain_messages.rs` runs
 //! every catalogued message through `explain`. Each row names its engine and source file.
 
 use std::sync::OnceLock;

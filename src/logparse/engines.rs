@@ -419,8 +419,8 @@ fn sglang_exllama(lines: &[String], i: usize, st: &mut Scan) -> bool {
         once(st, i + 1, line, Event::SglangPoolFull);
         return true;
     }
-    // Its decode step running out of KV tokens and retracting requests (sglang-4184, sealed
-    // 2026-12b): the pool is full; SGLang recomputes them later instead of failing.
+    // Its decode step running out of KV tokens and retracting requests (sglang-4184,
+    // real-2026-12b): the pool is full; SGLang recomputes them later instead of failing.
     if line.contains("Decode out of memory happened") {
         once(st, i + 1, line, Event::SglangRetract);
         return true;
@@ -1106,7 +1106,7 @@ mod tests {
 
     #[test]
     fn the_figures_under_would_exceed_allowed_memory_are_pytorchs_record() {
-        // comfyui-3278 (sealed-2026-12c).
+        // comfyui-3278 (real-2026-12c).
         let e = events("torch.cuda.OutOfMemoryError: Allocation on device 0 would exceed allowed memory. (out of memory)\nCurrently allocated     : 21.55 GiB\nRequested               : 952.00 MiB\nDevice limit            : 24.00 GiB\nFree (according to CUDA): 0 bytes");
         let Event::TorchOom(t) = &e[0] else {
             panic!("{e:?}")

@@ -1098,7 +1098,7 @@ mod tests {
 
     #[test]
     fn engines_own_words_for_loading_and_allocating_the_cache() {
-        // tt-metal-21904, mlc-llm-38, mlx-serve-13 (session 15).
+        // tt-metal-21904, mlc-llm-38, mlx-serve-13 (real-2026-12r and -12s).
         assert_eq!(
             stage_hint("Allocating TT kv caches for each layer (submesh 1):  69%|██| 22/32"),
             Some(StageHint::CacheAlloc)

@@ -474,7 +474,7 @@ pub fn scan(lines: &[String]) -> (Vec<Finding>, Context) {
         st.findings = std::mem::take(&mut st.unrecognised);
         // A full disk is what stopped the run when it is the log's error and the only memory
         // words are an unknown wording (windows-vibe-1168: a download failed with "not enough
-        // space on the disk", a helper's stray "fatal error: out of memory" in its details).
+        // space on the disk", and a tool's stray "fatal error: out of memory" in its details).
         if let Some((n, quote)) = disk_full(lines) {
             if st
                 .findings

@@ -133,9 +133,9 @@ def import_libs():
 
 def _skip_sklearn():
     """transformers' generation module imports scikit-learn, when it is installed, for assisted
-    decoding's ROC curve, which the probe never runs: 2.6 s of the H200 machine's start (session 8,
-    `python3 -X importtime`). Its availability check is answered "no" before that import; nothing
-    the probe measures touches it."""
+    decoding's ROC curve, which the probe never runs: 2.6 s of the H200 machine's start
+    (measured with `python3 -X importtime`). Its availability check is answered "no" before that
+    import; nothing the probe measures touches it."""
     try:
         import transformers.utils as tu
         import transformers.utils.import_utils as iu
@@ -1654,9 +1654,10 @@ def _main(argv):
 # The warm process (zygote): torch and transformers imported once, children forked from it
 # ---------------------------------------------------------------------------------------------
 # A fresh probe child spends 10-15 s importing torch and transformers before it touches the GPU
-# (docs/gpu-runs.md, sessions 8 and 15). So, for a probe on one CUDA device, this script first acts
-# as a relay: it asks a warm process of the same interpreter, script and import environment to fork
-# the child, hands it its own stdin/stdout/stderr (SCM_RIGHTS) with its argv, environment and
+# (measured on the H200: scripts/gpu/time-to-verdict.sh, scripts/gpu/fork-warm-h200.sh). So, for a
+# probe on one CUDA device, this script first acts as a relay: it asks a warm process of the same
+# interpreter, script and import environment to fork the child, hands it its own
+# stdin/stdout/stderr (SCM_RIGHTS) with its argv, environment and
 # working directory, and then only waits, forwarding signals, and exits as the child did. The warm
 # process never starts CUDA (it refuses to fork once the driver is initialised), holds no GPU memory, kills
 # a child whose relay went away (a SIGKILL of the relay does not orphan it), and exits after
@@ -2095,7 +2096,7 @@ def _mirror(status):
 
 def _leave(rc):
     """Exit without the interpreter's teardown: with torch and a CUDA context loaded, finalising
-    the modules took 3-10 s after the last answer (docs/gpu-runs.md, session 8), time the parent
+    the modules took 3-10 s after the last answer (measured on the H200), time the parent
     waited for nothing. Every answer is already flushed; the ballast was freed by `close()`; the
     driver frees the rest of the process's memory at exit."""
     _flush_all()

@@ -4,8 +4,8 @@
 //! a memoised value that is itself inside another memoised value which is used twice is asked for
 //! more times than it was counted, and it answers "recursive structure found". Real snapshots do
 //! exactly this (a frame list shared by a segment and its first block, frame dicts shared between
-//! blocks): every snapshot captured on the H200 in session 6 failed so. Here containers live in an
-//! arena, the memo holds arena indices (Python's own sharing), and the tree is materialised once
+//! blocks): every snapshot captured on the H200 (tests/fixtures/snapshot/h200) failed so. Here
+//! containers live in an arena, the memo holds arena indices (Python's own sharing), and the tree is materialised once
 //! into `serde_pickle::Value` at the end, so `serde` still does the typed decoding.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

@@ -40,8 +40,8 @@ pub struct LogReading {
     pub skipped_bytes: Option<u64>,
 }
 
-/// A confidence band and its record on real logs the rules had not seen (the sealed sets' first
-/// scoring; docs/explain.md has the table).
+/// A confidence band and its record on real logs the rules had not seen (each held-out set's
+/// first scoring; docs/explain.md has the table).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ConfidenceBand {
     pub band: &'static str,
@@ -52,20 +52,17 @@ pub struct ConfidenceBand {
 }
 
 /// (lowest confidence in the band, its name, right, of) — measured on logs the rules had never
-/// seen: the first scoring of the twenty sealed sets (tests/fixtures/logs/sealed-2026-12b, 52 logs,
-/// session 7: 18/22, 12/15, 8/15; sealed-2026-12c, 50 logs, session 8: 16/25, 3/6, 7/19;
-/// sealed-2026-12d, 49 logs: 16/26, 6/9, 7/14; sealed-2026-12e, 50 logs: 15/18, 8/11, 2/21;
-/// sealed-2026-12f, 50 logs: 23/30, 7/11, 4/9; sealed-2026-12g, 49 logs, session 9: 17/21, 8/9,
-/// 5/19; sealed-2026-12h, 45 logs, session 10: 13/16, 4/8, 12/21; sealed-2026-12i, 22 logs:
-/// 9/11, 0/2, 6/9; sealed-2026-12j, 44 logs, session 11: 17/19, 2/6, 10/19; sealed-2026-12k,
-/// 40 logs: 12/15, 3/6, 11/19; sealed-2026-12l and -12m, 74 logs, session 12: 27/36, 4/11,
-/// 19/27; sealed-2026-12n and -12o, 92 logs, session 13: 25/41, 8/12, 18/39; sealed-2026-12p
-/// and -12q, 49 logs, session 14: 17/29, 3/5, 8/15; sealed-2026-12r and -12s, 56 logs, session
-/// 15: 25/30, 8/13, 2/13; sealed-2026-12t and -12u, 53 logs, session 16: 22/29, 5/6, 8/18).
-/// On the tune
-/// corpora every band scores higher
-/// (real: 54/54, 22/24, 22/28), which is what fitting does; a user's log is one the rules have
-/// not seen. Re-measure with the next sealed set.
+/// seen: the first scoring of each held-out set (tests/fixtures/logs/real-2026-12b, 52 logs:
+/// 18/22, 12/15, 8/15; real-2026-12c, 50 logs: 16/25, 3/6, 7/19; real-2026-12d, 49 logs: 16/26,
+/// 6/9, 7/14; real-2026-12e, 50 logs: 15/18, 8/11, 2/21; real-2026-12f, 50 logs: 23/30, 7/11,
+/// 4/9; real-2026-12g, 49 logs: 17/21, 8/9, 5/19; real-2026-12h, 45 logs: 13/16, 4/8, 12/21;
+/// real-2026-12i, 22 logs: 9/11, 0/2, 6/9; real-2026-12j, 44 logs: 17/19, 2/6, 10/19;
+/// real-2026-12k, 40 logs: 12/15, 3/6, 11/19; real-2026-12l and -12m, 74 logs: 27/36, 4/11,
+/// 19/27; real-2026-12n and -12o, 92 logs: 25/41, 8/12, 18/39; real-2026-12p and -12q, 49
+/// logs: 17/29, 3/5, 8/15; real-2026-12r and -12s, 56 logs: 25/30, 8/13, 2/13; real-2026-12t
+/// and -12u, 53 logs: 22/29, 5/6, 8/18). On the tune corpora every band scores higher (real:
+/// 54/54, 22/24, 22/28), which is what fitting does; a user's log is one the rules have not
+/// seen. Re-measure with the next held-out set.
 const CALIBRATION: &[(f64, &str, u32, u32)] = &[
     (0.8, "high (>= 0.8)", 272, 368),
     (0.6, "medium (0.6-0.8)", 81, 130),
@@ -2499,7 +2496,7 @@ mod tests {
 
     #[test]
     fn a_parameter_count_after_a_multibyte_character_is_read() {
-        // cargo-fuzz (session 5): a byte index inside '�' before "7b".
+        // Found by cargo-fuzz: a byte index inside '�' before "7b".
         assert_eq!(params_from("模型\u{fffd}7b"), Some(7e9));
         assert_eq!(params_from("qwen-\u{fffd}0.5b"), Some(0.5e9));
     }

@@ -172,7 +172,7 @@ pub fn run(
 /// The prompt to try once more, fresh, after the decisive run ran out: the engine's own profile
 /// on this card allows more than the corrected budget, and less than what ran out. The correction
 /// applies the warm stages' worst under-prediction to every batch, which can cost a tenth of the
-/// prompt (Phi-3 batch 4 on 10 GiB: 790 where 903 runs, session 8); one trial in the engine
+/// prompt (Phi-3 batch 4 on 10 GiB on the H200: 790 where 903 runs); one trial in the engine
 /// settles it either way, and the budget never claims what did not run.
 pub fn budget_trial_prompt(
     m: &Measured,

@@ -142,7 +142,7 @@ pub fn corrected_card(profile: &Planner, w: &Workload, stages: &[StageRecord]) -
                     floor = floor.max(predicted);
                     // Run whole at the edge of the card: this workload is the edge. The profile's
                     // slope is not trusted beyond it (on the H200 it claimed 1.5–9 % more prompt
-                    // than ran out, session 6).
+                    // than ran out).
                     let spare = profile.vram.saturating_sub(s.memory.peak);
                     if spare < super::decisive::edge_band(profile.vram) {
                         edge = Some(edge.map_or(predicted, |x: i128| x.min(predicted)));

@@ -631,7 +631,8 @@ fn predicted(
 
 /// A prompt within 15 % of the predicted budget is at the edge of what a forecast can tell: on the
 /// H200 the transformers profile's budget was 87–100 % of the largest prompt that really ran, and
-/// "ran" and "ran out" were 1–4 % apart (docs/gpu-runs.md, session 6). Said, so a reader measures.
+/// "ran" and "ran out" were 1–4 % apart
+/// (docs/calibration/transformers-limits-h200-2026-12-01*.jsonl). Said, so a reader measures.
 fn near_the_edge(prompt: u64, budget: Option<u64>) -> Option<String> {
     let b = budget.filter(|&b| b > 0)?;
     let (lo, hi) = (b.saturating_mul(85) / 100, b.saturating_mul(115) / 100);

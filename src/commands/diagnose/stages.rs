@@ -44,7 +44,7 @@ pub struct Measured {
 }
 
 /// From this prompt length on, `prefill_once` saves a prefill (35 s of 80 for Mistral-7B at
-/// 35,840 tokens on the H200, session 3).
+/// 35,840 tokens on the H200).
 pub const PREFILL_ONCE_FROM: usize = 8192;
 
 /// Why a stage did not run after Ctrl-C.

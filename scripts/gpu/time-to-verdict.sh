@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# #14, session 8, call 1: where transformers-mode diagnose spends its time. Python's import times,
+# Where transformers-mode diagnose spends its time. Python's import times,
 # load-breakdown.py (imports, CUDA start, random weights, generate() 1st/2nd/3rd), then diagnose of
 # Mistral-7B's default workload three times and the 32k-token case, each report kept.
+# Usage: OUT=./gpu-out bash scripts/gpu/time-to-verdict.sh   (binary: .gl/llm-oom)
 set -u
 cd "$(dirname "$0")/../.."
 set -- ttv8

@@ -1,6 +1,6 @@
 import json,os,subprocess,sys,tempfile,collections
 # usage (from the repository root, after cargo build --release):
-#   python3 scripts/score-sealed.py SET COMMIT OUT.jsonl  -- appends each verdict, prints totals only
+#   python3 scripts/score-set.py SET COMMIT OUT.jsonl  -- appends each verdict, prints totals only
 #   (LLM_OOM_BIN picks another build of the binary, e.g. target/debug/llm-oom)
 bin=os.environ.get('LLM_OOM_BIN','target/release/llm-oom')
 s,commit,out=sys.argv[1:4]

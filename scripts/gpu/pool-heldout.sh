@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Session 11, one call: the allocator model's held-out check (#14). Twenty fresh ground-truth
-# trials that no earlier run measured, at the edges the model predicted before they ran
-# (docs/calibration/pool-predictions-h200-2026-12-02.jsonl): the largest prompt it says runs and
-# one token more, for 9 workloads (8 models' shapes, SDPA and eager, batch 1-32), and Qwen2.5-7B's
-# predicted non-monotone stretch (4,097-4,300 out of memory, 4,400 runs). Each trial is
+# The allocator model's held-out check: fresh ground-truth trials at the edges the model predicted
+# before they ran (docs/calibration/pool-predictions-h200-2026-12-02.jsonl): the largest prompt it
+# says runs and one token more, for 9 workloads (8 models' shapes, SDPA and eager, batch 1-32), and
+# Qwen2.5-7B's predicted non-monotone stretch (4,097-4,300 out of memory, 4,400 runs). Each trial is
 # alloc-trace.py's fresh process (the probe's ballast, from_config, one generate()); the small
-# traces come back. Then diagnose in predicted mode (transformers hidden) on the 16 earlier edges.
+# traces come back. Then diagnose in predicted mode (transformers hidden) on the 16 edges.
+# Usage: OUT=./gpu-out bash scripts/gpu/pool-heldout.sh   (binary: .gl/llm-oom-cpu.gz)
 set -u
 export PYTHONUNBUFFERED=1
 D=/tmp/traces; mkdir -p $D

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# One device call of python-only ground truth (no llm-oom binary needed), session 6:
-#  1. #14: transformers' real limits for four more workloads (bisection, a fresh process per trial,
+# Python-only ground truth in one device call (no llm-oom binary needed):
+#  1. transformers' real limits for four workloads (bisection, a fresh process per trial,
 #     started at llm-oom's own predicted-mode budget: GUESS), appended to $OUT/limits.jsonl;
-#  2. #17: what transformers' cache really holds on CUDA for Gemma-3 and an MLA model;
-#  3. #22: PyTorch allocator snapshots of four real OOMs, and decode with and without history.
+#  2. what transformers' cache really holds on CUDA for Gemma-3 and an MLA model (cache-real.py);
+#  3. PyTorch allocator snapshots of four real OOMs, and decode with and without history.
 # Each part is bounded by `timeout` so the call ends inside the device's 600 s.
+# Usage: OUT=./gpu-out [LIMITS_S=300] [SNAP_S=180] bash scripts/gpu/ground-truth.sh
 set -u
 cd "$(dirname "$0")/../.."
 set -- truth   # common.sh's EXIT trap reads $1

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Session 9, call 1: the allocator traces of the 16 ground-truth trials of #14 (8 workloads, the
-# largest prompt that ran and the first that ran out), in the truth's own fresh processes.
+# PyTorch's caching-allocator traces of the 16 ground-truth trials at transformers' limits (8
+# workloads: the largest prompt that ran and the first that ran out), each in its own fresh process
+# (scripts/gpu/alloc-trace.py), tarred and split into 15 MB parts under $OUT.
+# Usage: OUT=./gpu-out bash scripts/gpu/alloc-trace-edges.sh
 set -u
 D=/tmp/traces; mkdir -p $D
 python3 scripts/gpu/alloc-trace.py $D \

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Session 16: transformers-mode diagnose with the warm process (transformers_probe.py's zygote).
+# transformers-mode diagnose with the warm process (transformers_probe.py's zygote).
 # Time to verdict for Mistral-7B's default workload without it (LLM_OOM_ZYGOTE=0), then with it
 # (its first run starts it), warm three times, the 32k-token prompt; the 16 edge runs of the 8
 # workloads at transformers' limits, measured, against the recorded truth; a diagnose killed with
 # SIGKILL mid-run (the GPU must be free within seconds); what the warm process holds (host RSS, and
 # no GPU memory). Binary: .gl/llm-oom.gz (release build; transformers mode needs no CUDA feature).
+# OFF=0 skips the run without the warm process; EDGES_S=0 skips the edge runs.
+# Usage: OUT=./gpu-out [OFF=0] [EDGES_S=300] bash scripts/gpu/warm-process.sh
 set -u
 cd "$(dirname "$0")/../.."
 set -- zygote
