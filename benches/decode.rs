@@ -1,5 +1,5 @@
 //! Decode cost of the runtime on a tiny CPU model: one greedy step at a given context, with the
-//! preallocated and the concatenated KV cache. (GPU decode speed is recorded in docs/gpu-runs.md.)
+//! preallocated and the concatenated KV cache. (GPU decode speed is recorded in docs/accuracy.md.)
 
 use candle_core::{DType, Device, Tensor};
 use criterion::{criterion_group, criterion_main, Criterion};

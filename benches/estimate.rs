@@ -1,5 +1,5 @@
 //! In-process cost of the estimate and of a whole plan's searches (the budget table, the
-//! quantization what-if). The whole-process figure is recorded in docs/gpu-runs.md.
+//! quantization what-if). The whole-process figure is recorded in docs/accuracy.md.
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use llm_oom::budget::Planner;

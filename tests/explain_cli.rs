@@ -52,7 +52,7 @@ fn every_fixture_gets_its_verdict() {
         ("mixed.log", "other_process", "environment"),
         ("clean.log", "none", "unknown"),
         ("bnb_load.log", "weights", "load"),
-        // A real transformers 5.17 OOM on the H200 under a 24 GiB cap (docs/gpu-runs.md): the MLP of
+        // A real transformers 5.17 OOM on the H200 under a 24 GiB cap (docs/accuracy.md): the MLP of
         // a 40,000-token prefill asked for 1.07 GiB.
         (
             "transformers_h200_prefill_oom.log",

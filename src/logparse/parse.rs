@@ -615,7 +615,7 @@ mod tests {
 
     #[test]
     fn a_process_list_without_this_process_is_all_others() {
-        // transformers 5.17 on the H200 with a second process holding 10.6 GiB (docs/gpu-runs.md).
+        // transformers 5.17 on the H200 with a second process holding 10.6 GiB (docs/accuracy.md).
         let log = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.07 GiB. GPU 0 has a total capacity of 139.80 GiB of which 104.60 GiB is free. Process 412 has 10.60 GiB memory in use. Including non-PyTorch memory, this process has 24.59 GiB memory in use. 24.00 GiB allowed; Of the allocated memory 21.63 GiB is allocated by PyTorch, and 2.29 GiB is reserved by PyTorch but unallocated.";
         let (f, _) = scan(&lines(log));
         let Event::TorchOom(t) = &f[0].event else {

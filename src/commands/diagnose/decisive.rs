@@ -29,7 +29,7 @@ pub enum FreshRun {
 
 /// The band around the card inside which a staged answer is not trusted: 5 % of the card, at
 /// least 256 MiB. On the H200 the staged peak and a fresh `generate()` differed by up to ~2 %
-/// (allocator slack of 170–440 MiB at the limits of 7 workloads, docs/gpu-runs.md).
+/// (allocator slack of 170–440 MiB at the limits of 7 workloads, docs/accuracy.md).
 pub fn edge_band(capacity: u64) -> u64 {
     (capacity / 20).max(256 << 20)
 }
