@@ -31,44 +31,103 @@ const fn c(ids: &'static [&'static str], name: &'static str, mib: u64) -> Card {
     Card { ids, name, mib }
 }
 
-/// nvidia-smi `memory.total` (MiB) of each card, as public nvidia-smi captures show it.
+/// nvidia-smi `memory.total` (MiB) of each card, as public nvidia-smi captures show it (AMD:
+/// `rocm-smi --showmeminfo vram`). Ids are matched after [`canonical`]: case, spaces, hyphens,
+/// an `NVIDIA`/`GeForce`/`AMD`/`Instinct`/`Tesla` prefix, a trailing `GPU` and `Mobile` (=
+/// `laptop`) do not matter, so `NVIDIA GeForce RTX 4090` as nvidia-smi prints it is `rtx4090`.
 pub const CARDS: &[Card] = &[
-    c(&["rtx4060-8g", "rtx4060"], "RTX 4060 8 GB", 8188),
+    c(
+        &["rtx4060-8g", "rtx4060", "rtx4060ti", "rtx4060ti-8g"],
+        "RTX 4060 / 4060 Ti 8 GB",
+        8188,
+    ),
+    c(
+        &["rtx4060-laptop", "rtx4070-laptop"],
+        "RTX 4060 / 4070 Laptop 8 GB",
+        8188,
+    ),
+    c(
+        &[
+            "rtx3060ti",
+            "rtx3070",
+            "rtx3070ti",
+            "rtx3060ti-8g",
+            "rtx3070-8g",
+        ],
+        "RTX 3060 Ti / 3070 / 3070 Ti 8 GB",
+        8192,
+    ),
     c(&["rtx3080", "rtx3080-10g"], "RTX 3080 10 GB", 10240),
     c(
         &["rtx2080ti", "gtx1080ti"],
         "RTX 2080 Ti / GTX 1080 Ti 11 GB",
         11264,
     ),
-    c(&["rtx4070", "rtx4070ti"], "RTX 4070 / 4070 Ti 12 GB", 12282),
-    c(&["t4"], "Tesla T4 16 GB", 15360),
-    c(&["v100-16g", "v100"], "Tesla V100 16 GB", 16160),
+    c(&["rtx5070"], "RTX 5070 12 GB", 12227),
     c(
-        &["rtx4080", "rtx4070ti-super", "rtx-a4000"],
-        "RTX 4080 16 GB",
+        &["rtx4070", "rtx4070ti", "rtx4070-super"],
+        "RTX 4070 / 4070 Ti / 4070 Super 12 GB",
+        12282,
+    ),
+    c(&["rtx4080-laptop"], "RTX 4080 Laptop 12 GB", 12282),
+    c(
+        &["rtx3060", "rtx3060-12g", "rtx3080-12g", "rtx3080ti"],
+        "RTX 3060 / 3080 12 GB / 3080 Ti 12 GB",
+        12288,
+    ),
+    c(&["t4"], "Tesla T4 16 GB", 15360),
+    c(
+        &["v100-16g", "v100", "v100-sxm2-16g"],
+        "Tesla V100 16 GB",
+        16160,
+    ),
+    c(&["rtx5080", "rtx5070ti"], "RTX 5080 / 5070 Ti 16 GB", 16303),
+    c(&["rtx5060ti", "rtx5060ti-16g"], "RTX 5060 Ti 16 GB", 16311),
+    c(
+        &["rtx4080", "rtx4080-super", "rtx4070ti-super", "rtx-a4000"],
+        "RTX 4080 / 4080 Super / 4070 Ti Super 16 GB",
         16376,
     ),
+    c(&["rtx4090-laptop"], "RTX 4090 Laptop 16 GB", 16376),
     c(&["rtx4060ti-16g"], "RTX 4060 Ti 16 GB", 16380),
     c(&["rtx4000-ada"], "RTX 4000 Ada 20 GB", 20475),
     c(&["a10", "a10g"], "A10 / A10G 24 GB", 23028),
     c(&["l4"], "L4 24 GB", 23034),
-    c(&["rtx4090", "rtx3090ti"], "RTX 4090 24 GB", 24564),
+    c(&["rtx4090", "rtx3090ti"], "RTX 4090 / 3090 Ti 24 GB", 24564),
     c(&["rtx3090"], "RTX 3090 24 GB", 24576),
-    c(&["v100-32g"], "Tesla V100 32 GB", 32510),
+    c(&["v100-32g", "v100-sxm2-32g"], "Tesla V100 32 GB", 32510),
     c(&["rtx5090"], "RTX 5090 32 GB", 32607),
-    c(&["a100-40g", "a100-40gb"], "A100 40 GB", 40960),
+    c(
+        &["a100-40g", "a100-sxm4-40g", "a100-pcie-40g"],
+        "A100 40 GB",
+        40960,
+    ),
     c(&["l40s", "l40", "a40"], "L40S / L40 / A40 48 GB", 46068),
     c(
         &["rtx-a6000", "a6000", "rtx6000-ada"],
         "RTX A6000 / 6000 Ada 48 GB",
         49140,
     ),
+    // One MI250X is two GCDs, and PyTorch, vLLM and rocm-smi each see a GCD as its own device of
+    // 64 GB: `mi250x` is one such device (`2xmi250x` the whole card).
+    c(&["mi250x", "mi250x-gcd"], "MI250X, one GCD of 64 GB", 65520),
     c(
-        &["h100", "h100-80g", "h100-sxm", "h100-pcie"],
+        &[
+            "h100",
+            "h100-80g",
+            "h100-sxm",
+            "h100-pcie",
+            "h100-80g-hbm3",
+            "h100-sxm5-80g",
+        ],
         "H100 80 GB",
         81559,
     ),
-    c(&["a100-80g", "a100-80gb", "a100"], "A100 80 GB", 81920),
+    c(
+        &["a100-80g", "a100", "a100-sxm4-80g", "a100-80g-pcie"],
+        "A100 80 GB",
+        81920,
+    ),
     c(&["h100-nvl"], "H100 NVL 94 GB", 95830),
     c(
         &["rtx-pro-6000", "rtx6000-pro"],
@@ -76,6 +135,8 @@ pub const CARDS: &[Card] = &[
         97887,
     ),
     c(&["h200", "h200-141g"], "H200 141 GB", 143771),
+    // rocm-smi's VRAM total of an MI300X (206,141,652,992 bytes).
+    c(&["mi300x"], "MI300X 192 GB", 196592),
     // Apple: 75 % of RAM (Metal's recommendedMaxWorkingSetSize), in MiB.
     c(
         &["m1-max-64g", "m2-max-64g", "m3-max-64g", "m4-max-64g"],
@@ -128,14 +189,83 @@ const CLASSES: &[(u64, &str)] = &[
     (141, "h200"),
 ];
 
+/// A card name as people type it, reduced to what tells cards apart: lower case, no spaces,
+/// hyphens or underscores, no vendor or brand prefix (`NVIDIA`, `GeForce`, `AMD`, `Instinct`,
+/// `Tesla`), no trailing `GPU`, `Mobile` read as `laptop`, and `NNGB` as `NNg`. So `NVIDIA GeForce
+/// RTX 4090`, `RTX 4060 Laptop GPU`, `rtx-4070-ti-super` and `A100-SXM4-80GB` each meet an id.
+pub fn canonical(name: &str) -> String {
+    let mut t: String = name
+        .trim()
+        .to_ascii_lowercase()
+        .chars()
+        .filter(|c| !matches!(c, ' ' | '-' | '_' | '\t'))
+        .collect();
+    for prefix in ["nvidia", "amd", "geforce", "radeon", "instinct", "tesla"] {
+        if let Some(rest) = t.strip_prefix(prefix) {
+            t = rest.to_string();
+        }
+    }
+    if let Some(rest) = t.strip_suffix("gpu") {
+        t = rest.to_string();
+    }
+    t = t.replace("mobile", "laptop").replace("gb", "g");
+    t
+}
+
 pub fn find(id: &str) -> Option<&'static Card> {
-    let want = id.trim().to_ascii_lowercase().replace(['_', ' '], "-");
-    let squashed = want.replace('-', "");
-    CARDS.iter().find(|c| {
-        c.ids
-            .iter()
-            .any(|i| *i == want || i.replace('-', "") == squashed)
-    })
+    let want = canonical(id);
+    if want.is_empty() {
+        return None;
+    }
+    CARDS
+        .iter()
+        .find(|c| c.ids.iter().any(|i| canonical(i) == want))
+}
+
+/// The card ids nearest to `name` (edit distance on [`canonical`] forms), at most `n`, nearest
+/// first; for the message that refuses an unknown name.
+pub fn close_matches(name: &str, n: usize) -> Vec<&'static str> {
+    let want = canonical(name);
+    let mut scored: Vec<(usize, &'static str)> = CARDS
+        .iter()
+        .flat_map(|c| c.ids.iter().copied())
+        .map(|id| {
+            let id_c = canonical(id);
+            let d = edit_distance(&want, &id_c);
+            (d, id)
+        })
+        .collect();
+    scored.sort_by_key(|&(d, id)| (d, id.len()));
+    let mut out: Vec<&'static str> = Vec::new();
+    for (_, id) in scored {
+        if out.len() == n {
+            break;
+        }
+        if !out.contains(&id) {
+            out.push(id);
+        }
+    }
+    out
+}
+
+/// Levenshtein distance over bytes (names are short ASCII).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, &ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, &cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// `s` looks like a card name (it starts with a letter), not a size.
+fn looks_like_a_name(s: &str) -> bool {
+    s.trim().starts_with(|c: char| c.is_ascii_alphabetic())
 }
 
 /// What `--vram` resolved to: the bytes planned for and how the text was read.
@@ -152,6 +282,11 @@ pub struct Vram {
 /// (that class's real total), any other decimal size (`50GB` = 50 × 10⁹), or an exact binary size
 /// (`24GiB`, `24564MiB`). A bare number is refused: it could be GiB, GB or bytes.
 pub fn parse_vram(s: &str) -> Result<Vram, InputError> {
+    parse_card("--vram", s)
+}
+
+/// [`parse_vram`] for a flag of another name (`--vram-limit`), which its messages name.
+pub fn parse_card(flag: &str, s: &str) -> Result<Vram, InputError> {
     let t = s.trim();
     if let Some(card) = find(t) {
         return Ok(Vram {
@@ -167,7 +302,13 @@ pub fn parse_vram(s: &str) -> Result<Vram, InputError> {
     }
     if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.') {
         return Err(InputError::Usage(format!(
-            "--vram {t} has no unit; write {t}GiB, {t}GB or a card name like rtx4090"
+            "{flag} {t} has no unit; add a unit: write {t}GiB, {t}GB or a card name like rtx4090"
+        )));
+    }
+    if looks_like_a_name(t) && t.parse::<Bytes>().is_err() {
+        return Err(InputError::Usage(format!(
+            "{flag} {t} is not a card llm-oom knows (close matches: {}) nor a memory size like 24GiB",
+            close_matches(t, 4).join(", ")
         )));
     }
     let lower = t.to_ascii_lowercase();
@@ -189,7 +330,7 @@ pub fn parse_vram(s: &str) -> Result<Vram, InputError> {
             }
         }
     }
-    let b: Bytes = t.parse()?;
+    let b = Bytes(crate::units::parse_size(flag, t)?);
     Ok(Vram {
         bytes: b.0,
         card: false,
@@ -218,7 +359,11 @@ pub fn parse_devices(s: &str) -> Result<Vec<Vram>, InputError> {
         if n == 0 || out.len() + n > MAX_GPUS {
             return Err(too_many(t));
         }
-        let v = parse_vram(each)?;
+        // `24XB` is a bad size, not 24 of a card named `B`.
+        let v = match parse_vram(each) {
+            Err(_) if n > 1 && each.trim().len() <= 3 => parse_vram(t)?,
+            other => other?,
+        };
         out.extend(std::iter::repeat_n(v, n));
     }
     Ok(out)
@@ -284,6 +429,114 @@ mod tests {
         );
         for bad in ["0x24GiB", "65x24GiB", "2x", "24GiB,,24GiB", "2x24"] {
             assert!(parse_devices(bad).is_err(), "{bad}");
+        }
+    }
+
+    fn mib(name: &str) -> u64 {
+        parse_vram(name)
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .bytes
+            / MIB
+    }
+
+    #[test]
+    fn short_ids_people_type_are_cards() {
+        for (name, total) in [
+            ("rtx3060", 12288),
+            ("rtx3060ti", 8192),
+            ("rtx3070", 8192),
+            ("rtx3070ti", 8192),
+            ("rtx3080", 10240),
+            ("rtx3080-12g", 12288),
+            ("rtx3080ti", 12288),
+            ("rtx3090", 24576),
+            ("rtx3090ti", 24564),
+            ("rtx4060", 8188),
+            ("rtx4060ti", 8188),
+            ("rtx4060ti-16g", 16380),
+            ("rtx4070", 12282),
+            ("rtx4070ti", 12282),
+            ("rtx4070ti-super", 16376),
+            ("rtx4080", 16376),
+            ("rtx4080-super", 16376),
+            ("rtx4090", 24564),
+            ("rtx5060ti", 16311),
+            ("rtx5070", 12227),
+            ("rtx5070ti", 16303),
+            ("rtx5080", 16303),
+            ("rtx5090", 32607),
+            ("a10", 23028),
+            ("a10g", 23028),
+            ("l4", 23034),
+            ("l40s", 46068),
+            ("a100-40g", 40960),
+            ("a100", 81920),
+            ("h100", 81559),
+            ("h200", 143771),
+            ("mi300x", 196592),
+            ("mi250x", 65520),
+        ] {
+            assert_eq!(mib(name), total, "{name}");
+        }
+    }
+
+    #[test]
+    fn case_spaces_and_hyphens_do_not_matter() {
+        for name in ["RTX3060", "RTX 3060", "rtx-3060", "rtx_3060", " Rtx 3060 "] {
+            assert_eq!(mib(name), 12288, "{name}");
+        }
+        assert_eq!(mib("RTX 4070 Ti SUPER"), 16376);
+        assert_eq!(mib("rtx-4060-ti-16gb"), 16380);
+        assert_eq!(mib("MI300X"), 196592);
+    }
+
+    #[test]
+    fn what_nvidia_smi_prints_is_a_card() {
+        assert_eq!(mib("NVIDIA GeForce RTX 4090"), 24564);
+        assert_eq!(mib("NVIDIA GeForce RTX 3060"), 12288);
+        assert_eq!(mib("NVIDIA GeForce RTX 5070 Ti"), 16303);
+        assert_eq!(mib("NVIDIA A100-SXM4-80GB"), 81920);
+        assert_eq!(mib("NVIDIA A100-SXM4-40GB"), 40960);
+        assert_eq!(mib("NVIDIA H100 80GB HBM3"), 81559);
+        assert_eq!(mib("NVIDIA A10G"), 23028);
+        assert_eq!(mib("NVIDIA L4"), 23034);
+        assert_eq!(mib("Tesla T4"), 15360);
+        assert_eq!(mib("AMD Instinct MI300X"), 196592);
+    }
+
+    #[test]
+    fn laptop_parts_are_their_own_cards() {
+        for (name, total) in [
+            ("rtx4090-laptop", 16376),
+            ("RTX 4090 Laptop GPU", 16376),
+            ("NVIDIA GeForce RTX 4060 Laptop GPU", 8188),
+            ("rtx4070 laptop", 8188),
+            ("RTX 4080 Laptop GPU", 12282),
+            ("rtx4090 mobile", 16376),
+        ] {
+            assert_eq!(mib(name), total, "{name}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_name_lists_close_matches() {
+        let e = parse_vram("rtx4099").unwrap_err().to_string();
+        assert!(
+            e.contains("not a card llm-oom knows") && e.contains("rtx4090"),
+            "{e}"
+        );
+        let e = parse_vram("mi300").unwrap_err().to_string();
+        assert!(e.contains("mi300x"), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+    }
+
+    #[test]
+    fn every_id_is_one_card() {
+        let mut seen = std::collections::HashSet::new();
+        for c in CARDS {
+            for id in c.ids {
+                assert!(seen.insert(canonical(id)), "{id} twice");
+            }
         }
     }
 

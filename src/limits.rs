@@ -59,9 +59,9 @@ pub fn for_key(key: &str) -> (u64, &'static str) {
 
 /// A workload flag within its ceiling, else the error that names it.
 pub fn flag(what: &'static str, value: u64) -> Result<u64, InputError> {
-    if what == "--vram" && value < MIN_VRAM {
+    if matches!(what, "--vram" | "--host-ram") && value < MIN_VRAM {
         return Err(InputError::Usage(format!(
-            "--vram is {value} bytes, below llm-oom's floor of 64 MiB; write the unit, like 24GB or 24GiB"
+            "{what} is {value} bytes, below llm-oom's floor of 64 MiB; write the unit, like 24GB or 24GiB"
         )));
     }
     let max = match what {
@@ -111,5 +111,7 @@ mod tests {
         assert!(flag("--batch", MAX_BATCH + 1).is_err());
         assert!(flag("--vram", 24).is_err());
         assert!(flag("--vram", MIN_VRAM).is_ok());
+        assert!(flag("--host-ram", 64).is_err());
+        assert!(flag("--host-ram", MIN_VRAM).is_ok());
     }
 }

@@ -58,6 +58,23 @@ impl FromStr for Bytes {
     }
 }
 
+/// A size flag as a person types it (`--host-ram 64GiB`, `--vram-limit 16MiB`): the one reading
+/// every size flag shares. A bare number is refused (GiB? GB? bytes? `--host-ram 64` once meant
+/// 64 bytes and sent every layer to disk), then the [`Bytes`] forms.
+pub fn parse_size(flag: &str, s: &str) -> Result<u64, InputError> {
+    let t = s.trim();
+    if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return Err(InputError::Usage(format!(
+            "{flag} {t} has no unit; add a unit, e.g. {t}GiB or {t}GB"
+        )));
+    }
+    t.parse::<Bytes>().map(|b| b.0).map_err(|_| {
+        InputError::Usage(format!(
+            "{flag} `{t}` is not a memory size; write it like 64GiB, 80GB or 512MiB"
+        ))
+    })
+}
+
 impl fmt::Display for Bytes {
     /// Human form with three significant figures in the largest binary unit: `13.5 GiB`, `128 KiB`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -106,6 +123,22 @@ mod tests {
         assert_eq!("0.5GiB".parse::<Bytes>().unwrap(), Bytes(GIB / 2));
         assert_eq!("512MiB".parse::<Bytes>().unwrap(), Bytes(512 * MIB));
         assert_eq!("1000".parse::<Bytes>().unwrap(), Bytes(1000));
+    }
+
+    #[test]
+    fn a_size_flag_needs_its_unit() {
+        assert_eq!(parse_size("--host-ram", "64GiB").unwrap(), 64 * GIB);
+        assert_eq!(parse_size("--host-ram", " 64 GB ").unwrap(), 64_000_000_000);
+        let e = parse_size("--host-ram", "64").unwrap_err().to_string();
+        assert!(
+            e.contains("--host-ram 64 has no unit; add a unit, e.g. 64GiB"),
+            "{e}"
+        );
+        let e = parse_size("--host-ram", "lots").unwrap_err().to_string();
+        assert!(
+            e.contains("--host-ram") && e.contains("not a memory size"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -392,9 +392,11 @@ pub struct DiagnoseArgs {
     /// than predict it.
     #[arg(long)]
     pub quantize: Option<String>,
-    /// Give up on a stage that takes longer than this many seconds.
-    #[arg(long, default_value_t = 300)]
-    pub stage_timeout: u64,
+    /// Give up on a stage that takes longer than this many seconds; when given, it also bounds
+    /// the probe's start (imports, CUDA context) to this or 30 s, whichever is longer (otherwise
+    /// the start gets at least 180 s) [default: 300]
+    #[arg(long)]
+    pub stage_timeout: Option<u64>,
     /// transformers: when the whole workload runs once more in a fresh process, as your program
     /// runs it, to decide the verdict: at the edge of the card (default), always, or never.
     #[arg(long, value_enum, default_value_t = FreshRunArg::Edge)]

@@ -72,6 +72,32 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<ExitStatus> {
     if candle {
         llm_oom::runtime::check_device(device).map_err(|e| InputError::Usage(e.to_string()))?;
     }
+    // Everything that can be checked before the probe runs is checked here, so bad input costs
+    // nothing: the GPUs named, the Python, the output path.
+    let card_given = args.vram_limit.is_some() || w.vram.is_some();
+    if args.device.is_some() {
+        let named: Vec<Device> = if devices.is_empty() && ranks.is_empty() {
+            vec![device]
+        } else {
+            devices.iter().chain(&ranks).copied().collect()
+        };
+        check_gpus(
+            args.device.as_deref().unwrap_or_default(),
+            &named,
+            card_given,
+        )?;
+    }
+    if let Some(python) = &args.python {
+        llm_oom::probe::launcher::check_python(python)?;
+    }
+    if let Some(path) = &args.svg {
+        super::check_output(path).map_err(|e| {
+            InputError::Usage(format!(
+                "cannot write the drawing to {} ({e}); nothing was run — fix --svg and run again",
+                path.display()
+            ))
+        })?;
+    }
     let embedded = w.model.is_none();
     let on_cpu = device == Device::Cpu;
     let model = w
@@ -81,12 +107,12 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<ExitStatus> {
     let prompt_given = super::prompt_from_file(&model, w)?.or(w.prompt_tokens);
     let prompt = prompt_given.unwrap_or(if embedded && on_cpu { 512 } else { 2048 });
     let batch = w.batch.unwrap_or(if embedded { 2 } else { 1 });
-    let size = |s: &Option<String>| {
+    let size = |flag: &str, s: &Option<String>| {
         s.as_deref()
-            .map(|v| llm_oom::cards::parse_vram(v).map(|c| c.bytes))
+            .map(|v| llm_oom::cards::parse_card(flag, v).map(|c| c.bytes))
             .transpose()
     };
-    let vram_limit = size(&args.vram_limit)?.or(size(&w.vram)?);
+    let vram_limit = size("--vram-limit", &args.vram_limit)?.or(size("--vram", &w.vram)?);
     if w.kv_dtype.is_some() {
         return Err(InputError::Usage(
             "the probe keeps the KV cache in the weights' dtype; price --kv-dtype with `llm-oom plan`"
@@ -120,7 +146,8 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<ExitStatus> {
             .python
             .clone()
             .unwrap_or_else(llm_oom::probe::launcher::default_python),
-        stage_timeout: Duration::from_secs(args.stage_timeout.max(1)),
+        stage_timeout: Duration::from_secs(args.stage_timeout.unwrap_or(300).max(1)),
+        greet_timeout: args.stage_timeout.map(|s| Duration::from_secs(s.max(1))),
         allow_past_context: args.allow_past_context,
         fresh_run: match args.fresh_run {
             FreshRunArg::Edge => FreshRun::Edge,
@@ -172,10 +199,16 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<ExitStatus> {
         pb.finish_and_clear();
     }
     let r = result?;
-    if let (Some(path), Some(svg)) = (&args.svg, r.svg()) {
-        super::write_file(path, &svg)?;
-    }
     print(&super::report_text(&r, format)?)?;
+    // The path was checked before the probe; if writing fails now the report above still stands.
+    if let (Some(path), Some(svg)) = (&args.svg, r.svg()) {
+        if let Err(e) = std::fs::write(path, &svg) {
+            eprintln!(
+                "llm-oom: cannot write the drawing to {} ({e}); the report is on standard output",
+                path.display()
+            );
+        }
+    }
     Ok(r.exit_status())
 }
 
@@ -198,6 +231,30 @@ fn cpu_ranks(device: Device, tp: Option<u64>, candle: bool) -> Result<Vec<Device
         .into());
     }
     Ok(vec![Device::Cpu; n as usize])
+}
+
+/// Each GPU named in `--device` is one NVML sees. With none at all, a card size (`--vram`,
+/// `--vram-limit`) still lets the answer be predicted for that card; without one the card would be
+/// this machine's RAM, so it is refused.
+fn check_gpus(typed: &str, named: &[Device], card_given: bool) -> Result<(), InputError> {
+    let Some(highest) = named.iter().filter_map(|d| d.gpu()).max() else {
+        return Ok(());
+    };
+    match llm_oom::meter::gpu::count() {
+        Ok(0) | Err(_) if card_given => Ok(()),
+        Err(why) => Err(InputError::Usage(format!(
+            "--device {typed}: no CUDA GPU found ({why}); run on the GPU machine, or drop --device and predict for a card with `llm-oom plan --vram 24GiB`"
+        ))),
+        Ok(0) => Err(InputError::Usage(format!(
+            "--device {typed}: no CUDA GPU found (NVML sees 0 GPUs); run on the GPU machine, or drop --device and predict for a card with `llm-oom plan --vram 24GiB`"
+        ))),
+        Ok(n) if highest >= n => Err(InputError::Usage(format!(
+            "--device cuda:{highest}: this machine has {n} GPU{} (cuda:0{}); name one of those",
+            if n == 1 { "" } else { "s" },
+            if n == 1 { String::new() } else { format!(" to cuda:{}", n - 1) }
+        ))),
+        Ok(_) => Ok(()),
+    }
 }
 
 /// GPU 0 when NVML sees one (for candle, also only when this binary was built with CUDA); else

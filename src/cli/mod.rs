@@ -30,9 +30,11 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
             req.host_ram = args
                 .host_ram
                 .as_deref()
-                .map(str::parse::<llm_oom::units::Bytes>)
-                .transpose()?
-                .map(|b| b.0);
+                .map(|s| {
+                    llm_oom::units::parse_size("--host-ram", s)
+                        .and_then(|b| llm_oom::limits::flag("--host-ram", b))
+                })
+                .transpose()?;
             let count =
                 |what: &'static str, v: Option<i64>| v.map(|v| positive(what, v)).transpose();
             req.parallel = llm_oom::request::ParallelRequest {
@@ -194,32 +196,39 @@ fn watch_command(args: &args::WatchArgs, format: Format, color: ColorChoice) -> 
 /// A report path watch can write: opened for writing (created if missing, not truncated) before
 /// the program runs, so a typo costs nothing.
 fn check_writable(path: &std::path::Path) -> Result<(), InputError> {
+    check_output(path).map_err(|source| {
+        InputError::Usage(format!(
+            "cannot write the report to {} ({source}); nothing was run — fix the path and run again",
+            path.display()
+        ))
+    })
+}
+
+/// An output path checked before any work: its folder exists and the file can be opened for
+/// writing (created if missing and removed again, never truncated).
+pub(crate) fn check_output(path: &std::path::Path) -> std::io::Result<()> {
+    if path.as_os_str().is_empty() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "an empty path",
+        ));
+    }
+    if path.is_dir() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "it is a folder",
+        ));
+    }
     let existed = path.exists();
-    let opened = std::fs::OpenOptions::new()
+    std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(false)
-        .open(path);
-    match opened {
-        Ok(_) => {
-            if !existed {
-                let _ = std::fs::remove_file(path);
-            }
-            Ok(())
-        }
-        Err(source) => Err(InputError::Usage(format!(
-            "cannot write the report to {} ({source}); nothing was run — fix the path and run again",
-            path.display()
-        ))),
+        .open(path)?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
     }
-}
-
-/// Write a report file; a path that cannot be written is bad input.
-pub(crate) fn write_file(path: &std::path::Path, text: &str) -> Result<(), InputError> {
-    std::fs::write(path, text).map_err(|source| InputError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+    Ok(())
 }
 
 fn format(cli: &Cli) -> Format {

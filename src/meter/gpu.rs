@@ -27,6 +27,13 @@ pub fn read_gpu(index: u32) -> Result<GpuInfo, String> {
     read_with(&open()?, index)
 }
 
+/// How many GPUs NVML sees; `Err` carries why none can be counted (no driver, no NVML).
+pub fn count() -> Result<u32, String> {
+    let nvml = Nvml::init().map_err(|e| format!("NVML: {e}"))?;
+    nvml.device_count()
+        .map_err(|e| format!("NVML cannot count the GPUs: {e}"))
+}
+
 fn open() -> Result<Nvml, String> {
     Nvml::init().map_err(|e| format!("NVML not available ({e}): no NVIDIA driver on this machine"))
 }

@@ -28,6 +28,10 @@ use crate::request::Device;
 /// 5–30 s on a cold disk).
 const HELLO_TIMEOUT: Duration = Duration::from_secs(180);
 
+/// The least time a child gets to greet when `--stage-timeout` bounds the start: a cold import of
+/// torch and transformers takes up to this.
+const HELLO_FLOOR: Duration = Duration::from_secs(30);
+
 /// After one rank failed, how long the others' answers already on their way are waited for.
 const WORLD_GRACE: Duration = Duration::from_millis(250);
 
@@ -73,6 +77,9 @@ pub struct Session {
     launcher: Launcher,
     setup: Setup,
     timeout: Duration,
+    /// `--stage-timeout` as given: a child then gets that long to greet, but at least
+    /// [`HELLO_FLOOR`]; `None`: at least [`HELLO_TIMEOUT`].
+    pub greet_timeout: Option<Duration>,
     /// The prompt a fresh child warms up with.
     pub warmup_tokens: usize,
     /// A fresh child warms up before its task (so its tasks measure like the first child's);
@@ -145,6 +152,7 @@ impl Session {
             launcher,
             setup,
             timeout,
+            greet_timeout: None,
             warmup_tokens: 256,
             warm_fresh: true,
             running: Vec::new(),
@@ -253,14 +261,17 @@ impl Session {
             }
         }
         // Starting (importing torch and transformers, creating the CUDA context, holding the
-        // ballast, joining the other ranks) is not a stage: it gets at least HELLO_TIMEOUT
-        // whatever --stage-timeout says.
-        let greet_within = self.timeout.max(HELLO_TIMEOUT);
+        // ballast, joining the other ranks) is not a stage: it gets at least HELLO_TIMEOUT,
+        // unless the user bounded it (--stage-timeout).
+        let greet_within = match self.greet_timeout {
+            Some(t) => t.max(HELLO_FLOOR),
+            None => self.timeout.max(HELLO_TIMEOUT),
+        };
         let deadline = Instant::now() + greet_within;
         let mut hellos: Vec<Option<Hello>> = vec![None; self.running.len()];
         while hellos.iter().any(Option::is_none) {
             let pending: Vec<bool> = hellos.iter().map(Option::is_none).collect();
-            let failed = match next_event(&self.running, &pending, deadline) {
+            let (failed, exited) = match next_event(&self.running, &pending, deadline) {
                 Event::Line(i, line) => match serde_json::from_str::<Hello>(&line) {
                     Ok(h) => {
                         tracing::debug!(
@@ -282,11 +293,11 @@ impl Session {
                         }));
                     }
                 },
-                Event::Gone(i) => i,
-                Event::Timeout => pending.iter().position(|&p| p).unwrap_or(0),
+                Event::Gone(i) => (i, true),
+                Event::Timeout => (pending.iter().position(|&p| p).unwrap_or(0), false),
             };
             world::remove_id_file(&setups);
-            return Err(self.not_greeted(failed, greet_within));
+            return Err(self.not_greeted(failed, exited, greet_within));
         }
         world::remove_id_file(&setups);
         let hellos: Vec<Hello> = hellos.into_iter().flatten().collect();
@@ -296,29 +307,49 @@ impl Session {
         Ok(())
     }
 
-    /// Child `i` died (or hung) before greeting: bad input the parent did not catch, or a device
-    /// that cannot be opened. Its last line says which. Every child is ended.
-    fn not_greeted(&mut self, i: usize, greet_within: Duration) -> Error {
+    /// Child `i` died (`exited`) or hung before greeting: bad input the parent did not catch, or
+    /// a device that cannot be opened. Its last line says which. Every child is ended.
+    fn not_greeted(&mut self, i: usize, exited: bool, greet_within: Duration) -> Error {
         let who = self.who(i);
         let ended = self.end_all(|_| true);
         let (status, words) = ended.into_iter().nth(i).unwrap_or_default();
-        let message = words
+        let own = words
             .lines()
             .rev()
             .find_map(|l| l.strip_prefix("llm-oom: "))
-            .map_or_else(|| words.trim().to_string(), str::to_string);
-        let message = if message.is_empty() {
+            .map(str::to_string);
+        let last = own.unwrap_or_else(|| tail_lines(&words, 1));
+        // Exit 2 is the child refusing its input (its own one line says why).
+        if status.as_deref() == Some("exited 2") && !last.is_empty() {
+            return InputError::Usage(format!("{who}{last}")).into();
+        }
+        let said = if last.is_empty() {
+            " without a word on stderr".to_string()
+        } else {
+            format!(": {last}")
+        };
+        let message = if exited {
+            let how = match status.as_deref().and_then(|s| s.strip_prefix("exited ")) {
+                Some(code) => format!("exited with code {code}"),
+                None => status.unwrap_or_else(|| "ended".into()),
+            };
+            format!("it {how} before greeting{said}")
+        } else {
+            let bound = match self.greet_timeout {
+                Some(t) => format!(
+                    " (--stage-timeout {} bounds the start too, to no less than {} s; without it the start gets {} s)",
+                    t.as_secs(),
+                    HELLO_FLOOR.as_secs(),
+                    HELLO_TIMEOUT.as_secs()
+                ),
+                None => String::new(),
+            };
             format!(
-                "it did not greet within {:.0} s and was stopped",
+                "it did not greet within {:.0} s{bound} and was stopped{said}",
                 greet_within.as_secs_f64()
             )
-        } else {
-            message
         };
-        match status {
-            Some(s) if s == "exited 2" => InputError::Usage(format!("{who}{message}")).into(),
-            _ => Error::Internal(format!("the probe could not start: {who}{message}")),
-        }
+        Error::Internal(format!("the probe could not start: {who}{message}"))
     }
 
     /// Run one task; a fresh child (which loads the model first) if none is alive.

@@ -465,7 +465,7 @@ fn svg(r: &DiagnoseReport) -> String {
     }
     let _ = write!(
         s,
-        r##"<g font-size="11"><rect x="{LEFT}" y="{}" width="10" height="10" fill="#4e79a7"/><text x="{}" y="{}">weights</text><rect x="{}" y="{}" width="10" height="10" fill="#f28e2b"/><text x="{}" y="{}">KV cache</text><rect x="{}" y="{}" width="10" height="10" fill="#e15759"/><text x="{}" y="{}">activations</text><rect x="{}" y="{}" width="10" height="10" fill="#bbbbbb"/><text x="{}" y="{}">CUDA context</text></g></svg>"##,
+        r##"<g font-size="11"><rect x="{LEFT}" y="{}" width="10" height="10" fill="#4e79a7"/><text x="{}" y="{}">weights</text><rect x="{}" y="{}" width="10" height="10" fill="#f28e2b"/><text x="{}" y="{}">KV cache</text><rect x="{}" y="{}" width="10" height="10" fill="#e15759"/><text x="{}" y="{}">activations</text><rect x="{}" y="{}" width="10" height="10" fill="#bbbbbb"/><text x="{}" y="{}">{}</text></g></svg>"##,
         H - 22.0,
         LEFT + 14.0,
         H - 13.0,
@@ -480,7 +480,13 @@ fn svg(r: &DiagnoseReport) -> String {
         LEFT + 280.0,
         H - 22.0,
         LEFT + 294.0,
-        H - 13.0
+        H - 13.0,
+        // Held before any tensor: the CUDA context on a GPU, the runtime's own on the CPU.
+        if r.device.device.gpu().is_some() {
+            "CUDA context"
+        } else {
+            "runtime"
+        },
     );
     s
 }

@@ -82,6 +82,9 @@ pub struct DiagnoseRequest {
     /// The Python whose torch and transformers run the transformers stages.
     pub python: PathBuf,
     pub stage_timeout: Duration,
+    /// `--stage-timeout` as given: it also bounds a child's start (imports, CUDA context), to no
+    /// less than 30 s; without it the start gets at least 180 s.
+    pub greet_timeout: Option<Duration>,
     /// Probe a workload past the model's trained context (refused otherwise).
     pub allow_past_context: bool,
     /// When the whole workload runs again in a fresh process to decide the verdict (transformers).
@@ -271,13 +274,14 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
     };
     if random {
         prep.notes.push(
-            "random weights of the model's real shapes (no checkpoint was read): the memory is the model's, the generated tokens are noise".into(),
+            "random weights of the model's real shapes (no checkpoint was read): the memory is the model's; any tokens it generates are noise".into(),
         );
     }
     let mut session = match req.ranks.is_empty() {
         true => Session::new(launcher, setup, req.stage_timeout),
         false => Session::tensor_parallel(launcher, setup, req.ranks.clone(), req.stage_timeout),
     };
+    session.greet_timeout = req.greet_timeout;
 
     progress.stage("load");
     let load = match session.run(&Task::Load) {
