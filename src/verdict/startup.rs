@@ -125,11 +125,19 @@ pub fn verdict(s: &VllmStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<Stri
             s.max_num_seqs
         ));
     }
+    let mut summary = format!("vLLM starts · {capacity}");
+    if w.batch > held.min(s.max_num_seqs) {
+        summary.push_str(&format!(
+            " · of {} requests {} run at once, the rest wait",
+            w.batch,
+            held.min(s.max_num_seqs)
+        ));
+    }
     let v = Verdict {
         cause: Cause::None,
         stage: Stage::Load,
         confidence: 0.9,
-        summary: format!("vLLM starts · {capacity}"),
+        summary,
         evidence: vec![Evidence::text(capacity), arithmetic],
         contributing: Vec::new(),
     };
