@@ -129,6 +129,9 @@ pub struct WorkloadRequest {
     /// `plan --exact`: answer transformers' workloads by replaying its allocation sequence
     /// through PyTorch's allocator (seconds, not milliseconds) where the sequence is known.
     pub exact: bool,
+    /// vLLM's own flags (`--gpu-memory-utilization`, `--max-model-len`, `--max-num-seqs`,
+    /// `--max-num-batched-tokens`); all `None` when none was given.
+    pub vllm: crate::estimate::VllmArgs,
 }
 
 /// vLLM's parallel layout as the flags give it; `None` = not given.

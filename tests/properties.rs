@@ -245,6 +245,7 @@ proptest! {
             parallel: Default::default(),
             llama: Default::default(),
             exact: false,
+            vllm: Default::default(),
         };
         let within = prompt <= 10_000_000
             && new <= 10_000_000

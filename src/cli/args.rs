@@ -275,6 +275,19 @@ pub struct PlanArgs {
     /// vLLM across nodes: GPUs in each node
     #[arg(long, requires = "nodes", allow_negative_numbers = true)]
     pub gpus_per_node: Option<i64>,
+    /// vLLM: share of the card vLLM may take, above 0 and at most 1 [default: 0.9]
+    #[arg(long, allow_negative_numbers = true)]
+    pub gpu_memory_utilization: Option<f64>,
+    /// vLLM: the longest request (prompt + new tokens) it starts for [default: the model's context]
+    #[arg(long, allow_negative_numbers = true)]
+    pub max_model_len: Option<i64>,
+    /// vLLM: sequences scheduled at once [default: 256; 1024 on cards of 70 GiB or more]
+    #[arg(long, allow_negative_numbers = true)]
+    pub max_num_seqs: Option<i64>,
+    /// vLLM: tokens in one forward pass; sizes its profiling run [default: 2048; 8192 on cards
+    /// of 70 GiB or more (vllm serve)]
+    #[arg(long, allow_negative_numbers = true)]
+    pub max_num_batched_tokens: Option<i64>,
 }
 
 #[derive(Debug, Args)]

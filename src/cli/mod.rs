@@ -44,6 +44,15 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
                 gpus_per_node: count("--gpus-per-node", args.gpus_per_node)?,
             };
             req.exact = args.exact;
+            req.vllm = llm_oom::estimate::VllmArgs {
+                gpu_memory_utilization: args.gpu_memory_utilization,
+                max_model_len: count("--max-model-len", args.max_model_len)?,
+                max_num_seqs: count("--max-num-seqs", args.max_num_seqs)?,
+                max_num_batched_tokens: count(
+                    "--max-num-batched-tokens",
+                    args.max_num_batched_tokens,
+                )?,
+            };
             let r = plan(&req)?;
             print(&report_text(&r, format)?)?;
             Ok(ExitStatus::of(&r.verdict))
@@ -395,6 +404,7 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
         gpus,
         host_ram: None,
         exact: false,
+        vllm: Default::default(),
         parallel: Default::default(),
         llama: llm_oom::estimate::LlamaCppArgs {
             ctx_size: a.ctx_size.map(|v| positive("--ctx-size", v)).transpose()?,

@@ -181,6 +181,7 @@ fn from_log(report: &ExplainReport, engine: Engine) -> Option<WorkloadRequest> {
         parallel: Default::default(),
         llama: Default::default(),
         exact: false,
+        vllm: Default::default(),
     })
 }
 

@@ -57,6 +57,9 @@ pub struct PlanReport {
     /// per device by the engine's placement (`--tensor-parallel-size`, `device_map`, `-ts`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub across_gpus: Vec<Remedy>,
+    /// vLLM on one card: its start-up check (KV cache memory, blocks, concurrency).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vllm_startup: Option<crate::estimate::VllmStartup>,
     pub notes: Vec<String>,
 }
 
@@ -87,6 +90,18 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         return Err(InputError::Usage(format!(
             "--tensor-parallel-size, --pipeline-parallel-size, --nodes and --gpus-per-node plan \
              vLLM's workers; add --engine vllm (this plan is for {})",
+            req.engine
+        ))
+        .into());
+    }
+    req.vllm.check()?;
+    if let Some(flag) = req
+        .vllm
+        .first_given()
+        .filter(|_| req.engine != Engine::Vllm)
+    {
+        return Err(InputError::Usage(format!(
+            "{flag} is a vLLM flag; add --engine vllm (this plan is for {})",
             req.engine
         ))
         .into());
@@ -124,6 +139,26 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             "--exact: transformers' allocation sequence is known for the llama family (Llama, \
              Mistral, Qwen2/2.5, Qwen3, Phi-3) in 16 bits and for transformers only; the profile \
              answers"
+                .to_string(),
+        );
+    }
+    // vLLM on one card: its own start-up check decides (it takes gpu_memory_utilization of the
+    // card whatever the workload; more requests than the KV cache holds wait, they do not OOM).
+    let vllm_startup = (req.engine == Engine::Vllm
+        && req.gpus.len() <= 1
+        && !req.parallel.is_set()
+        && !f.replayed)
+        .then(|| crate::estimate::vllm_startup(&spec, &w, device.vram_bytes, &req.vllm));
+    if let Some(s) = &vllm_startup {
+        let (v, remedies, said) = crate::verdict::startup::verdict(s, &w);
+        f.verdict = v;
+        f.remedies = remedies;
+        notes.extend(said);
+    } else if req.engine == Engine::Vllm && req.vllm.first_given().is_some() {
+        notes.push(
+            "--gpu-memory-utilization, --max-model-len, --max-num-seqs and \
+             --max-num-batched-tokens are read for one card; this plan over several GPUs uses \
+             vLLM's defaults"
                 .to_string(),
         );
     }
@@ -209,6 +244,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         components: f.estimate,
         placement,
         across_gpus,
+        vllm_startup,
         notes,
     })
 }

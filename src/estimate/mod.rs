@@ -8,6 +8,7 @@ pub mod llamacpp;
 pub mod measured;
 pub mod torch_alloc;
 pub mod torch_program;
+pub mod vllm_startup;
 pub mod weights;
 
 use serde::Serialize;
@@ -19,6 +20,7 @@ pub use kv::{
 };
 pub use llamacpp::LlamaCppArgs;
 pub use measured::MeasuredModel;
+pub use vllm_startup::{startup as vllm_startup, Startup as VllmStartup, VllmArgs};
 pub use weights::weight_bytes;
 
 use crate::dtype::{KvDtype, WeightDtype};

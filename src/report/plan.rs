@@ -43,7 +43,15 @@ fn text(r: &PlanReport, style: &Style) -> String {
             other => other.to_string(),
         }
     ));
-    super::text::verdict_header(&mut out, &r.verdict, style, "FITS", "WOULD OOM");
+    let oom_word = if r.vllm_startup.as_ref().is_some_and(|s| !s.starts) {
+        "vLLM REFUSES TO START"
+    } else {
+        "WOULD OOM"
+    };
+    super::text::verdict_header(&mut out, &r.verdict, style, "FITS", oom_word);
+    if let Some(msg) = r.vllm_startup.as_ref().and_then(|s| s.message.as_deref()) {
+        out.push_str(&format!("  vLLM would say: ValueError: {msg}\n"));
+    }
     out.push('\n');
     out.push_str(&format!(
         "Model     {} · {:.2} B params · {} layers · {} heads / {} KV heads × {} · vocab {}{}\n",

@@ -10,6 +10,7 @@ pub mod read;
 pub mod remedy;
 pub mod snapshot;
 pub mod split;
+pub mod startup;
 
 use std::fmt;
 

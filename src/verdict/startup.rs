@@ -1,0 +1,163 @@
+//! The verdict of vLLM's start-up check on one card (`estimate::vllm_startup`): vLLM refuses to
+//! start when one request of `max_model_len` tokens does not fit its KV cache memory; once it
+//! starts, more requests than the cache holds wait in its queue (or are preempted) — slower, not
+//! an out-of-memory.
+
+use crate::estimate::{Engine, VllmStartup, Workload};
+use crate::units::{group, Bytes};
+
+use super::remedy::{Change, Remedy, RemedyBudget};
+use super::{Cause, Evidence, Stage, Verdict};
+
+/// The verdict, the remedies (flags to paste) and the notes for `s`, with the workload `w`.
+pub fn verdict(s: &VllmStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<String>) {
+    let arithmetic = Evidence::bytes(
+        format!(
+            "KV cache memory = {} × gpu_memory_utilization {} − weights {} − profiling peak {} \
+             ({} tokens, {} sequences sampled) − non-torch {} = {}",
+            Bytes(s.requested_bytes),
+            s.gpu_memory_utilization,
+            Bytes(s.weights_bytes),
+            Bytes(s.peak_activation_bytes),
+            group(s.max_num_batched_tokens),
+            s.max_num_seqs,
+            Bytes(s.non_torch_bytes),
+            Bytes(s.available_kv_bytes)
+        ),
+        s.available_kv_bytes,
+    );
+    let mut notes = Vec::new();
+    if !s.starts {
+        let cause = if s.available_kv_bytes == 0
+            && s.weights_bytes >= s.requested_bytes.saturating_sub(s.non_torch_bytes)
+        {
+            Cause::Weights
+        } else {
+            Cause::KvCache
+        };
+        let summary = if s.available_kv_bytes == 0 {
+            format!(
+                "nothing is left for the KV cache within gpu_memory_utilization {} ({} of the card)",
+                s.gpu_memory_utilization,
+                Bytes(s.requested_bytes)
+            )
+        } else {
+            format!(
+                "one request of --max-model-len {} needs {} of KV cache, {} is left",
+                group(s.max_model_len),
+                Bytes(s.needed_kv_bytes),
+                Bytes(s.available_kv_bytes)
+            )
+        };
+        let mut evidence = vec![Evidence::text(format!(
+            "vLLM: ValueError: {}",
+            s.message.as_deref().unwrap_or("")
+        ))];
+        evidence.push(arithmetic);
+        let mut remedies = Vec::new();
+        if s.largest_max_model_len > 0 {
+            remedies.push(flag_remedy(
+                s,
+                Change::ReduceContext(s.largest_max_model_len),
+                format!(
+                    "start with the longest request that fits: {} tokens",
+                    group(s.largest_max_model_len)
+                ),
+                format!("--max-model-len {}", s.largest_max_model_len),
+            ));
+        }
+        if let Some(u) = s.utilization_that_starts {
+            remedies.push(flag_remedy(
+                s,
+                Change::RaiseUtilization((u * 100.0).round() as u64),
+                format!(
+                    "keep --max-model-len {} and let vLLM take {:.0} % of the card",
+                    group(s.max_model_len),
+                    u * 100.0
+                ),
+                format!("--gpu-memory-utilization {u:.2}"),
+            ));
+        }
+        let v = Verdict {
+            cause,
+            stage: Stage::Load,
+            confidence: 0.9,
+            summary,
+            evidence,
+            contributing: Vec::new(),
+        };
+        return (v, remedies, notes);
+    }
+    let capacity = format!(
+        "GPU KV cache size: {} tokens ({} blocks of {}), Maximum concurrency for {} tokens per \
+         request: {:.2}x",
+        group(s.kv_tokens),
+        group(s.num_blocks),
+        s.block_size,
+        group(s.max_model_len),
+        s.max_concurrency
+    );
+    if w.total_tokens() > s.max_model_len {
+        notes.push(format!(
+            "vLLM rejects a request of {} tokens (prompt + new) with --max-model-len {}: it \
+             answers 400, nothing runs out",
+            group(w.total_tokens()),
+            group(s.max_model_len)
+        ));
+    }
+    let per_request = w
+        .total_tokens()
+        .min(s.max_model_len)
+        .div_ceil(s.block_size.max(1));
+    let held = s.num_blocks.checked_div(per_request).unwrap_or(0);
+    if w.batch > held {
+        notes.push(format!(
+            "{} requests of {} tokens at once: the KV cache holds {held} of them; vLLM runs \
+             those and keeps the rest waiting (or preempts and recomputes) — throughput, not \
+             an out-of-memory",
+            w.batch,
+            group(w.total_tokens().min(s.max_model_len))
+        ));
+    }
+    if w.batch > s.max_num_seqs {
+        notes.push(format!(
+            "--max-num-seqs {}: at most that many requests run at once, the rest wait",
+            s.max_num_seqs
+        ));
+    }
+    let mut summary = format!("vLLM starts · {capacity}");
+    if w.batch > held.min(s.max_num_seqs) {
+        summary.push_str(&format!(
+            " · of {} requests {} run at once, the rest wait",
+            w.batch,
+            held.min(s.max_num_seqs)
+        ));
+    }
+    let v = Verdict {
+        cause: Cause::None,
+        stage: Stage::Load,
+        confidence: 0.9,
+        summary,
+        evidence: vec![Evidence::text(capacity), arithmetic],
+        contributing: Vec::new(),
+    };
+    (v, Vec::new(), notes)
+}
+
+/// A flag that makes vLLM start: it still takes `gpu_memory_utilization` of the card.
+fn flag_remedy(s: &VllmStartup, change: Change, action: String, how: String) -> Remedy {
+    let util = match change {
+        Change::RaiseUtilization(pct) => pct as f64 / 100.0,
+        _ => s.gpu_memory_utilization,
+    };
+    let peak = (s.card_bytes as f64 * util) as u64;
+    let mut r = Remedy::new(change, Engine::Vllm, s.requested_bytes, peak, s.card_bytes);
+    r.action = format!("{action} → vLLM starts");
+    r.how = how;
+    r.new_budget = Some(RemedyBudget {
+        peak_bytes: peak,
+        vram_bytes: s.card_bytes,
+        fits: true,
+    });
+    r
+}
