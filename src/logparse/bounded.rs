@@ -62,9 +62,10 @@ impl std::fmt::Display for Binary {
     }
 }
 
-/// The start of an input is binary data when over a quarter of it is NUL or control bytes
-/// (other than tab, line ends, form feed and ESC). UTF-16 text (NULs every other byte, with
-/// or without its mark) is text.
+/// The start of an input is binary data when it is almost all NUL bytes (`/dev/zero`, a
+/// pre-allocated file never written), or when over a tenth of what is not NUL is control bytes
+/// (other than tab, line ends, form feed and ESC). Text with NULs between its characters
+/// (UTF-16, a writer that padded it) is text: its NULs are dropped when it is read.
 pub fn binary_start(start: &[u8]) -> Option<Binary> {
     if start.is_empty() || super::clean::is_utf16(start) {
         return None;
@@ -76,8 +77,9 @@ pub fn binary_start(start: &[u8]) -> Option<Binary> {
             b != 0 && b < b' ' && !matches!(b, b'\t' | b'\n' | b'\r' | 0x1b | 0x0c | 0x0b)
         })
         .count();
-    let odd = nul.saturating_add(other);
-    (odd.saturating_mul(4) > start.len()).then_some(Binary {
+    let text = start.len().saturating_sub(nul);
+    let binary = text.saturating_mul(100) < start.len() || other.saturating_mul(10) > text;
+    binary.then_some(Binary {
         nul,
         other,
         looked: start.len(),
@@ -114,9 +116,8 @@ pub fn read_bounded(r: impl Read) -> io::Result<Bounded> {
 pub fn read_bounded_with(mut r: impl Read, limits: Limits) -> io::Result<Bounded> {
     // The first look decides whether this is text at all: `/dev/zero` ends here.
     let mut head = Vec::new();
-    (&mut r)
-        .take(LOOK.min(limits.head) as u64)
-        .read_to_end(&mut head)?;
+    let look = LOOK.min(limits.head);
+    (&mut r).take(look as u64).read_to_end(&mut head)?;
     if let Some(binary) = binary_start(&head) {
         return Ok(Bounded {
             bytes: Vec::new(),
@@ -125,9 +126,14 @@ pub fn read_bounded_with(mut r: impl Read, limits: Limits) -> io::Result<Bounded
             binary: Some(binary),
         });
     }
-    (&mut r)
-        .take(limits.head.saturating_sub(head.len()) as u64)
-        .read_to_end(&mut head)?;
+    // An end already met is not read again (a terminal's Ctrl-D ends one read, not the input).
+    let mut ended = head.len() < look;
+    if !ended {
+        (&mut r)
+            .take(limits.head.saturating_sub(head.len()) as u64)
+            .read_to_end(&mut head)?;
+        ended = head.len() < limits.head;
+    }
     let mut state = Window {
         keep: limits.tail,
         ..Window::default()
@@ -139,7 +145,7 @@ pub fn read_bounded_with(mut r: impl Read, limits: Limits) -> io::Result<Bounded
     }
     let mut chunk = vec![0u8; 1 << 20];
     let mut total = head.len() as u64;
-    while total < limits.stop_after {
+    while !ended && total < limits.stop_after {
         let got = match r.read(&mut chunk) {
             Ok(0) => break,
             Ok(n) => n,
@@ -408,6 +414,11 @@ mod tests {
             .flat_map(u16::to_le_bytes)
             .collect();
         assert!(read_bounded(&utf16[..]).unwrap().binary.is_none());
+        let padded: Vec<u8> = b"CUDA out of memory\n"
+            .iter()
+            .flat_map(|&b| [b, 0, 0])
+            .collect();
+        assert!(read_bounded(&padded[..]).unwrap().binary.is_none());
         assert!(read_bounded(&b"\x1b[31mERROR\x1b[0m out of memory\n"[..])
             .unwrap()
             .binary
