@@ -31,7 +31,7 @@ fn main() -> ExitCode {
     let status = match cli::run(args) {
         Ok(status) => status,
         Err(err) => {
-            eprintln!("llm-oom: {err}");
+            eprintln!("llm-oom: {}", without_backtrace(&err.to_string()));
             match err.downcast_ref::<llm_oom::Error>() {
                 Some(e) => ExitStatus::from(e),
                 None if err.downcast_ref::<llm_oom::InputError>().is_some() => ExitStatus::BadInput,
@@ -40,4 +40,34 @@ fn main() -> ExitCode {
         }
     };
     ExitCode::from(status.code())
+}
+
+/// An error's message without a backtrace a library appended to it (candle does when
+/// `RUST_BACKTRACE` is set): the lines before the first numbered frame or `stack backtrace:`.
+fn without_backtrace(message: &str) -> String {
+    let frame = |l: &str| {
+        let t = l.trim_start();
+        t.starts_with("stack backtrace:")
+            || t.split_once(": ").is_some_and(|(n, _)| {
+                !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && l.starts_with(' ')
+            })
+    };
+    message
+        .lines()
+        .take_while(|l| !frame(l))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_backtrace_is_cut_from_a_message() {
+        let m = "x.gguf is not a readable GGUF file (gguf: unsupported magic/version Gguf/9\n   0: candle_core::error::Error::bt\n             at src/error.rs:260:25\n)";
+        assert_eq!(
+            super::without_backtrace(m),
+            "x.gguf is not a readable GGUF file (gguf: unsupported magic/version Gguf/9"
+        );
+        assert_eq!(super::without_backtrace("one\ntwo: 3"), "one\ntwo: 3");
+    }
 }

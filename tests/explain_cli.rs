@@ -217,7 +217,7 @@ fn bad_input_is_one_line_and_exit_code_two() {
     .unwrap();
     for (path, needle) in [
         (empty.to_str().unwrap(), "the log is empty"),
-        (binary.to_str().unwrap(), "binary file"),
+        (binary.to_str().unwrap(), "is not a text log (binary data: "),
         ("/no/such/file.log", "cannot read /no/such/file.log"),
     ] {
         let r = run(home.path(), &["explain", path]);

@@ -312,6 +312,16 @@ fn read_input(input: &str) -> Result<Vec<u8>, InputError> {
             source,
         })?
     };
+    if let Some(binary) = read.binary {
+        let name = if input == "-" {
+            "standard input"
+        } else {
+            input
+        };
+        return Err(InputError::Usage(format!(
+            "{name} is not a text log ({binary}); paste the program's output"
+        )));
+    }
     Ok(read.bytes)
 }
 

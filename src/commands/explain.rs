@@ -68,6 +68,9 @@ pub struct ExplainReport {
     /// Bytes left out of the middle of an over-long input.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub skipped_bytes: Option<u64>,
+    /// The input went on past the most that is read (1 GiB): the bytes read; the rest was not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_only_bytes: Option<u64>,
 }
 
 pub fn explain(raw: &[u8], req: &ExplainRequest) -> Result<ExplainReport> {
@@ -85,6 +88,7 @@ pub fn explain(raw: &[u8], req: &ExplainRequest) -> Result<ExplainReport> {
         workload_hint: reading.workload_hint,
         model_hint: reading.model_hint,
         skipped_bytes: reading.skipped_bytes,
+        read_only_bytes: reading.read_only_bytes,
     };
     let (asked, from) = match &req.plan {
         Some(asked) => (asked.clone(), "flags"),

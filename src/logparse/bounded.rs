@@ -24,11 +24,66 @@ pub const STOP_AFTER: u64 = 1 << 30;
 /// A middle line longer than this is not a message.
 const LONGEST_LINE: usize = 64 << 10;
 
+/// How much of the start is looked at to tell a log from binary data.
+pub const LOOK: usize = 64 << 10;
+
 /// What was read: the bytes to explain, and how many in the middle were left out.
 pub struct Bounded {
     pub bytes: Vec<u8>,
     pub skipped: u64,
     pub stopped: bool,
+    /// The input is not text: reading stopped after its first `LOOK` bytes.
+    pub binary: Option<Binary>,
+}
+
+/// Why the start of an input is not a log: its NUL bytes and other control bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Binary {
+    pub nul: usize,
+    pub other: usize,
+    pub looked: usize,
+}
+
+impl std::fmt::Display for Binary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let within = if self.looked >= LOOK {
+            format!("the first {} KiB", LOOK >> 10)
+        } else {
+            format!("its {} bytes", self.looked)
+        };
+        match (self.nul, self.other) {
+            (n, 0) => write!(f, "binary data: {n} NUL bytes in {within}"),
+            (0, o) => write!(f, "binary data: {o} control bytes in {within}"),
+            (n, o) => write!(
+                f,
+                "binary data: {n} NUL and {o} other control bytes in {within}"
+            ),
+        }
+    }
+}
+
+/// The start of an input is binary data when it is almost all NUL bytes (`/dev/zero`, a
+/// pre-allocated file never written), or when over a tenth of what is not NUL is control bytes
+/// (other than tab, line ends, form feed and ESC). Text with NULs between its characters
+/// (UTF-16, a writer that padded it) is text: its NULs are dropped when it is read.
+pub fn binary_start(start: &[u8]) -> Option<Binary> {
+    if start.is_empty() || super::clean::is_utf16(start) {
+        return None;
+    }
+    let nul = start.iter().filter(|&&b| b == 0).count();
+    let other = start
+        .iter()
+        .filter(|&&b| {
+            b != 0 && b < b' ' && !matches!(b, b'\t' | b'\n' | b'\r' | 0x1b | 0x0c | 0x0b)
+        })
+        .count();
+    let text = start.len().saturating_sub(nul);
+    let binary = text.saturating_mul(100) < start.len() || other.saturating_mul(10) > text;
+    binary.then_some(Binary {
+        nul,
+        other,
+        looked: start.len(),
+    })
 }
 
 /// How much is kept and when reading stops.
@@ -59,8 +114,26 @@ pub fn read_bounded(r: impl Read) -> io::Result<Bounded> {
 
 /// `read_bounded` with other limits (the tests use small ones).
 pub fn read_bounded_with(mut r: impl Read, limits: Limits) -> io::Result<Bounded> {
+    // The first look decides whether this is text at all: `/dev/zero` ends here.
     let mut head = Vec::new();
-    (&mut r).take(limits.head as u64).read_to_end(&mut head)?;
+    let look = LOOK.min(limits.head);
+    (&mut r).take(look as u64).read_to_end(&mut head)?;
+    if let Some(binary) = binary_start(&head) {
+        return Ok(Bounded {
+            bytes: Vec::new(),
+            skipped: 0,
+            stopped: true,
+            binary: Some(binary),
+        });
+    }
+    // An end already met is not read again (a terminal's Ctrl-D ends one read, not the input).
+    let mut ended = head.len() < look;
+    if !ended {
+        (&mut r)
+            .take(limits.head.saturating_sub(head.len()) as u64)
+            .read_to_end(&mut head)?;
+        ended = head.len() < limits.head;
+    }
     let mut state = Window {
         keep: limits.tail,
         ..Window::default()
@@ -72,7 +145,7 @@ pub fn read_bounded_with(mut r: impl Read, limits: Limits) -> io::Result<Bounded
     }
     let mut chunk = vec![0u8; 1 << 20];
     let mut total = head.len() as u64;
-    while total < limits.stop_after {
+    while !ended && total < limits.stop_after {
         let got = match r.read(&mut chunk) {
             Ok(0) => break,
             Ok(n) => n,
@@ -201,6 +274,7 @@ impl Window {
                 bytes: head,
                 skipped: 0,
                 stopped,
+                binary: None,
             };
         }
         let note = format!(
@@ -225,6 +299,7 @@ impl Window {
             bytes: head,
             skipped: self.skipped,
             stopped,
+            binary: None,
         }
     }
 }
@@ -296,10 +371,64 @@ mod tests {
         let b = read_bounded(&b"hello\nworld\n"[..]).unwrap();
         assert_eq!(b.bytes, b"hello\nworld\n");
         assert_eq!(b.skipped, 0);
-        let zero = read_bounded_with(io::repeat(0), SMALL).unwrap();
-        assert!(zero.stopped);
-        assert!(zero.bytes.len() < SMALL.head + 2 * SMALL.tail + 1024);
-        assert!(zero.skipped > 0);
+        let endless = read_bounded_with(io::repeat(b'y'), SMALL).unwrap();
+        assert!(endless.stopped && endless.binary.is_none());
+        assert!(endless.bytes.len() < SMALL.head + 2 * SMALL.tail + 1024);
+        assert!(endless.skipped > 0);
+    }
+
+    /// Counts the bytes handed out, so a test sees how far a reader went.
+    struct Counted<R>(R, u64);
+    impl<R: Read> Read for Counted<R> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.0.read(buf)?;
+            self.1 += n as u64;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn binary_data_is_refused_after_the_first_look() {
+        let mut zero = Counted(io::repeat(0), 0);
+        let b = read_bounded(&mut zero).unwrap();
+        assert_eq!(
+            b.binary,
+            Some(Binary {
+                nul: LOOK,
+                other: 0,
+                looked: LOOK
+            })
+        );
+        assert!(zero.1 <= LOOK as u64, "read {} bytes", zero.1);
+        assert_eq!(
+            b.binary.unwrap().to_string(),
+            "binary data: 65536 NUL bytes in the first 64 KiB"
+        );
+        // A log with a few NULs (a crashed writer), UTF-16 and an ANSI-coloured log are text.
+        let mut few = b"loading\n".repeat(100);
+        few.extend_from_slice(&[0u8; 40]);
+        few.extend_from_slice(b"CUDA out of memory\n");
+        assert!(read_bounded(&few[..]).unwrap().binary.is_none());
+        let utf16: Vec<u8> = "CUDA out of memory\n"
+            .encode_utf16()
+            .flat_map(u16::to_le_bytes)
+            .collect();
+        assert!(read_bounded(&utf16[..]).unwrap().binary.is_none());
+        let padded: Vec<u8> = b"CUDA out of memory\n"
+            .iter()
+            .flat_map(|&b| [b, 0, 0])
+            .collect();
+        assert!(read_bounded(&padded[..]).unwrap().binary.is_none());
+        assert!(read_bounded(&b"\x1b[31mERROR\x1b[0m out of memory\n"[..])
+            .unwrap()
+            .binary
+            .is_none());
+        // A short binary file says how much of it was looked at.
+        let b = read_bounded(&b"\x7fELF\x02\x01\x01\x00\x00\x00\x00"[..]).unwrap();
+        assert_eq!(
+            b.binary.unwrap().to_string(),
+            "binary data: 4 NUL and 3 other control bytes in its 11 bytes"
+        );
     }
 
     #[test]

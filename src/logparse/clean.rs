@@ -27,6 +27,11 @@ fn shown_line(line: &str) -> String {
 
 /// Which UTF-16 byte order `raw` is in, if it is UTF-16: by its byte-order mark, else by NUL
 /// bytes filling one parity of positions (ASCII text in UTF-16) and not the other.
+/// Whether `raw` reads as UTF-16 (a byte-order mark, or NULs in every other byte).
+pub fn is_utf16(raw: &[u8]) -> bool {
+    utf16_order(raw).is_some()
+}
+
 fn utf16_order(raw: &[u8]) -> Option<(bool, usize)> {
     match raw {
         [0xFF, 0xFE, ..] => return Some((true, 2)),

@@ -196,6 +196,9 @@ pub struct Context {
     pub context_create_lines: Vec<usize>,
     /// Bytes the reader skipped in the middle of an over-long input (its marker line).
     pub skipped_bytes: Option<u64>,
+    /// The input went on past what the reader reads at most: bytes read before it stopped.
+    #[serde(skip)]
+    pub stopped_after: Option<u64>,
     /// Lines that look like a failure but are not an out-of-memory event (a SIGKILL that
     /// Kubernetes did not call OOMKilled), with what the `none` verdict says about them.
     pub not_oom: Vec<(usize, String)>,
@@ -364,6 +367,12 @@ pub fn mark(line: &str, n: usize, ctx: &mut Context) {
     }
     if let Some(rest) = line.strip_prefix(SKIPPED_MARKER) {
         ctx.skipped_bytes = rest.split(' ').next().and_then(|s| s.parse().ok());
+        ctx.stopped_after = rest
+            .split("stopped reading after ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|m| m.parse::<u64>().ok())
+            .map(|mib| mib.saturating_mul(1 << 20));
     }
 }
 

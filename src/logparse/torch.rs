@@ -223,8 +223,22 @@ fn details(window: &str, t: &mut TorchOom) {
     }
 }
 
+/// A size as PyTorch's MPS allocator prints it: `format_size` divides by 1024, 1024² and 1024³
+/// and labels them KB, MB and GB, so `1.00 GB` is 1 GiB.
+fn mps_size(c: &regex::Captures, i: usize) -> Option<u64> {
+    let unit = match c.get(i + 1)?.as_str() {
+        "KB" => "KiB",
+        "MB" => "MiB",
+        "GB" => "GiB",
+        "TB" => "TiB",
+        u => u,
+    };
+    super::parse::size(c.get(i)?.as_str(), unit)
+}
+
 /// `MPS backend out of memory (MPS allocated: A, other allocations: O, max allowed: M). Tried to
 /// allocate R on private pool.` — the limit is the card; both allocations are this process's.
+/// Its sizes are binary under decimal labels (`mps_size`).
 fn mps(window: &str) -> TorchOom {
     static MPS: OnceLock<Regex> = OnceLock::new();
     let m = re(
@@ -236,8 +250,13 @@ fn mps(window: &str) -> TorchOom {
         ..Default::default()
     };
     request(window, &mut t);
+    static ALLOC: OnceLock<Regex> = OnceLock::new();
+    let alloc = re(&ALLOC, &format!(r"Tried to allocate {SIZE}"));
+    if let Some(r) = alloc.captures(window).and_then(|c| mps_size(&c, 1)) {
+        t.requested = Some(r);
+    }
     if let Some(c) = m.captures(window) {
-        let (a, o, max) = (cap_size(&c, 1), cap_size(&c, 3), cap_size(&c, 5));
+        let (a, o, max) = (mps_size(&c, 1), mps_size(&c, 3), mps_size(&c, 5));
         t.allocated_by_pytorch = a;
         t.total = max;
         t.this_process = a.zip(o).map(|(a, o)| a.saturating_add(o));
@@ -283,4 +302,19 @@ fn summary(lines: &[String], i: usize, st: &mut Scan) -> bool {
         },
     );
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mps_sizes_are_binary_under_decimal_labels() {
+        let t = mps("RuntimeError: MPS backend out of memory (MPS allocated: 1.00 GB, other allocations: 512.00 MB, max allowed: 9.07 GB). Tried to allocate 56.25 MB on private pool.");
+        const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+        assert_eq!(t.allocated_by_pytorch, Some(1 << 30));
+        assert_eq!(t.this_process, Some((1 << 30) + (512 << 20)));
+        assert_eq!(t.total, Some((9.07 * GIB) as u64));
+        assert_eq!(t.requested, Some((56.25 * 1024.0 * 1024.0) as u64));
+    }
 }

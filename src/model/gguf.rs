@@ -45,7 +45,18 @@ pub fn read_content<R: Read + Seek>(reader: &mut R) -> Result<Content, String> {
     reader
         .seek(SeekFrom::Start(start))
         .map_err(|e| e.to_string())?;
-    Content::read(reader).map_err(|e| e.to_string())
+    Content::read(reader).map_err(|e| first_line(&e.to_string()))
+}
+
+/// candle appends a backtrace to its errors when `RUST_BACKTRACE` is set: the message is the
+/// first line.
+fn first_line(message: &str) -> String {
+    message
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_string()
 }
 
 /// The integer `general.alignment` of a GGUF header, if it sets one (`None` when it does not, or

@@ -32,7 +32,11 @@ fn text(r: &ExplainReport, style: &Style) -> String {
     } else {
         "OOM"
     };
-    super::text::verdict_header(&mut out, &r.verdict, style, "NO OOM", word);
+    let none_word = match r.read_only_bytes {
+        Some(read) => format!("NO OOM IN THE FIRST {}", Bytes(read)),
+        None => "NO OOM".to_string(),
+    };
+    super::text::verdict_header(&mut out, &r.verdict, style, &none_word, word);
     if r.verdict.cause != Cause::None {
         out.push_str(&style.dim(&format!("  {}\n", band_sentence(r))));
     }

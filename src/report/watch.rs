@@ -31,6 +31,26 @@ impl Render for WatchReport {
     }
 }
 
+/// The command as a shell would take it back: `bash -c 'setsid sleep 20 & echo done'`.
+pub(crate) fn shell_command(argv: &[String]) -> String {
+    shlex::try_join(argv.iter().map(String::as_str)).unwrap_or_else(|_| argv.join(" "))
+}
+
+/// The program's own time, and how long watch waited on for what it left running.
+fn took(r: &WatchReport) -> String {
+    let own = format!("{:.1} s", r.program_exit_ms as f64 / 1000.0);
+    if r.leftover.is_empty() {
+        own
+    } else {
+        format!(
+            "{own} (and {:.1} s waiting for {} process{} it left running)",
+            r.duration_ms.saturating_sub(r.program_exit_ms) as f64 / 1000.0,
+            r.leftover.len(),
+            if r.leftover.len() == 1 { "" } else { "es" }
+        )
+    }
+}
+
 fn text(r: &WatchReport, style: &Style) -> String {
     let mut out = String::new();
     let how = match r.exit.signal {
@@ -38,13 +58,36 @@ fn text(r: &WatchReport, style: &Style) -> String {
         None => format!("exit code {}", r.exit.code),
     };
     out.push_str(&format!(
-        "{} `{}` · {:.1} s · {how}\n\n",
+        "{} `{}` · {} · {how}\n\n",
         style.bold("llm-oom watch"),
-        r.argv.join(" "),
-        r.duration_ms as f64 / 1000.0
+        shell_command(&r.argv),
+        took(r)
     ));
     super::text::verdict_header(&mut out, &r.verdict, style, "NO OOM", "OOM");
     out.push('\n');
+    if !r.leftover.is_empty() {
+        let each: Vec<String> = r
+            .leftover
+            .iter()
+            .map(|l| {
+                format!(
+                    "pid {} ({}){}",
+                    l.pid,
+                    l.name,
+                    if l.holds_output {
+                        ", holding its output"
+                    } else {
+                        ""
+                    }
+                )
+            })
+            .collect();
+        out.push_str(&format!(
+            "Left running when the program exited: {}; watch waited for them until {:.1} s\n",
+            each.join(", "),
+            r.duration_ms as f64 / 1000.0
+        ));
+    }
     let gpu = r
         .peak_gpu_bytes
         .map_or("not sampled".to_string(), |b| Bytes(b).to_string());
@@ -124,16 +167,13 @@ fn markdown(r: &WatchReport) -> String {
     out.push_str("| | |\n|---|---|\n");
     out.push_str(&format!(
         "| command | `{}` |\n",
-        r.argv.join(" ").replace('|', "\\|")
+        shell_command(&r.argv).replace('|', "\\|")
     ));
     let how = match r.exit.signal {
         Some(s) => format!("killed by signal {s}"),
         None => format!("exit code {}", r.exit.code),
     };
-    out.push_str(&format!(
-        "| ended | {how} after {:.1} s |\n",
-        r.duration_ms as f64 / 1000.0
-    ));
+    out.push_str(&format!("| ended | {how} after {} |\n", took(r)));
     out.push_str(&format!(
         "| peak GPU | {} |\n",
         r.peak_gpu_bytes
@@ -209,7 +249,11 @@ fn svg(r: &WatchReport) -> String {
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#
     );
     let _ = write!(s, r##"<rect width="{W}" height="{H}" fill="#fff"/>"##);
-    let title = format!("llm-oom watch: {} — {}", r.argv.join(" "), r.verdict.cause);
+    let title = format!(
+        "llm-oom watch: {} — {}",
+        shell_command(&r.argv),
+        r.verdict.cause
+    );
     let _ = write!(
         s,
         r#"<text x="{LEFT}" y="22" font-size="14">{}</text>"#,

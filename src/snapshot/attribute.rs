@@ -98,6 +98,8 @@ pub struct SnapshotReport {
     pub breakdown: Vec<Row>,
     pub slack: Slack,
     pub oom: Option<OomRecord>,
+    /// Entries in the allocator's trace (0: history was off, so an OOM would not show in it).
+    pub trace_entries: usize,
     pub timeline: Vec<Point>,
     pub summary: Summary,
 }
@@ -146,6 +148,7 @@ pub fn attribute(snap: &Snapshot) -> SnapshotReport {
         timeline: timeline(snap, &slack),
         slack,
         oom,
+        trace_entries: snap.device_traces.iter().map(Vec::len).sum(),
         summary,
     }
 }

@@ -31,17 +31,108 @@ struct Machine<'a> {
 }
 
 /// Decodes a pickle the guard accepted into a `Value` tree; `Err` is one line.
+#[cfg(test)]
 pub fn decode(data: &[u8]) -> Result<Value, String> {
-    let mut m = Machine {
-        data,
-        pos: 0,
-        arena: Vec::new(),
-        stack: Vec::new(),
-        marks: Vec::new(),
-        memo: HashMap::new(),
-    };
+    let mut m = Machine::new(data);
     let root = m.run()?;
     m.materialise(root, 0)
+}
+
+/// Decodes a snapshot pickle the guard accepted. The segments and trace entries are turned into
+/// their types one at a time, so the whole file is never a `Value` tree at once (a tree costs
+/// about twenty times the file). Any other shape goes through the whole tree and says why it
+/// is not a snapshot.
+pub fn decode_snapshot(data: &[u8]) -> Result<super::Snapshot, String> {
+    let mut m = Machine::new(data);
+    let root = m.run()?;
+    m.stack = Vec::new();
+    m.memo = HashMap::new();
+    match m.snapshot(root) {
+        Some(snap) => snap,
+        None => typed(m.materialise(root, 0)?),
+    }
+}
+
+/// A `Value` as its type; `Err` is the one-line reason.
+fn typed<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, String> {
+    serde_pickle::from_value(v).map_err(|e| {
+        let msg = e.to_string();
+        let first = msg.lines().next().unwrap_or("unreadable");
+        format!("it is not a memory snapshot ({first})")
+    })
+}
+
+impl<'a> Machine<'a> {
+    fn new(data: &'a [u8]) -> Self {
+        Machine {
+            data,
+            pos: 0,
+            arena: Vec::new(),
+            stack: Vec::new(),
+            marks: Vec::new(),
+            memo: HashMap::new(),
+        }
+    }
+}
+
+impl Machine<'_> {
+    fn list(&self, id: usize) -> Option<&[usize]> {
+        match self.arena.get(id) {
+            Some(Node::List(ids) | Node::Tuple(ids)) => Some(ids),
+            _ => None,
+        }
+    }
+
+    /// The snapshot item by item; `None` when the root is not a dict of lists where a snapshot
+    /// has them (the caller then reads the whole tree for its error).
+    fn snapshot(&self, root: usize) -> Option<Result<super::Snapshot, String>> {
+        let Some(Node::Dict(pairs)) = self.arena.get(root) else {
+            return None;
+        };
+        let mut rest = BTreeMap::new();
+        let (mut segments, mut traces) = (None, None);
+        for (k, v) in pairs {
+            let key = match self.arena.get(*k) {
+                Some(Node::Scalar(Value::String(s))) => s.as_str(),
+                _ => return None,
+            };
+            match key {
+                "segments" => segments = Some(self.list(*v)?),
+                "device_traces" => {
+                    let per_device: Option<Vec<&[usize]>> =
+                        self.list(*v)?.iter().map(|d| self.list(*d)).collect();
+                    traces = Some(per_device?);
+                }
+                _ => {
+                    let value = match self.materialise(*v, 1) {
+                        Ok(v) => v,
+                        Err(e) => return Some(Err(e)),
+                    };
+                    rest.insert(HashableValue::String(key.to_string()), value);
+                }
+            }
+        }
+        Some((|| {
+            let mut snap: super::Snapshot = typed(Value::Dict(rest))?;
+            if let Some(ids) = segments {
+                snap.segments = ids
+                    .iter()
+                    .map(|id| typed(self.materialise(*id, 2)?))
+                    .collect::<Result<_, String>>()?;
+            }
+            if let Some(devices) = traces {
+                snap.device_traces = devices
+                    .iter()
+                    .map(|ids| {
+                        ids.iter()
+                            .map(|id| typed(self.materialise(*id, 3)?))
+                            .collect::<Result<Vec<_>, String>>()
+                    })
+                    .collect::<Result<_, String>>()?;
+            }
+            Ok(snap)
+        })())
+    }
 }
 
 fn damaged(what: &str, pos: usize) -> String {

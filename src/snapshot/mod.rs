@@ -233,10 +233,5 @@ pub fn parse_snapshot(data: &[u8]) -> Result<Snapshot, String> {
         return Err("it is not a pickle (pickle.dump of torch.cuda.memory._snapshot() starts with a protocol byte)".into());
     }
     guard::check(data)?;
-    let value = decode::decode(data)?;
-    serde_pickle::from_value(value).map_err(|e| {
-        let msg = e.to_string();
-        let first = msg.lines().next().unwrap_or("unreadable");
-        format!("it is not a memory snapshot ({first})")
-    })
+    decode::decode_snapshot(data)
 }

@@ -38,6 +38,8 @@ pub struct LogReading {
     pub model_hint: Option<ModelHint>,
     /// Bytes skipped in the middle of an over-long input.
     pub skipped_bytes: Option<u64>,
+    /// The input went on past the most the reader reads: the bytes read before it stopped.
+    pub read_only_bytes: Option<u64>,
 }
 
 /// A confidence band and its record on real logs the rules had not seen (each held-out set's
@@ -136,6 +138,7 @@ pub fn read_log(raw: &[u8], engine: Engine) -> Result<LogReading> {
         workload_hint: ctx.workload.clone(),
         model_hint: ctx.model.clone(),
         skipped_bytes: ctx.skipped_bytes,
+        read_only_bytes: ctx.stopped_after,
     })
 }
 
@@ -154,7 +157,13 @@ fn no_oom(lines: usize, ctx: &Context) -> Reading {
             cause: Cause::None,
             stage: Stage::Unknown,
             confidence: 0.8,
-            summary: format!("no out-of-memory error in {lines} lines"),
+            summary: match ctx.stopped_after {
+                Some(read) => format!(
+                    "no out-of-memory error in {lines} lines, but llm-oom read the first {} only: the input went on and the rest was not read",
+                    crate::units::Bytes(read)
+                ),
+                None => format!("no out-of-memory error in {lines} lines"),
+            },
             evidence,
             contributing: Vec::new(),
         },
@@ -2493,6 +2502,30 @@ pub fn kind_name(e: &Event) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_read_only_in_part_says_so() {
+        use crate::logparse::bounded::{read_bounded_with, Limits};
+        let limits = Limits {
+            head: 4 << 10,
+            tail: 4 << 10,
+            stop_after: 1 << 20,
+            lines: 1000,
+        };
+        let input = b"y\n".repeat(1 << 20);
+        let read = read_bounded_with(&input[..], limits).unwrap();
+        let r = read_log(&read.bytes, Engine::Transformers).unwrap();
+        assert_eq!(r.verdict.cause, Cause::None);
+        assert_eq!(r.read_only_bytes, Some(1 << 20));
+        assert!(
+            r.verdict.summary.contains("read the first 1.00 MiB only"),
+            "{}",
+            r.verdict.summary
+        );
+        let whole = read_log(b"step 1\nstep 2\n", Engine::Transformers).unwrap();
+        assert_eq!(whole.read_only_bytes, None);
+        assert!(!whole.verdict.summary.contains("read the first"));
+    }
 
     #[test]
     fn a_parameter_count_after_a_multibyte_character_is_read() {

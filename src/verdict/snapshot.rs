@@ -22,6 +22,10 @@ pub fn from_snapshot(r: &SnapshotReport) -> Verdict {
         Cause::Fragmentation => Stage::Fragmentation,
         _ => Stage::Unknown,
     };
+    // A trace with no `oom` entry: the allocator never failed while it recorded.
+    let no_oom = r.oom.is_none() && r.trace_entries > 0;
+    let cause = if no_oom { Cause::None } else { cause };
+    let stage = if no_oom { Stage::Unknown } else { stage };
     let mut evidence = Vec::new();
     if let Some(o) = &r.oom {
         let what = o
@@ -80,12 +84,20 @@ pub fn from_snapshot(r: &SnapshotReport) -> Verdict {
         cause,
         stage,
         confidence: match (r.history, cause) {
+            (_, Cause::None) => 0.9,
             (_, Cause::Unknown) => 0.3,
             (true, _) | (false, Cause::Fragmentation) => 0.9,
             (false, _) => 0.5,
         },
         // The cause first, as every other verdict's summary says it.
-        summary: format!("{cause}: PyTorch's allocator record: {}", s.text),
+        summary: if no_oom {
+            format!(
+                "no out-of-memory in this snapshot: its trace of {} allocator events has no `oom` entry; {}",
+                r.trace_entries, s.text
+            )
+        } else {
+            format!("{cause}: PyTorch's allocator record: {}", s.text)
+        },
         evidence,
         contributing,
     }

@@ -56,6 +56,15 @@ pub struct Exit {
     pub signal: Option<i32>,
 }
 
+/// A process of the tree still running when the program itself exited.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Leftover {
+    pub pid: u32,
+    pub name: String,
+    /// It held the program's stdout or stderr open, so the output had not ended.
+    pub holds_output: bool,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct WatchReport {
     pub command: &'static str,
@@ -64,7 +73,14 @@ pub struct WatchReport {
     pub remedies: Vec<Remedy>,
     pub argv: Vec<String>,
     pub exit: Exit,
+    /// From the start to the end of watching: the program and whatever it left running that
+    /// kept its output open.
     pub duration_ms: u64,
+    /// When the program itself (the process watch started) exited.
+    pub program_exit_ms: u64,
+    /// Processes the program left running when it exited; watch waited for them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub leftover: Vec<Leftover>,
     pub peak_host_bytes: u64,
     pub peak_gpu_bytes: Option<u64>,
     pub peak_other_processes_bytes: Option<u64>,
@@ -97,7 +113,12 @@ impl WatchReport {
     /// PyTorch's record decides when it has a snapshot of the OOM: measured, not read from the
     /// text; what the text said is kept as evidence when it disagrees.
     fn use_torch_record(&mut self, t: torch::TorchRecord) {
-        if let Some(rec) = &t.record {
+        // A record without a failed request does not overrule an out-of-memory the output shows.
+        let decides = t
+            .record
+            .as_ref()
+            .filter(|rec| rec.oom.is_some() || self.verdict.cause == Cause::None);
+        if let Some(rec) = decides {
             let from_text = self.verdict.cause;
             let mut v = crate::verdict::snapshot::from_snapshot(rec);
             if from_text != v.cause && from_text != Cause::None {
@@ -224,6 +245,17 @@ pub fn watch(req: &WatchRequest) -> Result<WatchReport> {
     let forwarder = Forwarder::start(armed, root, guard_pid, Arc::clone(&done));
 
     let cap = Arc::new(Mutex::new(Capture::default()));
+    let pipes: Vec<u64> = {
+        use std::os::fd::AsRawFd;
+        [
+            child.stdout.as_ref().map(|s| s.as_raw_fd()),
+            child.stderr.as_ref().map(|s| s.as_raw_fd()),
+        ]
+        .into_iter()
+        .flatten()
+        .filter_map(tree::pipe_inode)
+        .collect()
+    };
     let out = child
         .stdout
         .take()
@@ -285,6 +317,19 @@ pub fn watch(req: &WatchRequest) -> Result<WatchReport> {
     let status = child
         .wait()
         .map_err(|e| Error::Internal(format!("waiting for the program: {e}")))?;
+    let program_exit_ms = start.elapsed().as_millis() as u64;
+    let mut leftover = leftovers(guard_pid, &pipes);
+    if !leftover.is_empty() {
+        // A process forked a moment ago may not have exec'd its program yet (`setsid sleep`).
+        std::thread::sleep(Duration::from_millis(100));
+        leftover = leftovers(guard_pid, &pipes);
+    }
+    if !leftover.is_empty() {
+        eprintln!(
+            "llm-oom: {}",
+            waiting_line(exit_of(status), program_exit_ms, &leftover)
+        );
+    }
     // Descendants that outlived the program were reparented to us: wait for them too (the
     // guardian, our child as well, is waited for when it is released).
     reap_orphans(guard_pid);
@@ -309,21 +354,7 @@ pub fn watch(req: &WatchRequest) -> Result<WatchReport> {
         None => (Vec::new(), false),
     };
 
-    use std::os::unix::process::ExitStatusExt;
-    let exit = match (status.code(), status.signal()) {
-        (Some(c), _) => Exit {
-            code: c,
-            signal: None,
-        },
-        (None, Some(s)) => Exit {
-            code: 128 + s,
-            signal: Some(s),
-        },
-        (None, None) => Exit {
-            code: 1,
-            signal: None,
-        },
-    };
+    let exit = exit_of(status);
     let duration_ms = start.elapsed().as_millis() as u64;
     let timeline = timeline
         .lock()
@@ -337,6 +368,8 @@ pub fn watch(req: &WatchRequest) -> Result<WatchReport> {
     let ended = Ended {
         exit,
         duration_ms,
+        program_exit_ms,
+        leftover,
         oom_kills,
         kernel_log_read,
         killed_by_watch,
@@ -380,9 +413,85 @@ impl Watched {
 struct Ended {
     exit: Exit,
     duration_ms: u64,
+    program_exit_ms: u64,
+    leftover: Vec<Leftover>,
     oom_kills: Vec<OomKill>,
     kernel_log_read: bool,
     killed_by_watch: bool,
+}
+
+/// How a process ended, as a shell reports it.
+fn exit_of(status: std::process::ExitStatus) -> Exit {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => Exit {
+            code: c,
+            signal: None,
+        },
+        (None, Some(s)) => Exit {
+            code: 128 + s,
+            signal: Some(s),
+        },
+        (None, None) => Exit {
+            code: 1,
+            signal: None,
+        },
+    }
+}
+
+/// The processes of the tree still running once the program exited (reparented to us).
+fn leftovers(guard: Option<u32>, pipes: &[u64]) -> Vec<Leftover> {
+    let me = std::process::id();
+    tree::descendants(me)
+        .into_iter()
+        .filter(|p| *p != me && Some(*p) != guard)
+        .map(|pid| Leftover {
+            pid,
+            name: tree::name(pid),
+            holds_output: tree::holds_pipe(pid, pipes),
+        })
+        .collect()
+}
+
+/// "1 leftover process (pid 42, sleep)", the first three named.
+fn leftover_list(left: &[Leftover]) -> String {
+    let named: Vec<String> = left
+        .iter()
+        .take(3)
+        .map(|l| format!("pid {}, {}", l.pid, l.name))
+        .collect();
+    let more = match left.len().saturating_sub(3) {
+        0 => String::new(),
+        n => format!(", and {n} more"),
+    };
+    format!(
+        "{} leftover process{} ({}{more})",
+        left.len(),
+        if left.len() == 1 { "" } else { "es" },
+        named.join("; ")
+    )
+}
+
+/// What watch says at once when the program exits but processes it started run on.
+fn waiting_line(exit: Exit, at_ms: u64, left: &[Leftover]) -> String {
+    let how = match exit.signal {
+        Some(s) => format!("was killed by signal {s}"),
+        None => format!("exited (code {})", exit.code),
+    };
+    let holds = if left.iter().any(|l| l.holds_output) {
+        if left.len() == 1 {
+            "that holds its output"
+        } else {
+            "that hold its output"
+        }
+    } else {
+        "it left running"
+    };
+    format!(
+        "the program {how} after {:.1} s; waiting for {} {holds} — Ctrl-C twice stops them",
+        at_ms as f64 / 1000.0,
+        leftover_list(left)
+    )
 }
 
 /// Wait for every process that was reparented to us, so none is left behind.
@@ -415,6 +524,8 @@ fn report(
     let Ended {
         exit,
         duration_ms,
+        program_exit_ms,
+        leftover,
         oom_kills,
         kernel_log_read,
         killed_by_watch,
@@ -509,10 +620,19 @@ fn report(
         verdict.summary = match exit.code {
             0 => format!(
                 "no out-of-memory: the program exited cleanly after {:.1} s",
-                duration_ms as f64 / 1000.0
+                program_exit_ms as f64 / 1000.0
             ),
             c => format!("no out-of-memory in the output; the program exited with code {c}"),
         };
+    }
+    if !leftover.is_empty() {
+        verdict.evidence.push(Evidence::text(format!(
+            "the program exited after {:.1} s and left {} running; llm-oom waited for {} until {:.1} s",
+            program_exit_ms as f64 / 1000.0,
+            leftover_list(&leftover),
+            if leftover.len() == 1 { "it" } else { "them" },
+            duration_ms as f64 / 1000.0
+        )));
     }
     if let Some(g) = peak_gpu {
         verdict.evidence.push(Evidence::bytes(
@@ -544,6 +664,8 @@ fn report(
         argv: req.command.clone(),
         exit,
         duration_ms,
+        program_exit_ms,
+        leftover,
         peak_host_bytes: peak_host,
         peak_gpu_bytes: peak_gpu,
         peak_other_processes_bytes: timeline.peak_others(),

@@ -99,6 +99,36 @@ pub fn descendants_of_us(root: u32) -> Vec<u32> {
     v
 }
 
+/// A process's command name (`/proc/PID/comm`), or `?`.
+pub fn name(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// The inode of the pipe behind a file descriptor of ours (`None` when it is not one).
+pub fn pipe_inode(fd: std::os::fd::RawFd) -> Option<u64> {
+    let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
+    inode_of(&link.to_string_lossy())
+}
+
+fn inode_of(link: &str) -> Option<u64> {
+    link.strip_prefix("pipe:[")?.strip_suffix(']')?.parse().ok()
+}
+
+/// Whether `pid` holds one of `pipes` (by inode) open.
+pub fn holds_pipe(pid: u32, pipes: &[u64]) -> bool {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .ok()
+            .and_then(|l| inode_of(&l.to_string_lossy()))
+            .is_some_and(|i| pipes.contains(&i))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,5 +146,12 @@ mod tests {
         assert!(tree.len() >= 3, "sh and two sleeps: {tree:?}");
         assert!(rss_bytes(std::process::id()) > 0);
         assert!(mem_available().is_some());
+    }
+
+    #[test]
+    fn a_pipe_link_names_its_inode() {
+        assert_eq!(super::inode_of("pipe:[123456]"), Some(123456));
+        assert_eq!(super::inode_of("/dev/null"), None);
+        assert_eq!(super::inode_of("socket:[5]"), None);
     }
 }
