@@ -66,7 +66,7 @@ fn a_load_oom_is_the_weights() {
     let r = report("load_oom.pickle");
     assert_eq!(row(&r, Component::Weights), weights(20));
     assert_eq!(
-        row(&r, Component::NoStack),
+        row(&r, Component::Unattributed),
         8 * MIB,
         "the block made before history"
     );
@@ -271,7 +271,7 @@ fn unknown_and_missing_keys_are_tolerated() {
     let snap = parse_snapshot(&data).unwrap();
     let r = attribute(&snap);
     assert!(!r.history);
-    assert_eq!(row(&r, Component::NoStack), MIB);
+    assert_eq!(row(&r, Component::Unattributed), MIB);
     assert_eq!(r.slack.reserved, 2 * MIB);
     assert!(r.oom.is_none());
     assert_eq!(r.summary.cause, SnapshotCause::Unknown);

@@ -317,7 +317,7 @@ fn summarize(rows: &[Row], slack: &Slack, oom: Option<&OomRecord>) -> Summary {
     let weights = sum(&|c| c == Component::Weights);
     let kv_cache = sum(&|c| c == Component::KvCache);
     let activations = sum(&|c| c.is_activation());
-    let other = sum(&|c| matches!(c, Component::Other | Component::NoStack));
+    let other = sum(&|c| matches!(c, Component::Other | Component::Unattributed));
     // A load goes on allocating the rest of the model after the request that failed: free bytes
     // that would have served that one request do not make the weights fit (the H200's load OOM,
     // 118 MiB cached free in 4 MiB pieces against a 112 MiB tensor of a 13.5 GiB model on 12 GiB).
