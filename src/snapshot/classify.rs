@@ -343,7 +343,11 @@ mod tests {
         ];
         assert_eq!(component(&init), Component::Weights);
         // A buffer made in a rotary embedding's constructor, and the init pass after it.
-        let buffer = [(MODEL, "__init__"), (MODEL, "__init__"), ("/home/user/run.py", "main")];
+        let buffer = [
+            (MODEL, "__init__"),
+            (MODEL, "__init__"),
+            ("/home/user/run.py", "main"),
+        ];
         assert_eq!(component(&buffer), Component::Weights);
         let post = [
             ("torch/nn/init.py", "normal_"),
@@ -363,7 +367,10 @@ mod tests {
             ("transformers/core_model_loading.py", "_materialize_copy"),
             ("transformers/core_model_loading.py", "_job"),
             ("/usr/lib/python3.12/concurrent/futures/thread.py", "run"),
-            ("/usr/lib/python3.12/concurrent/futures/thread.py", "_worker"),
+            (
+                "/usr/lib/python3.12/concurrent/futures/thread.py",
+                "_worker",
+            ),
             ("/usr/lib/python3.12/threading.py", "run"),
             ("/usr/lib/python3.12/threading.py", "_bootstrap_inner"),
             ("/usr/lib/python3.12/threading.py", "_bootstrap"),
@@ -375,7 +382,10 @@ mod tests {
             ("transformers/modeling_utils.py", "from_pretrained"),
         ];
         assert_eq!(component(&warmup), Component::Weights);
-        let safetensors = [("safetensors/torch.py", "load_file"), ("/app.py", "<module>")];
+        let safetensors = [
+            ("safetensors/torch.py", "load_file"),
+            ("/app.py", "<module>"),
+        ];
         assert_eq!(component(&safetensors), Component::Weights);
     }
 
