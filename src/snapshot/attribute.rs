@@ -76,6 +76,9 @@ pub enum SnapshotCause {
     KvCache,
     Activations,
     Fragmentation,
+    /// Another process holds the card: its total less what this process reserved and what CUDA
+    /// still had free is large.
+    OtherProcess,
     Other,
     Unknown,
 }
@@ -88,7 +91,13 @@ pub struct Summary {
     pub weights: u64,
     pub kv_cache: u64,
     pub activations: u64,
+    /// Live bytes with a stack the rules do not name (the program's own tensors).
     pub other: u64,
+    /// Live bytes without a stack: allocated before the record began (or while it was off).
+    pub unattributed: u64,
+    /// What the card held beyond this process's allocator and CUDA's free bytes (other processes,
+    /// and this process's CUDA context), when the limit is known and has no cap below the card.
+    pub outside: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -101,10 +110,23 @@ pub struct SnapshotReport {
     /// Entries in the allocator's trace (0: history was off, so an OOM would not show in it).
     pub trace_entries: usize,
     pub timeline: Vec<Point>,
+    /// What the allocator was allowed: the per-process cap, or the card's total without one (the
+    /// OOM observer's third argument, in the `watch` hook's status file); None from a bare file.
+    pub limit: Option<u64>,
     pub summary: Summary,
 }
 
 impl SnapshotReport {
+    /// The limit the OOM observer reported (`set_per_process_memory_fraction`'s cap, else the
+    /// card's total): it decides fragmentation and another process (see [`summarize`]).
+    pub fn with_limit(mut self, limit: u64) -> Self {
+        if limit > 0 {
+            self.limit = Some(limit);
+            self.summary = summarize(&self.breakdown, &self.slack, self.oom.as_ref(), self.limit);
+        }
+        self
+    }
+
     /// The failed request when the trace did not keep it (the hook's status file has the
     /// observer's `alloc`): it feeds the fragmentation rule and the summary.
     pub fn with_failed_request(mut self, request: u64, device_free: u64) -> Self {
@@ -117,7 +139,7 @@ impl SnapshotReport {
                 component: None,
                 site: None,
             });
-            self.summary = summarize(&self.breakdown, &self.slack, self.oom.as_ref());
+            self.summary = summarize(&self.breakdown, &self.slack, self.oom.as_ref(), self.limit);
         }
         self
     }
@@ -141,7 +163,7 @@ pub fn attribute(snap: &Snapshot) -> SnapshotReport {
     let breakdown = breakdown(snap, &mut sources);
     let slack = slack(snap);
     let oom = last_oom(snap, &mut sources);
-    let summary = summarize(&breakdown, &slack, oom.as_ref());
+    let summary = summarize(&breakdown, &slack, oom.as_ref(), None);
     SnapshotReport {
         history: snap.has_frames(),
         breakdown,
@@ -149,6 +171,7 @@ pub fn attribute(snap: &Snapshot) -> SnapshotReport {
         slack,
         oom,
         trace_entries: snap.device_traces.iter().map(Vec::len).sum(),
+        limit: None,
         summary,
     }
 }
@@ -308,56 +331,140 @@ fn downsample(points: Vec<Point>) -> Vec<Point> {
     out
 }
 
-fn summarize(rows: &[Row], slack: &Slack, oom: Option<&OomRecord>) -> Summary {
+/// What the card held outside this process's allocator when the limit is the card's total: the
+/// limit less what this process reserved and what CUDA still had free. Under a cap the card's free
+/// bytes run past the cap, and this is 0.
+fn outside(slack: &Slack, oom: Option<&OomRecord>, limit: Option<u64>) -> Option<u64> {
+    let o = oom?;
+    Some(limit?.saturating_sub(slack.reserved.saturating_add(o.device_free)))
+}
+
+/// Another process is the cause when what the card held outside this process is at least a
+/// quarter of the limit and 2 GiB (a CUDA context is a few hundred MiB).
+const OUTSIDE_MIN: u64 = 2 << 30;
+
+/// What this process could have held at the failure: the limit when it is known, at most what it
+/// reserved plus CUDA's free bytes; from a bare file, what it reserved plus CUDA's free bytes when
+/// those were short of the request, else only what it reserved (free bytes on the card that did
+/// not serve the request were past a cap).
+fn capacity(slack: &Slack, o: &OomRecord, limit: Option<u64>) -> u64 {
+    let card = slack.reserved.saturating_add(o.device_free);
+    match limit {
+        Some(l) => l.min(card),
+        None if o.device_free < o.request => card,
+        None => slack.reserved,
+    }
+}
+
+/// The bytes the failing step needs at once beside what is live: the request, twice over for an
+/// activation (a forward's buffer is followed by one of its size before any is freed: the MLP's
+/// `up_proj` beside `act(gate_proj)`, then their product; attention's output beside its scores).
+fn step_need(o: &OomRecord) -> u64 {
+    match o.component {
+        Some(c) if c.is_activation() => o.request.saturating_mul(2),
+        _ => o.request,
+    }
+}
+
+/// The cause, in order: another process (what the card held outside this process is large); the
+/// weights while loading (the load goes on after the request that failed); fragmentation only
+/// when the step would fit in contiguous memory (live bytes + the step's need ≤ the capacity)
+/// while the largest free block is below the request; else what filled the card: the larger of
+/// the KV cache and the activations, the failed step's need counted toward the part it was
+/// growing (a decode step's small buffer beside a grown cache is the cache; a prefill's MLP buffer
+/// is the activations); the weights when only they are live; unknown when bytes without a stack
+/// outweigh the attributed ones and the request has no stack either.
+fn decide(
+    w: &Summary,
+    slack: &Slack,
+    oom: Option<&OomRecord>,
+    limit: Option<u64>,
+) -> SnapshotCause {
+    let attributed = w
+        .weights
+        .saturating_add(w.kv_cache)
+        .saturating_add(w.activations);
+    if let Some(out) = w.outside {
+        let limit = limit.unwrap_or(0);
+        if out >= OUTSIDE_MIN.max(limit / 4) {
+            return SnapshotCause::OtherProcess;
+        }
+    }
+    if let Some(o) = oom {
+        if o.component == Some(Component::Weights) {
+            return SnapshotCause::Weights;
+        }
+        let fits = slack.live.saturating_add(step_need(o)) <= capacity(slack, o, limit);
+        if fits && o.request > slack.largest_free_block {
+            return SnapshotCause::Fragmentation;
+        }
+    }
+    let request_was = oom.and_then(|o| o.component);
+    if w.unattributed > attributed && request_was.is_none_or(|c| c == Component::Unattributed) {
+        return SnapshotCause::Unknown;
+    }
+    if request_was == Some(Component::Other) && w.other > attributed {
+        return SnapshotCause::Other;
+    }
+    // The failed step's need counts toward the part it was growing.
+    let need = oom.map_or(0, step_need);
+    let (mut kv, mut act) = (w.kv_cache, w.activations);
+    match request_was {
+        Some(Component::KvCache) => kv = kv.saturating_add(need),
+        Some(c) if c.is_activation() => act = act.saturating_add(need),
+        _ => {}
+    }
+    if kv.max(act) > 0 {
+        return if kv >= act {
+            SnapshotCause::KvCache
+        } else {
+            SnapshotCause::Activations
+        };
+    }
+    if w.weights > 0 {
+        SnapshotCause::Weights
+    } else {
+        SnapshotCause::Unknown
+    }
+}
+
+fn summarize(rows: &[Row], slack: &Slack, oom: Option<&OomRecord>, limit: Option<u64>) -> Summary {
     let sum = |p: &dyn Fn(Component) -> bool| {
         rows.iter()
             .filter(|r| p(r.component))
             .fold(0u64, |s, r| s.saturating_add(r.bytes))
     };
-    let weights = sum(&|c| c == Component::Weights);
-    let kv_cache = sum(&|c| c == Component::KvCache);
-    let activations = sum(&|c| c.is_activation());
-    let other = sum(&|c| matches!(c, Component::Other | Component::NoStack));
-    // A load goes on allocating the rest of the model after the request that failed: free bytes
-    // that would have served that one request do not make the weights fit (the H200's load OOM,
-    // 118 MiB cached free in 4 MiB pieces against a 112 MiB tensor of a 13.5 GiB model on 12 GiB).
-    let loading = oom.is_some_and(|o| o.component == Some(Component::Weights));
-    let fragmented = !loading
-        && oom.is_some_and(|o| {
-            o.request > slack.largest_free_block && o.request <= slack.cached_free
-        });
-    let by_request = oom.and_then(|o| o.component).map(|c| match c {
-        Component::Weights => SnapshotCause::Weights,
-        Component::KvCache => SnapshotCause::KvCache,
-        c if c.is_activation() => SnapshotCause::Activations,
-        _ => SnapshotCause::Other,
-    });
-    let cause = if fragmented {
-        SnapshotCause::Fragmentation
-    } else if let Some(c) = by_request {
-        c
-    } else if kv_cache == 0 && activations == 0 && weights > 0 {
-        SnapshotCause::Weights
-    } else if kv_cache.max(activations) > 0 {
-        if kv_cache >= activations {
-            SnapshotCause::KvCache
-        } else {
-            SnapshotCause::Activations
-        }
-    } else {
-        SnapshotCause::Unknown
+    let mut summary = Summary {
+        cause: SnapshotCause::Unknown,
+        text: String::new(),
+        weights: sum(&|c| c == Component::Weights),
+        kv_cache: sum(&|c| c == Component::KvCache),
+        activations: sum(&|c| c.is_activation()),
+        other: sum(&|c| c == Component::Other),
+        unattributed: sum(&|c| c == Component::Unattributed),
+        outside: outside(slack, oom, limit),
     };
+    summary.cause = decide(&summary, slack, oom, limit);
     let mut text = format!(
-        "{} weights, {} KV cache, {} activations, {} other live; {} cached free in {} of {} segments (largest free block {})",
-        Bytes(weights),
-        Bytes(kv_cache),
-        Bytes(activations),
-        Bytes(other),
+        "{} weights, {} KV cache, {} activations, {} other live",
+        Bytes(summary.weights),
+        Bytes(summary.kv_cache),
+        Bytes(summary.activations),
+        Bytes(summary.other),
+    );
+    if summary.unattributed > 0 {
+        text.push_str(&format!(
+            ", {} unattributed (allocated before the record began: no stack)",
+            Bytes(summary.unattributed)
+        ));
+    }
+    text.push_str(&format!(
+        "; {} cached free in {} of {} segments (largest free block {})",
         Bytes(slack.cached_free),
         slack.segments_with_free,
         slack.segments,
         Bytes(slack.largest_free_block)
-    );
+    ));
     if let Some(o) = oom {
         let what = match (o.component, &o.site) {
             (Some(c), Some(s)) => format!(" for {} at {s}", c.label()),
@@ -368,13 +475,196 @@ fn summarize(rows: &[Row], slack: &Slack, oom: Option<&OomRecord>) -> Summary {
             "; the request of {}{what} failed",
             Bytes(o.request)
         ));
+        if let Some(l) = limit {
+            text.push_str(&format!(" with {} allowed", Bytes(l)));
+        }
+        match summary.cause {
+            SnapshotCause::Fragmentation => text.push_str(&format!(
+                "; live {} and this step's {} fit the {} it could hold, but no free block is as large",
+                Bytes(slack.live),
+                Bytes(step_need(o)),
+                Bytes(capacity(slack, o, limit))
+            )),
+            SnapshotCause::OtherProcess => text.push_str(&format!(
+                "; {} of the card is held outside this process, which reserved {}",
+                Bytes(summary.outside.unwrap_or(0)),
+                Bytes(slack.reserved)
+            )),
+            _ => {}
+        }
     }
-    Summary {
-        cause,
-        text,
-        weights,
-        kv_cache,
-        activations,
-        other,
+    summary.text = text;
+    summary
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{Block, BlockState, Frame, Segment};
+
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+
+    fn frames(names: &[(&str, &str)]) -> Vec<Frame> {
+        names
+            .iter()
+            .map(|(file, name)| Frame {
+                filename: format!("/usr/lib/python3.12/site-packages/{file}"),
+                line: 1,
+                name: (*name).to_string(),
+            })
+            .collect()
+    }
+
+    const MODEL: &str = "transformers/models/llama/modeling_llama.py";
+
+    fn init() -> Vec<Frame> {
+        frames(&[
+            ("torch/nn/modules/linear.py", "__init__"),
+            (MODEL, "__init__"),
+            ("transformers/models/auto/auto_factory.py", "from_config"),
+        ])
+    }
+    fn kv() -> Vec<Frame> {
+        frames(&[
+            ("transformers/cache_utils.py", "update"),
+            (MODEL, "forward"),
+            ("transformers/generation/utils.py", "_sample"),
+        ])
+    }
+    fn mlp() -> Vec<Frame> {
+        frames(&[
+            ("transformers/activations.py", "forward"),
+            (MODEL, "forward"),
+            ("transformers/generation/utils.py", "_sample"),
+        ])
+    }
+
+    /// A snapshot of one segment per block (`live` blocks, then `free` cached holes) and an `oom`
+    /// entry for `request` from `at`.
+    fn snap(
+        live: &[(u64, Vec<Frame>)],
+        free: &[u64],
+        request: u64,
+        device_free: u64,
+        at: Vec<Frame>,
+    ) -> Snapshot {
+        let block = |size, state, frames| Segment {
+            total_size: size,
+            blocks: vec![Block {
+                size,
+                state,
+                frames,
+                ..Block::default()
+            }],
+            ..Segment::default()
+        };
+        let mut segments: Vec<Segment> = live
+            .iter()
+            .map(|(s, f)| block(*s, BlockState::ActiveAllocated, f.clone()))
+            .collect();
+        segments.extend(
+            free.iter()
+                .map(|s| block(*s, BlockState::Inactive, Vec::new())),
+        );
+        Snapshot {
+            segments,
+            device_traces: vec![vec![TraceEntry {
+                action: TraceAction::Oom,
+                size: request,
+                device_free,
+                frames: at,
+                ..TraceEntry::default()
+            }]],
+            ..Snapshot::default()
+        }
+    }
+
+    /// Llama-2-13B built by `from_config` on a 20 GiB cap: the constructor's request failed.
+    #[test]
+    fn a_model_built_past_the_cap_is_the_weights() {
+        let s = snap(&[(19 * GIB, init())], &[], 100 * MIB, 60 * GIB, init());
+        let r = attribute(&s).with_limit(20 * GIB);
+        assert_eq!(r.summary.cause, SnapshotCause::Weights);
+        assert_eq!(r.summary.weights, 19 * GIB);
+        assert_eq!(r.summary.activations, 0);
+    }
+
+    /// Llama-2-7B decoding at a 13.5 GiB cap: the cache's holes (each step frees the layer's
+    /// shorter copy) sit free, 100 MiB of them beside a 64 MiB attention buffer, but live tensors
+    /// already fill the cap: the KV cache that grew, not fragmentation.
+    #[test]
+    fn a_card_that_live_tensors_fill_is_what_filled_it() {
+        let live = [(12_851 * MIB, init()), (820 * MIB, kv()), (40 * MIB, mlp())];
+        let s = snap(&live, &[50 * MIB, 50 * MIB], 64 * MIB, 50 * GIB, mlp());
+        let cap = 13 * GIB + 512 * MIB;
+        let r = attribute(&s).with_limit(cap);
+        assert_eq!(
+            r.summary.cause,
+            SnapshotCause::KvCache,
+            "{}",
+            r.summary.text
+        );
+        // From the file alone (no limit): the cap is what the process reserved.
+        assert_eq!(attribute(&s).summary.cause, SnapshotCause::KvCache);
+    }
+
+    /// The same holes when live bytes and the request fit under the cap: fragmentation.
+    #[test]
+    fn fragmentation_only_when_the_step_fits_in_contiguous_memory() {
+        let live = [(8 * GIB, init()), (700 * MIB, kv())];
+        let holes = [60 * MIB; 10];
+        let s = snap(&live, &holes, 64 * MIB, 50 * GIB, kv());
+        let r = attribute(&s).with_limit(9 * GIB);
+        assert_eq!(r.summary.cause, SnapshotCause::Fragmentation);
+        assert!(r.summary.text.contains("fit the"), "{}", r.summary.text);
+        // A free block as large as the request: not fragmentation.
+        let s = snap(&live, &[64 * MIB], 64 * MIB, 50 * GIB, kv());
+        assert_eq!(
+            attribute(&s).with_limit(9 * GIB).summary.cause,
+            SnapshotCause::KvCache
+        );
+        // An activation's step needs its buffer twice: 300 MiB of holes do not hold 2 × 200 MiB.
+        let holes = [100 * MIB; 3];
+        let s = snap(&[(8 * GIB, init())], &holes, 200 * MIB, 0, mlp());
+        assert_eq!(attribute(&s).summary.cause, SnapshotCause::Activations);
+        let holes = [100 * MIB; 4];
+        let s = snap(&[(8 * GIB, init())], &holes, 200 * MIB, 0, mlp());
+        assert_eq!(attribute(&s).summary.cause, SnapshotCause::Fragmentation);
+    }
+
+    /// Mistral-7B at batch 4 × 8,000 on an 80 GB card that another process holds 64 GiB of.
+    #[test]
+    fn a_card_held_outside_the_process_is_another_process() {
+        let live = [(13_500 * MIB, init()), (500 * MIB, mlp())];
+        let s = snap(&live, &[], GIB, 300 * MIB, mlp());
+        let r = attribute(&s).with_limit(79 * GIB + 200 * MIB);
+        assert_eq!(r.summary.cause, SnapshotCause::OtherProcess);
+        assert!(r.summary.outside.is_some_and(|o| o > 60 * GIB));
+        // Under a cap the card's free bytes run past it: nothing is outside.
+        let s = snap(&live, &[], GIB, 60 * GIB, mlp());
+        let r = attribute(&s).with_limit(14 * GIB);
+        assert_eq!(r.summary.outside, Some(0));
+        assert_eq!(r.summary.cause, SnapshotCause::Activations);
+    }
+
+    #[test]
+    fn bytes_without_a_stack_are_unattributed_and_said_so() {
+        let s = snap(
+            &[(GIB, Vec::new()), (8 * MIB, init())],
+            &[],
+            64 * MIB,
+            0,
+            Vec::new(),
+        );
+        let r = attribute(&s);
+        assert_eq!(r.summary.unattributed, GIB);
+        assert_eq!(r.summary.other, 0);
+        assert!(
+            r.summary.text.contains("unattributed"),
+            "{}",
+            r.summary.text
+        );
+        assert_eq!(r.summary.cause, SnapshotCause::Unknown);
     }
 }

@@ -161,7 +161,9 @@ pub struct HookStatus {
     pub errors: u64,
 }
 
-/// The OOM observer's arguments: `alloc` is the request that failed.
+/// The OOM observer's arguments: `alloc` is the request that failed; `device_allocated` is, in
+/// torch's CUDACachingAllocator, what the process was allowed (`set_fraction ?
+/// allowed_memory_maximum : device_total`), not what it had allocated.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub struct ObservedOom {

@@ -14,12 +14,14 @@ pub fn from_snapshot(r: &SnapshotReport) -> Verdict {
         SnapshotCause::KvCache => Cause::KvCache,
         SnapshotCause::Activations => Cause::Activations,
         SnapshotCause::Fragmentation => Cause::Fragmentation,
+        SnapshotCause::OtherProcess => Cause::OtherProcess,
         SnapshotCause::Other | SnapshotCause::Unknown => Cause::Unknown,
     };
     let stage = match cause {
         Cause::Weights => Stage::Load,
         Cause::Activations => Stage::FirstToken,
         Cause::Fragmentation => Stage::Fragmentation,
+        Cause::OtherProcess => Stage::Environment,
         _ => Stage::Unknown,
     };
     // A trace with no `oom` entry: the allocator never failed while it recorded.

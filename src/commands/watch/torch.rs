@@ -69,7 +69,9 @@ pub fn collect(h: TorchHook) -> TorchRecord {
         .map(|s| {
             let r = attribute(&s);
             match statuses.iter().find_map(|s| s.oom.as_ref()) {
-                Some(o) => r.with_failed_request(o.alloc, o.device_free),
+                Some(o) => r
+                    .with_failed_request(o.alloc, o.device_free)
+                    .with_limit(o.device_allocated),
                 None => r,
             }
         });
