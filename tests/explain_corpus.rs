@@ -1,4 +1,5 @@
-//! Real OOM logs through the real binary, scored per split of a corpus folder under
+//! Real OOM logs through `explain` (read in this process, the binary's own path; a sample also
+//! through the binary, `binary_and_library_answer_alike`), scored per split of a corpus folder under
 //! tests/fixtures/logs/ (each folder has a manifest.json: file, source, engine, oom, cause, stage,
 //! evidence, split, expected). `score(folder, split)` works for any folder and any split name, so a
 //! new held-out corpus is one more test of a few lines (see `heldout_test_template` below).
@@ -22,6 +23,10 @@ mod util;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use llm_oom::commands::explain::{explain, ExplainRequest};
+use llm_oom::estimate::Engine;
+use llm_oom::logparse::bounded::read_bounded;
+use llm_oom::ExitStatus;
 use serde_json::{json, Value};
 use util::{run, temp};
 
@@ -86,23 +91,53 @@ struct Answer {
     confidence: f64,
 }
 
-/// `explain --json` on one log, through the binary: `{oom, cause, stage}` and the verdict's
-/// `rule` when it names one; `oom` is the exit code's (1: an out-of-memory, 0: none).
-fn answer(home: &Path, path: &Path) -> Answer {
+/// `explain --json` on one log, in this process: the binary's own path (its bounded read of the
+/// file, `explain` with no model and the default engine, the JSON it prints), without a process
+/// per log — most of a debug binary's time on a small log is compiling its regexes, once per
+/// process. `oom` is what the exit code says (1: an out-of-memory, 0: none) and the pinned fields
+/// are read from the JSON, as `--json` prints them; `binary_and_library_answer_alike` checks the
+/// binary gives the same.
+fn answer(path: &Path) -> Answer {
+    offline_hf();
+    let file = path.display();
+    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let read = read_bounded(f).unwrap_or_else(|e| panic!("{file}: {e}"));
+    assert!(read.binary.is_none(), "{file}: not a text log");
+    let req = ExplainRequest {
+        plan: None,
+        engine: Engine::Transformers,
+    };
+    let r = explain(&read.bytes, &req).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let j: Value = serde_json::from_str(&llm_oom::report::json(&r).expect("JSON"))
+        .unwrap_or_else(|e| panic!("{file}: not JSON ({e})"));
+    let oom = ExitStatus::of(&r.verdict) == ExitStatus::OutOfMemory;
+    Answer {
+        pinned: pinned(oom, &j["verdict"]),
+        confidence: j["verdict"]["confidence"].as_f64().unwrap_or(0.0),
+    }
+}
+
+/// The Hugging Face environment `util::llm_oom` gives the binary: offline, an empty cache (a
+/// model a log names resolves only from the presets, as in CI).
+fn offline_hf() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        std::env::set_var(
+            "HF_HOME",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("explain-corpus-no-hf"),
+        );
+        std::env::remove_var("HF_HUB_CACHE");
+        std::env::set_var("HF_HUB_OFFLINE", "1");
+    });
+}
+
+/// `explain --json` on one log through the binary: the pinned fields and the exit code.
+fn answer_of_binary(home: &Path, path: &Path) -> (Value, i32) {
     let file = path.display();
     let r = run(home, &["explain", path.to_str().expect("path"), "--json"]);
     let j: Value = serde_json::from_str(&r.stdout)
         .unwrap_or_else(|err| panic!("{file}: not JSON ({err}): {}", r.stderr));
-    let cause = j["verdict"]["cause"].as_str().unwrap_or("?");
-    assert_eq!(
-        r.code,
-        if cause == "none" { 0 } else { 1 },
-        "{file}: exit code"
-    );
-    Answer {
-        pinned: pinned(r.code == 1, &j["verdict"]),
-        confidence: j["verdict"]["confidence"].as_f64().unwrap_or(0.0),
-    }
+    (pinned(r.code == 1, &j["verdict"]), r.code)
 }
 
 /// The fields a manifest pins, in the order it writes them: the verdict's `rule` only when the
@@ -131,12 +166,11 @@ fn one_line(p: &Value) -> String {
 /// Run `explain --json` on every log of `split` in tests/fixtures/logs/`corpus` and score it
 /// against the manifest's labels; each answer is also checked against the entry's `expected`.
 pub fn score(corpus: &str, split: &str) -> Score {
-    let home = temp();
     let dir = folder(corpus);
     let mut s = Score::default();
     for e in manifest(corpus).iter().filter(|e| e["split"] == split) {
         let file = e["file"].as_str().expect("file");
-        let a = answer(home.path(), &dir.join(file));
+        let a = answer(&dir.join(file));
         let got = a.pinned["cause"].as_str().unwrap_or("?").to_string();
         let want = e["cause"].as_str().unwrap_or("?");
         let oom = e["oom"].as_bool().unwrap_or(true);
@@ -900,6 +934,45 @@ fn llama_cpps_own_h200_logs_are_all_named_right() {
     assert_pinned("llamacpp-h200", &s);
     assert_eq!(s.n, 7);
     assert_eq!(s.right, s.n, "{:?}", s.misses);
+}
+
+/// The corpus is read in this process; the binary answers the same: the first and last log of
+/// every folder, through `llm-oom explain --json`, with the exit code its verdict implies.
+#[test]
+fn binary_and_library_answer_alike() {
+    let home = temp();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/logs");
+    let mut folders: Vec<PathBuf> = std::fs::read_dir(&root)
+        .expect("tests/fixtures/logs")
+        .filter_map(|d| d.ok().map(|d| d.path()))
+        .filter(|p| p.join("manifest.json").is_file())
+        .collect();
+    folders.sort();
+    assert!(folders.len() > 20, "{} corpus folders", folders.len());
+    let mut differ = Vec::new();
+    for dir in folders {
+        let corpus = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("folder name");
+        let entries = manifest(corpus);
+        let firsts = [entries.first(), entries.last()];
+        for e in firsts.into_iter().flatten() {
+            let path = dir.join(e["file"].as_str().expect("file"));
+            let (binary, code) = answer_of_binary(home.path(), &path);
+            let library = answer(&path).pinned;
+            let want_code = if library["oom"] == true { 1 } else { 0 };
+            if binary != library || code != want_code {
+                differ.push(format!(
+                    "{}: binary {} (exit {code}), library {}",
+                    path.display(),
+                    one_line(&binary),
+                    one_line(&library)
+                ));
+            }
+        }
+    }
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
 }
 
 /// Score any corpus and split by hand (a new held-out set: score it once, then record it).
