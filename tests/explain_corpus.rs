@@ -1,12 +1,19 @@
-//! Real OOM logs through the real binary, scored per split of a corpus folder under
+//! Real OOM logs through `explain` (read in this process, the binary's own path; a sample also
+//! through the binary, `binary_and_library_answer_alike`), scored per split of a corpus folder under
 //! tests/fixtures/logs/ (each folder has a manifest.json: file, source, engine, oom, cause, stage,
-//! evidence, split). `score(folder, split)` works for any folder and any split name, so a new
-//! held-out corpus is one more test of a few lines (see `heldout_test_template` below).
+//! evidence, split, expected). `score(folder, split)` works for any folder and any split name, so a
+//! new held-out corpus is one more test of a few lines (see `heldout_test_template` below).
+//!
+//! Every log is pinned, like a snapshot: its manifest entry's `expected {oom, cause, stage}` is
+//! what explain answers today, right or wrong (the thread's label stays beside it, so a wrong
+//! answer reads as `expected` ≠ the label). Each test fails when any log's answer differs from its
+//! `expected`, and lists every log that changed. A change made on purpose is reviewed, then
+//! written back with `LLM_OOM_BLESS=1 cargo test --test explain_corpus` (never under `CI`).
 //!
 //! Every folder here is a `tune` split now: the rules have seen its logs. Entries marked
 //! `"was_heldout": true` were scored once before any rule was fitted to them. Each tune test
-//! asserts the recorded score, no OOM called `none` and no look-alike called an OOM. A new
-//! held-out folder is scored once, before any rule reads it, and its score recorded.
+//! asserts the pins, the recorded score, no OOM called `none` and no look-alike called an OOM. A
+//! new held-out folder is scored once, before any rule reads it, and its score recorded.
 //!
 //! Any folder and split can also be scored without editing this file:
 //! `LLM_OOM_CORPUS=real LLM_OOM_SPLIT=tune cargo test --test explain_corpus -- --ignored --nocapture`.
@@ -14,14 +21,23 @@
 mod util;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use llm_oom::commands::explain::{explain, ExplainRequest};
+use llm_oom::estimate::Engine;
+use llm_oom::logparse::bounded::read_bounded;
+use llm_oom::ExitStatus;
+use serde_json::{json, Value};
 use util::{run, temp};
 
 /// The tune split's recorded score (docs/explain.md says which 8 it misses and why).
 const TUNE_RIGHT: usize = 98;
 const TUNE_LOGS: usize = 106;
+
+/// The bless switch: `LLM_OOM_BLESS=1` rewrites the manifests' `expected` from today's answers.
+const BLESS: &str = "LLM_OOM_BLESS";
+const REBLESS: &str =
+    "re-bless with LLM_OOM_BLESS=1 cargo test --test explain_corpus after reviewing";
 
 #[derive(Default)]
 pub struct Score {
@@ -41,6 +57,10 @@ pub struct Score {
     pub right_where_agreed: usize,
     /// Logs where llm-oom gave the second label's cause.
     pub right_vs_second: usize,
+    /// Every log's answer today, as its manifest pins it: file → `{oom, cause, stage[, rule]}`.
+    pub answers: BTreeMap<String, Value>,
+    /// The logs whose answer is not their pinned `expected`: "file: expected → got".
+    pub changed: Vec<String>,
 }
 
 impl Score {
@@ -65,29 +85,107 @@ fn manifest(corpus: &str) -> Vec<Value> {
         .expect("manifest is a list")
 }
 
+/// What explain answers for one log: the pinned fields, and the confidence for the calibration.
+struct Answer {
+    pinned: Value,
+    confidence: f64,
+}
+
+/// `explain --json` on one log, in this process: the binary's own path (its bounded read of the
+/// file, `explain` with no model and the default engine, the JSON it prints), without a process
+/// per log — most of a debug binary's time on a small log is compiling its regexes, once per
+/// process. `oom` is what the exit code says (1: an out-of-memory, 0: none) and the pinned fields
+/// are read from the JSON, as `--json` prints them; `binary_and_library_answer_alike` checks the
+/// binary gives the same.
+fn answer(path: &Path) -> Answer {
+    offline_hf();
+    let file = path.display();
+    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let read = read_bounded(f).unwrap_or_else(|e| panic!("{file}: {e}"));
+    assert!(read.binary.is_none(), "{file}: not a text log");
+    let req = ExplainRequest {
+        plan: None,
+        engine: Engine::Transformers,
+    };
+    let r = explain(&read.bytes, &req).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let j: Value = serde_json::from_str(&llm_oom::report::json(&r).expect("JSON"))
+        .unwrap_or_else(|e| panic!("{file}: not JSON ({e})"));
+    let oom = ExitStatus::of(&r.verdict) == ExitStatus::OutOfMemory;
+    Answer {
+        pinned: pinned(oom, &j["verdict"]),
+        confidence: j["verdict"]["confidence"].as_f64().unwrap_or(0.0),
+    }
+}
+
+/// The Hugging Face environment `util::llm_oom` gives the binary: offline, an empty cache (a
+/// model a log names resolves only from the presets, as in CI).
+fn offline_hf() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        std::env::set_var(
+            "HF_HOME",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("explain-corpus-no-hf"),
+        );
+        std::env::remove_var("HF_HUB_CACHE");
+        std::env::set_var("HF_HUB_OFFLINE", "1");
+    });
+}
+
+/// `explain --json` on one log through the binary: the pinned fields and the exit code.
+fn answer_of_binary(home: &Path, path: &Path) -> (Value, i32) {
+    let file = path.display();
+    let r = run(home, &["explain", path.to_str().expect("path"), "--json"]);
+    let j: Value = serde_json::from_str(&r.stdout)
+        .unwrap_or_else(|err| panic!("{file}: not JSON ({err}): {}", r.stderr));
+    (pinned(r.code == 1, &j["verdict"]), r.code)
+}
+
+/// The fields a manifest pins, in the order it writes them: the verdict's `rule` only when the
+/// verdict carries one.
+fn pinned(oom: bool, verdict: &Value) -> Value {
+    let mut p = json!({
+        "oom": oom,
+        "cause": verdict["cause"].as_str().unwrap_or("?"),
+        "stage": verdict["stage"].as_str().unwrap_or("?"),
+    });
+    if let Some(rule) = verdict.get("rule").and_then(Value::as_str) {
+        p["rule"] = json!(rule);
+    }
+    p
+}
+
+/// A pinned answer on one line, keys in the manifest's order (`{"oom": true, "cause": …}`).
+fn one_line(p: &Value) -> String {
+    let fields: Vec<String> = ["oom", "cause", "stage", "rule"]
+        .iter()
+        .filter_map(|k| p.get(*k).map(|v| format!("\"{k}\": {v}")))
+        .collect();
+    format!("{{{}}}", fields.join(", "))
+}
+
 /// Run `explain --json` on every log of `split` in tests/fixtures/logs/`corpus` and score it
-/// against the manifest's labels.
+/// against the manifest's labels; each answer is also checked against the entry's `expected`.
 pub fn score(corpus: &str, split: &str) -> Score {
-    let home = temp();
     let dir = folder(corpus);
     let mut s = Score::default();
     for e in manifest(corpus).iter().filter(|e| e["split"] == split) {
         let file = e["file"].as_str().expect("file");
-        let path = dir.join(file);
-        let r = run(
-            home.path(),
-            &["explain", path.to_str().expect("path"), "--json"],
-        );
-        let j: Value = serde_json::from_str(&r.stdout)
-            .unwrap_or_else(|err| panic!("{file}: not JSON ({err}): {}", r.stderr));
-        let got = j["verdict"]["cause"].as_str().unwrap_or("?").to_string();
+        let a = answer(&dir.join(file));
+        let got = a.pinned["cause"].as_str().unwrap_or("?").to_string();
         let want = e["cause"].as_str().unwrap_or("?");
         let oom = e["oom"].as_bool().unwrap_or(true);
-        assert_eq!(
-            r.code,
-            if got == "none" { 0 } else { 1 },
-            "{file}: exit code"
-        );
+        match e.get("expected") {
+            Some(expected) if *expected == a.pinned => {}
+            Some(expected) => s.changed.push(format!(
+                "{file}: {} → {}",
+                one_line(expected),
+                one_line(&a.pinned)
+            )),
+            None => s
+                .changed
+                .push(format!("{file}: no expected → {}", one_line(&a.pinned))),
+        }
+        s.answers.insert(file.to_string(), a.pinned);
         let ok = got == want;
         if let Some(second) = e.get("second").and_then(|v| v["cause"].as_str()) {
             s.second_n += 1;
@@ -103,8 +201,7 @@ pub fn score(corpus: &str, split: &str) -> Score {
         let slot = s.per_engine.entry(engine).or_default();
         slot.0 += usize::from(ok);
         slot.1 += 1;
-        let conf = j["verdict"]["confidence"].as_f64().unwrap_or(0.0);
-        s.confidences.push((conf, ok));
+        s.confidences.push((a.confidence, ok));
         if oom && got == "none" {
             s.oom_called_none.push(file.to_string());
         }
@@ -116,6 +213,182 @@ pub fn score(corpus: &str, split: &str) -> Score {
         }
     }
     s
+}
+
+/// Whether this run rewrites the manifests: `LLM_OOM_BLESS=1`, and never under CI (`CI` set to
+/// anything but empty, `0` or `false`), where a changed answer must fail.
+fn bless_mode(bless: Option<&str>, ci: Option<&str>) -> bool {
+    let in_ci = ci.is_some_and(|v| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false"));
+    bless == Some("1") && !in_ci
+}
+
+fn blessing() -> bool {
+    let bless = std::env::var(BLESS).ok();
+    let ci = std::env::var("CI").ok();
+    let on = bless_mode(bless.as_deref(), ci.as_deref());
+    if bless.is_some() && !on {
+        eprintln!("{BLESS} is ignored here (CI, or not 1): the pins are checked, not rewritten");
+    }
+    on
+}
+
+/// Every log of the corpus answers its pinned `expected`; else the test fails listing every log
+/// that changed — or, in bless mode, the manifest's `expected` fields are rewritten from today's
+/// answers.
+fn assert_pinned(corpus: &str, s: &Score) {
+    if s.changed.is_empty() {
+        return;
+    }
+    if blessing() {
+        let path = folder(corpus).join("manifest.json");
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let blessed = rewrite_expected(&text, &s.answers)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        std::fs::write(&path, blessed).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        println!(
+            "{corpus}: blessed {} changed answer(s) into {}",
+            s.changed.len(),
+            path.display()
+        );
+        return;
+    }
+    panic!(
+        "{corpus}: {} log(s) changed their answer (expected → got):\n  {}\n{REBLESS}",
+        s.changed.len(),
+        s.changed.join("\n  ")
+    );
+}
+
+/// The manifest's text with each listed file's `expected` written on one line right after its
+/// `stage`, and nothing else moved: the manifests are JSON lists, one key a line (Python's
+/// `json.dumps(…, indent=N)` layout), which a JSON round trip here would re-order.
+fn rewrite_expected(text: &str, answers: &BTreeMap<String, Value>) -> Result<String, String> {
+    let lines: Vec<&str> = text.split('\n').collect();
+    let step = lines
+        .iter()
+        .find(|l| l.trim() == "{")
+        .map(|l| l.len() - l.trim_start().len())
+        .ok_or("no entry")?;
+    let key = " ".repeat(2 * step);
+    let value_of = |line: &str, name: &str| -> Option<String> {
+        let rest = line
+            .strip_prefix(&key)?
+            .strip_prefix(&format!("\"{name}\": "))?;
+        Some(rest.trim_end_matches(',').to_string())
+    };
+    let mut out: Vec<String> = Vec::with_capacity(lines.len() + answers.len());
+    let mut file: Option<String> = None;
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        i += 1;
+        if let Some(v) = value_of(line, "file") {
+            file = serde_json::from_str::<String>(&v).ok();
+        }
+        let listed = file.as_ref().and_then(|f| answers.get(f));
+        if value_of(line, "expected").is_some() && listed.is_some() {
+            // Dropped, and written again after `stage`; a multi-line value up to its `}`.
+            if line.trim_end().ends_with('{') {
+                while i < lines.len() && lines[i].trim_end_matches(',') != format!("{key}}}") {
+                    i += 1;
+                }
+                i += 1;
+            }
+            continue;
+        }
+        if let (Some(_), Some(p)) = (value_of(line, "stage"), listed) {
+            let last = !line.ends_with(',');
+            out.push(if last {
+                format!("{line},")
+            } else {
+                line.to_string()
+            });
+            out.push(format!(
+                "{key}\"expected\": {}{}",
+                one_line(p),
+                if last { "" } else { "," }
+            ));
+            continue;
+        }
+        out.push(line.to_string());
+    }
+    // An `expected` that was its entry's last key was written with a comma: the entry ends there.
+    let expected_key = format!("{key}\"expected\": ");
+    for j in 1..out.len() {
+        if out[j].trim_start().starts_with('}') && out[j - 1].starts_with(&expected_key) {
+            if let Some(line) = out[j - 1].strip_suffix(',') {
+                out[j - 1] = line.to_string();
+            }
+        }
+    }
+    let written = out.join("\n");
+    // The same entries, each listed one with its answer: else the layout was not one this reads.
+    let before: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let after: Value = serde_json::from_str(&written).map_err(|e| {
+        format!("the rewritten manifest is not JSON ({e}); its layout is not one key a line:\n{written}")
+    })?;
+    let strip = |v: &Value| -> Vec<Value> {
+        v.as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|mut e| {
+                if let Some(o) = e.as_object_mut() {
+                    o.remove("expected");
+                }
+                e
+            })
+            .collect()
+    };
+    let pinned_right = after.as_array().is_some_and(|entries| {
+        entries.iter().all(|e| {
+            let f = e["file"].as_str().unwrap_or("");
+            answers.get(f).is_none_or(|p| e.get("expected") == Some(p))
+        })
+    });
+    if strip(&before) != strip(&after) || !pinned_right {
+        return Err("the manifest's layout is not one key a line: bless cannot rewrite it".into());
+    }
+    Ok(written)
+}
+
+#[test]
+fn bless_is_off_in_ci() {
+    assert!(bless_mode(Some("1"), None));
+    assert!(bless_mode(Some("1"), Some("")));
+    assert!(bless_mode(Some("1"), Some("false")));
+    assert!(!bless_mode(Some("1"), Some("true")));
+    assert!(!bless_mode(Some("1"), Some("1")));
+    assert!(!bless_mode(None, None));
+    assert!(!bless_mode(Some("0"), None));
+    // CI itself never asks for it.
+    let ci =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/run")).expect(".ci/run");
+    assert!(!ci.contains(BLESS), ".ci/run must not set {BLESS}");
+}
+
+#[test]
+fn bless_writes_expected_after_stage_and_moves_nothing_else() {
+    let text = "[\n {\n  \"file\": \"a.log\",\n  \"oom\": true,\n  \"cause\": \"weights\",\n  \"stage\": \"load\",\n  \"expected\": {\n   \"oom\": true,\n   \"cause\": \"unknown\",\n   \"stage\": \"unknown\"\n  },\n  \"split\": \"tune\"\n },\n {\n  \"file\": \"b.log\",\n  \"stage\": \"unknown\"\n }\n]\n";
+    let answers = BTreeMap::from([
+        (
+            "a.log".to_string(),
+            pinned(true, &json!({"cause": "weights", "stage": "load"})),
+        ),
+        (
+            "b.log".to_string(),
+            pinned(
+                false,
+                &json!({"cause": "none", "stage": "unknown", "rule": "X1"}),
+            ),
+        ),
+    ]);
+    let want = "[\n {\n  \"file\": \"a.log\",\n  \"oom\": true,\n  \"cause\": \"weights\",\n  \"stage\": \"load\",\n  \"expected\": {\"oom\": true, \"cause\": \"weights\", \"stage\": \"load\"},\n  \"split\": \"tune\"\n },\n {\n  \"file\": \"b.log\",\n  \"stage\": \"unknown\",\n  \"expected\": {\"oom\": false, \"cause\": \"none\", \"stage\": \"unknown\", \"rule\": \"X1\"}\n }\n]\n";
+    let once = rewrite_expected(text, &answers).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(once, want);
+    // Blessing again changes nothing.
+    assert_eq!(rewrite_expected(&once, &answers).expect("rewritten"), want);
 }
 
 /// Print the score, per engine, the misses and the calibration table (per confidence band).
@@ -193,6 +466,7 @@ fn assert_tuned_except(
 ) {
     let mut s = score(corpus, "tune");
     report(&format!("{corpus}/tune"), &s);
+    assert_pinned(corpus, &s);
     assert_eq!(s.n, logs, "{corpus}: the tune split has {logs} logs");
     // A listed exception the reader no longer needs is stale: take it off the list.
     let stale: Vec<&&str> = wordless
@@ -657,8 +931,48 @@ fn real_2026_12w_scores_its_floor_and_calls_no_worded_oom_none() {
 fn llama_cpps_own_h200_logs_are_all_named_right() {
     let s = score("llamacpp-h200", "tune");
     report("llamacpp-h200/tune", &s);
+    assert_pinned("llamacpp-h200", &s);
     assert_eq!(s.n, 7);
     assert_eq!(s.right, s.n, "{:?}", s.misses);
+}
+
+/// The corpus is read in this process; the binary answers the same: the first and last log of
+/// every folder, through `llm-oom explain --json`, with the exit code its verdict implies.
+#[test]
+fn binary_and_library_answer_alike() {
+    let home = temp();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/logs");
+    let mut folders: Vec<PathBuf> = std::fs::read_dir(&root)
+        .expect("tests/fixtures/logs")
+        .filter_map(|d| d.ok().map(|d| d.path()))
+        .filter(|p| p.join("manifest.json").is_file())
+        .collect();
+    folders.sort();
+    assert!(folders.len() > 20, "{} corpus folders", folders.len());
+    let mut differ = Vec::new();
+    for dir in folders {
+        let corpus = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("folder name");
+        let entries = manifest(corpus);
+        let firsts = [entries.first(), entries.last()];
+        for e in firsts.into_iter().flatten() {
+            let path = dir.join(e["file"].as_str().expect("file"));
+            let (binary, code) = answer_of_binary(home.path(), &path);
+            let library = answer(&path).pinned;
+            let want_code = if library["oom"] == true { 1 } else { 0 };
+            if binary != library || code != want_code {
+                differ.push(format!(
+                    "{}: binary {} (exit {code}), library {}",
+                    path.display(),
+                    one_line(&binary),
+                    one_line(&library)
+                ));
+            }
+        }
+    }
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
 }
 
 /// Score any corpus and split by hand (a new held-out set: score it once, then record it).
