@@ -221,6 +221,7 @@ impl Reader<'_> {
             Family::of(&arch, self.outer).ok_or_else(|| InputError::UnknownArchitecture {
                 path: self.path.to_path_buf(),
                 arch: arch.clone(),
+                supported: supported_model_types(),
             })?;
         let mut notes = Vec::new();
         if family == Family::LlamaLike && !KNOWN.contains(&arch.as_str()) {
@@ -514,6 +515,35 @@ enum Family {
 /// with a note. Any other unknown `model_type` is refused rather than guessed.
 const LLAMA_SHAPED: &[&str] = &["olmo", "olmo2", "granite", "internlm2", "yi", "aquila"];
 
+/// Every `model_type` llm-oom has a family for, and that family: the one list `Family::of` reads
+/// and the refusal of any other model type prints.
+const FAMILIES: &[(&str, Family)] = &[
+    ("llama", Family::LlamaLike),
+    ("mistral", Family::LlamaLike),
+    ("mixtral", Family::Mixtral),
+    ("qwen2", Family::Qwen2),
+    ("qwen3", Family::Qwen3),
+    ("qwen2_moe", Family::QwenMoe),
+    ("qwen3_moe", Family::QwenMoe),
+    ("gemma", Family::Gemma),
+    ("gemma2", Family::Gemma2),
+    ("gemma3", Family::Gemma3),
+    ("gemma3_text", Family::Gemma3),
+    ("phi3", Family::Phi3),
+    ("deepseek_v2", Family::Layout(Kind::Deepseek)),
+    ("deepseek_v3", Family::Layout(Kind::Deepseek)),
+    ("kimi_k2", Family::Layout(Kind::Deepseek)),
+    ("llama4", Family::Layout(Kind::Llama4)),
+    ("llama4_text", Family::Layout(Kind::Llama4)),
+    ("gpt_oss", Family::Layout(Kind::GptOss)),
+    ("phimoe", Family::Layout(Kind::PhiMoe)),
+    ("jamba", Family::Layout(Kind::Jamba)),
+    ("mamba2", Family::Layout(Kind::Mamba2)),
+    ("qwen3_next", Family::Layout(Kind::Qwen3Next)),
+    ("granitemoehybrid", Family::Layout(Kind::GraniteHybrid)),
+    ("falcon_h1", Family::Layout(Kind::FalconH1)),
+];
+
 impl Family {
     /// The memory-changing config keys this family's reader models (see `guard`).
     fn models(self) -> &'static [&'static str] {
@@ -541,41 +571,35 @@ impl Family {
     }
 
     fn of(model_type: &str, outer: &Obj) -> Option<Family> {
-        if let Some(kind) = Kind::of(model_type) {
-            return Some(Family::Layout(kind));
+        if let Some((_, family)) = FAMILIES.iter().find(|(name, _)| *name == model_type) {
+            return Some(*family);
         }
-        Some(match model_type {
-            "llama" | "mistral" => Family::LlamaLike,
-            "mixtral" => Family::Mixtral,
-            "qwen2" => Family::Qwen2,
-            "qwen3" => Family::Qwen3,
-            "qwen2_moe" | "qwen3_moe" => Family::QwenMoe,
-            "gemma" => Family::Gemma,
-            "gemma2" => Family::Gemma2,
-            "gemma3" | "gemma3_text" => Family::Gemma3,
-            "phi3" => Family::Phi3,
-            _ => {
-                // Any other causal LM with llama's fields is sized like llama; encoders and
-                // seq2seq models are refused.
-                let causal = outer
-                    .get("architectures")
-                    .and_then(Value::as_array)
-                    .is_some_and(|a| {
-                        a.iter()
-                            .any(|s| s.as_str().is_some_and(|s| s.ends_with("ForCausalLM")))
-                    });
-                if causal
-                    && LLAMA_SHAPED.contains(&model_type)
-                    && outer.contains_key("num_attention_heads")
-                    && outer.contains_key("intermediate_size")
-                {
-                    Family::LlamaLike
-                } else {
-                    return None;
-                }
-            }
-        })
+        // A causal LM whose transformers module is llama's block under another name is sized like
+        // llama; any other model type is refused rather than guessed.
+        let causal = outer
+            .get("architectures")
+            .and_then(Value::as_array)
+            .is_some_and(|a| {
+                a.iter()
+                    .any(|s| s.as_str().is_some_and(|s| s.ends_with("ForCausalLM")))
+            });
+        (causal
+            && LLAMA_SHAPED.contains(&model_type)
+            && outer.contains_key("num_attention_heads")
+            && outer.contains_key("intermediate_size"))
+        .then_some(Family::LlamaLike)
     }
+}
+
+/// The model types llm-oom has a family for, as the refusal of any other lists them: those of
+/// `FAMILIES`, then the llama-shaped ones.
+pub fn supported_model_types() -> String {
+    let named: Vec<&str> = FAMILIES.iter().map(|(name, _)| *name).collect();
+    format!(
+        "{}; and sized as llama when their config has llama's fields: {}",
+        named.join(", "),
+        LLAMA_SHAPED.join(", ")
+    )
 }
 
 #[cfg(test)]
@@ -652,6 +676,47 @@ mod tests {
             parse(r#"[1,2]"#),
             Err(InputError::BadField { .. })
         ));
+    }
+
+    #[test]
+    fn the_refusal_names_the_type_lists_every_family_and_says_what_would_work() {
+        let e = parse(r#"{"model_type":"gemma4","hidden_size":64}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("llm-oom has no family for `gemma4`"), "{e}");
+        assert!(!e.contains("decoder-only"), "{e}");
+        assert!(
+            e.contains("pass a checkpoint folder whose safetensors headers give the weights"),
+            "{e}"
+        );
+        // Every model type the code reads is listed, the hand-written families included.
+        for (name, _) in FAMILIES {
+            assert!(
+                e.contains(&format!(" {name},"))
+                    || e.contains(&format!(" {name};"))
+                    || e.contains(&format!("({name},")),
+                "{name}: {e}"
+            );
+        }
+        for name in [
+            "deepseek_v3",
+            "kimi_k2",
+            "llama4",
+            "gpt_oss",
+            "qwen3_next",
+            "jamba",
+            "mamba2",
+            "falcon_h1",
+            "granitemoehybrid",
+            "phimoe",
+            "olmo2",
+        ] {
+            assert!(e.contains(name), "{name}: {e}");
+        }
+        // and every listed type is read by a family
+        for (name, _) in FAMILIES {
+            assert!(Family::of(name, &Obj::new()).is_some(), "{name}");
+        }
     }
 
     #[test]

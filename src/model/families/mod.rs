@@ -44,21 +44,6 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    pub(crate) fn of(model_type: &str) -> Option<Kind> {
-        Some(match model_type {
-            "deepseek_v2" | "deepseek_v3" | "kimi_k2" => Kind::Deepseek,
-            "llama4" | "llama4_text" => Kind::Llama4,
-            "gpt_oss" => Kind::GptOss,
-            "phimoe" => Kind::PhiMoe,
-            "jamba" => Kind::Jamba,
-            "mamba2" => Kind::Mamba2,
-            "qwen3_next" => Kind::Qwen3Next,
-            "granitemoehybrid" => Kind::GraniteHybrid,
-            "falcon_h1" => Kind::FalconH1,
-            _ => return None,
-        })
-    }
-
     /// Memory-changing config keys this reader models (the guard refuses the others).
     pub(crate) fn models(self) -> &'static [&'static str] {
         match self {
