@@ -44,7 +44,18 @@ pub fn parse_config(text: &str, path: &Path, name: &str) -> Result<Spec, InputEr
         defaults: &defaults,
         path,
     };
-    let spec = reader.spec(name)?;
+    let mut spec = reader.spec(name)?;
+    if let Some((vision, depth)) = super::families::vision::qwen(&reader)? {
+        let params = vision
+            .iter()
+            .map(super::spec::TensorGroup::params)
+            .fold(0, u64::saturating_add);
+        spec.notes.push(format!(
+            "the vision tower ({depth} layers, {} parameters) is counted in the weights; what an image costs while it is encoded is not",
+            crate::units::group(params)
+        ));
+        spec.vision = vision;
+    }
     reader.bounded(spec)
 }
 
@@ -170,6 +181,25 @@ impl Reader<'_> {
         self.get(key).and_then(Value::as_bool)
     }
 
+    /// `tie_word_embeddings`: a Qwen3-VL / Qwen3.5 wrapper's own flag governs its language model
+    /// (transformers 5.25 ties by the top-level config, whatever `text_config` says), else the
+    /// language model's.
+    pub(crate) fn tie_word_embeddings(&self) -> Option<bool> {
+        let wrapper = self
+            .outer
+            .get("model_type")
+            .and_then(Value::as_str)
+            .is_some_and(super::families::vision::is_wrapper);
+        match self
+            .outer
+            .get("tie_word_embeddings")
+            .and_then(Value::as_bool)
+        {
+            Some(tie) if wrapper => Some(tie),
+            _ => self.bool("tie_word_embeddings"),
+        }
+    }
+
     pub(crate) fn str(&self, key: &str) -> Option<&str> {
         self.get(key).and_then(Value::as_str)
     }
@@ -260,7 +290,7 @@ impl Reader<'_> {
         };
         let vocab = self.u64(&["vocab_size"])?;
         let max_pos = self.opt_u64(&["max_position_embeddings", "n_positions"])?;
-        let tie = self.bool("tie_word_embeddings").unwrap_or(matches!(
+        let tie = self.tie_word_embeddings().unwrap_or(matches!(
             family,
             Family::Gemma | Family::Gemma2 | Family::Gemma3
         ));
@@ -324,10 +354,10 @@ impl Reader<'_> {
             sliding_layers,
             experts,
             qkv_bias: match family {
-                Family::Qwen2 | Family::QwenMoe if arch != "qwen3_moe" => true,
+                Family::Qwen2 | Family::QwenMoe if !qwen3_moe(&arch) => true,
                 _ => self.bool("attention_bias").unwrap_or(false),
             },
-            qk_norm: matches!(family, Family::Qwen3 | Family::Gemma3) || arch == "qwen3_moe",
+            qk_norm: matches!(family, Family::Qwen3 | Family::Gemma3) || qwen3_moe(&arch),
             norms_per_layer: if matches!(family, Family::Gemma2 | Family::Gemma3) {
                 4
             } else {
@@ -343,6 +373,7 @@ impl Reader<'_> {
             notes,
             layout: None,
             keep_dense,
+            vision: Vec::new(),
         })
     }
 
@@ -390,6 +421,7 @@ impl Reader<'_> {
             notes,
             layout: Some(b.layout),
             keep_dense,
+            vision: Vec::new(),
         })
     }
 
@@ -437,7 +469,7 @@ impl Reader<'_> {
             gemma_norms: gemma,
             norm_topk_prob: self
                 .bool("norm_topk_prob")
-                .unwrap_or(arch == "mixtral" || arch == "qwen3_moe"),
+                .unwrap_or(arch == "mixtral" || qwen3_moe(arch)),
         }
     }
 
@@ -479,6 +511,11 @@ impl Reader<'_> {
         };
         Ok((Some(window).filter(|_| n > 0), n))
     }
+}
+
+/// Qwen3's MoE block (q/k norms, no q/k/v bias), not Qwen2-MoE's.
+fn qwen3_moe(arch: &str) -> bool {
+    matches!(arch, "qwen3_moe" | "qwen3_vl_moe" | "qwen3_vl_moe_text")
 }
 
 const KNOWN: &[&str] = &[
@@ -525,6 +562,12 @@ const FAMILIES: &[(&str, Family)] = &[
     ("qwen3", Family::Qwen3),
     ("qwen2_moe", Family::QwenMoe),
     ("qwen3_moe", Family::QwenMoe),
+    // Qwen3-VL: the language model in `text_config` is qwen3's / qwen3_moe's; the vision tower
+    // is `families::vision`.
+    ("qwen3_vl", Family::Qwen3),
+    ("qwen3_vl_text", Family::Qwen3),
+    ("qwen3_vl_moe", Family::QwenMoe),
+    ("qwen3_vl_moe_text", Family::QwenMoe),
     ("gemma", Family::Gemma),
     ("gemma2", Family::Gemma2),
     ("gemma3", Family::Gemma3),

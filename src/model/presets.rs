@@ -118,6 +118,12 @@ pub const PRESETS: &[(&str, &str)] = &[
         "ibm-granite/granite-4.0-h-tiny",
         include_str!("../../presets/granite-4.0-h-tiny.json"),
     ),
+    // huggingface.co/Qwen/Qwen3-VL-30B-A3B-Instruct config.json at commit 1fc78ad, the fields
+    // that size it as transcribed in a public test; the vision tower is counted.
+    (
+        "Qwen/Qwen3-VL-30B-A3B-Instruct",
+        include_str!("../../presets/qwen3-vl-30b-a3b-instruct.json"),
+    ),
 ];
 
 /// The model `llm-oom plan` uses when none is named.

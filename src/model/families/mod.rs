@@ -12,6 +12,7 @@ mod llama4;
 mod mamba2;
 mod phimoe;
 mod qwen3_next;
+pub(crate) mod vision;
 
 use serde_json::{json, Map, Value};
 
