@@ -11,7 +11,7 @@ use std::ffi::OsStr;
 use std::path::Path;
 
 use llm_oom::dtype::KvDtype;
-use llm_oom::estimate::kv_bytes_per_token;
+use llm_oom::estimate::{kv_bytes_per_token, state_bytes, CachePolicy, Engine};
 use llm_oom::model::config::parse_config;
 use llm_oom::model::presets;
 use util::{temp, write};
@@ -49,6 +49,27 @@ fn qwen3_vl_caches_keys_and_values_in_all_48_layers() {
     assert_eq!(kv_bytes_per_token(&s, KvDtype::Bf16), 48 * 2 * 4 * 128 * 2);
 }
 
+#[test]
+fn qwen3_5_35b_a3b_is_transformers_count_with_its_vision_tower() {
+    // transformers 5.25, meta device: text 34,660,610,688 (the published text-decoder count)
+    // + vision 446,571,248 (Qwen3-VL's tower without DeepStack).
+    let s = preset("Qwen/Qwen3.5-35B-A3B");
+    assert_eq!(s.parameters(), 35_107_181_936);
+}
+
+#[test]
+fn qwen3_5_caches_keys_and_values_only_in_its_10_full_attention_layers() {
+    let s = preset("Qwen/Qwen3.5-35B-A3B");
+    // layers 3, 7, …, 39: 10 × (K + V) × 2 KV heads × 256 × 2 bytes.
+    assert_eq!(kv_bytes_per_token(&s, KvDtype::Bf16), 10 * 2 * 2 * 256 * 2);
+    // The other 30 keep a DeltaNet state: conv (2·16·128 + 32·128) × 4 and 32 × 128 × 128.
+    let t = CachePolicy::of(Engine::Transformers);
+    assert_eq!(
+        state_bytes(&s, KvDtype::Bf16, t),
+        30 * ((2 * 16 * 128 + 32 * 128) * 4 + 32 * 128 * 128) * 2
+    );
+}
+
 /// Small configs of each shape: dense and MoE, text-only and wrapped, tied both ways.
 const QWEN3_VL: &[(&str, &str)] = &[(
     "qwen3_vl dense, DeepStack at two layers, tied by the wrapper",
@@ -56,6 +77,23 @@ const QWEN3_VL: &[(&str, &str)] = &[(
  "text_config":{"model_type":"qwen3_vl_text","hidden_size":64,"intermediate_size":96,"num_hidden_layers":3,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"vocab_size":300,"tie_word_embeddings":false},
  "vision_config":{"depth":3,"hidden_size":32,"intermediate_size":48,"num_heads":2,"out_hidden_size":64,"num_position_embeddings":64,"patch_size":4,"spatial_merge_size":2,"temporal_patch_size":2,"deepstack_visual_indexes":[0,2]}}"#,
 )];
+
+const QWEN3_5: &[(&str, &str)] = &[
+    (
+        "qwen3_5_text dense, tied, full attention every 3rd layer",
+        r#"{"architectures":["Qwen3_5ForCausalLM"],"model_type":"qwen3_5_text","hidden_size":64,"intermediate_size":96,"num_hidden_layers":6,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":32,"vocab_size":300,"linear_num_key_heads":2,"linear_num_value_heads":4,"linear_key_head_dim":16,"linear_value_head_dim":24,"linear_conv_kernel_dim":3,"full_attention_interval":3,"tie_word_embeddings":true}"#,
+    ),
+    (
+        "qwen3_5 wrapper, untied by the wrapper whatever text_config says",
+        r#"{"architectures":["Qwen3_5ForConditionalGeneration"],"model_type":"qwen3_5","tie_word_embeddings":false,
+ "text_config":{"model_type":"qwen3_5_text","hidden_size":64,"intermediate_size":96,"num_hidden_layers":4,"num_attention_heads":4,"num_key_value_heads":1,"head_dim":16,"vocab_size":300,"linear_num_key_heads":2,"linear_num_value_heads":2,"linear_key_head_dim":16,"linear_value_head_dim":16,"layer_types":["linear_attention","full_attention","linear_attention","full_attention"],"tie_word_embeddings":true},
+ "vision_config":{"depth":2,"hidden_size":32,"intermediate_size":48,"num_heads":2,"out_hidden_size":64,"num_position_embeddings":64,"patch_size":4,"spatial_merge_size":2,"temporal_patch_size":2}}"#,
+    ),
+    (
+        "qwen3_5_moe_text: experts in every layer, mlp_only_layers and decoder_sparse_step ignored",
+        r#"{"architectures":["Qwen3_5MoeForCausalLM"],"model_type":"qwen3_5_moe_text","hidden_size":64,"num_hidden_layers":4,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"vocab_size":300,"linear_num_key_heads":2,"linear_num_value_heads":4,"linear_key_head_dim":16,"linear_value_head_dim":16,"num_experts":8,"num_experts_per_tok":2,"moe_intermediate_size":32,"shared_expert_intermediate_size":48,"mlp_only_layers":[1],"decoder_sparse_step":2,"mamba_ssm_dtype":"float32"}"#,
+    ),
+];
 
 /// What transformers builds from `config` on the meta device, counted.
 const META_COUNT: &str = r#"
@@ -106,5 +144,14 @@ fn qwen3_vl_counts_are_transformers_meta_device_counts() {
         "LLM_OOM_TEST_PYTHON",
         QWEN3_VL,
         &["Qwen/Qwen3-VL-30B-A3B-Instruct"],
+    );
+}
+
+#[test]
+fn qwen3_5_counts_are_transformers_5_25_meta_device_counts() {
+    against_transformers(
+        "LLM_OOM_TEST_PYTHON_TF525",
+        QWEN3_5,
+        &["Qwen/Qwen3.5-35B-A3B"],
     );
 }

@@ -583,6 +583,10 @@ const FAMILIES: &[(&str, Family)] = &[
     ("jamba", Family::Layout(Kind::Jamba)),
     ("mamba2", Family::Layout(Kind::Mamba2)),
     ("qwen3_next", Family::Layout(Kind::Qwen3Next)),
+    ("qwen3_5", Family::Layout(Kind::Qwen35)),
+    ("qwen3_5_text", Family::Layout(Kind::Qwen35)),
+    ("qwen3_5_moe", Family::Layout(Kind::Qwen35)),
+    ("qwen3_5_moe_text", Family::Layout(Kind::Qwen35)),
     ("granitemoehybrid", Family::Layout(Kind::GraniteHybrid)),
     ("falcon_h1", Family::Layout(Kind::FalconH1)),
 ];
