@@ -69,8 +69,13 @@ pub enum InputError {
         value: String,
         why: String,
     },
-    #[error("architecture `{arch}` in {} is not a decoder-only LLM llm-oom knows; supported: llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2, gemma3, phi3 and configs with the same fields", path.display())]
-    UnknownArchitecture { path: PathBuf, arch: String },
+    /// `supported`: the model types llm-oom has a family for (`config::supported_model_types`).
+    #[error("{}: llm-oom has no family for `{arch}` (model types it sizes: {supported}); to size it anyway, pass a checkpoint folder whose safetensors headers give the weights", path.display())]
+    UnknownArchitecture {
+        path: PathBuf,
+        arch: String,
+        supported: String,
+    },
     #[error("{} is not a readable GGUF file ({reason}); re-download it or check it with llama.cpp's gguf-dump", path.display())]
     Gguf { path: PathBuf, reason: String },
     #[error("{model} was trained for at most {max} tokens, but prompt + new tokens is {requested}: beyond that its output degrades whatever the memory; lower --prompt-tokens or --max-new-tokens")]

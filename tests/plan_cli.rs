@@ -304,7 +304,7 @@ fn bad_input_is_one_line_and_exit_code_two() {
         ),
         (
             vec!["--model", encoder.to_str().unwrap()],
-            "architecture `bert`",
+            "llm-oom has no family for `bert`",
         ),
         (
             vec!["--model", broken_gguf.to_str().unwrap()],
@@ -545,7 +545,7 @@ fn a_config_with_fields_llm_oom_does_not_model_never_fits() {
         r#"{"model_type":"zamba2","architectures":["Zamba2ForCausalLM"],"hidden_size":2048,"intermediate_size":8192,
         "num_hidden_layers":54,"num_attention_heads":32,"vocab_size":32000,"mamba_d_state":64}"#,
     );
-    for (path, needle) in [(&mla, "`kv_lora_rank`"), (&ssm, "architecture `zamba2`")] {
+    for (path, needle) in [(&mla, "`kv_lora_rank`"), (&ssm, "no family for `zamba2`")] {
         let r = run(
             home.path(),
             &["plan", "--model", path.to_str().unwrap(), "--vram", "80GB"],

@@ -134,6 +134,8 @@ fn gguf_group_bytes(spec: &Spec, t: &TensorGroup, mix: GgufMix) -> u64 {
         Role::Vector | Role::Conv => t.params().saturating_mul(4),
         // The router stays in full precision (llama-quantize skips `ffn_gate_inp`).
         Role::Router => t.params().saturating_mul(4),
+        // llama.cpp loads a vision tower from its own mmproj file, f16 as converted
+        Role::Vision => t.params().saturating_mul(2),
         Role::LmHead if base == GgmlType::Q8_0 => bytes(base.elem_bytes(), 1),
         Role::LmHead => bytes(q6, 1),
         Role::AttnV | Role::MlpDown if matches!(mix, GgufMix::Q4KM | GgufMix::Q5KM) => {

@@ -44,7 +44,18 @@ pub fn parse_config(text: &str, path: &Path, name: &str) -> Result<Spec, InputEr
         defaults: &defaults,
         path,
     };
-    let spec = reader.spec(name)?;
+    let mut spec = reader.spec(name)?;
+    if let Some((vision, depth)) = super::families::vision::qwen(&reader)? {
+        let params = vision
+            .iter()
+            .map(super::spec::TensorGroup::params)
+            .fold(0, u64::saturating_add);
+        spec.notes.push(format!(
+            "the vision tower ({depth} layers, {} parameters) is counted in the weights; what an image costs while it is encoded is not",
+            crate::units::group(params)
+        ));
+        spec.vision = vision;
+    }
     reader.bounded(spec)
 }
 
@@ -170,6 +181,25 @@ impl Reader<'_> {
         self.get(key).and_then(Value::as_bool)
     }
 
+    /// `tie_word_embeddings`: a Qwen3-VL / Qwen3.5 wrapper's own flag governs its language model
+    /// (transformers 5.25 ties by the top-level config, whatever `text_config` says), else the
+    /// language model's.
+    pub(crate) fn tie_word_embeddings(&self) -> Option<bool> {
+        let wrapper = self
+            .outer
+            .get("model_type")
+            .and_then(Value::as_str)
+            .is_some_and(super::families::vision::is_wrapper);
+        match self
+            .outer
+            .get("tie_word_embeddings")
+            .and_then(Value::as_bool)
+        {
+            Some(tie) if wrapper => Some(tie),
+            _ => self.bool("tie_word_embeddings"),
+        }
+    }
+
     pub(crate) fn str(&self, key: &str) -> Option<&str> {
         self.get(key).and_then(Value::as_str)
     }
@@ -221,6 +251,7 @@ impl Reader<'_> {
             Family::of(&arch, self.outer).ok_or_else(|| InputError::UnknownArchitecture {
                 path: self.path.to_path_buf(),
                 arch: arch.clone(),
+                supported: supported_model_types(),
             })?;
         let mut notes = Vec::new();
         if family == Family::LlamaLike && !KNOWN.contains(&arch.as_str()) {
@@ -259,7 +290,7 @@ impl Reader<'_> {
         };
         let vocab = self.u64(&["vocab_size"])?;
         let max_pos = self.opt_u64(&["max_position_embeddings", "n_positions"])?;
-        let tie = self.bool("tie_word_embeddings").unwrap_or(matches!(
+        let tie = self.tie_word_embeddings().unwrap_or(matches!(
             family,
             Family::Gemma | Family::Gemma2 | Family::Gemma3
         ));
@@ -323,10 +354,10 @@ impl Reader<'_> {
             sliding_layers,
             experts,
             qkv_bias: match family {
-                Family::Qwen2 | Family::QwenMoe if arch != "qwen3_moe" => true,
+                Family::Qwen2 | Family::QwenMoe if !qwen3_moe(&arch) => true,
                 _ => self.bool("attention_bias").unwrap_or(false),
             },
-            qk_norm: matches!(family, Family::Qwen3 | Family::Gemma3) || arch == "qwen3_moe",
+            qk_norm: matches!(family, Family::Qwen3 | Family::Gemma3) || qwen3_moe(&arch),
             norms_per_layer: if matches!(family, Family::Gemma2 | Family::Gemma3) {
                 4
             } else {
@@ -342,6 +373,7 @@ impl Reader<'_> {
             notes,
             layout: None,
             keep_dense,
+            vision: Vec::new(),
         })
     }
 
@@ -389,6 +421,7 @@ impl Reader<'_> {
             notes,
             layout: Some(b.layout),
             keep_dense,
+            vision: Vec::new(),
         })
     }
 
@@ -436,7 +469,7 @@ impl Reader<'_> {
             gemma_norms: gemma,
             norm_topk_prob: self
                 .bool("norm_topk_prob")
-                .unwrap_or(arch == "mixtral" || arch == "qwen3_moe"),
+                .unwrap_or(arch == "mixtral" || qwen3_moe(arch)),
         }
     }
 
@@ -480,6 +513,11 @@ impl Reader<'_> {
     }
 }
 
+/// Qwen3's MoE block (q/k norms, no q/k/v bias), not Qwen2-MoE's.
+fn qwen3_moe(arch: &str) -> bool {
+    matches!(arch, "qwen3_moe" | "qwen3_vl_moe" | "qwen3_vl_moe_text")
+}
+
 const KNOWN: &[&str] = &[
     "llama",
     "mistral",
@@ -514,6 +552,45 @@ enum Family {
 /// with a note. Any other unknown `model_type` is refused rather than guessed.
 const LLAMA_SHAPED: &[&str] = &["olmo", "olmo2", "granite", "internlm2", "yi", "aquila"];
 
+/// Every `model_type` llm-oom has a family for, and that family: the one list `Family::of` reads
+/// and the refusal of any other model type prints.
+const FAMILIES: &[(&str, Family)] = &[
+    ("llama", Family::LlamaLike),
+    ("mistral", Family::LlamaLike),
+    ("mixtral", Family::Mixtral),
+    ("qwen2", Family::Qwen2),
+    ("qwen3", Family::Qwen3),
+    ("qwen2_moe", Family::QwenMoe),
+    ("qwen3_moe", Family::QwenMoe),
+    // Qwen3-VL: the language model in `text_config` is qwen3's / qwen3_moe's; the vision tower
+    // is `families::vision`.
+    ("qwen3_vl", Family::Qwen3),
+    ("qwen3_vl_text", Family::Qwen3),
+    ("qwen3_vl_moe", Family::QwenMoe),
+    ("qwen3_vl_moe_text", Family::QwenMoe),
+    ("gemma", Family::Gemma),
+    ("gemma2", Family::Gemma2),
+    ("gemma3", Family::Gemma3),
+    ("gemma3_text", Family::Gemma3),
+    ("phi3", Family::Phi3),
+    ("deepseek_v2", Family::Layout(Kind::Deepseek)),
+    ("deepseek_v3", Family::Layout(Kind::Deepseek)),
+    ("kimi_k2", Family::Layout(Kind::Deepseek)),
+    ("llama4", Family::Layout(Kind::Llama4)),
+    ("llama4_text", Family::Layout(Kind::Llama4)),
+    ("gpt_oss", Family::Layout(Kind::GptOss)),
+    ("phimoe", Family::Layout(Kind::PhiMoe)),
+    ("jamba", Family::Layout(Kind::Jamba)),
+    ("mamba2", Family::Layout(Kind::Mamba2)),
+    ("qwen3_next", Family::Layout(Kind::Qwen3Next)),
+    ("qwen3_5", Family::Layout(Kind::Qwen35)),
+    ("qwen3_5_text", Family::Layout(Kind::Qwen35)),
+    ("qwen3_5_moe", Family::Layout(Kind::Qwen35)),
+    ("qwen3_5_moe_text", Family::Layout(Kind::Qwen35)),
+    ("granitemoehybrid", Family::Layout(Kind::GraniteHybrid)),
+    ("falcon_h1", Family::Layout(Kind::FalconH1)),
+];
+
 impl Family {
     /// The memory-changing config keys this family's reader models (see `guard`).
     fn models(self) -> &'static [&'static str] {
@@ -541,41 +618,35 @@ impl Family {
     }
 
     fn of(model_type: &str, outer: &Obj) -> Option<Family> {
-        if let Some(kind) = Kind::of(model_type) {
-            return Some(Family::Layout(kind));
+        if let Some((_, family)) = FAMILIES.iter().find(|(name, _)| *name == model_type) {
+            return Some(*family);
         }
-        Some(match model_type {
-            "llama" | "mistral" => Family::LlamaLike,
-            "mixtral" => Family::Mixtral,
-            "qwen2" => Family::Qwen2,
-            "qwen3" => Family::Qwen3,
-            "qwen2_moe" | "qwen3_moe" => Family::QwenMoe,
-            "gemma" => Family::Gemma,
-            "gemma2" => Family::Gemma2,
-            "gemma3" | "gemma3_text" => Family::Gemma3,
-            "phi3" => Family::Phi3,
-            _ => {
-                // Any other causal LM with llama's fields is sized like llama; encoders and
-                // seq2seq models are refused.
-                let causal = outer
-                    .get("architectures")
-                    .and_then(Value::as_array)
-                    .is_some_and(|a| {
-                        a.iter()
-                            .any(|s| s.as_str().is_some_and(|s| s.ends_with("ForCausalLM")))
-                    });
-                if causal
-                    && LLAMA_SHAPED.contains(&model_type)
-                    && outer.contains_key("num_attention_heads")
-                    && outer.contains_key("intermediate_size")
-                {
-                    Family::LlamaLike
-                } else {
-                    return None;
-                }
-            }
-        })
+        // A causal LM whose transformers module is llama's block under another name is sized like
+        // llama; any other model type is refused rather than guessed.
+        let causal = outer
+            .get("architectures")
+            .and_then(Value::as_array)
+            .is_some_and(|a| {
+                a.iter()
+                    .any(|s| s.as_str().is_some_and(|s| s.ends_with("ForCausalLM")))
+            });
+        (causal
+            && LLAMA_SHAPED.contains(&model_type)
+            && outer.contains_key("num_attention_heads")
+            && outer.contains_key("intermediate_size"))
+        .then_some(Family::LlamaLike)
     }
+}
+
+/// The model types llm-oom has a family for, as the refusal of any other lists them: those of
+/// `FAMILIES`, then the llama-shaped ones.
+pub fn supported_model_types() -> String {
+    let named: Vec<&str> = FAMILIES.iter().map(|(name, _)| *name).collect();
+    format!(
+        "{}; and sized as llama when their config has llama's fields: {}",
+        named.join(", "),
+        LLAMA_SHAPED.join(", ")
+    )
 }
 
 #[cfg(test)]
@@ -652,6 +723,47 @@ mod tests {
             parse(r#"[1,2]"#),
             Err(InputError::BadField { .. })
         ));
+    }
+
+    #[test]
+    fn the_refusal_names_the_type_lists_every_family_and_says_what_would_work() {
+        let e = parse(r#"{"model_type":"gemma4","hidden_size":64}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("llm-oom has no family for `gemma4`"), "{e}");
+        assert!(!e.contains("decoder-only"), "{e}");
+        assert!(
+            e.contains("pass a checkpoint folder whose safetensors headers give the weights"),
+            "{e}"
+        );
+        // Every model type the code reads is listed, the hand-written families included.
+        for (name, _) in FAMILIES {
+            assert!(
+                e.contains(&format!(" {name},"))
+                    || e.contains(&format!(" {name};"))
+                    || e.contains(&format!("({name},")),
+                "{name}: {e}"
+            );
+        }
+        for name in [
+            "deepseek_v3",
+            "kimi_k2",
+            "llama4",
+            "gpt_oss",
+            "qwen3_next",
+            "jamba",
+            "mamba2",
+            "falcon_h1",
+            "granitemoehybrid",
+            "phimoe",
+            "olmo2",
+        ] {
+            assert!(e.contains(name), "{name}: {e}");
+        }
+        // and every listed type is read by a family
+        for (name, _) in FAMILIES {
+            assert!(Family::of(name, &Obj::new()).is_some(), "{name}");
+        }
     }
 
     #[test]

@@ -334,6 +334,7 @@ fn spec_from_content(c: &Content, path: &Path, name: &str) -> Result<Spec, Input
         notes: Vec::new(),
         layout: None,
         keep_dense: Vec::new(),
+        vision: Vec::new(),
     })
 }
 

@@ -118,6 +118,19 @@ pub const PRESETS: &[(&str, &str)] = &[
         "ibm-granite/granite-4.0-h-tiny",
         include_str!("../../presets/granite-4.0-h-tiny.json"),
     ),
+    // huggingface.co/Qwen/Qwen3-VL-30B-A3B-Instruct config.json at commit 1fc78ad, the fields
+    // that size it as transcribed in a public test; the vision tower is counted.
+    (
+        "Qwen/Qwen3-VL-30B-A3B-Instruct",
+        include_str!("../../presets/qwen3-vl-30b-a3b-instruct.json"),
+    ),
+    // huggingface.co/Qwen/Qwen3.5-35B-A3B config.json (revision 59d61f3c), its fields as quoted
+    // in public code (text: 34,660,610,688 parameters, which this reproduces); the vision
+    // tower is counted.
+    (
+        "Qwen/Qwen3.5-35B-A3B",
+        include_str!("../../presets/qwen3.5-35b-a3b.json"),
+    ),
 ];
 
 /// The model `llm-oom plan` uses when none is named.

@@ -60,6 +60,10 @@ pub struct Spec {
     /// `modules_to_not_convert` / `ignore`), by role.
     #[serde(skip)]
     pub keep_dense: Vec<Role>,
+    /// The vision tower of a multimodal checkpoint (`vision_config`), all `Role::Vision`:
+    /// counted by `tensors()` after the language model's.
+    #[serde(skip)]
+    pub vision: Vec<TensorGroup>,
 }
 
 /// Facts that change a model's outputs but not its memory.
@@ -151,13 +155,16 @@ pub enum Role {
     Conv,
     /// 1-D tensors: norms and biases. Never quantized.
     Vector,
+    /// A multimodal checkpoint's vision tower (patch embedding, ViT blocks, mergers): loaded
+    /// with the language model at the checkpoint's dense precision.
+    Vision,
 }
 
 impl Role {
     pub fn is_linear(self) -> bool {
         !matches!(
             self,
-            Role::Embedding | Role::LmHead | Role::Vector | Role::Conv
+            Role::Embedding | Role::LmHead | Role::Vector | Role::Conv | Role::Vision
         )
     }
 }
@@ -192,6 +199,13 @@ impl Spec {
     /// the bytes are the same). Sizes saturate; a spec read from a config has passed the
     /// parameter bound (`layout::MAX_PARAMETERS`), so none does.
     pub fn tensors(&self) -> Vec<TensorGroup> {
+        let mut t = self.text_tensors();
+        t.extend(self.vision.iter().copied());
+        t
+    }
+
+    /// The language model's tensors alone.
+    fn text_tensors(&self) -> Vec<TensorGroup> {
         let (h, l, v) = (self.hidden_size, self.num_layers, self.vocab_size);
         let (q, kv) = (self.q_dim(), self.kv_dim());
         if let Some(layout) = &self.layout {

@@ -186,7 +186,8 @@ pub fn shard(spec: &Spec, t: &TensorGroup, tp: u64) -> TensorGroup {
         // in_proj / dt_proj are column-, x_proj / out_proj row-parallel: the wide side is split
         Role::Mixer if t.rows >= t.cols => s.rows = t.rows.div_ceil(tp),
         Role::Mixer => s.cols = t.cols.div_ceil(tp),
-        Role::Router | Role::Vector => {}
+        // vLLM's vision encoders are small beside the model: counted whole on every rank
+        Role::Router | Role::Vector | Role::Vision => {}
     }
     s
 }

@@ -12,6 +12,7 @@ mod llama4;
 mod mamba2;
 mod phimoe;
 mod qwen3_next;
+pub(crate) mod vision;
 
 use serde_json::{json, Map, Value};
 
@@ -37,6 +38,9 @@ pub(crate) enum Kind {
     Mamba2,
     /// qwen3_next: Gated DeltaNet with full attention every `full_attention_interval`.
     Qwen3Next,
+    /// qwen3_5 / qwen3_5_moe (Qwen3.5, Qwen3.6): Qwen3-Next's layers with the DeltaNet's
+    /// projections split, a dense MLP in every layer or experts in every layer.
+    Qwen35,
     /// granitemoehybrid (Granite-4.0-H): Mamba-2 / attention by `layer_types`, shared MLP + MoE.
     GraniteHybrid,
     /// falcon_h1: attention and Mamba-2 side by side in every layer.
@@ -44,21 +48,6 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    pub(crate) fn of(model_type: &str) -> Option<Kind> {
-        Some(match model_type {
-            "deepseek_v2" | "deepseek_v3" | "kimi_k2" => Kind::Deepseek,
-            "llama4" | "llama4_text" => Kind::Llama4,
-            "gpt_oss" => Kind::GptOss,
-            "phimoe" => Kind::PhiMoe,
-            "jamba" => Kind::Jamba,
-            "mamba2" => Kind::Mamba2,
-            "qwen3_next" => Kind::Qwen3Next,
-            "granitemoehybrid" => Kind::GraniteHybrid,
-            "falcon_h1" => Kind::FalconH1,
-            _ => return None,
-        })
-    }
-
     /// Memory-changing config keys this reader models (the guard refuses the others).
     pub(crate) fn models(self) -> &'static [&'static str] {
         match self {
@@ -113,6 +102,19 @@ impl Kind {
                 "mlp_only_layers",
                 "layer_types",
             ],
+            // `mamba_ssm_dtype` is vLLM's state precision; transformers 5.25 does not read it.
+            Kind::Qwen35 => &[
+                "linear_",
+                "full_attention_interval",
+                "num_experts",
+                "num_experts_per_tok",
+                "moe_intermediate_size",
+                "shared_expert_intermediate_size",
+                "decoder_sparse_step",
+                "mlp_only_layers",
+                "layer_types",
+                "mamba_ssm_dtype",
+            ],
             Kind::GraniteHybrid => &[
                 "mamba_",
                 "num_local_experts",
@@ -129,7 +131,7 @@ impl Kind {
         match self {
             Kind::Llama4 => &["chunked_attention", "full_attention"],
             Kind::GptOss => &["sliding_attention", "full_attention"],
-            Kind::Qwen3Next => &["linear_attention", "full_attention"],
+            Kind::Qwen3Next | Kind::Qwen35 => &["linear_attention", "full_attention"],
             Kind::GraniteHybrid => &["mamba", "attention"],
             _ => &[],
         }
@@ -163,7 +165,18 @@ pub(crate) fn read(kind: Kind, r: &Reader) -> Result<Built, InputError> {
         Kind::PhiMoe => phimoe::read(r),
         Kind::Jamba => jamba::read(r),
         Kind::Mamba2 => mamba2::read(r),
-        Kind::Qwen3Next => qwen3_next::read(r),
+        Kind::Qwen3Next => qwen3_next::read(r, qwen3_next::Variant::Next),
+        Kind::Qwen35 => {
+            let moe = r
+                .str("model_type")
+                .is_some_and(|t| t.starts_with("qwen3_5_moe"));
+            let variant = if moe {
+                qwen3_next::Variant::Qwen35Moe
+            } else {
+                qwen3_next::Variant::Qwen35
+            };
+            qwen3_next::read(r, variant)
+        }
         Kind::GraniteHybrid => granite_hybrid::read(r),
         Kind::FalconH1 => falcon_h1::read(r),
     }
@@ -234,6 +247,26 @@ pub fn defaults(model_type: &str) -> Map<String, Value> {
             "decoder_sparse_step": 1, "moe_intermediate_size": 512,
             "shared_expert_intermediate_size": 512, "num_experts": 512,
             "num_experts_per_tok": 10, "tie_word_embeddings": false
+        }),
+        // Qwen3_5TextConfig (transformers 5.25; Qwen3.5-9B's shape), full attention every 4th
+        // layer when `layer_types` is absent.
+        "qwen3_5" | "qwen3_5_text" => json!({
+            "vocab_size": 248_320, "hidden_size": 4096, "intermediate_size": 12288,
+            "num_hidden_layers": 32, "num_attention_heads": 16, "num_key_value_heads": 4,
+            "head_dim": 256, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+            "linear_value_head_dim": 128, "linear_num_key_heads": 16,
+            "linear_num_value_heads": 32, "full_attention_interval": 4,
+            "tie_word_embeddings": false
+        }),
+        // Qwen3_5MoeTextConfig (Qwen3.5-35B-A3B's shape).
+        "qwen3_5_moe" | "qwen3_5_moe_text" => json!({
+            "vocab_size": 248_320, "hidden_size": 2048, "num_hidden_layers": 40,
+            "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+            "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+            "linear_value_head_dim": 128, "linear_num_key_heads": 16,
+            "linear_num_value_heads": 32, "full_attention_interval": 4,
+            "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
+            "num_experts_per_tok": 8, "num_experts": 256, "tie_word_embeddings": false
         }),
         // GraniteMoeHybridConfig.
         "granitemoehybrid" => json!({

@@ -6,6 +6,12 @@
 //! channels, `dt_bias` and `A_log` per value head, a gated RMSNorm of the value head width,
 //! `out_proj`. MLP: a router over `num_experts` experts, a shared expert and its sigmoid gate.
 //! A DeltaNet layer keeps per sequence its conv state and a v_heads × k_dim × v_dim state.
+//!
+//! Qwen3.5 / Qwen3.6 (modeling_qwen3_5.py, modeling_qwen3_5_moe.py, transformers 5.25) are these
+//! layers with `in_proj_qkvz` split into `in_proj_qkv` and `in_proj_z` and `in_proj_ba` into
+//! `in_proj_b` and `in_proj_a` (the same parameters), and their MLP chosen by the model type, not
+//! by `decoder_sparse_step` / `mlp_only_layers`: `qwen3_5` has a dense MLP in every layer,
+//! `qwen3_5_moe` experts (with the shared expert and its gate) in every layer.
 
 use super::{add, common, embeddings, finish, gqa_row, layer_types, moe, mul, Built, Gqa, Kind};
 use crate::error::InputError;
@@ -14,14 +20,29 @@ use crate::model::layout::{every_nth, sparse_every, AttentionGroup, Layout, Stat
 use crate::model::spec::Role;
 use serde_json::Value;
 
-pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
+/// Which modeling file the layers follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Variant {
+    /// qwen3_next: experts where `decoder_sparse_step` and `mlp_only_layers` put them.
+    Next,
+    /// qwen3_5: a dense MLP in every layer.
+    Qwen35,
+    /// qwen3_5_moe: experts in every layer.
+    Qwen35Moe,
+}
+
+pub(super) fn read(r: &Reader, variant: Variant) -> Result<Built, InputError> {
+    let kind = match variant {
+        Variant::Next => Kind::Qwen3Next,
+        Variant::Qwen35 | Variant::Qwen35Moe => Kind::Qwen35,
+    };
     let (h, layers, vocab) = common(r)?;
     let heads = r.u64(&["num_attention_heads"])?;
     let kv_heads = r.opt_u64(&["num_key_value_heads"])?.unwrap_or(heads);
     let head_dim = r.u64(&["head_dim"])?;
-    let tie = r.bool("tie_word_embeddings").unwrap_or(false);
+    let tie = r.tie_word_embeddings().unwrap_or(false);
     let interval = r.u64(&["full_attention_interval"])?;
-    let full = match layer_types(r, Kind::Qwen3Next, layers)? {
+    let full = match layer_types(r, kind, layers)? {
         Some(types) => types.iter().filter(|t| *t == "full_attention").count() as u64,
         None => every_nth(layers, interval),
     };
@@ -44,26 +65,32 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
         value_dim,
     )?;
 
-    let experts = r.opt_u64(&["num_experts"])?.unwrap_or(0);
+    let experts = match variant {
+        Variant::Qwen35 => 0,
+        Variant::Next | Variant::Qwen35Moe => r.opt_u64(&["num_experts"])?.unwrap_or(0),
+    };
     let step = r.opt_u64(&["decoder_sparse_step"])?.unwrap_or(1).max(1);
     let mlp_only: Vec<u64> = r
         .get("mlp_only_layers")
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_u64).collect())
         .unwrap_or_default();
-    let sparse = if experts > 0 {
-        sparse_every(layers, step, &mlp_only)
-    } else {
-        0
+    let sparse = match variant {
+        _ if experts == 0 => 0,
+        Variant::Next => sparse_every(layers, step, &mlp_only),
+        Variant::Qwen35 | Variant::Qwen35Moe => layers,
     };
     let moe_inter = if sparse > 0 {
         r.u64(&["moe_intermediate_size"])?
     } else {
         0
     };
-    let shared_inter = r
-        .opt_u64(&["shared_expert_intermediate_size"])?
-        .unwrap_or(0);
+    let shared_inter = if sparse > 0 {
+        r.opt_u64(&["shared_expert_intermediate_size"])?
+            .unwrap_or(0)
+    } else {
+        0
+    };
     let inter = if layers > sparse {
         r.u64(&["intermediate_size"])?
     } else {
