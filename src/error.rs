@@ -70,7 +70,7 @@ pub enum InputError {
         why: String,
     },
     /// `supported`: the model types llm-oom has a family for (`config::supported_model_types`).
-    #[error("{}: llm-oom has no family for `{arch}` (model types it sizes: {supported}); to size it anyway, pass a checkpoint folder whose safetensors headers give the weights", path.display())]
+    #[error("{}: llm-oom has no family for `{arch}` (model types it sizes: {supported}); it cannot be sized until its layers and cache are modelled: plan a model of a listed type, or measure this one in its own engine with `llm-oom watch -- <your command>`", path.display())]
     UnknownArchitecture {
         path: PathBuf,
         arch: String,

@@ -22,6 +22,7 @@ fuzz_target!(|data: &[u8]| {
             weight_dtype: spec.native_dtype,
             kv_dtype: spec.native_dtype.compute_kv_dtype(),
             engine,
+            llama: Default::default(),
         };
         let p = Planner::new(&spec, 24 << 30);
         let e = p.estimate(&w);

@@ -733,7 +733,7 @@ mod tests {
         assert!(e.contains("llm-oom has no family for `gemma4`"), "{e}");
         assert!(!e.contains("decoder-only"), "{e}");
         assert!(
-            e.contains("pass a checkpoint folder whose safetensors headers give the weights"),
+            e.contains("measure this one in its own engine with `llm-oom watch -- <your command>`"),
             "{e}"
         );
         // Every model type the code reads is listed, the hand-written families included.
