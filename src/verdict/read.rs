@@ -1842,6 +1842,7 @@ type Rule = fn(&mut Ask, &TorchOom, &Accounting) -> Option<Decision>;
 /// PyTorch's message carries the numbers: the rules run in order and the first that decides wins.
 fn torch(a: &mut Ask, t: &TorchOom) -> Decision {
     let acc = Accounting::of(t, a.ctx, a.f.line);
+    raise_cap(a, t, &acc);
     const RULES: &[Rule] = &[
         contradiction,
         other_process,
@@ -1859,19 +1860,65 @@ fn torch(a: &mut Ask, t: &TorchOom) -> Decision {
         }
     }
     let stage = stage_near(a.ctx, a.f.line);
+    // Under a cap the card's free memory is not this process's: the cap is the limit.
+    let free = match cap_note(t) {
+        Some(note) => format!(" with {} free under the cap — {note}", Bytes(acc.free)),
+        None => t
+            .free
+            .map(|f| format!(" with {} free", Bytes(f)))
+            .unwrap_or_default(),
+    };
+    if acc.capped {
+        a.to_decide = Some("run it under `llm-oom watch -- <the command>` (its stdout's batch and sequence length and PyTorch's allocator record say what filled the cap), or pass the workload to `llm-oom explain` (--model, --prompt-tokens, --batch, --vram <the cap>)".into());
+    }
     Decision::new(
         Cause::Unknown,
         stage,
         0.3,
         format!(
-            "unknown: PyTorch ran out asking for {}{}; the log does not say what grew",
+            "unknown: PyTorch ran out asking for {}{free}; the log does not say what grew",
             request_text(t),
-            t.free
-                .map(|f| format!(" with {} free", Bytes(f)))
-                .unwrap_or_default()
         ),
         torch_evidence(a, t, &acc),
     )
+}
+
+/// A per-process cap (`torch.cuda.set_per_process_memory_fraction`, PyTorch's "N allowed;"):
+/// the cap, and what the card had free beside it.
+fn cap_note(t: &TorchOom) -> Option<String> {
+    let allowed = t.allowed?;
+    let card = t
+        .free
+        .map(|f| format!(", {} of the card were free", Bytes(f)))
+        .unwrap_or_default();
+    Some(format!(
+        "this process was capped at {} (set_per_process_memory_fraction or a --vram-limit){card}",
+        Bytes(allowed)
+    ))
+}
+
+/// Under a cap with the card's room beside it, raising the cap is the first knob.
+fn raise_cap(a: &mut Ask, t: &TorchOom, acc: &Accounting) {
+    let (Some(allowed), Some(card_free)) = (t.allowed, t.free) else {
+        return;
+    };
+    if !acc.capped || card_free < acc.short().saturating_add(DRIVER_SLACK) {
+        return;
+    }
+    let short = acc.short();
+    a.remedies.push(Remedy {
+        action: format!(
+            "raise the per-process cap of {} — the card had {} free beside it",
+            Bytes(allowed),
+            Bytes(card_free)
+        ),
+        how: format!("torch.cuda.set_per_process_memory_fraction(f) with f above the current one (at least {} more), or a larger --vram-limit", Bytes(short.max(acc.request))),
+        change: Change::LargerGpu(allowed.saturating_add(short.max(acc.request))),
+        saves_bytes: None,
+        new_budget: None,
+        verified: None,
+        per_device: Vec::new(),
+    });
 }
 
 fn request_text(t: &TorchOom) -> String {
@@ -1890,10 +1937,9 @@ fn torch_evidence(a: &Ask, t: &TorchOom, acc: &Accounting) -> Vec<Evidence> {
     } else {
         "?".into()
     };
-    let cap = if acc.capped {
-        " allowed (a per-process memory cap)"
-    } else {
-        ""
+    let cap = match cap_note(t) {
+        Some(note) if acc.capped => format!(" allowed: {note}"),
+        _ => String::new(),
     };
     let figures = if t.requested.is_none() && t.free.is_none() && acc.total == 0 {
         "PyTorch's out-of-memory error, without its figures".to_string()
@@ -2847,6 +2893,18 @@ mod tests {
         ] {
             assert_eq!(cause_of(log), cause, "{log}");
         }
+    }
+
+    #[test]
+    fn a_capped_process_is_short_of_its_cap_not_of_the_card() {
+        let log = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB. GPU 0 has a total capacity of 79.19 GiB of which 62.60 GiB is free. Including non-PyTorch memory, this process has 16.00 GiB memory in use. 16.00 GiB allowed; Of the allocated memory 15.20 GiB is allocated by PyTorch, and 310.00 MiB is reserved by PyTorch but unallocated.\n";
+        let r = read_log(log.as_bytes(), Engine::Transformers).unwrap();
+        let s = &r.verdict.summary;
+        assert!(s.contains("0 B free under the cap"), "{s}");
+        assert!(s.contains("capped at 16.0 GiB"), "{s}");
+        assert!(r.remedies[0]
+            .how
+            .contains("set_per_process_memory_fraction"));
     }
 
     #[test]
