@@ -68,3 +68,21 @@ fn a_capped_process_is_read_against_its_cap_not_the_card() {
     let first = v["verdict"]["evidence"][0]["text"].as_str().unwrap_or("");
     assert!(first.contains("0 B free of 16.0 GiB"), "{first}");
 }
+
+/// Mistral-7B built by `from_config`, batch 48 × 2,048 under a 20 GiB cap: the MLP's buffer.
+const BATCH_48: &str = r#"batch= 48 seq= 2048
+Traceback (most recent call last):
+  File "/home/user/batch_run.py", line 40, in <module>
+    out = model(input_ids=ids, attention_mask=mask)
+  File "/opt/torch/.venv/lib/python3.12/site-packages/transformers/models/mistral/modeling_mistral.py", line 238, in forward
+    hidden_states = self.mlp(hidden_states)
+  File "/opt/torch/.venv/lib/python3.12/site-packages/transformers/models/mistral/modeling_mistral.py", line 47, in forward
+    down_proj = self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.62 GiB. GPU 0 has a total capacity of 79.19 GiB of which 59.20 GiB is free. Including non-PyTorch memory, this process has 19.91 GiB memory in use. 20.00 GiB allowed; Of the allocated memory 16.63 GiB is allocated by PyTorch, and 2.78 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.
+"#;
+
+#[test]
+fn cached_blocks_beside_a_filled_cap_are_the_batch_not_fragmentation() {
+    let v = explain(BATCH_48, &[]);
+    assert_eq!(cause(&v), "concurrency", "{v}");
+}

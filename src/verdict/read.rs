@@ -2248,7 +2248,7 @@ fn fragmentation(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision
     // Live tensors above the card (Windows lets the driver spill into shared system memory:
     // LARS-23, 26.4 GiB live on 24) say nothing of how full the card is.
     let slack = acc.live_pct().is_some_and(|p| (88..=100).contains(&p));
-    let fragmented = unalloc >= req && unalloc > 0 && share(5);
+    let fragmented = unalloc >= req && unalloc > 0 && share(5) && contiguous_would_fit(acc);
     let growth = near(&a.ctx.cache_lines, a.f.line).is_some()
         || batch_line(a).is_some_and(|(_, _, s)| s >= 4096);
     // One forward or backward buffer larger than any weight tensor, named by its frame
@@ -2281,6 +2281,35 @@ fn fragmentation(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision
         a.remedy(Change::AllocatorSettings, a.engine, Some(unalloc));
     }
     None
+}
+
+/// Fragmentation needs the memory to be there, only not in one piece: live tensors plus the
+/// request within the limit (the cap under `set_per_process_memory_fraction`, else the card).
+/// Under a cap, cached blocks about the request's size beside live tensors that fill
+/// the limit (≥ 90 % with the request) are the tail of the limit, not fragmentation: the step's
+/// next buffer of that size finds no room either (Mistral-7B, batch 48 × 2,048 under a 20 GiB
+/// cap: 2.62 GiB asked, 2.78 GiB cached, 16.6 GiB live — the batch, not the allocator).
+fn contiguous_would_fit(acc: &Accounting) -> bool {
+    let Some(live) = acc.allocated else {
+        return true;
+    };
+    // The card, not the card less "other" processes: a message that lists this process by its
+    // pid lists it among them (pytorch-152135).
+    let limit = acc.total;
+    if limit == 0 {
+        return true;
+    }
+    let need = live.saturating_add(acc.request);
+    if need > limit {
+        return false;
+    }
+    // Under a cap the allocator already returned every whole cached segment before it failed;
+    // what is left about the request's size is the cap's tail. On a whole card the same figures
+    // are fragmentation (pytorch-s1-106: 8.46 GiB asked, 14.04 GiB cached, 119 of 140 live).
+    let tail = acc.capped
+        && need.saturating_mul(10) >= limit.saturating_mul(9)
+        && acc.reserved_unallocated < acc.request.saturating_mul(2);
+    !tail
 }
 
 /// Several OOMs, dead worker threads, or a batch above one in the log (pytorch_threads.log).
@@ -2905,6 +2934,22 @@ mod tests {
         assert!(r.remedies[0]
             .how
             .contains("set_per_process_memory_fraction"));
+    }
+
+    #[test]
+    fn cached_blocks_at_the_tail_of_a_filled_cap_are_not_fragmentation() {
+        let msg = |alloc: &str, unalloc: &str| {
+            format!("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.62 GiB. GPU 0 has a total capacity of 79.19 GiB of which 59.20 GiB is free. Including non-PyTorch memory, this process has 19.91 GiB memory in use. 20.00 GiB allowed; Of the allocated memory {alloc} is allocated by PyTorch, and {unalloc} is reserved by PyTorch but unallocated.\n")
+        };
+        assert_ne!(
+            cause_of(&msg("16.63 GiB", "2.78 GiB")),
+            Cause::Fragmentation
+        );
+        // Live tensors well inside the cap, the cache in pieces: fragmentation.
+        assert_eq!(
+            cause_of(&msg("12.00 GiB", "7.40 GiB")),
+            Cause::Fragmentation
+        );
     }
 
     #[test]
