@@ -86,3 +86,52 @@ fn cached_blocks_beside_a_filled_cap_are_the_batch_not_fragmentation() {
     let v = explain(BATCH_48, &[]);
     assert_eq!(cause(&v), "concurrency", "{v}");
 }
+
+const LOGS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/logs");
+
+fn explain_fixture(file: &str) -> Value {
+    let log = std::fs::read_to_string(format!("{LOGS}/{file}")).unwrap_or_default();
+    explain(&log, &[])
+}
+
+#[test]
+fn vllm_without_cache_blocks_is_told_vllms_knobs() {
+    let r = remedies(&explain_fixture("real-fresh/vllm-10439.log"));
+    for knob in [
+        "--gpu-memory-utilization",
+        "--max-model-len",
+        "--kv-cache-dtype fp8",
+    ] {
+        assert!(r.contains(knob), "{knob} missing:\n{r}");
+    }
+    assert!(!r.contains("--kv-cache-dtype auto"), "{r}");
+    // A KV cache already in fp8 is not offered again.
+    let log = "INFO 05-01 10:00:00 llm_engine.py:237] Initializing an LLM engine (v0.6.3) with config: model='meta-llama/Llama-3.1-8B', dtype=torch.bfloat16, max_seq_len=131072, kv_cache_dtype=fp8, gpu_memory_utilization=0.90\nERROR 05-01 10:01:00 engine.py:366] ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.\n";
+    let r = remedies(&explain(log, &[]));
+    assert!(!r.contains("--kv-cache-dtype"), "{r}");
+    assert!(r.contains("--max-model-len"), "{r}");
+}
+
+#[test]
+fn an_ollama_log_is_told_ollamas_knobs_whatever_engine() {
+    for file in [
+        "real-2026-12c/ollama-ollama-6283.log",
+        "real-2026-12c/ollama-ollama-3418.log",
+    ] {
+        let r = remedies(&explain_fixture(file));
+        assert!(r.contains("num_ctx"), "{file}:\n{r}");
+        assert!(
+            !r.contains("BitsAndBytesConfig")
+                && !r.contains("cache_implementation")
+                && !r.contains(" -c N"),
+            "{file}:\n{r}"
+        );
+    }
+}
+
+#[test]
+fn a_q4_k_m_gguf_is_not_told_to_quantize_to_q4_k_m() {
+    let r = remedies(&explain_fixture("llamacpp-h200/load-weights.log"));
+    assert!(!r.to_lowercase().contains("q4_k_m.gguf q4_k_m"), "{r}");
+    assert!(r.contains("Q3_K_M"), "{r}");
+}

@@ -121,13 +121,16 @@ pub fn read_log(raw: &[u8], engine: Engine) -> Result<LogReading> {
         Some((at, first)) => lines.len().saturating_add(first.saturating_sub(at + 1)),
         None => lines.len(),
     };
-    let r = match findings.first() {
+    let mut r = match findings.first() {
         Some(first) => classify(first, &findings, &ctx, engine),
         None => match ctx.unfinished {
             Some(at) => unfinished(at, total, &ctx),
             None => no_oom(total, &ctx),
         },
     };
+    // Remedies in the knobs of the engine that printed the log, none already in force.
+    let family = super::knobs::family(findings.first().map(|f| f.source), &lines);
+    super::knobs::speak(&mut r.remedies, family, &super::knobs::in_force(&lines));
     Ok(LogReading {
         confidence_band: confidence_band(r.verdict.confidence),
         verdict: r.verdict,
@@ -710,6 +713,8 @@ fn nf4() -> WeightDtype {
 
 fn vllm_no_blocks(a: &mut Ask) -> Decision {
     a.remedy(Change::RaiseUtilization(95), Engine::Vllm, None);
+    a.remedy(Change::ReduceContext(0), Engine::Vllm, None);
+    a.remedy(Change::QuantizeKv(KvDtype::Fp8), Engine::Vllm, None);
     a.remedy(Change::QuantizeWeights(nf4()), Engine::Vllm, None);
     a.remedy(Change::LargerGpu(0), Engine::Vllm, None);
     // The KV cache got no room: the cause users and maintainers name (three threads of the fresh
