@@ -2,6 +2,7 @@
 //! estimate (`predicted`), measured from probe stages (`measured`), read from a log (`read`) —
 //! and the remedies with their price (`remedy`, `pricing`).
 
+pub mod knobs;
 pub mod measured;
 pub mod placed;
 pub mod predicted;

@@ -121,13 +121,16 @@ pub fn read_log(raw: &[u8], engine: Engine) -> Result<LogReading> {
         Some((at, first)) => lines.len().saturating_add(first.saturating_sub(at + 1)),
         None => lines.len(),
     };
-    let r = match findings.first() {
+    let mut r = match findings.first() {
         Some(first) => classify(first, &findings, &ctx, engine),
         None => match ctx.unfinished {
             Some(at) => unfinished(at, total, &ctx),
             None => no_oom(total, &ctx),
         },
     };
+    // Remedies in the knobs of the engine that printed the log, none already in force.
+    let family = super::knobs::family(findings.first().map(|f| f.source), &lines);
+    super::knobs::speak(&mut r.remedies, family, &super::knobs::in_force(&lines));
     Ok(LogReading {
         confidence_band: confidence_band(r.verdict.confidence),
         verdict: r.verdict,
@@ -710,6 +713,8 @@ fn nf4() -> WeightDtype {
 
 fn vllm_no_blocks(a: &mut Ask) -> Decision {
     a.remedy(Change::RaiseUtilization(95), Engine::Vllm, None);
+    a.remedy(Change::ReduceContext(0), Engine::Vllm, None);
+    a.remedy(Change::QuantizeKv(KvDtype::Fp8), Engine::Vllm, None);
     a.remedy(Change::QuantizeWeights(nf4()), Engine::Vllm, None);
     a.remedy(Change::LargerGpu(0), Engine::Vllm, None);
     // The KV cache got no room: the cause users and maintainers name (three threads of the fresh
@@ -1842,6 +1847,7 @@ type Rule = fn(&mut Ask, &TorchOom, &Accounting) -> Option<Decision>;
 /// PyTorch's message carries the numbers: the rules run in order and the first that decides wins.
 fn torch(a: &mut Ask, t: &TorchOom) -> Decision {
     let acc = Accounting::of(t, a.ctx, a.f.line);
+    raise_cap(a, t, &acc);
     const RULES: &[Rule] = &[
         contradiction,
         other_process,
@@ -1859,19 +1865,65 @@ fn torch(a: &mut Ask, t: &TorchOom) -> Decision {
         }
     }
     let stage = stage_near(a.ctx, a.f.line);
+    // Under a cap the card's free memory is not this process's: the cap is the limit.
+    let free = match cap_note(t) {
+        Some(note) => format!(" with {} free under the cap — {note}", Bytes(acc.free)),
+        None => t
+            .free
+            .map(|f| format!(" with {} free", Bytes(f)))
+            .unwrap_or_default(),
+    };
+    if acc.capped {
+        a.to_decide = Some("run it under `llm-oom watch -- <the command>` (its stdout's batch and sequence length and PyTorch's allocator record say what filled the cap), or pass the workload to `llm-oom explain` (--model, --prompt-tokens, --batch, --vram <the cap>)".into());
+    }
     Decision::new(
         Cause::Unknown,
         stage,
         0.3,
         format!(
-            "unknown: PyTorch ran out asking for {}{}; the log does not say what grew",
+            "unknown: PyTorch ran out asking for {}{free}; the log does not say what grew",
             request_text(t),
-            t.free
-                .map(|f| format!(" with {} free", Bytes(f)))
-                .unwrap_or_default()
         ),
         torch_evidence(a, t, &acc),
     )
+}
+
+/// A per-process cap (`torch.cuda.set_per_process_memory_fraction`, PyTorch's "N allowed;"):
+/// the cap, and what the card had free beside it.
+fn cap_note(t: &TorchOom) -> Option<String> {
+    let allowed = t.allowed?;
+    let card = t
+        .free
+        .map(|f| format!(", {} of the card were free", Bytes(f)))
+        .unwrap_or_default();
+    Some(format!(
+        "this process was capped at {} (set_per_process_memory_fraction or a --vram-limit){card}",
+        Bytes(allowed)
+    ))
+}
+
+/// Under a cap with the card's room beside it, raising the cap is the first knob.
+fn raise_cap(a: &mut Ask, t: &TorchOom, acc: &Accounting) {
+    let (Some(allowed), Some(card_free)) = (t.allowed, t.free) else {
+        return;
+    };
+    if !acc.capped || card_free < acc.short().saturating_add(DRIVER_SLACK) {
+        return;
+    }
+    let short = acc.short();
+    a.remedies.push(Remedy {
+        action: format!(
+            "raise the per-process cap of {} — the card had {} free beside it",
+            Bytes(allowed),
+            Bytes(card_free)
+        ),
+        how: format!("torch.cuda.set_per_process_memory_fraction(f) with f above the current one (at least {} more), or a larger --vram-limit", Bytes(short.max(acc.request))),
+        change: Change::LargerGpu(allowed.saturating_add(short.max(acc.request))),
+        saves_bytes: None,
+        new_budget: None,
+        verified: None,
+        per_device: Vec::new(),
+    });
 }
 
 fn request_text(t: &TorchOom) -> String {
@@ -1890,10 +1942,9 @@ fn torch_evidence(a: &Ask, t: &TorchOom, acc: &Accounting) -> Vec<Evidence> {
     } else {
         "?".into()
     };
-    let cap = if acc.capped {
-        " allowed (a per-process memory cap)"
-    } else {
-        ""
+    let cap = match cap_note(t) {
+        Some(note) if acc.capped => format!(" allowed: {note}"),
+        _ => String::new(),
     };
     let figures = if t.requested.is_none() && t.free.is_none() && acc.total == 0 {
         "PyTorch's out-of-memory error, without its figures".to_string()
@@ -2202,7 +2253,7 @@ fn fragmentation(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision
     // Live tensors above the card (Windows lets the driver spill into shared system memory:
     // LARS-23, 26.4 GiB live on 24) say nothing of how full the card is.
     let slack = acc.live_pct().is_some_and(|p| (88..=100).contains(&p));
-    let fragmented = unalloc >= req && unalloc > 0 && share(5);
+    let fragmented = unalloc >= req && unalloc > 0 && share(5) && contiguous_would_fit(acc);
     let growth = near(&a.ctx.cache_lines, a.f.line).is_some()
         || batch_line(a).is_some_and(|(_, _, s)| s >= 4096);
     // One forward or backward buffer larger than any weight tensor, named by its frame
@@ -2235,6 +2286,40 @@ fn fragmentation(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision
         a.remedy(Change::AllocatorSettings, a.engine, Some(unalloc));
     }
     None
+}
+
+/// Fragmentation needs the memory to be there, only not in one piece: live tensors plus the
+/// request within the limit (the cap under `set_per_process_memory_fraction`, else the card).
+/// Under a cap, cached blocks about the request's size beside live tensors that fill
+/// the limit (≥ 90 % with the request) are the tail of the limit, not fragmentation: the step's
+/// next buffer of that size finds no room either (Mistral-7B, batch 48 × 2,048 under a 20 GiB
+/// cap: 2.62 GiB asked, 2.78 GiB cached, 16.6 GiB live — the batch, not the allocator).
+fn contiguous_would_fit(acc: &Accounting) -> bool {
+    let Some(live) = acc.allocated else {
+        return true;
+    };
+    // The card, not the card less "other" processes: a message that lists this process by its
+    // pid lists it among them (pytorch-152135).
+    let limit = acc.total;
+    if limit == 0 {
+        return true;
+    }
+    // Live tensors above the card (Windows spills into shared system memory: LARS-23, 26.4 GiB
+    // live on 24) say nothing of how full it is.
+    if live > limit {
+        return true;
+    }
+    let need = live.saturating_add(acc.request);
+    if need > limit {
+        return false;
+    }
+    // Under a cap the allocator already returned every whole cached segment before it failed;
+    // what is left about the request's size is the cap's tail. On a whole card the same figures
+    // are fragmentation (pytorch-s1-106: 8.46 GiB asked, 14.04 GiB cached, 119 of 140 live).
+    let tail = acc.capped
+        && need.saturating_mul(10) >= limit.saturating_mul(9)
+        && acc.reserved_unallocated < acc.request.saturating_mul(2);
+    !tail
 }
 
 /// Several OOMs, dead worker threads, or a batch above one in the log (pytorch_threads.log).
@@ -2847,6 +2932,34 @@ mod tests {
         ] {
             assert_eq!(cause_of(log), cause, "{log}");
         }
+    }
+
+    #[test]
+    fn a_capped_process_is_short_of_its_cap_not_of_the_card() {
+        let log = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB. GPU 0 has a total capacity of 79.19 GiB of which 62.60 GiB is free. Including non-PyTorch memory, this process has 16.00 GiB memory in use. 16.00 GiB allowed; Of the allocated memory 15.20 GiB is allocated by PyTorch, and 310.00 MiB is reserved by PyTorch but unallocated.\n";
+        let r = read_log(log.as_bytes(), Engine::Transformers).unwrap();
+        let s = &r.verdict.summary;
+        assert!(s.contains("0 B free under the cap"), "{s}");
+        assert!(s.contains("capped at 16.0 GiB"), "{s}");
+        assert!(r.remedies[0]
+            .how
+            .contains("set_per_process_memory_fraction"));
+    }
+
+    #[test]
+    fn cached_blocks_at_the_tail_of_a_filled_cap_are_not_fragmentation() {
+        let msg = |alloc: &str, unalloc: &str| {
+            format!("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.62 GiB. GPU 0 has a total capacity of 79.19 GiB of which 59.20 GiB is free. Including non-PyTorch memory, this process has 19.91 GiB memory in use. 20.00 GiB allowed; Of the allocated memory {alloc} is allocated by PyTorch, and {unalloc} is reserved by PyTorch but unallocated.\n")
+        };
+        assert_ne!(
+            cause_of(&msg("16.63 GiB", "2.78 GiB")),
+            Cause::Fragmentation
+        );
+        // Live tensors well inside the cap, the cache in pieces: fragmentation.
+        assert_eq!(
+            cause_of(&msg("12.00 GiB", "7.40 GiB")),
+            Cause::Fragmentation
+        );
     }
 
     #[test]

@@ -225,7 +225,8 @@ fn how(change: Change, engine: Engine) -> String {
         (Change::UseSdpa, _) => "from_pretrained(..., attn_implementation=\"sdpa\") (or \"flash_attention_2\")".into(),
         (Change::HalfPrecision(d), LlamaCpp) => format!("convert to a {d} GGUF"),
         (Change::HalfPrecision(d), _) => format!("from_pretrained(..., dtype=torch.{})", if d == WeightDtype::F16 { "float16" } else { "bfloat16" }),
-        (Change::QuantizeKv(d), Vllm) => format!("--kv-cache-dtype {}", if d == KvDtype::Fp8 { "fp8" } else { "auto" }),
+        // vLLM's KV cache has no smaller type than fp8 ("auto" is the default, not a change).
+        (Change::QuantizeKv(_), Vllm) => "--kv-cache-dtype fp8".into(),
         (Change::QuantizeKv(d), LlamaCpp) => format!("-fa on -ctk {d} -ctv {d}"),
         (Change::QuantizeKv(_), _) => "generate(..., cache_implementation=\"quantized\", cache_config={\"nbits\": 4})".into(),
         (Change::QuantizeWeights(d), LlamaCpp) => format!("llama-quantize model-f16.gguf model-{d}.gguf {}", d.to_string().to_uppercase()),
