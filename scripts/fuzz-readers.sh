@@ -13,6 +13,7 @@ BIN=${1:?usage: scripts/fuzz-readers.sh BIN_DIR SECONDS [WORKERS] [OUT_DIR]}
 SECS=${2:?usage: scripts/fuzz-readers.sh BIN_DIR SECONDS [WORKERS] [OUT_DIR]}
 WORKERS=${3:-1}
 OUT=${4:-fuzz-out}
+BIN=$(cd "$BIN" && pwd)
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TARGETS="explain config gguf safetensors snapshot"
 mkdir -p "$OUT/crashes"

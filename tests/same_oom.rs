@@ -1,0 +1,169 @@
+//! One OOM, one answer: real transformers out-of-memory runs of known cause (an H100 80GB,
+//! torch 2.11, transformers 5.17; `scripts/gpu/same-oom.sh`, recorded in
+//! tests/fixtures/same-oom/) handed to the three readers a user has — `explain` on the program's
+//! stderr, `explain` on PyTorch's allocator record, and `watch` of a program that prints the same
+//! output and leaves the same record where llm-oom's hook leaves it. Each must name the run's
+//! cause. Where one still does not, the case is listed in `KNOWN` with the reason, and the test
+//! fails when a listed miss no longer happens, so the list cannot go stale.
+
+use std::path::{Path, PathBuf};
+
+mod util;
+
+/// (case, the cause the run was built to have)
+const CASES: &[(&str, &str)] = &[
+    ("weights-13b", "weights"),
+    ("kv-decode", "kv_cache"),
+    ("batch-48", "concurrency"),
+    ("batch-32", "concurrency"),
+    ("other-process", "other_process"),
+    ("long-prompt", "activations"),
+];
+
+/// (case, reader, what it answers instead, why)
+const KNOWN: &[(&str, &str, &str, &str)] = &[
+    (
+        "kv-decode",
+        "record",
+        "fragmentation",
+        "13.28 GiB live + the 12 MiB cat of one layer's cache fit the 13.5 GiB cap and no cached \
+         block holds 12 MiB, so the record's rule says fragmentation; the decode had 2,000 tokens \
+         to go, which the record does not know",
+    ),
+    ("kv-decode", "watch", "fragmentation", "watch takes the record's answer"),
+    (
+        "batch-48",
+        "stderr",
+        "unknown",
+        "the cap is filled, the message does not say by what, and the program prints no batch= line",
+    ),
+    (
+        "batch-48",
+        "record",
+        "activations",
+        "the record sees a prefill's activations fill the cap; the batch size is not in it",
+    ),
+    (
+        "batch-48",
+        "watch",
+        "fragmentation",
+        "with the cap from the hook's status, 16.94 GiB live + twice the 1.50 GiB request fit the \
+         20 GiB cap beside 2.00 GiB of cached holes",
+    ),
+    (
+        "batch-32",
+        "stderr",
+        "unknown",
+        "the cap is filled, the message does not say by what, and the program prints no batch= line",
+    ),
+    (
+        "batch-32",
+        "record",
+        "activations",
+        "the record sees a prefill's activations fill the cap; the batch size is not in it",
+    ),
+    ("batch-32", "watch", "activations", "watch takes the record's answer"),
+    (
+        "other-process",
+        "record",
+        "activations",
+        "a record read alone has no device total or cap beside it, so it cannot see the other process",
+    ),
+    (
+        "long-prompt",
+        "stderr",
+        "fragmentation",
+        "3.29 GiB reserved but unallocated beside a 1.07 GiB request under a 24 GiB cap",
+    ),
+    ("long-prompt", "record", "fragmentation", "the same holes, read from the record"),
+    ("long-prompt", "watch", "fragmentation", "the same holes, read from the record"),
+];
+
+fn dir(case: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/same-oom")
+        .join(case)
+}
+
+fn cause_of(json: &[u8], what: &str) -> String {
+    let v: serde_json::Value = serde_json::from_slice(json)
+        .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {}", String::from_utf8_lossy(json)));
+    v["verdict"]["cause"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{what}: no verdict.cause in {v}"))
+        .to_string()
+}
+
+fn explain(home: &Path, file: &Path) -> String {
+    let out = util::llm_oom(home)
+        .args(["explain", "--json"])
+        .arg(file)
+        .output()
+        .expect("run llm-oom explain");
+    cause_of(&out.stdout, &format!("explain {}", file.display()))
+}
+
+/// `watch` of a Python program that prints the run's output and leaves its allocator record and
+/// the hook's status where llm-oom's hook writes them.
+fn watch(home: &Path, case: &str) -> String {
+    let d = dir(case);
+    let report = home.join(format!("watch-{case}.json"));
+    let program = r#"
+import os, shutil, sys
+d, out = sys.argv[1], os.environ["LLM_OOM_SNAPSHOT_DIR"]
+shutil.copy(os.path.join(d, "snapshot.pickle"), os.path.join(out, "snapshot-1-oom.pickle"))
+shutil.copy(os.path.join(d, "status.json"), os.path.join(out, "status-1.json"))
+sys.stdout.write(open(os.path.join(d, "stdout.log")).read())
+sys.stderr.write(open(os.path.join(d, "stderr.log")).read())
+sys.exit(1)
+"#;
+    let status = util::llm_oom(home)
+        .args(["watch", "--json", "-o"])
+        .arg(&report)
+        .args(["--", "python3", "-c", program])
+        .arg(&d)
+        .output()
+        .expect("run llm-oom watch");
+    assert_eq!(
+        status.status.code(),
+        Some(1),
+        "watch passes the exit code through"
+    );
+    let json = std::fs::read(&report).expect("watch wrote its report");
+    cause_of(&json, &format!("watch of {case}"))
+}
+
+#[test]
+fn explain_watch_and_the_allocator_record_name_each_runs_cause() {
+    let home = util::temp();
+    let home = home.path();
+    let mut misses = Vec::new();
+    let mut table =
+        String::from("case            truth          stderr         record         watch\n");
+    for &(case, truth) in CASES {
+        let answers = [
+            ("stderr", explain(home, &dir(case).join("stderr.log"))),
+            ("record", explain(home, &dir(case).join("snapshot.pickle"))),
+            ("watch", watch(home, case)),
+        ];
+        table.push_str(&format!("{case:<15} {truth:<14}"));
+        for (reader, got) in &answers {
+            table.push_str(&format!(" {got:<14}"));
+            let known = KNOWN.iter().find(|k| k.0 == case && k.1 == *reader);
+            match known {
+                Some(k) if k.2 == got => {}
+                Some(k) => misses.push(format!(
+                    "{case}/{reader}: listed as answering {} ({}), now {got}: update KNOWN",
+                    k.2, k.3
+                )),
+                None if got != truth => misses.push(format!(
+                    "{case}/{reader}: {got}, the run's cause is {truth}"
+                )),
+                None => {}
+            }
+        }
+        table.push('\n');
+    }
+    println!("{table}");
+    assert!(misses.is_empty(), "{table}\n{}", misses.join("\n"));
+}
