@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Hostile inputs: ~200 bad inputs through the real binary, grouped; each row is the exit code
+# Hostile inputs: ~300 bad inputs through the real binary, grouped; each row is the exit code
 # and the line llm-oom printed. A row fails when the binary panics, runs past 60 s, exits with a code
 # the row does not allow, loses a watch report, or leaves a process of a watched tree running.
 #

@@ -36,7 +36,7 @@ pub struct Bounded {
     pub binary: Option<Binary>,
 }
 
-/// Why the start of an input is not a log: its NUL bytes and other control bytes.
+/// Why the start of an input is not a log: its NUL bytes and other control or non-UTF-8 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Binary {
     pub nul: usize,
@@ -53,10 +53,10 @@ impl std::fmt::Display for Binary {
         };
         match (self.nul, self.other) {
             (n, 0) => write!(f, "binary data: {n} NUL bytes in {within}"),
-            (0, o) => write!(f, "binary data: {o} control bytes in {within}"),
+            (0, o) => write!(f, "binary data: {o} control or non-UTF-8 bytes in {within}"),
             (n, o) => write!(
                 f,
-                "binary data: {n} NUL and {o} other control bytes in {within}"
+                "binary data: {n} NUL and {o} other control or non-UTF-8 bytes in {within}"
             ),
         }
     }
@@ -64,8 +64,9 @@ impl std::fmt::Display for Binary {
 
 /// The start of an input is binary data when it is almost all NUL bytes (`/dev/zero`, a
 /// pre-allocated file never written), or when over a tenth of what is not NUL is control bytes
-/// (other than tab, line ends, form feed and ESC). Text with NULs between its characters
-/// (UTF-16, a writer that padded it) is text: its NULs are dropped when it is read.
+/// (other than tab, line ends, form feed and ESC) or bytes that are not UTF-8 (random bytes, an
+/// executable, a compressed file). Text with NULs between its characters (UTF-16, a writer that
+/// padded it) is text: its NULs are dropped when it is read; a few Latin-1 accents stay text.
 pub fn binary_start(start: &[u8]) -> Option<Binary> {
     if start.is_empty() || super::clean::is_utf16(start) {
         return None;
@@ -76,7 +77,8 @@ pub fn binary_start(start: &[u8]) -> Option<Binary> {
         .filter(|&&b| {
             b != 0 && b < b' ' && !matches!(b, b'\t' | b'\n' | b'\r' | 0x1b | 0x0c | 0x0b)
         })
-        .count();
+        .count()
+        .saturating_add(not_utf8(start));
     let text = start.len().saturating_sub(nul);
     let binary = text.saturating_mul(100) < start.len() || other.saturating_mul(10) > text;
     binary.then_some(Binary {
@@ -84,6 +86,25 @@ pub fn binary_start(start: &[u8]) -> Option<Binary> {
         other,
         looked: start.len(),
     })
+}
+
+/// How many bytes of `b` are not part of a valid UTF-8 sequence (a sequence cut at the end counts).
+fn not_utf8(mut b: &[u8]) -> usize {
+    let mut n = 0usize;
+    loop {
+        match std::str::from_utf8(b) {
+            Ok(_) => return n,
+            Err(e) => {
+                let bad = e
+                    .error_len()
+                    .unwrap_or_else(|| b.len().saturating_sub(e.valid_up_to()));
+                n = n.saturating_add(bad);
+                b = b
+                    .get(e.valid_up_to().saturating_add(bad)..)
+                    .unwrap_or_default();
+            }
+        }
+    }
 }
 
 /// How much is kept and when reading stops.
@@ -388,6 +409,25 @@ mod tests {
     }
 
     #[test]
+    fn random_bytes_are_binary_and_latin1_accents_are_text() {
+        // A fixed pseudo-random stream (xorshift): about a tenth control bytes, half not UTF-8.
+        let mut x: u32 = 2463534242;
+        let random: Vec<u8> = (0..3072)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                (x >> 24) as u8
+            })
+            .collect();
+        assert!(binary_start(&random).is_some());
+        let latin1 =
+            b"Loading mod\xe8le... CUDA out of memory. Tried to allocate 2.00 GiB\n".repeat(40);
+        assert!(binary_start(&latin1).is_none());
+        assert_eq!(not_utf8(b"ok \xff\xfe ok \xc3"), 3);
+    }
+
+    #[test]
     fn binary_data_is_refused_after_the_first_look() {
         let mut zero = Counted(io::repeat(0), 0);
         let b = read_bounded(&mut zero).unwrap();
@@ -427,7 +467,7 @@ mod tests {
         let b = read_bounded(&b"\x7fELF\x02\x01\x01\x00\x00\x00\x00"[..]).unwrap();
         assert_eq!(
             b.binary.unwrap().to_string(),
-            "binary data: 4 NUL and 3 other control bytes in its 11 bytes"
+            "binary data: 4 NUL and 3 other control or non-UTF-8 bytes in its 11 bytes"
         );
     }
 
