@@ -40,16 +40,11 @@ const KNOWN: &[(&str, &str, &str, &str)] = &[
     (
         "batch-48",
         "record",
-        "activations",
-        "the record sees a prefill's activations fill the cap; the batch size is not in it",
-    ),
-    (
-        "batch-48",
-        "watch",
         "fragmentation",
         "with the cap from the hook's status, 16.94 GiB live + twice the 1.50 GiB request fit the \
-         20 GiB cap beside 2.00 GiB of cached holes",
+         20 GiB cap beside 2.00 GiB of cached holes; the batch size is not in the record",
     ),
+    ("batch-48", "watch", "fragmentation", "watch takes the record's answer"),
     (
         "batch-32",
         "stderr",
@@ -63,12 +58,6 @@ const KNOWN: &[(&str, &str, &str, &str)] = &[
         "the record sees a prefill's activations fill the cap; the batch size is not in it",
     ),
     ("batch-32", "watch", "activations", "watch takes the record's answer"),
-    (
-        "other-process",
-        "record",
-        "activations",
-        "a record read alone has no device total or cap beside it, so it cannot see the other process",
-    ),
     (
         "long-prompt",
         "stderr",

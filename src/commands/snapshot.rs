@@ -13,6 +13,7 @@ use crate::exit::ExitStatus;
 use crate::model::resolve;
 use crate::request::WorkloadRequest;
 use crate::snapshot::attribute::{attribute, SnapshotReport};
+use crate::snapshot::hook::status_beside;
 use crate::snapshot::read_snapshot;
 use crate::units::Bytes;
 use crate::verdict::predicted::forecast;
@@ -70,6 +71,14 @@ pub fn is_snapshot(path: &Path) -> bool {
 pub fn explain_snapshot(req: &SnapshotRequest) -> Result<SnapshotExplainReport> {
     let snap = read_snapshot(&req.path)?;
     let record = attribute(&snap);
+    // The hook's status beside the record gives what `watch` reads with it: the failed request
+    // and the process's limit, so both answer alike.
+    let record = match status_beside(&req.path).and_then(|s| s.oom) {
+        Some(o) => record
+            .with_failed_request(o.alloc, o.device_free)
+            .with_limit(o.device_allocated),
+        None => record,
+    };
     let mut verdict = from_snapshot(&record);
     let plan = match &req.plan {
         Some(asked) => Some(price(asked, &record)?),

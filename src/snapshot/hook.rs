@@ -132,6 +132,25 @@ impl Hook {
     }
 }
 
+/// The hook's status written beside a snapshot it dumped: `status-<pid>.json` for
+/// `snapshot-<pid>-<reason>.pickle`, else a `status.json` in the same folder. It carries the failed
+/// request and the limit the process had (the cap, or the card's total), which the pickle lacks.
+pub fn status_beside(pickle: &Path) -> Option<HookStatus> {
+    let dir = pickle.parent()?;
+    let name = pickle.file_name().and_then(OsStr::to_str)?;
+    let pid = name
+        .strip_prefix("snapshot-")
+        .and_then(|rest| rest.split('-').next())
+        .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    let candidates = pid
+        .map(|p| dir.join(format!("status-{p}.json")))
+        .into_iter()
+        .chain(std::iter::once(dir.join("status.json")));
+    candidates
+        .filter_map(|p| read_small(&p, 1 << 20))
+        .find_map(|t| serde_json::from_slice(&t).ok())
+}
+
 fn read_small(p: &Path, cap: u64) -> Option<Vec<u8>> {
     let mut buf = Vec::new();
     std::fs::File::open(p)
@@ -259,4 +278,33 @@ fn shebang_names_python(program: &str) -> bool {
             .split_whitespace()
             .take(3)
             .any(|w| is_python_name(base(w)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STATUS: &str = r#"{"hook": "on", "pid": 708, "mode": "oom", "argv": [], "torch_imported": true,
+        "cuda_initialised": true, "history": true, "max_entries": 100000, "stacks": "python",
+        "oom": {"device": 0, "alloc": 536870912, "device_allocated": 17179869183, "device_free": 67260055552},
+        "dumps": [], "errors": 0}"#;
+
+    #[test]
+    fn the_status_beside_a_record_is_its_pids_then_a_plain_status_json() {
+        let dir = tempfile::tempdir().unwrap();
+        let pickle = dir.path().join("snapshot-708-oom.pickle");
+        assert!(status_beside(&pickle).is_none());
+        std::fs::write(dir.path().join("status.json"), STATUS.replace("708", "9")).unwrap();
+        assert_eq!(status_beside(&pickle).map(|s| s.pid), Some(9));
+        std::fs::write(dir.path().join("status-708.json"), STATUS).unwrap();
+        let s = status_beside(&pickle).unwrap();
+        assert_eq!((s.pid, s.oom.unwrap().device_allocated), (708, 17179869183));
+        // Another name falls back to status.json; a file that is not a status is skipped.
+        assert_eq!(
+            status_beside(&dir.path().join("mine.pickle")).map(|s| s.pid),
+            Some(9)
+        );
+        std::fs::write(dir.path().join("status.json"), "not json").unwrap();
+        assert!(status_beside(&dir.path().join("mine.pickle")).is_none());
+    }
 }
