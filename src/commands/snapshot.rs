@@ -70,15 +70,10 @@ pub fn is_snapshot(path: &Path) -> bool {
 
 pub fn explain_snapshot(req: &SnapshotRequest) -> Result<SnapshotExplainReport> {
     let snap = read_snapshot(&req.path)?;
-    let record = attribute(&snap);
     // The hook's status beside the record gives what `watch` reads with it: the failed request
     // and the process's limit, so both answer alike.
-    let record = match status_beside(&req.path).and_then(|s| s.oom) {
-        Some(o) => record
-            .with_failed_request(o.alloc, o.device_free)
-            .with_limit(o.device_allocated),
-        None => record,
-    };
+    let beside = status_beside(&req.path);
+    let record = attribute(&snap).with_observed(beside.as_ref().and_then(|s| s.oom.as_ref()));
     let mut verdict = from_snapshot(&record);
     let plan = match &req.plan {
         Some(asked) => Some(price(asked, &record)?),

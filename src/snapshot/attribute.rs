@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::classify::{classify, short_path, Component, Sources};
+use super::hook::ObservedOom;
 use super::{Snapshot, TraceAction, TraceEntry};
 use crate::units::Bytes;
 
@@ -125,6 +126,17 @@ impl SnapshotReport {
             self.summary = summarize(&self.breakdown, &self.slack, self.oom.as_ref(), self.limit);
         }
         self
+    }
+
+    /// What the hook's OOM observer reported, when it ran: the failed request and the limit
+    /// (what `watch` collects and what `explain` finds beside a record).
+    pub fn with_observed(self, observed: Option<&ObservedOom>) -> Self {
+        match observed {
+            Some(o) => self
+                .with_failed_request(o.alloc, o.device_free)
+                .with_limit(o.device_allocated),
+            None => self,
+        }
     }
 
     /// The failed request when the trace did not keep it (the hook's status file has the

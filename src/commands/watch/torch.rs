@@ -66,15 +66,7 @@ pub fn collect(h: TorchHook) -> TorchRecord {
     let record = snapshot
         .as_ref()
         .and_then(|p| read_snapshot(p).ok())
-        .map(|s| {
-            let r = attribute(&s);
-            match statuses.iter().find_map(|s| s.oom.as_ref()) {
-                Some(o) => r
-                    .with_failed_request(o.alloc, o.device_free)
-                    .with_limit(o.device_allocated),
-                None => r,
-            }
-        });
+        .map(|s| attribute(&s).with_observed(statuses.iter().find_map(|s| s.oom.as_ref())));
     let out = TorchRecord {
         torch: first.and_then(|s| s.torch.clone()),
         cuda_initialised: statuses.iter().any(|s| s.cuda_initialised),
