@@ -15,6 +15,7 @@ pub mod dtype;
 pub mod error;
 pub mod estimate;
 pub mod exit;
+pub mod holes;
 pub mod limits;
 pub mod logparse;
 pub mod meter;

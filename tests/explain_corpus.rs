@@ -521,7 +521,12 @@ fn real_fresh_scores_its_floor_and_never_calls_an_oom_none() {
 /// tests/fixtures/logs/real-2026-12: 101 logs from 31 engines; the entries marked
 /// `"was_heldout": true` are the half that was scored before any rule was fitted to it.
 const DEC_LOGS: usize = 101;
-const DEC_RIGHT: usize = 81;
+/// Three logs across the sets are labelled fragmentation from their figures alone (holes as large
+/// as the request beside live tensors filling 84-86 % of the card: pytorch-s1-106 here,
+/// transformers-DeepSeek-Coder-V2-17 in 12f, vllm-omni-3236 in 12g); the same figures on an H100
+/// ran out again with every hole returned (src/holes.rs), so the reader answers unknown with the
+/// rerun that settles it, and those labels score as misses.
+const DEC_RIGHT: usize = 80;
 
 #[test]
 fn real_2026_12_scores_its_floor_and_never_calls_an_oom_none() {
@@ -613,7 +618,7 @@ fn real_2026_12f_scores_its_floor_and_calls_no_worded_oom_none() {
 
 /// real-2026-12g: 49 logs, 30 engines and platforms, 8 look-alikes.
 const SET_G_LOGS: usize = 49;
-const SET_G_RIGHT: usize = 37;
+const SET_G_RIGHT: usize = 36;
 /// LM Studio's `failed to allocate buffer for kv cache` at every -c (a loader bug: the bundled
 /// llama-server loads the same GGUF), and `CUBLAS_STATUS_ALLOC_FAILED when calling
 /// cublasCreate(handle)` on any GPU but cuda:0 (a device-placement bug in that torch version).
@@ -897,7 +902,7 @@ const SET_V_WORDLESS: &[&str] = &[
 /// its text says "XPU out of memory"; read as an OOM.
 const SET_V_READ_AS_OOM: &[&str] = &["xpu-intel-xpu-backend-for-triton-7477.log"];
 const SET_W_LOGS: usize = 42;
-const SET_W_RIGHT: usize = 22;
+const SET_W_RIGHT: usize = 23;
 /// cudarc's CUDA_ERROR_ILLEGAL_ADDRESS labelled an OOM by the thread (apache/mahout 696), and
 /// alpaca-lora's `killed` at `Loading checkpoint shards: 52%` (host RAM): no memory words.
 const SET_W_WORDLESS: &[&str] = &["cudarc-mahout-696.log", "transformers-alpaca-lora-546.log"];

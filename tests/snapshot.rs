@@ -138,9 +138,9 @@ fn a_kv_cache_oom_is_the_cache() {
 fn a_fragmented_allocator_is_fragmentation() {
     let r = report("fragmented.pickle");
     assert_eq!(r.slack.segments, 2 + 32 * 7 + 60 + 40);
-    assert_eq!(r.slack.largest_free_block, 20 * MIB);
-    assert_eq!(r.slack.cached_free, 60 * 20 * MIB + 40 * 1536 * 1024);
-    assert_eq!(r.slack.free_blocks, 100);
+    assert_eq!(r.slack.largest_free_block, 50 * MIB);
+    assert_eq!(r.slack.cached_free, 60 * 100 * MIB + 40 * 1536 * 1024);
+    assert_eq!(r.slack.free_blocks, 160);
     assert_eq!(r.slack.segments_with_free, 100);
     assert_eq!(r.summary.cause, SnapshotCause::Fragmentation);
     let v = from_snapshot(&r);
@@ -337,25 +337,26 @@ fn every_h200_record_gets_its_cause_and_its_weights() {
     let dir = fixtures().join("h200");
     // load: 12 GiB of the 13.5 GiB model were in when `.to("cuda")` ran out.
     // long_prompt: the 40,000-token prefill's MLP buffer of 1.07 GiB failed with 3.29 GiB cached
-    //   free in blocks of at most 938 MiB: live 135.5 GiB and the buffer twice (2.14 GiB) fit
-    //   the 139.1 GiB the process could hold, so the holes are what stopped it.
+    //   free in blocks of at most 938 MiB beside 135.5 GiB live of the 139.1 GiB the process
+    //   could hold: live tensors fill it, so the holes are its tail (the same shape on an H100
+    //   ran out again with every hole returned: src/holes.rs) and the prefill's activations
+    //   are what filled it.
     // batch: 24 × 4,096 tokens' MLP buffer of 2.62 GiB; live 134.5 GiB and twice the buffer
     //   (5.25 GiB) do not fit 139.1 GiB: the batch's activations, not the 2.00 GiB cached free.
-    // fragmented: 100 holes of 10 MiB (the largest free block 48 MiB) refuse a 64 MiB request
-    //   that 1.15 GiB cached free would hold.
+    // fragmented: holes (the largest free block 48 MiB) refuse a 64 MiB request that 1.15 GiB
+    //   cached free would hold, made beside a ballast that fills 99 % of the card: from one
+    //   record this cannot be told from a workload that goes on growing (src/holes.rs), so the
+    //   answer is unknown — 125 GiB live without a model's frames — with fragmentation
+    //   contributing.
     let cases = [
         ("load", SnapshotCause::Weights, Cause::Weights),
         (
             "long_prompt",
-            SnapshotCause::Fragmentation,
-            Cause::Fragmentation,
+            SnapshotCause::Activations,
+            Cause::Activations,
         ),
         ("batch", SnapshotCause::Activations, Cause::Activations),
-        (
-            "fragmented",
-            SnapshotCause::Fragmentation,
-            Cause::Fragmentation,
-        ),
+        ("fragmented", SnapshotCause::Other, Cause::Unknown),
     ];
     for (case, want, verdict) in cases {
         let r = report(&format!("h200/{case}.pickle"));

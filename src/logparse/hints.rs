@@ -174,12 +174,15 @@ pub struct Context {
     pub runtime_step_lines: Vec<usize>,
     /// `Exception in thread …` lines: a worker died.
     pub thread_exceptions: Vec<usize>,
-    /// The seeds' check line `batch= B seq= L`, last seen values with their line.
+    /// A line naming the batch and the sequence length (`batch= B seq= L`, `batch B prompt L`,
+    /// `batch_size=B, seq_len=L`), last seen values with their line.
     pub batch_seq: Vec<(usize, u64, u64)>,
     /// Stage signals with their lines.
     pub stage_hints: Vec<(usize, StageHint)>,
     /// Lines that show a request served successfully (throughput, `Success`).
     pub served_ok: Vec<usize>,
+    /// A loop's progress lines: `step 1180 loss 1.92`, `Iter 50`, a Trainer's `{'loss': 1.9, …}`.
+    pub steps_done: Vec<usize>,
     pub workload: WorkloadHint,
     pub model: Option<ModelHint>,
     /// What the engine says the weights took once loaded, and what it left free: SGLang's
@@ -307,6 +310,7 @@ impl Context {
             &mut self.runtime_step_lines,
             &mut self.thread_exceptions,
             &mut self.served_ok,
+            &mut self.steps_done,
             &mut self.context_create_lines,
         ] {
             v.iter_mut().for_each(s);
@@ -345,6 +349,9 @@ pub fn mark(line: &str, n: usize, ctx: &mut Context) {
     if OK.iter().any(|k| line.contains(k)) {
         ctx.served_ok.push(n);
     }
+    if progress(line) {
+        ctx.steps_done.push(n);
+    }
     workload(line, n, ctx);
     device_at_start(line, n, ctx);
     if line.contains("caching_allocator_warmup") {
@@ -374,6 +381,17 @@ pub fn mark(line: &str, n: usize, ctx: &mut Context) {
             .and_then(|m| m.parse::<u64>().ok())
             .map(|mib| mib.saturating_mul(1 << 20));
     }
+}
+
+/// A training or serving loop's progress line: `step 1180 loss 1.92`, `Iter 50: …`,
+/// `iteration 7/100`, a Trainer's `{'loss': 1.9, 'learning_rate': …}`.
+fn progress(line: &str) -> bool {
+    static PROGRESS: OnceLock<Regex> = OnceLock::new();
+    re(
+        &PROGRESS,
+        r#"(?i)^(?:\[[^\]]{0,40}\]:?\s*)?\W{0,8}(?:global[_ ])?(?:step|iter(?:ation)?)\s*[:=#]?\s*\d+|^\s*\{['"]loss['"]\s*:"#,
+    )
+    .is_match(line)
 }
 
 /// The traceback frames the older rules use (load, generation, eager attention, MLP, cache).
@@ -864,7 +882,12 @@ fn workload(line: &str, n: usize, ctx: &mut Context) {
     if !ANY.iter().any(|k| line.contains(k)) {
         return;
     }
-    let batch_seq = re(&BATCH_SEQ, r"batch=\s*(\d+)\s+seq=\s*(\d+)");
+    // A program's own line naming its batch and its sequence length: `batch= 8 seq= 4096`,
+    // `batch 48 prompt 2048`, `batch_size=8, seq_len=4096`.
+    let batch_seq = re(
+        &BATCH_SEQ,
+        r"(?i)\bbatch(?:_size)?\s*[=:]?\s*(\d+)\s*[,;]?\s+(?:seq(?:_len)?|prompt(?:_len|_tokens)?|tokens|length)\s*[=:]?\s*(\d+)",
+    );
     if let Some(c) = batch_seq.captures(line) {
         if let (Some(b), Some(s)) = (cap_u64(&c, 1), cap_u64(&c, 2)) {
             ctx.batch_seq.push((n, b, s));
@@ -992,6 +1015,42 @@ mod tests {
             mark(l, i + 1, &mut ctx);
         }
         ctx
+    }
+
+    #[test]
+    fn a_loops_progress_lines() {
+        for line in [
+            "step 1180 loss 1.92",
+            "Step 20/500, loss=0.3",
+            "[rank0] iter 50: loss 2.1",
+            "{'loss': 1.9021, 'grad_norm': 0.5, 'learning_rate': 2e-05, 'epoch': 0.1}",
+            "Iteration 7",
+        ] {
+            assert!(progress(line), "{line}");
+        }
+        for line in [
+            "  File \"train.py\", line 12, in step",
+            "Loading checkpoint shards: 100%|██| 2/2",
+            "    loss = self.compute_loss(model, inputs)",
+            "stepping into the generate loop",
+        ] {
+            assert!(!progress(line), "{line}");
+        }
+    }
+
+    #[test]
+    fn a_programs_batch_and_sequence_line_in_its_common_forms() {
+        let ctx = marked(&[
+            "batch= 8 seq= 4096",
+            "case batch-48 model mistral-7b cap 20.0 batch 48 prompt 2048 new 16",
+            "batch_size=4, seq_len=8000",
+            "Batch 3/100 loss 0.42",
+            "batch 12 done in 4.2 s",
+        ]);
+        assert_eq!(
+            ctx.batch_seq,
+            vec![(1, 8, 4096), (2, 48, 2048), (3, 4, 8000)]
+        );
     }
 
     #[test]

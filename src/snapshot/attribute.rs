@@ -8,6 +8,7 @@ use serde::Serialize;
 use super::classify::{classify, short_path, Component, Sources};
 use super::hook::ObservedOom;
 use super::{Snapshot, TraceAction, TraceEntry};
+use crate::holes;
 use crate::units::Bytes;
 
 /// Sites listed per component, and points kept in the timeline.
@@ -406,8 +407,19 @@ fn decide(
         if o.component == Some(Component::Weights) {
             return SnapshotCause::Weights;
         }
-        let fits = slack.live.saturating_add(step_need(o)) <= capacity(slack, o, limit);
-        if fits && o.request > slack.largest_free_block {
+        let capacity = capacity(slack, o, limit);
+        let fits = slack.live.saturating_add(step_need(o)) <= capacity;
+        // The one rule every reader shares: holes beside live tensors that fill the limit are
+        // its tail, not the cause.
+        let filled = holes::Pool {
+            live: slack.live,
+            unallocated: slack.cached_free,
+            request: o.request,
+            limit: capacity,
+            steady: false,
+        }
+        .filled();
+        if fits && !filled && o.request > slack.largest_free_block {
             return SnapshotCause::Fragmentation;
         }
     }
@@ -621,27 +633,35 @@ mod tests {
         assert_eq!(attribute(&s).summary.cause, SnapshotCause::KvCache);
     }
 
-    /// The same holes when live bytes and the request fit under the cap: fragmentation.
+    /// The same holes when live bytes and the request fit under a cap they do not fill:
+    /// fragmentation. Under a cap they fill (8.7 GiB live of 9), the cap's tail.
     #[test]
     fn fragmentation_only_when_the_step_fits_in_contiguous_memory() {
         let live = [(8 * GIB, init()), (700 * MIB, kv())];
         let holes = [60 * MIB; 10];
         let s = snap(&live, &holes, 64 * MIB, 50 * GIB, kv());
-        let r = attribute(&s).with_limit(9 * GIB);
+        let r = attribute(&s).with_limit(14 * GIB);
         assert_eq!(r.summary.cause, SnapshotCause::Fragmentation);
         assert!(r.summary.text.contains("fit the"), "{}", r.summary.text);
+        let r = attribute(&s).with_limit(9 * GIB);
+        assert_eq!(
+            r.summary.cause,
+            SnapshotCause::KvCache,
+            "{}",
+            r.summary.text
+        );
         // A free block as large as the request: not fragmentation.
         let s = snap(&live, &[64 * MIB], 64 * MIB, 50 * GIB, kv());
         assert_eq!(
-            attribute(&s).with_limit(9 * GIB).summary.cause,
+            attribute(&s).with_limit(14 * GIB).summary.cause,
             SnapshotCause::KvCache
         );
-        // An activation's step needs its buffer twice: 300 MiB of holes do not hold 2 × 200 MiB.
-        let holes = [100 * MIB; 3];
-        let s = snap(&[(8 * GIB, init())], &holes, 200 * MIB, 0, mlp());
+        // An activation's step needs its buffer twice: 900 MiB of holes do not hold 2 × 600 MiB.
+        let holes = [300 * MIB; 3];
+        let s = snap(&[(GIB, init())], &holes, 600 * MIB, 0, mlp());
         assert_eq!(attribute(&s).summary.cause, SnapshotCause::Activations);
-        let holes = [100 * MIB; 4];
-        let s = snap(&[(8 * GIB, init())], &holes, 200 * MIB, 0, mlp());
+        let holes = [300 * MIB; 4];
+        let s = snap(&[(GIB, init())], &holes, 600 * MIB, 0, mlp());
         assert_eq!(attribute(&s).summary.cause, SnapshotCause::Fragmentation);
     }
 

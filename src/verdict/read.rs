@@ -11,6 +11,7 @@ use super::{Cause, Contributing, Evidence, Remedy, Stage, Verdict};
 use crate::dtype::{KvDtype, WeightDtype};
 use crate::error::{InputError, Result};
 use crate::estimate::Engine;
+use crate::holes;
 use crate::logparse::catalogue::{Catalogued, RanOut, When};
 use crate::logparse::clean::decode;
 use crate::logparse::hints::{named_part, named_parts, Part};
@@ -1978,7 +1979,7 @@ fn torch_evidence(a: &Ask, t: &TorchOom, acc: &Accounting) -> Vec<Evidence> {
     if let Some((line, b, s)) = batch_line(a) {
         e.push(Evidence {
             text: format!(
-                "the check line says batch {b}, sequence length {}",
+                "the program's line says batch {b}, sequence length {}",
                 group(s)
             ),
             bytes: None,
@@ -2253,7 +2254,8 @@ fn fragmentation(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision
     // Live tensors above the card (Windows lets the driver spill into shared system memory:
     // LARS-23, 26.4 GiB live on 24) say nothing of how full the card is.
     let slack = acc.live_pct().is_some_and(|p| (88..=100).contains(&p));
-    let fragmented = unalloc >= req && unalloc > 0 && share(5) && contiguous_would_fit(acc);
+    let fragmented =
+        unalloc >= req && unalloc > 0 && share(5) && contiguous_would_fit(acc, steady(a));
     let growth = near(&a.ctx.cache_lines, a.f.line).is_some()
         || batch_line(a).is_some_and(|(_, _, s)| s >= 4096);
     // One forward or backward buffer larger than any weight tensor, named by its frame
@@ -2277,7 +2279,16 @@ fn fragmentation(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision
             Bytes(unalloc), Bytes(req)
         ), e));
     }
-    if fragmented {
+    // Holes that could serve the request beside live tensors that fill the limit: which of the
+    // two is the cause, only a rerun with every hole returned can say.
+    let tail = unalloc >= req && unalloc > 0 && share(5) && !fragmented;
+    if tail && a.to_decide.is_none() {
+        a.to_decide = Some(format!(
+            "run it again with PYTORCH_ALLOC_CONF=expandable_segments:True, which returns the {} of cached holes: if it then runs, the cause was fragmentation; if it runs out again, it is what filled the card (measured: four such runs on an H100 ran out again). `llm-oom watch -- <the command>` records which part filled it",
+            Bytes(unalloc)
+        ));
+    }
+    if fragmented || tail {
         let text = format!("{} cached but unallocated", Bytes(unalloc));
         a.contributing.push(Contributing {
             cause: Cause::Fragmentation,
@@ -2288,38 +2299,31 @@ fn fragmentation(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision
     None
 }
 
-/// Fragmentation needs the memory to be there, only not in one piece: live tensors plus the
-/// request within the limit (the cap under `set_per_process_memory_fraction`, else the card).
-/// Under a cap, cached blocks about the request's size beside live tensors that fill
-/// the limit (≥ 90 % with the request) are the tail of the limit, not fragmentation: the step's
-/// next buffer of that size finds no room either (Mistral-7B, batch 48 × 2,048 under a 20 GiB
-/// cap: 2.62 GiB asked, 2.78 GiB cached, 16.6 GiB live — the batch, not the allocator).
-fn contiguous_would_fit(acc: &Accounting) -> bool {
+/// The work ran and fit before: at least two progress lines (`step 1180 loss 1.92`, a Trainer's
+/// `{'loss': …}`) ahead of the error.
+fn steady(a: &Ask) -> bool {
+    a.ctx.steps_done.iter().filter(|&&l| l < a.f.line).count() >= 2
+}
+
+/// Fragmentation needs the memory to be there, only not in one piece — the one rule of
+/// [`crate::holes`], shared with the allocator-record reader: live tensors plus the request within
+/// the limit (the cap under `set_per_process_memory_fraction`, else the card), and live tensors
+/// not already filling it (Mistral-7B, batch 48 × 2,048 under a 20 GiB cap: 1.50 GiB asked,
+/// 2.00 GiB cached, 16.94 GiB live — run again with expandable segments, it ran out anyway).
+fn contiguous_would_fit(acc: &Accounting, steady: bool) -> bool {
     let Some(live) = acc.allocated else {
         return true;
     };
     // The card, not the card less "other" processes: a message that lists this process by its
     // pid lists it among them (pytorch-152135).
-    let limit = acc.total;
-    if limit == 0 {
-        return true;
+    holes::Pool {
+        live,
+        unallocated: acc.reserved_unallocated,
+        request: acc.request,
+        limit: acc.total,
+        steady,
     }
-    // Live tensors above the card (Windows spills into shared system memory: LARS-23, 26.4 GiB
-    // live on 24) say nothing of how full it is.
-    if live > limit {
-        return true;
-    }
-    let need = live.saturating_add(acc.request);
-    if need > limit {
-        return false;
-    }
-    // Under a cap the allocator already returned every whole cached segment before it failed;
-    // what is left about the request's size is the cap's tail. On a whole card the same figures
-    // are fragmentation (pytorch-s1-106: 8.46 GiB asked, 14.04 GiB cached, 119 of 140 live).
-    let tail = acc.capped
-        && need.saturating_mul(10) >= limit.saturating_mul(9)
-        && acc.reserved_unallocated < acc.request.saturating_mul(2);
-    !tail
+    .fragmented()
 }
 
 /// Several OOMs, dead worker threads, or a batch above one in the log (pytorch_threads.log).

@@ -121,6 +121,19 @@ impl WatchReport {
         if let Some(rec) = decides {
             let from_text = self.verdict.cause;
             let mut v = crate::verdict::snapshot::from_snapshot(rec);
+            // The record sees what filled the limit, not how many sequences filled it: when the
+            // program's output names a batch, the batch is the sharper answer, and the record
+            // stands beside it as evidence.
+            if from_text == Cause::Concurrency
+                && matches!(v.cause, Cause::Activations | Cause::KvCache)
+            {
+                self.verdict.evidence.push(Evidence::text(format!(
+                    "PyTorch's record: {} of the batch filled the limit ({})",
+                    v.cause, rec.summary.text
+                )));
+                self.torch = Some(t);
+                return;
+            }
             if from_text != v.cause && from_text != Cause::None {
                 v.evidence.push(Evidence::text(format!(
                     "the program's output alone reads as {from_text}: {}",
