@@ -60,6 +60,14 @@ fn dir(case: &str) -> PathBuf {
 fn cause_of(json: &[u8], what: &str) -> String {
     let v: serde_json::Value = serde_json::from_slice(json)
         .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {}", String::from_utf8_lossy(json)));
+    // Every answer names the rule that decided it (docs/explain.md's tables).
+    let rule = v["verdict"]["rule"].as_str().unwrap_or_default();
+    assert!(
+        llm_oom::verdict::rules::RULES
+            .iter()
+            .any(|r| r.code.as_str() == rule),
+        "{what}: verdict.rule {rule:?} is not a registered rule"
+    );
     v["verdict"]["cause"]
         .as_str()
         .unwrap_or_else(|| panic!("{what}: no verdict.cause in {v}"))

@@ -9,8 +9,9 @@ pub fn verdict_block(out: &mut String, title: &str, v: &Verdict) {
     out.push_str(&format!("### {mark} {title}: `{}`\n\n", v.cause));
     out.push_str(&format!("**{}**\n\n", v.summary));
     if v.cause != Cause::None {
+        let rule = v.rule.map(|r| format!(" · rule `{r}`")).unwrap_or_default();
         out.push_str(&format!(
-            "Stage `{}` · confidence {:.2}\n\n",
+            "Stage `{}` · confidence {:.2}{rule}\n\n",
             v.stage, v.confidence
         ));
     }

@@ -68,8 +68,9 @@ pub(crate) fn verdict_header(
     out.push_str(&verdict_line(v, style, fits_word, oom_word));
     out.push('\n');
     if v.cause != Cause::None {
+        let rule = v.rule.map(|r| format!(" · rule {r}")).unwrap_or_default();
         out.push_str(&style.dim(&format!(
-            "  cause {} · stage {} · confidence {:.2}\n",
+            "  cause {} · stage {} · confidence {:.2}{rule}\n",
             v.cause, v.stage, v.confidence
         )));
     }

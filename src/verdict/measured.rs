@@ -173,6 +173,7 @@ pub fn classify(stages: &[StageRecord], card: &CardFacts) -> Verdict {
         (by_stage, f.summary(by_stage, card))
     };
     Verdict {
+        rule: None,
         cause,
         stage: failed.name,
         confidence: if f.oom.emulated { 0.9 } else { 0.95 },
@@ -189,6 +190,7 @@ fn broken_probe(stages: &[StageRecord]) -> Option<Verdict> {
         .find(|s| matches!(s.outcome, StageOutcome::Error | StageOutcome::Timeout))?;
     let why = broken.reason.clone().unwrap_or_else(|| "it failed".into());
     Some(Verdict {
+        rule: None,
         cause: Cause::Unknown,
         stage: broken.name,
         confidence: 0.0,
@@ -460,6 +462,7 @@ fn fits(stages: &[StageRecord], card: &CardFacts, frag: Option<&FragmentationFac
         }
     }
     Verdict {
+        rule: None,
         cause: if peak.is_some() {
             Cause::None
         } else {

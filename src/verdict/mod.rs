@@ -9,6 +9,7 @@ pub mod predicted;
 pub mod pricing;
 pub mod read;
 pub mod remedy;
+pub mod rules;
 pub mod snapshot;
 pub mod split;
 pub mod startup;
@@ -158,4 +159,7 @@ pub struct Verdict {
     pub summary: String,
     pub evidence: Vec<Evidence>,
     pub contributing: Vec<Contributing>,
+    /// The rule that decided it (`rules::Code`: `P5`, `E72`, `R6` …), where a reader's rule did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<rules::Code>,
 }

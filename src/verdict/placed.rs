@@ -65,6 +65,7 @@ pub fn from_placement(p: &Placement) -> Verdict {
     });
     if let Some(why) = &p.refused {
         return Verdict {
+            rule: None,
             cause: Cause::Weights,
             stage: Stage::Load,
             confidence: 0.85,
@@ -78,6 +79,7 @@ pub fn from_placement(p: &Placement) -> Verdict {
         .and_then(|d| p.devices.iter().find(|s| s.device == d))
     else {
         return Verdict {
+            rule: None,
             cause: Cause::None,
             stage: Stage::Unknown,
             confidence: 0.8,
@@ -88,6 +90,7 @@ pub fn from_placement(p: &Placement) -> Verdict {
     };
     let (cause, stage) = cause_of(short);
     Verdict {
+        rule: None,
         cause,
         stage,
         confidence: 0.8,

@@ -136,6 +136,7 @@ pub fn verdict(planner: &Planner, w: &Workload, est: &Estimate) -> Verdict {
         }
     }
     Verdict {
+        rule: None,
         cause,
         stage,
         confidence: conf,

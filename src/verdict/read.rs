@@ -7,6 +7,7 @@
 use serde::Serialize;
 
 use super::remedy::Change;
+use super::rules::Code;
 use super::{Cause, Contributing, Evidence, Remedy, Stage, Verdict};
 use crate::dtype::{KvDtype, WeightDtype};
 use crate::error::{InputError, Result};
@@ -158,6 +159,7 @@ fn no_oom(lines: usize, ctx: &Context) -> Reading {
         .collect();
     Reading {
         verdict: Verdict {
+            rule: Some(Code::I5),
             cause: Cause::None,
             stage: Stage::Unknown,
             confidence: 0.8,
@@ -198,6 +200,7 @@ fn unfinished(at: usize, lines: usize, ctx: &Context) -> Reading {
     };
     Reading {
         verdict: Verdict {
+            rule: Some(Code::E80),
             cause: Cause::Unknown,
             stage,
             confidence: 0.2,
@@ -379,6 +382,7 @@ fn hint_near_newest_first(ctx: &Context, at: usize) -> Option<(usize, StageHint)
 
 /// What a verdict is built from before the shared tail (later events, default remedies).
 struct Decision {
+    rule: Code,
     cause: Cause,
     stage: Stage,
     confidence: f64,
@@ -387,8 +391,16 @@ struct Decision {
 }
 
 impl Decision {
-    fn new(cause: Cause, stage: Stage, confidence: f64, summary: String, e: Vec<Evidence>) -> Self {
+    fn new(
+        rule: Code,
+        cause: Cause,
+        stage: Stage,
+        confidence: f64,
+        summary: String,
+        e: Vec<Evidence>,
+    ) -> Self {
         Decision {
+            rule,
             cause,
             stage,
             confidence,
@@ -450,6 +462,7 @@ pub fn classify(first: &Finding, all: &[Finding], ctx: &Context, asked: Engine) 
     }
     Reading {
         verdict: Verdict {
+            rule: Some(d.rule),
             cause: d.cause,
             stage: d.stage,
             confidence: d.confidence,
@@ -567,7 +580,7 @@ fn decide(a: &mut Ask) -> Decision {
         Event::BatchSizeExhausted => batch_size_exhausted(a),
         Event::CudnnFailure => {
             a.remedy(Change::UseSdpa, a.engine, None);
-            Decision::new(Cause::Activations, Stage::FirstToken, 0.6, "activations: cuDNN's attention failed near the memory limit — an out-of-memory in disguise".into(), vec![ev(f, "cuDNN attention graph did not execute (is_good() false)".into())])
+            Decision::new(Code::E86, Cause::Activations, Stage::FirstToken, 0.6, "activations: cuDNN's attention failed near the memory limit — an out-of-memory in disguise".into(), vec![ev(f, "cuDNN attention graph did not execute (is_good() false)".into())])
         }
         Event::TensorrtComponent {
             component,
@@ -666,6 +679,7 @@ fn catalogued(a: &mut Ask, c: &Catalogued) -> Decision {
         ""
     };
     Decision::new(
+        Code::E72,
         cause,
         stage,
         c.confidence,
@@ -700,6 +714,7 @@ fn vllm_kv(
     a.remedy(Change::RaiseUtilization(95), Engine::Vllm, None);
     a.remedy(Change::QuantizeKv(KvDtype::Fp8), Engine::Vllm, None);
     Decision::new(
+        Code::E1,
         Cause::KvCache,
         Stage::Load,
         0.9,
@@ -720,7 +735,7 @@ fn vllm_no_blocks(a: &mut Ask) -> Decision {
     a.remedy(Change::LargerGpu(0), Engine::Vllm, None);
     // The KV cache got no room: the cause users and maintainers name (three threads of the fresh
     // corpus), with raising gpu_memory_utilization first and smaller weights after.
-    Decision::new(
+    Decision::new(Code::E85,
         Cause::KvCache,
         Stage::Load,
         0.8,
@@ -743,7 +758,7 @@ fn sglang_kv_room(a: &mut Ask) {
 
 fn sglang_pool_full(a: &mut Ask) -> Decision {
     sglang_kv_room(a);
-    Decision::new(
+    Decision::new(Code::E16,
         Cause::KvCache,
         Stage::Unknown,
         0.7,
@@ -757,7 +772,7 @@ fn sglang_pool_full(a: &mut Ask) -> Decision {
 /// fewer running requests stops it.
 fn sglang_retract(a: &mut Ask) -> Decision {
     sglang_kv_room(a);
-    Decision::new(
+    Decision::new(Code::E25,
         Cause::KvCache,
         Stage::LongGeneration,
         0.6,
@@ -776,7 +791,7 @@ fn vllm_startup(
     let held = free.zip(total).map(|(f, t)| t.saturating_sub(f));
     a.remedy(Change::FreeOtherProcesses, Engine::Vllm, held);
     let b = |x: Option<u64>| x.map_or("?".into(), |b| Bytes(b).to_string());
-    Decision::new(Cause::OtherProcess, Stage::Environment, 0.9, format!(
+    Decision::new(Code::E2, Cause::OtherProcess, Stage::Environment, 0.9, format!(
         "other_process: only {} of {} was free when vLLM started, below the {} that gpu_memory_utilization asks for",
         b(free), b(total), b(want)
     ), vec![ev(a.f, "free memory at start-up is below gpu_memory_utilization × total".into())])
@@ -791,7 +806,7 @@ fn vllm_cpu_kv(a: &mut Ask, available: Option<u64>, requested: Option<u64>) -> D
         r.how = "lower VLLM_CPU_KVCACHE_SPACE (GiB of host RAM for the KV cache) below what the node or container has free, or --max-model-len".into();
     }
     let b = |x: Option<u64>| x.map_or("?".into(), |b| Bytes(b).to_string());
-    Decision::new(
+    Decision::new(Code::E66,
         Cause::KvCache,
         Stage::Load,
         0.85,
@@ -823,13 +838,13 @@ fn vllm_sampler(a: &mut Ask, seqs: Option<u64>) -> Decision {
         "the sampler's logits for every sequence at once did not fit".into(),
     )];
     if chosen {
-        return Decision::new(Cause::Concurrency, Stage::Load, 0.8, format!(
+        return Decision::new(Code::E3, Cause::Concurrency, Stage::Load, 0.8, format!(
             "concurrency: warming the sampler up with {} dummy requests (max_num_seqs) ran out of memory",
             seqs.map_or("max_num_seqs".into(), group)
         ), e);
     }
     a.remedy(Change::RaiseUtilization(85), Engine::Vllm, None);
-    Decision::new(Cause::Activations, Stage::Load, 0.75, format!(
+    Decision::new(Code::E3, Cause::Activations, Stage::Load, 0.75, format!(
         "activations: the sampler's warm-up over {} dummy requests (the default max_num_seqs) ran out: its logits are a peak the profile did not leave room for",
         seqs.map_or("max_num_seqs".into(), group)
     ), e)
@@ -843,17 +858,17 @@ fn llama(a: &mut Ask, buffer: LlamaBuffer, bytes: Option<u64>) -> Decision {
         LlamaBuffer::KvCache => {
             a.remedy(Change::QuantizeKv(KvDtype::Q8_0), l, bytes.map(|b| b / 2));
             a.remedy(Change::ReduceContext(0), l, None);
-            Decision::new(Cause::KvCache, Stage::Load, 0.9, format!("kv_cache: llama.cpp could not allocate the KV cache{size} for the context size (-c)"), vec![ev(f, format!("KV cache buffer{size} failed"))])
+            Decision::new(Code::E4, Cause::KvCache, Stage::Load, 0.9, format!("kv_cache: llama.cpp could not allocate the KV cache{size} for the context size (-c)"), vec![ev(f, format!("KV cache buffer{size} failed"))])
         }
         LlamaBuffer::Compute => {
             a.remedy(Change::ChunkedPrefill(256), l, None);
             a.remedy(Change::ReduceContext(0), l, None);
-            Decision::new(Cause::Activations, Stage::Load, 0.85, format!("activations: llama.cpp's compute buffer{size} (sized by -ub and -c) did not fit"), vec![ev(f, format!("compute buffer{size} failed"))])
+            Decision::new(Code::E4, Cause::Activations, Stage::Load, 0.85, format!("activations: llama.cpp's compute buffer{size} (sized by -ub and -c) did not fit"), vec![ev(f, format!("compute buffer{size} failed"))])
         }
         LlamaBuffer::Pool => {
             a.remedy(Change::ChunkedPrefill(256), l, None);
             a.remedy(Change::CpuOffload, l, None);
-            Decision::new(Cause::Activations, Stage::FirstToken, 0.7, "activations: ggml's CUDA memory pool could not grow — it holds the temporary buffers of the graph's operations (sized by the batch, -b / -ub), not the weights or the KV cache, which were allocated before".into(), vec![ev(f, "CUDA out of memory in ggml's CUDA pool (CUDA_CHECK names the pool's alloc)".into())])
+            Decision::new(Code::E4, Cause::Activations, Stage::FirstToken, 0.7, "activations: ggml's CUDA memory pool could not grow — it holds the temporary buffers of the graph's operations (sized by the batch, -b / -ub), not the weights or the KV cache, which were allocated before".into(), vec![ev(f, "CUDA out of memory in ggml's CUDA pool (CUDA_CHECK names the pool's alloc)".into())])
         }
         LlamaBuffer::Model | LlamaBuffer::Unknown if host_buffer(&f.quote) => {
             a.remedy(Change::MoreHostMemory, l, None);
@@ -865,7 +880,7 @@ fn llama(a: &mut Ask, buffer: LlamaBuffer, bytes: Option<u64>) -> Decision {
                 l,
                 None,
             );
-            Decision::new(Cause::HostMemory, Stage::Load, 0.8, format!("host_memory: llama.cpp could not allocate the model's CPU buffer{size} — the layers kept in system RAM do not fit the host's memory"), vec![ev(f, format!("CPU (host RAM) model buffer{size} failed"))])
+            Decision::new(Code::E4, Cause::HostMemory, Stage::Load, 0.8, format!("host_memory: llama.cpp could not allocate the model's CPU buffer{size} — the layers kept in system RAM do not fit the host's memory"), vec![ev(f, format!("CPU (host RAM) model buffer{size} failed"))])
         }
         LlamaBuffer::Model | LlamaBuffer::Unknown => {
             a.remedy(Change::CpuOffload, l, None);
@@ -877,6 +892,7 @@ fn llama(a: &mut Ask, buffer: LlamaBuffer, bytes: Option<u64>) -> Decision {
                 0.6
             };
             Decision::new(
+                Code::E4,
                 Cause::Weights,
                 Stage::Load,
                 conf,
@@ -898,9 +914,13 @@ fn metal_working_set(a: &mut Ask, crossed: LlamaBuffer, before: u64, working_set
     let weights = share >= 90;
     let (held, set) = (Bytes(before), Bytes(working_set));
     let mut d = if weights {
-        llama(a, LlamaBuffer::Model, Some(before))
+        let mut d = llama(a, LlamaBuffer::Model, Some(before));
+        d.rule = Code::E45;
+        d
     } else {
-        llama(a, crossed, None)
+        let mut d = llama(a, crossed, None);
+        d.rule = Code::E45;
+        d
     };
     d.confidence = 0.7;
     d.summary = if weights {
@@ -928,6 +948,7 @@ fn ends_at_allocation(
     working_set: Option<u64>,
 ) -> Decision {
     let mut d = llama(a, buffer, bytes);
+    d.rule = Code::I7;
     let size = bytes.map_or(String::new(), |b| format!(" of {}", Bytes(b)));
     let of_set = match (bytes, working_set) {
         (Some(b), Some(w)) if w > 0 => format!(
@@ -980,7 +1001,7 @@ fn tgi_prefill(a: &mut Ask, tokens: Option<u64>) -> Decision {
         a.engine,
         None,
     );
-    Decision::new(Cause::Activations, Stage::Load, 0.85, format!(
+    Decision::new(Code::E13, Cause::Activations, Stage::Load, 0.85, format!(
         "activations: TGI's warm-up could not prefill {} tokens at once (--max-batch-prefill-tokens)",
         tokens.map_or("the configured".into(), group)
     ), vec![ev(a.f, "TGI warm-up prefill failed".into())])
@@ -995,7 +1016,7 @@ fn tgi_total_tokens(a: &mut Ask, tokens: Option<u64>) -> Decision {
             .into();
     }
     let n = tokens.map_or("the configured".into(), group);
-    Decision::new(Cause::KvCache, Stage::Load, 0.8, format!(
+    Decision::new(Code::E46, Cause::KvCache, Stage::Load, 0.8, format!(
         "kv_cache: TGI's warm-up found no room beside the weights for a KV cache of {n} total tokens (--max-batch-total-tokens)"
     ), vec![ev(a.f, format!("TGI cannot hold {n} total tokens"))])
 }
@@ -1007,7 +1028,7 @@ fn turbomind_instance(a: &mut Ask) -> Decision {
     if let Some(r) = a.remedies.last_mut() {
         r.how = "lower --cache-max-entry-count (the KV cache's share of free memory, 0.8 by default), e.g. 0.2".into();
     }
-    Decision::new(Cause::KvCache, Stage::Load, 0.7, "kv_cache: lmdeploy's TurboMind ran out creating the model instance, where it allocates its KV cache as a share of the free memory".into(), vec![ev(a.f, "TurboMind out of memory in create_model_instance".into())])
+    Decision::new(Code::E47, Cause::KvCache, Stage::Load, 0.7, "kv_cache: lmdeploy's TurboMind ran out creating the model instance, where it allocates its KV cache as a share of the free memory".into(), vec![ev(a.f, "TurboMind out of memory in create_model_instance".into())])
 }
 
 /// TGI's paged KV cache is a pool of blocks sized at warm-up; a request that needs more blocks
@@ -1020,7 +1041,7 @@ fn tgi_cache_blocks(a: &mut Ask, asked: Option<u64>, free: Option<u64>) -> Decis
     }
     a.remedy(Change::ReduceContext(0), a.engine, None);
     let g = |x: Option<u64>| x.map_or("?".into(), group);
-    Decision::new(Cause::KvCache, Stage::FirstToken, 0.75, format!(
+    Decision::new(Code::E13, Cause::KvCache, Stage::FirstToken, 0.75, format!(
         "kv_cache: TGI's KV cache block pool is exhausted — a request asked for {} blocks, {} were free",
         g(asked), g(free)
     ), vec![ev(a.f, "TGI: out of available KV cache blocks".into())])
@@ -1035,7 +1056,7 @@ fn batch_size_exhausted(a: &mut Ask) -> Decision {
     ));
     a.remedy(Change::TruncatePrompt(0), a.engine, None);
     a.remedy(Change::QuantizeWeights(nf4()), a.engine, None);
-    Decision::new(Cause::Unknown, Stage::Unknown, 0.35, "unknown: accelerate's batch-size finder halved the batch down to zero — every batch size, 1 included, ran out of memory, so a single sample (its length) or the model itself does not fit".into(), vec![ev(a.f, "find_executable_batch_size: out of memory at every batch size".into())])
+    Decision::new(Code::E14, Cause::Unknown, Stage::Unknown, 0.35, "unknown: accelerate's batch-size finder halved the batch down to zero — every batch size, 1 included, ran out of memory, so a single sample (its length) or the model itself does not fit".into(), vec![ev(a.f, "find_executable_batch_size: out of memory at every batch size".into())])
 }
 
 /// TensorRT-LLM names the component it could not create after the model: the KV cache pool
@@ -1062,7 +1083,7 @@ fn trt_component(a: &mut Ask, component: &str, total: Option<u64>, free: Option<
             "the executor's runtime buffers (max_batch_size × max_num_tokens, CUDA graphs) did not fit after the KV cache",
         ),
         _ => {
-            return Decision::new(Cause::Unknown, Stage::Load, 0.3, format!("unknown: TensorRT-LLM could not create {component}"), e);
+            return Decision::new(Code::E5, Cause::Unknown, Stage::Load, 0.3, format!("unknown: TensorRT-LLM could not create {component}"), e);
         }
     };
     match cause {
@@ -1071,6 +1092,7 @@ fn trt_component(a: &mut Ask, component: &str, total: Option<u64>, free: Option<
         _ => a.remedy(Change::LimitConcurrency(0), a.engine, None),
     }
     Decision::new(
+        Code::E5,
         cause,
         stage,
         0.8,
@@ -1092,7 +1114,7 @@ fn trt_allocator(a: &mut Ask) -> Decision {
         a.f,
         format!("TensorRT-LLM's allocator ran out; the engine was built for max_batch_size {n}"),
     )];
-    Decision::new(
+    Decision::new(Code::E30,
         Cause::Concurrency,
         Stage::Load,
         0.6,
@@ -1119,7 +1141,7 @@ fn trt_step_buffers(a: &mut Ask) -> Option<Decision> {
         a.f,
         "TensorRT-LLM's allocator ran out resizing its runtime buffers for a step (RuntimeBuffers::reshape)".into(),
     )];
-    Some(Decision::new(
+    Some(Decision::new(Code::E36,
         Cause::Concurrency,
         Stage::FirstToken,
         0.5,
@@ -1154,7 +1176,7 @@ fn sglang_no_kv(a: &mut Ask) -> Decision {
             Some((_, weights, free)) => format!("kv_cache: the weights took {} with {} left, yet SGLang's KV pool does not fit under --mem-fraction-static; raise the fraction", Bytes(weights), free.map_or("?".into(), |f| Bytes(f).to_string())),
             None => "kv_cache: SGLang's KV pool does not fit in what --mem-fraction-static leaves after the weights; raise the fraction (or shorten --context-length, or use fewer CUDA graphs / speculative tokens)".into(),
         };
-        return Decision::new(Cause::KvCache, Stage::Load, 0.6, summary, e);
+        return Decision::new(Code::E6, Cause::KvCache, Stage::Load, 0.6, summary, e);
     };
     let left = free.map_or(String::new(), |f| {
         format!(", {} left on the card", Bytes(f))
@@ -1169,7 +1191,7 @@ fn sglang_no_kv(a: &mut Ask) -> Decision {
             line: Some(line),
         },
     );
-    Decision::new(Cause::Weights, Stage::Load, 0.8, summary, e)
+    Decision::new(Code::E6, Cause::Weights, Stage::Load, 0.8, summary, e)
 }
 
 /// transformers would put a quantized model's modules on the CPU or disk: the weights do not
@@ -1178,7 +1200,7 @@ fn dispatched_off(a: &mut Ask) -> Decision {
     a.remedy(Change::QuantizeWeights(nf4()), a.engine, None);
     a.remedy(Change::CpuOffload, a.engine, None);
     a.remedy(Change::LargerGpu(0), a.engine, None);
-    Decision::new(
+    Decision::new(Code::E87,
         Cause::Weights,
         Stage::Load,
         0.85,
@@ -1202,10 +1224,10 @@ fn mlx_buffer(a: &mut Ask, requested: Option<u64>, max: Option<u64>) -> Decision
     if near(&a.ctx.cache_lines, a.f.line).is_some() {
         a.remedy(Change::ReduceContext(0), a.engine, None);
         a.remedy(Change::QuantizeKv(KvDtype::Q8_0), a.engine, None);
-        return Decision::new(Cause::KvCache, Stage::FirstToken, 0.7, "kv_cache: the prompt cache needs one buffer larger than Metal allows; shorten the context or quantize the cache".into(), e);
+        return Decision::new(Code::E7, Cause::KvCache, Stage::FirstToken, 0.7, "kv_cache: the prompt cache needs one buffer larger than Metal allows; shorten the context or quantize the cache".into(), e);
     }
     a.remedy(Change::ChunkedPrefill(0), a.engine, None);
-    Decision::new(Cause::Activations, Stage::FirstToken, 0.6, "activations: one buffer larger than Metal allows — a prefill tensor; process the prompt in smaller steps".into(), e)
+    Decision::new(Code::E7, Cause::Activations, Stage::FirstToken, 0.6, "activations: one buffer larger than Metal allows — a prefill tensor; process the prompt in smaller steps".into(), e)
 }
 
 /// An accelerator's own figures (tt-xla): a single buffer that is a quarter of the device is a
@@ -1232,9 +1254,10 @@ fn device_buffer(
     if r.saturating_mul(4) >= t {
         a.remedy(Change::UseSdpa, a.engine, None);
         a.remedy(Change::TruncatePrompt(0), a.engine, None);
-        return Decision::new(Cause::Activations, Stage::FirstToken, 0.7, format!("activations: one buffer of {} — a quarter of the device or more — is a forward-pass tensor (attention scores, logits)", Bytes(r)), e);
+        return Decision::new(Code::E8, Cause::Activations, Stage::FirstToken, 0.7, format!("activations: one buffer of {} — a quarter of the device or more — is a forward-pass tensor (attention scores, logits)", Bytes(r)), e);
     }
     Decision::new(
+        Code::E8,
         Cause::Unknown,
         Stage::Unknown,
         0.3,
@@ -1259,6 +1282,7 @@ fn device_fragmented(a: &mut Ask, requested: u64, free: u64, largest: u64) -> De
     )];
     if free >= requested && largest < requested {
         return Decision::new(
+            Code::E52,
             Cause::Fragmentation,
             stage_near(a.ctx, f.line),
             0.8,
@@ -1271,6 +1295,7 @@ fn device_fragmented(a: &mut Ask, requested: u64, free: u64, largest: u64) -> De
         );
     }
     Decision::new(
+        Code::E52,
         Cause::Unknown,
         Stage::Unknown,
         0.3,
@@ -1298,9 +1323,10 @@ fn memory_summary(a: &mut Ask, allocated: Option<u64>, reserved: Option<u64>) ->
     )];
     if cached >= (1 << 30) && cached.saturating_mul(2) >= re {
         a.remedy(Change::AllocatorSettings, a.engine, Some(cached));
-        return Decision::new(Cause::Fragmentation, Stage::Unknown, 0.7, format!("fragmentation: {} is reserved by PyTorch but not allocated — the cache is split into blocks the request does not fit", Bytes(cached)), e);
+        return Decision::new(Code::E9, Cause::Fragmentation, Stage::Unknown, 0.7, format!("fragmentation: {} is reserved by PyTorch but not allocated — the cache is split into blocks the request does not fit", Bytes(cached)), e);
     }
     Decision::new(
+        Code::E9,
         Cause::Unknown,
         Stage::Unknown,
         0.3,
@@ -1319,7 +1345,7 @@ fn host(a: &mut Ask) -> Decision {
                 "host_memory: the Linux OOM killer ended {}{rss_text} — host RAM, not the GPU",
                 process.as_deref().unwrap_or("the process")
             );
-            return Decision::new(Cause::HostMemory, Stage::Unknown, 0.95, summary, vec![ev(f, "kernel OOM killer".into())]);
+            return Decision::new(Code::E12, Cause::HostMemory, Stage::Unknown, 0.95, summary, vec![ev(f, "kernel OOM killer".into())]);
         }
         Event::ContainerOomKilled => ("the container hit its memory limit (OOMKilled)".to_string(), 0.9),
         Event::JobMemoryLimit { shm: false } => ("the batch scheduler killed the job over its memory limit (Slurm)".to_string(), 0.85),
@@ -1356,6 +1382,7 @@ fn host(a: &mut Ask) -> Decision {
         Stage::Unknown
     };
     Decision::new(
+        Code::E12,
         Cause::HostMemory,
         stage,
         conf,
@@ -1407,6 +1434,7 @@ fn undecided(a: &mut Ask) -> Decision {
     let what = undecided_what(f);
     let stage = stage_near(a.ctx, f.line);
     Decision::new(
+        Code::E11,
         Cause::Unknown,
         stage,
         0.3,
@@ -1427,7 +1455,7 @@ fn held_before_start(a: &mut Ask) -> Option<Decision> {
         let others = total.saturating_sub(free);
         if total > 0 && others.saturating_mul(5) >= total.saturating_mul(4) {
             a.remedy(Change::FreeOtherProcesses, a.engine, Some(others));
-            return Some(Decision::new(
+            return Some(Decision::new(Code::E59,
                 Cause::OtherProcess,
                 Stage::Load,
                 0.6,
@@ -1458,7 +1486,7 @@ fn held_before_start(a: &mut Ask) -> Option<Decision> {
     a.to_decide = Some(
         "run `nvidia-smi` while it fails: the processes it lists hold the card; if none does, this program's own earlier contexts (a worker per GPU on one card) do".into(),
     );
-    Some(Decision::new(
+    Some(Decision::new(Code::E59,
         Cause::OtherProcess,
         Stage::Load,
         0.5,
@@ -1512,6 +1540,7 @@ fn by_named_part(a: &mut Ask) -> Option<Decision> {
         }
     };
     Some(Decision::new(
+        Code::E23,
         cause,
         stage,
         0.55,
@@ -1548,6 +1577,7 @@ fn by_phase(a: &mut Ask) -> Option<Decision> {
     }
     let quote = undecided_what(a.f);
     Some(Decision::new(
+        Code::E24,
         cause,
         stage,
         0.45,
@@ -1580,11 +1610,12 @@ fn context_too_large(a: &mut Ask, sequences: Option<u64>) -> Decision {
         Some(s) if s > 1 => {
             a.remedy(Change::LimitConcurrency(1), a.engine, None);
             a.remedy(Change::ReduceContext(0), a.engine, None);
-            Decision::new(Cause::Concurrency, Stage::Load, 0.75, format!("concurrency: a context for {s} sequences at once is too large for the VRAM; each sequence has its own KV cache"), e)
+            Decision::new(Code::E22, Cause::Concurrency, Stage::Load, 0.75, format!("concurrency: a context for {s} sequences at once is too large for the VRAM; each sequence has its own KV cache"), e)
         }
         _ => {
             a.remedy(Change::ReduceContext(0), a.engine, None);
             Decision::new(
+                Code::E22,
                 Cause::KvCache,
                 Stage::Load,
                 0.75,
@@ -1605,7 +1636,7 @@ fn by_innermost_frame(a: &mut Ask) -> Option<Decision> {
         a.remedy(Change::QuantizeWeights(nf4()), a.engine, None);
         a.remedy(Change::CpuOffload, a.engine, None);
         let quote = undecided_what(a.f);
-        return Some(Decision::new(
+        return Some(Decision::new(Code::E20,
             Cause::Weights,
             Stage::Load,
             0.45,
@@ -1656,6 +1687,7 @@ fn by_innermost_frame(a: &mut Ask) -> Option<Decision> {
     };
     let quote = undecided_what(a.f);
     Some(Decision::new(
+        Code::E20,
         cause,
         stage,
         0.45,
@@ -1700,6 +1732,7 @@ fn driver_by_stage(a: &mut Ask) -> Option<Decision> {
             a.remedy(Change::QuantizeWeights(nf4()), a.engine, None);
             a.remedy(Change::CpuOffload, a.engine, None);
             Some(Decision::new(
+                Code::E10,
                 Cause::Weights,
                 Stage::Load,
                 0.65,
@@ -1711,7 +1744,7 @@ fn driver_by_stage(a: &mut Ask) -> Option<Decision> {
         StageHint::Serving if !served => {
             a.remedy(Change::ReduceContext(0), a.engine, None);
             a.remedy(Change::CapNewTokens(0), a.engine, None);
-            Some(Decision::new(Cause::KvCache, Stage::LongGeneration, 0.55, "kv_cache: the model loaded and the first request ran out; an engine without a pre-allocated KV cache grows it with every token".into(), vec![ev(f, "out of memory on the first request after the model loaded".into())]))
+            Some(Decision::new(Code::E10, Cause::KvCache, Stage::LongGeneration, 0.55, "kv_cache: the model loaded and the first request ran out; an engine without a pre-allocated KV cache grows it with every token".into(), vec![ev(f, "out of memory on the first request after the model loaded".into())]))
         }
         _ => driver_by_backtrace(a),
     }
@@ -1731,6 +1764,7 @@ fn driver_by_backtrace(a: &mut Ask) -> Option<Decision> {
             a.remedy(Change::ReduceContext(0), a.engine, None);
             a.remedy(Change::QuantizeKv(KvDtype::Q8_0), a.engine, None);
             Some(Decision::new(
+                Code::E40,
                 Cause::KvCache,
                 Stage::LongGeneration,
                 0.6,
@@ -1749,7 +1783,7 @@ fn driver_by_backtrace(a: &mut Ask) -> Option<Decision> {
         (_, Some(x)) => {
             a.remedy(Change::ChunkedPrefill(0), a.engine, None);
             a.remedy(Change::TruncatePrompt(0), a.engine, None);
-            Some(Decision::new(Cause::Activations, Stage::FirstToken, 0.6, "activations: the backtrace below the out-of-memory error is a layer's forward pass (its activation buffers / workspace), not the weight loader or the KV cache".into(), vec![Evidence { text: "innermost forward-pass frame".into(), bytes: None, line: Some(x) }, ev(f, undecided_what(f))]))
+            Some(Decision::new(Code::E40, Cause::Activations, Stage::FirstToken, 0.6, "activations: the backtrace below the out-of-memory error is a layer's forward pass (its activation buffers / workspace), not the weight loader or the KV cache".into(), vec![Evidence { text: "innermost forward-pass frame".into(), bytes: None, line: Some(x) }, ev(f, undecided_what(f))]))
         }
         _ => None,
     }
@@ -1878,6 +1912,7 @@ fn torch(a: &mut Ask, t: &TorchOom) -> Decision {
         a.to_decide = Some("run it under `llm-oom watch -- <the command>` (its stdout's batch and sequence length and PyTorch's allocator record say what filled the cap), or pass the workload to `llm-oom explain` (--model, --prompt-tokens, --batch, --vram <the cap>)".into());
     }
     Decision::new(
+        Code::P9,
         Cause::Unknown,
         stage,
         0.3,
@@ -2033,7 +2068,7 @@ fn contradiction(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision
         return None;
     }
     a.to_decide = Some("run `nvidia-smi` while it fails and check which device the process uses (CUDA_VISIBLE_DEVICES): the printed figures say the request fits".into());
-    Some(Decision::new(Cause::Unknown, stage_near(a.ctx, a.f.line), 0.4, format!("unknown: PyTorch ran out asking for {} with {} free — the figures say it fits, so they do not decide", Bytes(acc.request), Bytes(acc.free)), torch_evidence(a, t, acc)))
+    Some(Decision::new(Code::P1, Cause::Unknown, stage_near(a.ctx, a.f.line), 0.4, format!("unknown: PyTorch ran out asking for {} with {} free — the figures say it fits, so they do not decide", Bytes(acc.request), Bytes(acc.free)), torch_evidence(a, t, acc)))
 }
 
 /// Another process holds what was missing (pytorch_other_process.log, accelerate-idmvton-11).
@@ -2047,7 +2082,7 @@ fn other_process(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision
     }
     a.remedy(Change::FreeOtherProcesses, a.engine, Some(others));
     let e = torch_evidence(a, t, acc);
-    Some(Decision::new(
+    Some(Decision::new(Code::P2,
         Cause::OtherProcess,
         stage_near(a.ctx, a.f.line),
         0.85,
@@ -2075,7 +2110,7 @@ fn stage_signal(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision>
     let (cause, stage, summary) = stage_of(acc.stage_hint?, &request_text(t))?;
     let e = torch_evidence(a, t, acc);
     step_remedies(a, cause);
-    Some(Decision::new(cause, stage, 0.75, summary, e))
+    Some(Decision::new(Code::P3, cause, stage, 0.75, summary, e))
 }
 
 /// Memory in PyTorch's private pools ("allocated in private pools (e.g., CUDA Graphs)") means
@@ -2094,6 +2129,7 @@ fn after_graph_capture(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<De
     let e = torch_evidence(a, t, acc);
     step_remedies(a, Cause::Activations);
     Some(Decision::new(
+        Code::P7b,
         Cause::Activations,
         Stage::FirstToken,
         0.7,
@@ -2190,7 +2226,14 @@ fn load_or_huge(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision>
         };
         let sure = if figureless { 0.6 } else { 0.8 };
         let Some(line) = quoted_below else {
-            return Some(Decision::new(Cause::Weights, Stage::Load, sure, summary, e));
+            return Some(Decision::new(
+                Code::P4,
+                Cause::Weights,
+                Stage::Load,
+                sure,
+                summary,
+                e,
+            ));
         };
         let mut e = e;
         e.push(Evidence {
@@ -2198,7 +2241,14 @@ fn load_or_huge(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision>
             bytes: None,
             line: Some(line),
         });
-        return Some(Decision::new(Cause::Weights, Stage::Load, 0.6, summary, e));
+        return Some(Decision::new(
+            Code::P4,
+            Cause::Weights,
+            Stage::Load,
+            0.6,
+            summary,
+            e,
+        ));
     }
     if !huge {
         return None;
@@ -2209,7 +2259,7 @@ fn load_or_huge(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision>
         0 => "?".to_string(),
         t => (acc.request.saturating_mul(100) / t).to_string(),
     };
-    Some(Decision::new(Cause::Activations, Stage::FirstToken, 0.75, format!("activations: one request for {} ({pct} % of the card) outside loading is a single forward-pass buffer (logits, attention scores) — weights load tensor by tensor", request_text(t)), e))
+    Some(Decision::new(Code::P4, Cause::Activations, Stage::FirstToken, 0.75, format!("activations: one request for {} ({pct} % of the card) outside loading is a single forward-pass buffer (logits, attention scores) — weights load tensor by tensor", request_text(t)), e))
 }
 
 /// A paste without a traceback above its error may quote the failing frame below it
@@ -2274,7 +2324,7 @@ fn fragmentation(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision
     if fragmented && !slack && !big_buffer && (!growth || share(10)) {
         a.remedy(Change::AllocatorSettings, a.engine, Some(unalloc));
         let e = torch_evidence(a, t, acc);
-        return Some(Decision::new(Cause::Fragmentation, stage_near(a.ctx, a.f.line), 0.7, format!(
+        return Some(Decision::new(Code::P5, Cause::Fragmentation, stage_near(a.ctx, a.f.line), 0.7, format!(
             "fragmentation: {} is cached by PyTorch but unallocated — more than the {} asked — yet no block is large enough",
             Bytes(unalloc), Bytes(req)
         ), e));
@@ -2350,6 +2400,7 @@ fn concurrency(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision> 
     a.remedy(Change::CapNewTokens(0), a.engine, None);
     let e = torch_evidence(a, t, acc);
     Some(Decision::new(
+        Code::P6,
         Cause::Concurrency,
         stage_near(a.ctx, a.f.line),
         0.65,
@@ -2382,7 +2433,7 @@ fn frames(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision> {
         Some(Frame::EagerAttention) => {
             a.remedy(Change::UseSdpa, a.engine, None);
             a.remedy(Change::TruncatePrompt(0), a.engine, None);
-            Some(Decision::new(Cause::Activations, Stage::FirstToken, 0.75, format!("activations: eager attention materialises the full L × L score matrix; it asked for {req}"), e))
+            Some(Decision::new(Code::P7, Cause::Activations, Stage::FirstToken, 0.75, format!("activations: eager attention materialises the full L × L score matrix; it asked for {req}"), e))
         }
         Some(Frame::Activation) => {
             if let (true, Some((line, _, seq))) = (long_context, batch) {
@@ -2401,6 +2452,7 @@ fn frames(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decision> {
             a.remedy(Change::TruncatePrompt(0), a.engine, None);
             a.remedy(Change::ChunkedPrefill(0), a.engine, None);
             Some(Decision::new(
+                Code::P7,
                 Cause::Activations,
                 Stage::FirstToken,
                 0.65,
@@ -2428,7 +2480,7 @@ fn optimizer_states(a: &mut Ask, e: Vec<Evidence>) -> Decision {
     }
     a.remedy(Change::QuantizeWeights(nf4()), a.engine, None);
     a.remedy(Change::LargerGpu(0), a.engine, None);
-    Decision::new(
+    Decision::new(Code::E61,
         Cause::Weights,
         Stage::Unknown,
         0.65,
@@ -2442,6 +2494,7 @@ fn kv_growth(a: &mut Ask, e: Vec<Evidence>) -> Decision {
     a.remedy(Change::TruncatePrompt(0), a.engine, None);
     a.remedy(Change::QuantizeKv(KvDtype::Q4_0), a.engine, None);
     Decision::new(
+        Code::P7,
         Cause::KvCache,
         Stage::LongGeneration,
         0.65,
@@ -2471,6 +2524,7 @@ fn model_too_large(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Option<Decisi
         line: Some(m.line),
     });
     Some(Decision::new(
+        Code::P8,
         Cause::Weights,
         Stage::Load,
         0.6,

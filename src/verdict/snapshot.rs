@@ -1,8 +1,10 @@
 //! The verdict from PyTorch's own record ([`crate::snapshot::SnapshotReport`]): measured, not read
 //! from text, so it comes first when `watch` or `explain` has one.
 
+use super::rules::Code;
 use super::{Cause, Contributing, Evidence, Stage, Verdict};
 use crate::snapshot::attribute::{SnapshotCause, SnapshotReport};
+use crate::snapshot::classify::Component;
 use crate::units::Bytes;
 
 /// The verdict a snapshot supports; `confidence` is high when stacks were recorded, lower when
@@ -83,6 +85,7 @@ pub fn from_snapshot(r: &SnapshotReport) -> Verdict {
         });
     }
     Verdict {
+        rule: Some(rule_of(r, cause)),
         cause,
         stage,
         confidence: match (r.history, cause) {
@@ -102,5 +105,24 @@ pub fn from_snapshot(r: &SnapshotReport) -> Verdict {
         },
         evidence,
         contributing,
+    }
+}
+
+/// The record rule (R1–R7 of docs/explain.md) that gave `cause`, by the conditions
+/// `snapshot::attribute` decides by.
+fn rule_of(r: &SnapshotReport, cause: Cause) -> Code {
+    let s = &r.summary;
+    let weight_request = r
+        .oom
+        .as_ref()
+        .is_some_and(|o| o.component == Some(Component::Weights));
+    match (cause, s.cause) {
+        (Cause::None, _) => Code::R7,
+        (_, SnapshotCause::OtherProcess) => Code::R1,
+        (_, SnapshotCause::Weights) if weight_request => Code::R2,
+        (_, SnapshotCause::Fragmentation) => Code::R3,
+        (_, SnapshotCause::Other) => Code::R5,
+        (_, SnapshotCause::Unknown) if s.unattributed > 0 => Code::R4,
+        _ => Code::R6,
     }
 }

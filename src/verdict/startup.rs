@@ -79,6 +79,7 @@ pub fn verdict(s: &VllmStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<Stri
             ));
         }
         let v = Verdict {
+            rule: None,
             cause,
             stage: Stage::Load,
             confidence: 0.9,
@@ -134,6 +135,7 @@ pub fn verdict(s: &VllmStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<Stri
         ));
     }
     let v = Verdict {
+        rule: None,
         cause: Cause::None,
         stage: Stage::Load,
         confidence: 0.9,

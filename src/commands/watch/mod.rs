@@ -131,6 +131,7 @@ impl WatchReport {
                     "PyTorch's record: {} of the batch filled the limit ({})",
                     v.cause, rec.summary.text
                 )));
+                self.verdict.rule = Some(crate::verdict::rules::Code::W1);
                 self.torch = Some(t);
                 return;
             }
@@ -557,6 +558,7 @@ fn report(
         }
         _ => (
             Verdict {
+                rule: None,
                 cause: Cause::None,
                 stage: Stage::Unknown,
                 confidence: 0.7,
