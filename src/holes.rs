@@ -1,6 +1,6 @@
 //! When PyTorch's cached-but-unallocated memory is the cause of an out-of-memory error, and when it
 //! is only the tail of a limit that live tensors already fill. One rule, used by every reader: the
-//! log reader (`verdict/read.rs`, from the message's figures) and the allocator-record reader
+//! log reader (`verdict/read/`, from the message's figures) and the allocator-record reader
 //! (`snapshot/attribute.rs`, from the segments), so that `explain`, `watch` and an explain of the
 //! record answer alike.
 //!

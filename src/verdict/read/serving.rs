@@ -1,0 +1,452 @@
+//! The serving engines' own messages: vLLM (E1–E3, E66, E85), SGLang (E6, E16, E25), TGI (E13,
+//! E46), TurboMind (E47), TensorRT-LLM (E5, E30, E36), accelerate's batch finder (E14),
+//! transformers' dispatch check (E87), and the catalogue of every engine's wording (E72).
+
+use super::*;
+
+/// An engine's own message, from the catalogue of what its source prints (rule E72): the part
+/// the code path says ran out, at the stage it prints it, with the figures the message gives.
+pub(super) fn catalogued(a: &mut Ask, c: &Catalogued) -> Decision {
+    let f = a.f;
+    let stage = match (c.when, c.ran_out) {
+        (When::Load, _) => Stage::Load,
+        (When::Request, _) => Stage::FirstToken,
+        (When::Any, RanOut::Host) => Stage::Unknown,
+        (When::Any, _) => stage_near(a.ctx, f.line),
+    };
+    let short = match (c.needed, c.available) {
+        (Some(n), Some(h)) => n.checked_sub(h),
+        _ => None,
+    };
+    let cause = match c.ran_out {
+        RanOut::Weights => {
+            a.remedy(Change::QuantizeWeights(nf4()), a.engine, short);
+            a.remedy(Change::CpuOffload, a.engine, None);
+            Cause::Weights
+        }
+        RanOut::KvCache => {
+            a.remedy(Change::ReduceContext(0), a.engine, short);
+            a.remedy(Change::LimitConcurrency(0), a.engine, None);
+            a.remedy(Change::QuantizeKv(KvDtype::Q8_0), a.engine, None);
+            Cause::KvCache
+        }
+        RanOut::Activations => {
+            a.remedy(Change::ChunkedPrefill(0), a.engine, short);
+            a.remedy(Change::TruncatePrompt(0), a.engine, None);
+            Cause::Activations
+        }
+        RanOut::Concurrency => {
+            a.remedy(Change::LimitConcurrency(0), a.engine, None);
+            Cause::Concurrency
+        }
+        RanOut::OtherProcess => {
+            a.remedy(Change::FreeOtherProcesses, a.engine, short);
+            Cause::OtherProcess
+        }
+        RanOut::Host => {
+            a.remedy(Change::MoreHostMemory, a.engine, None);
+            Cause::HostMemory
+        }
+        RanOut::Unknown => return undecided(a),
+    };
+    let figures = match (c.needed, c.available) {
+        (Some(n), Some(h)) => format!(": {} needed, {} there", Bytes(n), Bytes(h)),
+        (Some(n), None) => format!(": {} asked", Bytes(n)),
+        (None, Some(h)) => format!(": {} there", Bytes(h)),
+        (None, None) => String::new(),
+    };
+    let host = if cause == Cause::HostMemory {
+        " — host RAM, not the GPU"
+    } else {
+        ""
+    };
+    Decision::new(
+        Code::E72,
+        cause,
+        stage,
+        c.confidence,
+        format!("{cause}: {}{figures}{host}", c.what),
+        vec![ev(f, format!("{} ({})", c.what, c.from))],
+    )
+}
+
+pub(super) fn vllm_kv(
+    a: &mut Ask,
+    max_seq_len: Option<u64>,
+    fit: Option<u64>,
+    bytes: Option<(u64, u64)>,
+) -> Decision {
+    let f = a.f;
+    let mut e = vec![ev(f, format!(
+        "vLLM reserves KV cache for max_model_len = {} tokens; the memory left after weights and activations holds {}",
+        max_seq_len.map_or("?".into(), group),
+        fit.map_or("fewer".into(), |n| format!("{} tokens", group(n)))
+    ))];
+    if let Some((n, av)) = bytes {
+        let text = format!(
+            "one request at max_model_len needs {} of KV cache, {} is available",
+            Bytes(n),
+            Bytes(av)
+        );
+        e.push(ev_bytes(f, text, n));
+    }
+    if let Some(n) = fit {
+        a.remedy(Change::ReduceContext(n), Engine::Vllm, None);
+    }
+    a.remedy(Change::RaiseUtilization(95), Engine::Vllm, None);
+    a.remedy(Change::QuantizeKv(KvDtype::Fp8), Engine::Vllm, None);
+    Decision::new(
+        Code::E1,
+        Cause::KvCache,
+        Stage::Load,
+        0.9,
+        "kv_cache: vLLM cannot hold one request at the configured max_model_len".to_string(),
+        e,
+    )
+}
+
+pub(super) fn nf4() -> WeightDtype {
+    "nf4".parse().unwrap_or(WeightDtype::Int8)
+}
+
+pub(super) fn vllm_no_blocks(a: &mut Ask) -> Decision {
+    a.remedy(Change::RaiseUtilization(95), Engine::Vllm, None);
+    a.remedy(Change::ReduceContext(0), Engine::Vllm, None);
+    a.remedy(Change::QuantizeKv(KvDtype::Fp8), Engine::Vllm, None);
+    a.remedy(Change::QuantizeWeights(nf4()), Engine::Vllm, None);
+    a.remedy(Change::LargerGpu(0), Engine::Vllm, None);
+    // The KV cache got no room: the cause users and maintainers name (three threads of the fresh
+    // corpus), with raising gpu_memory_utilization first and smaller weights after.
+    Decision::new(Code::E85,
+        Cause::KvCache,
+        Stage::Load,
+        0.8,
+        "kv_cache: after the weights and the profiling run nothing is left for vLLM's KV cache (0 blocks within gpu_memory_utilization)"
+            .into(),
+        vec![ev(a.f, "vLLM found no memory for cache blocks".into())],
+    )
+}
+
+/// SGLang's scheduler had to retract a running request and found no token left in the KV pool:
+/// the running requests' caches filled it (the context × the requests running at once).
+/// More KV room for SGLang's token pool, or fewer requests sharing it.
+pub(super) fn sglang_kv_room(a: &mut Ask) {
+    a.remedy(Change::RaiseUtilization(92), a.engine, None);
+    if let Some(r) = a.remedies.last_mut() {
+        r.how =
+            "--mem-fraction-static 0.92, or fewer running requests (--max-running-requests)".into();
+    }
+}
+
+pub(super) fn sglang_pool_full(a: &mut Ask) -> Decision {
+    sglang_kv_room(a);
+    Decision::new(Code::E16,
+        Cause::KvCache,
+        Stage::Unknown,
+        0.7,
+        "kv_cache: the running requests filled SGLang's KV token pool; the scheduler could not keep even one".into(),
+        vec![ev(a.f, "SGLang's KV token pool had 0 tokens available".into())],
+    )
+}
+
+/// SGLang said its decode ran out of memory and retracted requests: the KV token pool is full. It
+/// goes on (the retracted requests are recomputed), so the cost is throughput; more KV room or
+/// fewer running requests stops it.
+pub(super) fn sglang_retract(a: &mut Ask) -> Decision {
+    sglang_kv_room(a);
+    Decision::new(Code::E25,
+        Cause::KvCache,
+        Stage::LongGeneration,
+        0.6,
+        "kv_cache: SGLang's KV token pool filled while decoding; it retracted requests to recompute them later (slower, not failed)".into(),
+        vec![ev(a.f, "SGLang: \"Decode out of memory happened\", requests retracted".into())],
+    )
+}
+
+pub(super) fn vllm_startup(
+    a: &mut Ask,
+    free: Option<u64>,
+    total: Option<u64>,
+    utilization: Option<f64>,
+) -> Decision {
+    let want = total.zip(utilization).map(|(t, u)| (t as f64 * u) as u64);
+    let held = free.zip(total).map(|(f, t)| t.saturating_sub(f));
+    a.remedy(Change::FreeOtherProcesses, Engine::Vllm, held);
+    let b = |x: Option<u64>| x.map_or("?".into(), |b| Bytes(b).to_string());
+    Decision::new(Code::E2, Cause::OtherProcess, Stage::Environment, 0.9, format!(
+        "other_process: only {} of {} was free when vLLM started, below the {} that gpu_memory_utilization asks for",
+        b(free), b(total), b(want)
+    ), vec![ev(a.f, "free memory at start-up is below gpu_memory_utilization × total".into())])
+}
+
+/// vLLM's CPU backend pre-allocates its KV cache in host RAM (`VLLM_CPU_KVCACHE_SPACE`, in GiB)
+/// and checks the node's available memory first (rule E66, vllm-45086: 206.54 GiB asked,
+/// 149.11 GiB available): the KV cache asked for does not fit.
+pub(super) fn vllm_cpu_kv(a: &mut Ask, available: Option<u64>, requested: Option<u64>) -> Decision {
+    a.remedy(Change::ReduceContext(0), Engine::Vllm, None);
+    if let Some(r) = a.remedies.last_mut() {
+        r.how = "lower VLLM_CPU_KVCACHE_SPACE (GiB of host RAM for the KV cache) below what the node or container has free, or --max-model-len".into();
+    }
+    let b = |x: Option<u64>| x.map_or("?".into(), |b| Bytes(b).to_string());
+    Decision::new(Code::E66,
+        Cause::KvCache,
+        Stage::Load,
+        0.85,
+        format!(
+            "kv_cache: vLLM's CPU backend was asked to pre-allocate {} of host RAM for its KV cache with {} available on the node",
+            b(requested),
+            b(available)
+        ),
+        vec![ev(a.f, "the KV cache asked for is more than the node's available memory".into())],
+    )
+}
+
+/// vLLM's sampler warm-up runs `max_num_seqs` dummy requests at once. At the default (256) the
+/// logits of the warm-up are an activation peak (vllmv1-17939); a count above the default is a
+/// concurrency the user chose (tests/fixtures/logs/vllm_sampler.log, 1024).
+pub(super) fn vllm_sampler(a: &mut Ask, seqs: Option<u64>) -> Decision {
+    const DEFAULT_MAX_NUM_SEQS: u64 = 256;
+    let f = a.f;
+    let chosen = seqs.is_some_and(|n| n > DEFAULT_MAX_NUM_SEQS)
+        || a.ctx
+            .workload
+            .max_num_seqs
+            .is_some_and(|n| n > DEFAULT_MAX_NUM_SEQS);
+    if let Some(n) = seqs {
+        a.remedy(Change::LimitConcurrency((n / 4).max(1)), Engine::Vllm, None);
+    }
+    let e = vec![ev(
+        f,
+        "the sampler's logits for every sequence at once did not fit".into(),
+    )];
+    if chosen {
+        return Decision::new(Code::E3, Cause::Concurrency, Stage::Load, 0.8, format!(
+            "concurrency: warming the sampler up with {} dummy requests (max_num_seqs) ran out of memory",
+            seqs.map_or("max_num_seqs".into(), group)
+        ), e);
+    }
+    a.remedy(Change::RaiseUtilization(85), Engine::Vllm, None);
+    Decision::new(Code::E3, Cause::Activations, Stage::Load, 0.75, format!(
+        "activations: the sampler's warm-up over {} dummy requests (the default max_num_seqs) ran out: its logits are a peak the profile did not leave room for",
+        seqs.map_or("max_num_seqs".into(), group)
+    ), e)
+}
+
+pub(super) fn tgi_prefill(a: &mut Ask, tokens: Option<u64>) -> Decision {
+    a.remedy(
+        Change::ChunkedPrefill(tokens.map_or(0, |t| t / 2)),
+        a.engine,
+        None,
+    );
+    Decision::new(Code::E13, Cause::Activations, Stage::Load, 0.85, format!(
+        "activations: TGI's warm-up could not prefill {} tokens at once (--max-batch-prefill-tokens)",
+        tokens.map_or("the configured".into(), group)
+    ), vec![ev(a.f, "TGI warm-up prefill failed".into())])
+}
+
+/// TGI's warm-up sizes its KV cache for `--max-batch-total-tokens`; when that many tokens do not
+/// fit beside the weights it refuses to start (tgi-710: 16,000 tokens of Llama-2-70B on 8 A10G).
+pub(super) fn tgi_total_tokens(a: &mut Ask, tokens: Option<u64>) -> Decision {
+    a.remedy(Change::ReduceContext(0), a.engine, None);
+    if let Some(r) = a.remedies.last_mut() {
+        r.how = "lower --max-batch-total-tokens (and --max-total-tokens), or shard over more GPUs"
+            .into();
+    }
+    let n = tokens.map_or("the configured".into(), group);
+    Decision::new(Code::E46, Cause::KvCache, Stage::Load, 0.8, format!(
+        "kv_cache: TGI's warm-up found no room beside the weights for a KV cache of {n} total tokens (--max-batch-total-tokens)"
+    ), vec![ev(a.f, format!("TGI cannot hold {n} total tokens"))])
+}
+
+/// TurboMind creates the model instance with its KV cache, `cache_max_entry_count` of the free
+/// memory (lmdeploy-1019, and the maintainers' answer in lmdeploy#978: lower it to 0.2).
+pub(super) fn turbomind_instance(a: &mut Ask) -> Decision {
+    a.remedy(Change::ReduceContext(0), a.engine, None);
+    if let Some(r) = a.remedies.last_mut() {
+        r.how = "lower --cache-max-entry-count (the KV cache's share of free memory, 0.8 by default), e.g. 0.2".into();
+    }
+    Decision::new(Code::E47, Cause::KvCache, Stage::Load, 0.7, "kv_cache: lmdeploy's TurboMind ran out creating the model instance, where it allocates its KV cache as a share of the free memory".into(), vec![ev(a.f, "TurboMind out of memory in create_model_instance".into())])
+}
+
+/// TGI's paged KV cache is a pool of blocks sized at warm-up; a request that needs more blocks
+/// than are free fails (tgi-1356: asked 107, 4 free) — the KV cache is what ran out.
+pub(super) fn tgi_cache_blocks(a: &mut Ask, asked: Option<u64>, free: Option<u64>) -> Decision {
+    a.remedy(Change::LimitConcurrency(0), a.engine, None);
+    if let Some(r) = a.remedies.last_mut() {
+        r.how = "--max-total-tokens / --max-batch-total-tokens lower, or --max-concurrent-requests"
+            .into();
+    }
+    a.remedy(Change::ReduceContext(0), a.engine, None);
+    let g = |x: Option<u64>| x.map_or("?".into(), group);
+    Decision::new(Code::E13, Cause::KvCache, Stage::FirstToken, 0.75, format!(
+        "kv_cache: TGI's KV cache block pool is exhausted — a request asked for {} blocks, {} were free",
+        g(asked), g(free)
+    ), vec![ev(a.f, "TGI: out of available KV cache blocks".into())])
+}
+
+/// accelerate's batch-size finder reached zero: batch size 1 ran out too, so the batch is not
+/// what does not fit — one sample (its length: activations) or the model with its optimizer
+/// states (weights) is, and the log does not say which.
+pub(super) fn batch_size_exhausted(a: &mut Ask) -> Decision {
+    a.to_decide = Some(format!(
+        "run one step at batch size 1 with the longest sample and read the out-of-memory message (or `torch.cuda.memory_summary()`): truncating long samples fixes activations, LoRA / 8-bit optimizers the weights; or {UNKNOWN_TO_DECIDE}"
+    ));
+    a.remedy(Change::TruncatePrompt(0), a.engine, None);
+    a.remedy(Change::QuantizeWeights(nf4()), a.engine, None);
+    Decision::new(Code::E14, Cause::Unknown, Stage::Unknown, 0.35, "unknown: accelerate's batch-size finder halved the batch down to zero — every batch size, 1 included, ran out of memory, so a single sample (its length) or the model itself does not fit".into(), vec![ev(a.f, "find_executable_batch_size: out of memory at every batch size".into())])
+}
+
+/// TensorRT-LLM names the component it could not create after the model: the KV cache pool
+/// (trtllm-5872), the executor's runtime buffers (trtllm-5950), or the model itself.
+pub(super) fn trt_component(
+    a: &mut Ask,
+    component: &str,
+    total: Option<u64>,
+    free: Option<u64>,
+) -> Decision {
+    let figures = match (free, total) {
+        (Some(f), Some(t)) => format!(" with {} of {} free", Bytes(f), Bytes(t)),
+        _ => String::new(),
+    };
+    let e = vec![ev(
+        a.f,
+        format!("the executor could not create: {component}{figures}"),
+    )];
+    let (cause, stage, what) = match component {
+        c if c.contains("KV cache") => (
+            Cause::KvCache,
+            Stage::Load,
+            "the KV cache pool did not fit after the model (lower kv_cache_config.free_gpu_memory_fraction or max_seq_len)",
+        ),
+        c if c.contains("Model") => (Cause::Weights, Stage::Load, "the model did not fit"),
+        c if c.contains("Additional executor resources") || c.contains("Sampler") => (
+            Cause::Activations,
+            Stage::Load,
+            "the executor's runtime buffers (max_batch_size × max_num_tokens, CUDA graphs) did not fit after the KV cache",
+        ),
+        _ => {
+            return Decision::new(Code::E5, Cause::Unknown, Stage::Load, 0.3, format!("unknown: TensorRT-LLM could not create {component}"), e);
+        }
+    };
+    match cause {
+        Cause::KvCache => a.remedy(Change::ReduceContext(0), a.engine, None),
+        Cause::Weights => a.remedy(Change::QuantizeWeights(WeightDtype::Int8), a.engine, None),
+        _ => a.remedy(Change::LimitConcurrency(0), a.engine, None),
+    }
+    Decision::new(
+        Code::E5,
+        cause,
+        stage,
+        0.8,
+        format!("{cause}: TensorRT-LLM: {what}"),
+        e,
+    )
+}
+
+/// TensorRT-LLM's runtime allocates its buffers for the engine's build-time `max_batch_size`
+/// (× input and output lengths) when the model instance starts, whatever the traffic: a stated
+/// ceiling of 64 sequences or more is what those buffers multiply (trtllm-401: 192 sequences of
+/// 2,048 + 2,048 on a 40 GB A100). Without one the allocator's failure is left undecided.
+pub(super) fn trt_allocator(a: &mut Ask) -> Decision {
+    let Some(n) = a.ctx.workload.max_batch_size.filter(|&n| n >= 64) else {
+        return trt_step_buffers(a).unwrap_or_else(|| undecided(a));
+    };
+    a.remedy(Change::LimitConcurrency(0), a.engine, None);
+    let e = vec![ev(
+        a.f,
+        format!("TensorRT-LLM's allocator ran out; the engine was built for max_batch_size {n}"),
+    )];
+    Decision::new(Code::E30,
+        Cause::Concurrency,
+        Stage::Load,
+        0.6,
+        format!("concurrency: TensorRT-LLM sizes its runtime buffers for max_batch_size {n} sequences at start-up; rebuild the engine with a smaller max_batch_size (or max_num_tokens)"),
+        e,
+    )
+}
+
+/// TensorRT-LLM's batch manager resizes its runtime buffers (`RuntimeBuffers::reshape`, from
+/// `prepareStep`) to the requests in flight at every step: an allocation failing there, while
+/// serving, grew with the number of concurrent requests (trtllm-2857: fine until 5+ streams).
+pub(super) fn trt_step_buffers(a: &mut Ask) -> Option<Decision> {
+    let at = a.f.line;
+    let near = a
+        .ctx
+        .runtime_step_lines
+        .iter()
+        .any(|&l| l >= at && l <= at.saturating_add(12));
+    if !near {
+        return None;
+    }
+    a.remedy(Change::LimitConcurrency(0), a.engine, None);
+    let e = vec![ev(
+        a.f,
+        "TensorRT-LLM's allocator ran out resizing its runtime buffers for a step (RuntimeBuffers::reshape)".into(),
+    )];
+    Some(Decision::new(Code::E36,
+        Cause::Concurrency,
+        Stage::FirstToken,
+        0.5,
+        "concurrency: TensorRT-LLM resizes its per-step runtime buffers (logits, inputs) to the requests in flight, and a step with more of them did not fit; cap the concurrent requests (max_batch_size, max_num_tokens) or drop generation logits".into(),
+        e,
+    ))
+}
+
+/// SGLang: the weights leave no (or a negative) KV pool under --mem-fraction-static.
+/// With the weights' footprint from `Load weight end` the evidence says how much they took
+/// (sglang-7691: 166.59 GB of weights, 21.73 GB left, a negative profiled pool).
+pub(super) fn sglang_no_kv(a: &mut Ask) -> Decision {
+    a.remedy(Change::RaiseUtilization(92), a.engine, None);
+    if let Some(r) = a.remedies.last_mut() {
+        r.how = "--mem-fraction-static 0.92 (SGLang's share of the card for weights and KV pool)"
+            .into();
+    }
+    a.remedy(Change::QuantizeWeights(nf4()), a.engine, None);
+    let mut e = vec![ev(
+        a.f,
+        "SGLang's KV pool after the weights is empty or negative".into(),
+    )];
+    // Only weights that fill most of the static share are what does not fit; without their
+    // footprint the log says only that the pool under the fraction is too small (sglang-4330,
+    // gpustack-3831): the KV cache's share is short.
+    let filling = a.ctx.weights_loaded.filter(|&(_, weights, free)| {
+        let budget = free.map_or(weights, |f| weights.saturating_add(f));
+        weights.saturating_mul(5) >= budget.saturating_mul(4)
+    });
+    let Some((line, weights, free)) = filling else {
+        let summary = match a.ctx.weights_loaded {
+            Some((_, weights, free)) => format!("kv_cache: the weights took {} with {} left, yet SGLang's KV pool does not fit under --mem-fraction-static; raise the fraction", Bytes(weights), free.map_or("?".into(), |f| Bytes(f).to_string())),
+            None => "kv_cache: SGLang's KV pool does not fit in what --mem-fraction-static leaves after the weights; raise the fraction (or shorten --context-length, or use fewer CUDA graphs / speculative tokens)".into(),
+        };
+        return Decision::new(Code::E6, Cause::KvCache, Stage::Load, 0.6, summary, e);
+    };
+    let left = free.map_or(String::new(), |f| {
+        format!(", {} left on the card", Bytes(f))
+    });
+    let text = format!("the weights took {}{left}", Bytes(weights));
+    let summary = format!("weights: {text} — no room for SGLang's KV pool under --mem-fraction-static (more GPUs, tensor parallelism, or quantized weights)");
+    e.insert(
+        0,
+        Evidence {
+            text,
+            bytes: Some(weights),
+            line: Some(line),
+        },
+    );
+    Decision::new(Code::E6, Cause::Weights, Stage::Load, 0.8, summary, e)
+}
+
+/// transformers would put a quantized model's modules on the CPU or disk: the weights do not
+/// fit the GPU(s) at that precision (the check before any allocation).
+pub(super) fn dispatched_off(a: &mut Ask) -> Decision {
+    a.remedy(Change::QuantizeWeights(nf4()), a.engine, None);
+    a.remedy(Change::CpuOffload, a.engine, None);
+    a.remedy(Change::LargerGpu(0), a.engine, None);
+    Decision::new(Code::E87,
+        Cause::Weights,
+        Stage::Load,
+        0.85,
+        "weights: the quantized model does not fit the GPU(s) — device_map put modules on the CPU or disk".into(),
+        vec![ev(a.f, "transformers dispatched modules off the GPU: not enough GPU RAM for the weights".into())],
+    )
+}
