@@ -200,11 +200,12 @@ pub struct WorkloadArgs {
         allow_negative_numbers = true
     )]
     pub max_new_tokens: i64,
-    /// Sequences at once: batch size or concurrent requests [default: 1; diagnose without --model: 2]
+    /// Sequences at once: batch size, concurrent requests or llama-server's slots (`-np`)
+    /// [default: 1; diagnose without --model: 2]
     #[arg(
         long,
         short = 'b',
-        visible_alias = "concurrency",
+        visible_aliases = ["concurrency", "parallel"],
         allow_negative_numbers = true
     )]
     pub batch: Option<i64>,

@@ -162,6 +162,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
                 .to_string(),
         );
     }
+    crate::verdict::llama_server::speak(&planner, &w, &f.estimate, &mut f.verdict, &mut f.remedies);
     let oom = f.verdict.cause != crate::verdict::Cause::None;
     let host_ram = req
         .host_ram
@@ -197,6 +198,27 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         f.verdict = from_placement(p);
         f.remedies.clear();
     } else if oom {
+        if let Some(fix) = placement
+            .as_ref()
+            .filter(|_| req.engine == Engine::LlamaCpp)
+            .and_then(|p| p.fix.as_ref())
+            .filter(|fix| fix.layers_on_gpus > 0)
+        {
+            let r = crate::verdict::llama_server::offload(
+                fix,
+                spec.num_layers,
+                &f.estimate,
+                device.vram_bytes,
+            );
+            let at = f
+                .remedies
+                .iter()
+                .position(|r| {
+                    !r.fits() || matches!(r.change, crate::verdict::remedy::Change::LargerGpu(_))
+                })
+                .unwrap_or(f.remedies.len());
+            f.remedies.insert(at, r);
+        }
         across_gpus =
             crate::verdict::split::across_gpus(&spec, &w, device.vram_bytes, host_ram, &f.estimate);
     }
