@@ -71,7 +71,7 @@ pub fn speak(
         let fit = v
             .summary
             .rsplit_once("; ")
-            .map(|(_, n)| format!("; {n} as -np"))
+            .map(|(_, n)| format!("; -np {} fits", n.trim_end_matches(" fit")))
             .unwrap_or_default();
         v.summary = format!(
             "concurrency: {ctx} needs a {} KV cache, {} over the {} card{fit}",
