@@ -27,6 +27,9 @@ pub struct EngineFacts {
     pub name: Engine,
     pub calibration: Calibration,
     pub note: String,
+    /// The server in front of the engine (`ollama`, which launches llama-server).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<&'static str>,
 }
 
 /// The plan, as one value every renderer reads. Field names are the JSON contract.
@@ -57,6 +60,9 @@ pub struct PlanReport {
     /// per device by the engine's placement (`--tensor-parallel-size`, `device_map`, `-ts`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub across_gpus: Vec<Remedy>,
+    /// ollama: the tag, the context and the llama-server it launches.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ollama: Option<OllamaFacts>,
     /// vLLM on one card: its start-up check (KV cache memory, blocks, concurrency).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vllm_startup: Option<crate::estimate::VllmStartup>,
@@ -106,9 +112,13 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         ))
         .into());
     }
-    let ResolvedModel { spec, source } = resolve(&req.model)?;
+    let tag = req
+        .ollama
+        .and_then(|_| crate::model::ollama_tags::find(&req.model))
+        .filter(|_| !std::path::Path::new(&req.model).exists());
+    let ResolvedModel { spec, source } = resolve(tag.map_or(req.model.as_str(), |t| t.tag.model))?;
     let mut notes = spec.notes.clone();
-    let w = req.workload(&spec);
+    let mut w = req.workload(&spec);
     notes.extend(past_context(&spec, &w));
     if spec.gguf.is_some() && !matches!(req.engine, Engine::LlamaCpp | Engine::Candle) {
         notes.push(format!(
@@ -118,6 +128,9 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     }
     notes.extend(req.vram_read.clone());
     let device = card::choose(req.vram, req.gpu_index, &mut notes);
+    let mut ollama = req
+        .ollama
+        .map(|o| ollama_launch(req, &o, tag, &spec, &mut w, device.vram_bytes, &mut notes));
     let planner = Planner::new(&spec, device.vram_bytes);
     let planner = if req.exact {
         planner.with_pool()
@@ -187,6 +200,22 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             crate::units::Bytes(device.vram_bytes)
         ));
     }
+    if let Some(o) = ollama.as_mut() {
+        let fix = placement.as_ref().and_then(|p| p.fix.as_ref());
+        crate::verdict::llama_server::ollama(
+            o.quant,
+            fix.filter(|_| oom && gpus <= 1),
+            spec.num_layers,
+            &mut f.verdict,
+            &mut f.remedies,
+        );
+        o.layers_on_gpu = if oom {
+            fix.map(|x| x.layers_on_gpus)
+        } else {
+            Some(spec.num_layers)
+        };
+    }
+    let oom = f.verdict.cause != crate::verdict::Cause::None;
     let mut across_gpus = Vec::new();
     if let Some(p) = placement.as_ref().filter(|_| gpus > 1) {
         // Several GPUs: the placement decides, and the one-card remedies do not apply.
@@ -249,6 +278,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             name: req.engine,
             calibration: profile.calibration,
             note: profile.calibration_note(),
+            server: ollama.as_ref().map(|_| "ollama"),
         },
         // The model's bytes (a GGUF's tensor table); the estimate's `weights` is what of them sits on
         // the GPU (llama.cpp keeps the input embedding in host memory).
@@ -267,6 +297,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         placement,
         across_gpus,
         vllm_startup,
+        ollama,
         notes,
     })
 }
@@ -344,4 +375,114 @@ fn even_or_by_size(gpus: &[u64]) -> Vec<f64> {
         return vec![1.0; gpus.len()];
     }
     gpus.iter().map(|&g| (g >> 30).max(1) as f64).collect()
+}
+
+/// What `plan` assumes of ollama: the tag it resolved, the context and the llama-server it
+/// launches, and how many layers land on the GPU.
+#[derive(Debug, Clone, Serialize)]
+pub struct OllamaFacts {
+    /// The ollama source its defaults are read from.
+    pub version: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tag: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tag_source: Option<&'static str>,
+    pub quant: crate::dtype::WeightDtype,
+    pub num_ctx: u64,
+    /// `num_ctx` is ollama's automatic one (none set).
+    pub num_ctx_auto: bool,
+    /// OLLAMA_NUM_PARALLEL (`--parallel`).
+    pub num_parallel: u64,
+    /// The llama-server command line ollama starts, as far as memory goes.
+    pub launches: String,
+    /// Layers on the GPU: all of them, the `num_gpu` llama-server fits, or `None` (none fit).
+    pub layers_on_gpu: Option<u64>,
+}
+
+/// ollama's workload: the tag's quant (Q4_K_M where nothing says otherwise), an f16 cache unless
+/// OLLAMA_KV_CACHE_TYPE (`--kv-dtype`) says otherwise, `num_ctx` (its automatic one by the card),
+/// and the llama-server flags it launches.
+fn ollama_launch(
+    req: &PlanRequest,
+    o: &crate::estimate::ollama::OllamaArgs,
+    tag: Option<crate::model::ollama_tags::Resolved>,
+    spec: &crate::model::Spec,
+    w: &mut Workload,
+    vram: u64,
+    notes: &mut Vec<String>,
+) -> OllamaFacts {
+    use crate::estimate::ollama as ol;
+    let quant = match (req.dtype, tag) {
+        (Some(d), _) => d,
+        (None, Some(t)) => t.quant,
+        (None, None) if spec.gguf.is_some() => w.weight_dtype,
+        (None, None) => {
+            notes.push(
+                "ollama pulls a Q4_K_M GGUF for most library models: weights priced in q4_k_m \
+                 (--dtype sets another)"
+                    .to_string(),
+            );
+            crate::dtype::WeightDtype::Gguf(crate::dtype::GgufMix::Q4KM)
+        }
+    };
+    w.weight_dtype = quant;
+    w.kv_dtype = req.kv_dtype.unwrap_or(crate::dtype::KvDtype::F16);
+    let num_ctx = o
+        .num_ctx
+        .unwrap_or_else(|| ol::default_num_ctx(vram, spec.max_position_embeddings));
+    let parallel = w.batch.max(1);
+    let ctx = num_ctx.saturating_mul(parallel);
+    let small = ol::launch(num_ctx, parallel, ol::generation_batch(0));
+    let mut ub = ol::generation_batch(ctx);
+    if ub > small.ubatch.unwrap_or(512) {
+        let predicted =
+            crate::estimate::llamacpp::estimate(spec, &Workload { llama: small, ..*w }, vram).total;
+        if !ol::generation_batch_fits(ub, predicted, vram) {
+            ub = small.ubatch.unwrap_or(512);
+        }
+    }
+    w.llama = ol::launch(num_ctx, parallel, ub);
+    let launches = format!(
+        "llama-server -c {ctx} -np {parallel} -b {ub} -ub {ub}{}",
+        match w.kv_dtype {
+            crate::dtype::KvDtype::F16 => String::new(),
+            k => format!(" --cache-type-k {k} --cache-type-v {k}"),
+        }
+    );
+    notes.push(format!(
+        "ollama ({}): num_ctx {}{} × OLLAMA_NUM_PARALLEL {parallel} → {launches}; -ngl is left \
+         to llama-server, which keeps on the GPU the layers that fit",
+        ol::VERSION,
+        crate::units::group(num_ctx),
+        if o.num_ctx.is_none() {
+            " (its default for this card and model)"
+        } else {
+            ""
+        },
+    ));
+    if w.total_tokens() > num_ctx {
+        notes.push(format!(
+            "prompt + new tokens ({}) are more than num_ctx {}: ollama truncates the prompt (or \
+             shifts the context), it does not grow the cache",
+            crate::units::group(w.total_tokens()),
+            crate::units::group(num_ctx)
+        ));
+    }
+    if let Some(t) = tag {
+        notes.push(format!(
+            "{} is {} in {} ({})",
+            t.tag.tag, t.tag.model, quant, t.tag.source
+        ));
+    }
+    OllamaFacts {
+        version: ol::VERSION,
+        tag: tag.map(|t| t.tag.tag),
+        tag_source: tag.map(|t| t.tag.source),
+        quant,
+        num_ctx,
+        num_ctx_auto: o.num_ctx.is_none(),
+        num_parallel: parallel,
+        launches,
+        layers_on_gpu: None,
+    }
 }

@@ -6,6 +6,7 @@ pub mod engine;
 pub mod kv;
 pub mod llamacpp;
 pub mod measured;
+pub mod ollama;
 pub mod torch_alloc;
 pub mod torch_program;
 pub mod vllm_startup;

@@ -162,3 +162,53 @@ pub fn offload(fix: &Fix, layers: u64, est: &Estimate, vram: u64) -> Remedy {
     });
     r
 }
+
+/// ollama's verdict over llama-server's: where every layer fits, the verdict stands; where only
+/// some do, llama-server keeps `fix`'s layers on the GPU and runs the rest on the CPU — it loads
+/// and answers, slower (ollama logs "offloaded N/M layers to GPU"); where none fit, it runs out.
+/// The remedies, priced for the whole model on the GPU, are said in ollama's knobs.
+pub fn ollama(
+    quant: crate::dtype::WeightDtype,
+    fix: Option<&Fix>,
+    layers: u64,
+    v: &mut Verdict,
+    remedies: &mut Vec<Remedy>,
+) {
+    remedies.retain(|r| r.change != Change::CpuOffload);
+    let set = super::knobs::InForce {
+        gguf_quant: Some(quant.to_string()),
+        ..Default::default()
+    };
+    super::knobs::speak(remedies, super::knobs::Family::Ollama, &set);
+    if v.cause == Cause::None {
+        v.summary = format!(
+            "ollama loads all {layers} layers on the GPU · {}",
+            v.summary
+        );
+        return;
+    }
+    let Some(fix) = fix.filter(|f| f.layers_on_gpus < layers) else {
+        return;
+    };
+    let ngl = fix
+        .load_with
+        .split_whitespace()
+        .skip_while(|w| *w != "-ngl")
+        .nth(1)
+        .unwrap_or("?")
+        .to_string();
+    v.evidence.insert(
+        0,
+        Evidence::text(format!(
+            "all {layers} layers on the GPU: {} — llama-server fits -ngl {ngl} instead",
+            v.summary
+        )),
+    );
+    v.summary = format!(
+        "ollama loads {} of {layers} layers on the GPU (num_gpu {ngl}), the rest run on the \
+         CPU: it answers, slower",
+        fix.layers_on_gpus
+    );
+    v.cause = Cause::None;
+    v.stage = Stage::Load;
+}
