@@ -142,6 +142,19 @@ fn parallel_slots_multiply_num_ctx_and_a_quant_suffix_is_read() {
 }
 
 #[test]
+fn a_tag_with_another_engine_is_one_line_naming_the_checkpoint() {
+    let r = plan(&["-m", "qwen3:8b", "--engine", "vllm", "--vram", "24GB"]);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("qwen3:8b is an ollama tag (Qwen/Qwen3-8B in q4_k_m); add --engine ollama"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
 fn ollama_and_llama_cpp_context_flags_are_not_mixed() {
     let r = plan(&["-m", "llama3.1:8b", "--vram", "8GB", "--ctx-size", "8192"]);
     assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);

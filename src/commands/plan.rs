@@ -112,6 +112,15 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         ))
         .into());
     }
+    if let Some(t) = crate::model::ollama_tags::find(&req.model)
+        .filter(|_| req.ollama.is_none() && !std::path::Path::new(&req.model).exists())
+    {
+        return Err(InputError::Usage(format!(
+            "{} is an ollama tag ({} in {}); add --engine ollama, or give -m {} for {}",
+            req.model, t.tag.model, t.quant, t.tag.model, req.engine
+        ))
+        .into());
+    }
     let tag = req
         .ollama
         .and_then(|_| crate::model::ollama_tags::find(&req.model))
