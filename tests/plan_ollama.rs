@@ -142,6 +142,43 @@ fn parallel_slots_multiply_num_ctx_and_a_quant_suffix_is_read() {
 }
 
 #[test]
+fn an_automatic_context_that_does_not_load_is_retried_lower() {
+    // 70B in Q4_K_M on a 24 GB card with 8 GB of host RAM: no split of its layers loads at
+    // ollama's 32,768 tokens, so ollama steps down to 4,096 (and still cannot load it).
+    let args = ["-m", "llama3.1:70b", "--vram", "24GB", "--host-ram", "8GB"];
+    let r = plan(&args);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains(
+            "ollama's automatic num_ctx 32,768 does not load on this card; it retries with 4,096"
+        ),
+        "{}",
+        r.stdout
+    );
+    let mut with_json = args.to_vec();
+    with_json.push("--json");
+    let j = json(&plan(&with_json).stdout);
+    assert_eq!(j["ollama"]["num_ctx"], 4096);
+    assert_eq!(j["ollama"]["num_ctx_auto"], true);
+    // A num_ctx the user set is kept.
+    let j = json(
+        &plan(&[
+            "-m",
+            "llama3.1:70b",
+            "--vram",
+            "24GB",
+            "--host-ram",
+            "8GB",
+            "--num-ctx",
+            "32768",
+            "--json",
+        ])
+        .stdout,
+    );
+    assert_eq!(j["ollama"]["num_ctx"], 32_768);
+}
+
+#[test]
 fn a_tag_with_another_engine_is_one_line_naming_the_checkpoint() {
     let r = plan(&["-m", "qwen3:8b", "--engine", "vllm", "--vram", "24GB"]);
     assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);

@@ -274,6 +274,30 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             crate::verdict::Evidence::text(format!("past the context: {why}")),
         );
     }
+    // ollama's automatic num_ctx that does not load, even in part: it retries with the next
+    // lower one (`nextLowerAutoNumCtx`).
+    if let Some(lower) = ollama
+        .as_ref()
+        .filter(|o| o.num_ctx_auto && f.verdict.cause != crate::verdict::Cause::None)
+        .and_then(|o| crate::estimate::ollama::next_lower_num_ctx(o.num_ctx))
+    {
+        let retry = PlanRequest {
+            ollama: Some(crate::estimate::ollama::OllamaArgs {
+                num_ctx: Some(lower),
+            }),
+            ..req.clone()
+        };
+        let mut r = plan(&retry)?;
+        if let Some(o) = r.ollama.as_mut() {
+            o.num_ctx_auto = true;
+        }
+        r.notes.push(format!(
+            "ollama's automatic num_ctx {} does not load on this card; it retries with {}",
+            crate::units::group(ollama.as_ref().map_or(0, |o| o.num_ctx)),
+            crate::units::group(lower)
+        ));
+        return Ok(r);
+    }
     let profile = Profile::of(req.engine);
     Ok(PlanReport {
         command: "plan",
