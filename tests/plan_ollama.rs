@@ -192,6 +192,31 @@ fn a_tag_with_another_engine_is_one_line_naming_the_checkpoint() {
 }
 
 #[test]
+fn ollamas_cache_type_flash_attention_and_num_batch_reach_the_launch() {
+    let r = plan(&[
+        "-m",
+        "llama3.1:8b",
+        "--vram",
+        "8GB",
+        "--flash-attn",
+        "off",
+        "--kv-dtype",
+        "q8_0",
+        "--ubatch-size",
+        "256",
+        "--json",
+    ]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let j = json(&r.stdout);
+    assert_eq!(
+        j["ollama"]["launches"],
+        "llama-server -c 4096 -np 1 -b 256 -ub 256 --cache-type-k q8_0 --cache-type-v q8_0 -fa off"
+    );
+    // q8_0: 34 bytes per 32 values, half the f16 cache and a little more.
+    assert_eq!(j["components"]["kv_cache"], 4096 * (131_072 / 64 * 34));
+}
+
+#[test]
 fn ollama_and_llama_cpp_context_flags_are_not_mixed() {
     let r = plan(&["-m", "llama3.1:8b", "--vram", "8GB", "--ctx-size", "8192"]);
     assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);

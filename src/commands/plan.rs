@@ -8,7 +8,8 @@ use crate::budget::{Budget, Planner, WhatIf};
 use crate::error::InputError;
 use crate::error::Result;
 use crate::estimate::{
-    kv_bytes_per_token_at, CachePolicy, Calibration, Engine, Estimate, Profile, Workload,
+    kv_bytes_per_token_at, CachePolicy, Calibration, Engine, Estimate, LlamaCppArgs, Profile,
+    Workload,
 };
 use crate::model::{facts, resolve, ModelFacts, ResolvedModel};
 use crate::placement::accelerate::Place;
@@ -474,12 +475,22 @@ fn ollama_launch(
             ub = small.ubatch.unwrap_or(512);
         }
     }
-    w.llama = ol::launch(num_ctx, parallel, ub);
+    // num_batch (`--ubatch-size`) sets -b and -ub; OLLAMA_FLASH_ATTENTION (`--flash-attn`) -fa.
+    let ub = req.llama.ubatch.or(req.llama.batch).unwrap_or(ub);
+    w.llama = LlamaCppArgs {
+        flash_attn: req.llama.flash_attn,
+        ..ol::launch(num_ctx, parallel, ub)
+    };
     let launches = format!(
-        "llama-server -c {ctx} -np {parallel} -b {ub} -ub {ub}{}",
+        "llama-server -c {ctx} -np {parallel} -b {ub} -ub {ub}{}{}",
         match w.kv_dtype {
             crate::dtype::KvDtype::F16 => String::new(),
             k => format!(" --cache-type-k {k} --cache-type-v {k}"),
+        },
+        match w.llama.flash_attn {
+            Some(true) => " -fa on",
+            Some(false) => " -fa off",
+            None => "",
         }
     );
     notes.push(format!(
