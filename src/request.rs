@@ -132,6 +132,8 @@ pub struct WorkloadRequest {
     /// vLLM's own flags (`--gpu-memory-utilization`, `--max-model-len`, `--max-num-seqs`,
     /// `--max-num-batched-tokens`); all `None` when none was given.
     pub vllm: crate::estimate::VllmArgs,
+    /// `--engine ollama` (or an ollama tag as the model): ollama's knobs; `None` for other engines.
+    pub ollama: Option<crate::estimate::ollama::OllamaArgs>,
 }
 
 /// vLLM's parallel layout as the flags give it; `None` = not given.

@@ -200,11 +200,12 @@ pub struct WorkloadArgs {
         allow_negative_numbers = true
     )]
     pub max_new_tokens: i64,
-    /// Sequences at once: batch size or concurrent requests [default: 1; diagnose without --model: 2]
+    /// Sequences at once: batch size, concurrent requests or llama-server's slots (`-np`)
+    /// [default: 1; diagnose without --model: 2]
     #[arg(
         long,
         short = 'b',
-        visible_alias = "concurrency",
+        visible_aliases = ["concurrency", "parallel"],
         allow_negative_numbers = true
     )]
     pub batch: Option<i64>,
@@ -237,6 +238,10 @@ pub struct WorkloadArgs {
     /// llama.cpp: flash attention, on, off or auto (`-fa`) [default: auto, on for CUDA]
     #[arg(long, help_heading = "llama.cpp", value_parser = ["on", "off", "auto"])]
     pub flash_attn: Option<String>,
+    /// ollama: the context of one request (`num_ctx`, OLLAMA_CONTEXT_LENGTH) [default: ollama's,
+    /// by the card: 4,096 under 23 GiB, 32,768 under 47 GiB, else 262,144]
+    #[arg(long, help_heading = "ollama", allow_negative_numbers = true)]
+    pub num_ctx: Option<i64>,
 }
 
 #[derive(Debug, Args)]

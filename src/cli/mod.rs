@@ -364,9 +364,41 @@ pub(crate) fn prompt_from_file(
 pub(crate) fn engine_for(a: &WorkloadArgs) -> Result<Engine, InputError> {
     match &a.engine {
         Some(e) => e.parse(),
-        None if a.model.as_deref().is_some_and(is_gguf) => Ok(Engine::LlamaCpp),
+        None if a.model.as_deref().is_some_and(is_gguf) || is_ollama(a) => Ok(Engine::LlamaCpp),
         None => Ok(Engine::Transformers),
     }
+}
+
+/// `--engine ollama`, or no engine and an ollama library tag as the model (`llama3.1:8b`).
+fn is_ollama(a: &WorkloadArgs) -> bool {
+    match &a.engine {
+        Some(e) => e.trim().eq_ignore_ascii_case("ollama"),
+        None => a.model.as_deref().is_some_and(|m| {
+            !std::path::Path::new(m).exists() && llm_oom::model::ollama_tags::find(m).is_some()
+        }),
+    }
+}
+
+/// ollama's knobs, refused for another engine.
+fn ollama_for(
+    a: &WorkloadArgs,
+) -> Result<Option<llm_oom::estimate::ollama::OllamaArgs>, InputError> {
+    let num_ctx = a.num_ctx.map(|v| positive("--num-ctx", v)).transpose()?;
+    if !is_ollama(a) {
+        if num_ctx.is_some() {
+            return Err(InputError::Usage(
+                "--num-ctx is ollama's context; add --engine ollama (for llama.cpp it is --ctx-size)"
+                    .into(),
+            ));
+        }
+        return Ok(None);
+    }
+    if a.ctx_size.is_some() {
+        return Err(InputError::Usage(
+            "ollama sets llama-server's -c itself (num_ctx × OLLAMA_NUM_PARALLEL); give --num-ctx instead of --ctx-size".into(),
+        ));
+    }
+    Ok(Some(llm_oom::estimate::ollama::OllamaArgs { num_ctx }))
 }
 
 fn is_gguf(model: &str) -> bool {
@@ -415,6 +447,7 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
         host_ram: None,
         exact: false,
         vllm: Default::default(),
+        ollama: ollama_for(a)?,
         parallel: Default::default(),
         llama: llm_oom::estimate::LlamaCppArgs {
             ctx_size: a.ctx_size.map(|v| positive("--ctx-size", v)).transpose()?,

@@ -8,7 +8,8 @@ use crate::budget::{Budget, Planner, WhatIf};
 use crate::error::InputError;
 use crate::error::Result;
 use crate::estimate::{
-    kv_bytes_per_token_at, CachePolicy, Calibration, Engine, Estimate, Profile, Workload,
+    kv_bytes_per_token_at, CachePolicy, Calibration, Engine, Estimate, LlamaCppArgs, Profile,
+    Workload,
 };
 use crate::model::{facts, resolve, ModelFacts, ResolvedModel};
 use crate::placement::accelerate::Place;
@@ -27,6 +28,9 @@ pub struct EngineFacts {
     pub name: Engine,
     pub calibration: Calibration,
     pub note: String,
+    /// The server in front of the engine (`ollama`, which launches llama-server).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<&'static str>,
 }
 
 /// The plan, as one value every renderer reads. Field names are the JSON contract.
@@ -57,6 +61,9 @@ pub struct PlanReport {
     /// per device by the engine's placement (`--tensor-parallel-size`, `device_map`, `-ts`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub across_gpus: Vec<Remedy>,
+    /// ollama: the tag, the context and the llama-server it launches.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ollama: Option<OllamaFacts>,
     /// vLLM on one card: its start-up check (KV cache memory, blocks, concurrency).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vllm_startup: Option<crate::estimate::VllmStartup>,
@@ -106,9 +113,22 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         ))
         .into());
     }
-    let ResolvedModel { spec, source } = resolve(&req.model)?;
+    if let Some(t) = crate::model::ollama_tags::find(&req.model)
+        .filter(|_| req.ollama.is_none() && !std::path::Path::new(&req.model).exists())
+    {
+        return Err(InputError::Usage(format!(
+            "{} is an ollama tag ({} in {}); add --engine ollama, or give -m {} for {}",
+            req.model, t.tag.model, t.quant, t.tag.model, req.engine
+        ))
+        .into());
+    }
+    let tag = req
+        .ollama
+        .and_then(|_| crate::model::ollama_tags::find(&req.model))
+        .filter(|_| !std::path::Path::new(&req.model).exists());
+    let ResolvedModel { spec, source } = resolve(tag.map_or(req.model.as_str(), |t| t.tag.model))?;
     let mut notes = spec.notes.clone();
-    let w = req.workload(&spec);
+    let mut w = req.workload(&spec);
     notes.extend(past_context(&spec, &w));
     if spec.gguf.is_some() && !matches!(req.engine, Engine::LlamaCpp | Engine::Candle) {
         notes.push(format!(
@@ -118,6 +138,9 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     }
     notes.extend(req.vram_read.clone());
     let device = card::choose(req.vram, req.gpu_index, &mut notes);
+    let mut ollama = req
+        .ollama
+        .map(|o| ollama_launch(req, &o, tag, &spec, &mut w, device.vram_bytes, &mut notes));
     let planner = Planner::new(&spec, device.vram_bytes);
     let planner = if req.exact {
         planner.with_pool()
@@ -162,6 +185,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
                 .to_string(),
         );
     }
+    crate::verdict::llama_server::speak(&planner, &w, &f.estimate, &mut f.verdict, &mut f.remedies);
     let oom = f.verdict.cause != crate::verdict::Cause::None;
     let host_ram = req
         .host_ram
@@ -186,6 +210,22 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             crate::units::Bytes(device.vram_bytes)
         ));
     }
+    if let Some(o) = ollama.as_mut() {
+        let fix = placement.as_ref().and_then(|p| p.fix.as_ref());
+        crate::verdict::llama_server::ollama(
+            o.quant,
+            fix.filter(|_| oom && gpus <= 1),
+            spec.num_layers,
+            &mut f.verdict,
+            &mut f.remedies,
+        );
+        o.layers_on_gpu = if oom {
+            fix.map(|x| x.layers_on_gpus)
+        } else {
+            Some(spec.num_layers)
+        };
+    }
+    let oom = f.verdict.cause != crate::verdict::Cause::None;
     let mut across_gpus = Vec::new();
     if let Some(p) = placement.as_ref().filter(|_| gpus > 1) {
         // Several GPUs: the placement decides, and the one-card remedies do not apply.
@@ -197,6 +237,27 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         f.verdict = from_placement(p);
         f.remedies.clear();
     } else if oom {
+        if let Some(fix) = placement
+            .as_ref()
+            .filter(|_| req.engine == Engine::LlamaCpp)
+            .and_then(|p| p.fix.as_ref())
+            .filter(|fix| fix.layers_on_gpus > 0)
+        {
+            let r = crate::verdict::llama_server::offload(
+                fix,
+                spec.num_layers,
+                &f.estimate,
+                device.vram_bytes,
+            );
+            let at = f
+                .remedies
+                .iter()
+                .position(|r| {
+                    !r.fits() || matches!(r.change, crate::verdict::remedy::Change::LargerGpu(_))
+                })
+                .unwrap_or(f.remedies.len());
+            f.remedies.insert(at, r);
+        }
         across_gpus =
             crate::verdict::split::across_gpus(&spec, &w, device.vram_bytes, host_ram, &f.estimate);
     }
@@ -214,6 +275,30 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             crate::verdict::Evidence::text(format!("past the context: {why}")),
         );
     }
+    // ollama's automatic num_ctx that does not load, even in part: it retries with the next
+    // lower one (`nextLowerAutoNumCtx`).
+    if let Some(lower) = ollama
+        .as_ref()
+        .filter(|o| o.num_ctx_auto && f.verdict.cause != crate::verdict::Cause::None)
+        .and_then(|o| crate::estimate::ollama::next_lower_num_ctx(o.num_ctx))
+    {
+        let retry = PlanRequest {
+            ollama: Some(crate::estimate::ollama::OllamaArgs {
+                num_ctx: Some(lower),
+            }),
+            ..req.clone()
+        };
+        let mut r = plan(&retry)?;
+        if let Some(o) = r.ollama.as_mut() {
+            o.num_ctx_auto = true;
+        }
+        r.notes.push(format!(
+            "ollama's automatic num_ctx {} does not load on this card; it retries with {}",
+            crate::units::group(ollama.as_ref().map_or(0, |o| o.num_ctx)),
+            crate::units::group(lower)
+        ));
+        return Ok(r);
+    }
     let profile = Profile::of(req.engine);
     Ok(PlanReport {
         command: "plan",
@@ -227,6 +312,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             name: req.engine,
             calibration: profile.calibration,
             note: profile.calibration_note(),
+            server: ollama.as_ref().map(|_| "ollama"),
         },
         // The model's bytes (a GGUF's tensor table); the estimate's `weights` is what of them sits on
         // the GPU (llama.cpp keeps the input embedding in host memory).
@@ -245,6 +331,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         placement,
         across_gpus,
         vllm_startup,
+        ollama,
         notes,
     })
 }
@@ -322,4 +409,124 @@ fn even_or_by_size(gpus: &[u64]) -> Vec<f64> {
         return vec![1.0; gpus.len()];
     }
     gpus.iter().map(|&g| (g >> 30).max(1) as f64).collect()
+}
+
+/// What `plan` assumes of ollama: the tag it resolved, the context and the llama-server it
+/// launches, and how many layers land on the GPU.
+#[derive(Debug, Clone, Serialize)]
+pub struct OllamaFacts {
+    /// The ollama source its defaults are read from.
+    pub version: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tag: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tag_source: Option<&'static str>,
+    pub quant: crate::dtype::WeightDtype,
+    pub num_ctx: u64,
+    /// `num_ctx` is ollama's automatic one (none set).
+    pub num_ctx_auto: bool,
+    /// OLLAMA_NUM_PARALLEL (`--parallel`).
+    pub num_parallel: u64,
+    /// The llama-server command line ollama starts, as far as memory goes.
+    pub launches: String,
+    /// Layers on the GPU: all of them, the `num_gpu` llama-server fits, or `None` (none fit).
+    pub layers_on_gpu: Option<u64>,
+}
+
+/// ollama's workload: the tag's quant (Q4_K_M where nothing says otherwise), an f16 cache unless
+/// OLLAMA_KV_CACHE_TYPE (`--kv-dtype`) says otherwise, `num_ctx` (its automatic one by the card),
+/// and the llama-server flags it launches.
+fn ollama_launch(
+    req: &PlanRequest,
+    o: &crate::estimate::ollama::OllamaArgs,
+    tag: Option<crate::model::ollama_tags::Resolved>,
+    spec: &crate::model::Spec,
+    w: &mut Workload,
+    vram: u64,
+    notes: &mut Vec<String>,
+) -> OllamaFacts {
+    use crate::estimate::ollama as ol;
+    let quant = match (req.dtype, tag) {
+        (Some(d), _) => d,
+        (None, Some(t)) => t.quant,
+        (None, None) if spec.gguf.is_some() => w.weight_dtype,
+        (None, None) => {
+            notes.push(
+                "ollama pulls a Q4_K_M GGUF for most library models: weights priced in q4_k_m \
+                 (--dtype sets another)"
+                    .to_string(),
+            );
+            crate::dtype::WeightDtype::Gguf(crate::dtype::GgufMix::Q4KM)
+        }
+    };
+    w.weight_dtype = quant;
+    w.kv_dtype = req.kv_dtype.unwrap_or(crate::dtype::KvDtype::F16);
+    let num_ctx = o
+        .num_ctx
+        .unwrap_or_else(|| ol::default_num_ctx(vram, spec.max_position_embeddings));
+    let parallel = w.batch.max(1);
+    let ctx = num_ctx.saturating_mul(parallel);
+    let small = ol::launch(num_ctx, parallel, ol::generation_batch(0));
+    let mut ub = ol::generation_batch(ctx);
+    if ub > small.ubatch.unwrap_or(512) {
+        let predicted =
+            crate::estimate::llamacpp::estimate(spec, &Workload { llama: small, ..*w }, vram).total;
+        if !ol::generation_batch_fits(ub, predicted, vram) {
+            ub = small.ubatch.unwrap_or(512);
+        }
+    }
+    // num_batch (`--ubatch-size`) sets -b and -ub; OLLAMA_FLASH_ATTENTION (`--flash-attn`) -fa.
+    let ub = req.llama.ubatch.or(req.llama.batch).unwrap_or(ub);
+    w.llama = LlamaCppArgs {
+        flash_attn: req.llama.flash_attn,
+        ..ol::launch(num_ctx, parallel, ub)
+    };
+    let launches = format!(
+        "llama-server -c {ctx} -np {parallel} -b {ub} -ub {ub}{}{}",
+        match w.kv_dtype {
+            crate::dtype::KvDtype::F16 => String::new(),
+            k => format!(" --cache-type-k {k} --cache-type-v {k}"),
+        },
+        match w.llama.flash_attn {
+            Some(true) => " -fa on",
+            Some(false) => " -fa off",
+            None => "",
+        }
+    );
+    notes.push(format!(
+        "ollama ({}): num_ctx {}{} × OLLAMA_NUM_PARALLEL {parallel} → {launches}; -ngl is left \
+         to llama-server, which keeps on the GPU the layers that fit",
+        ol::VERSION,
+        crate::units::group(num_ctx),
+        if o.num_ctx.is_none() {
+            " (its default for this card and model)"
+        } else {
+            ""
+        },
+    ));
+    if w.total_tokens() > num_ctx {
+        notes.push(format!(
+            "prompt + new tokens ({}) are more than num_ctx {}: ollama truncates the prompt (or \
+             shifts the context), it does not grow the cache",
+            crate::units::group(w.total_tokens()),
+            crate::units::group(num_ctx)
+        ));
+    }
+    if let Some(t) = tag {
+        notes.push(format!(
+            "{} is {} in {} ({})",
+            t.tag.tag, t.tag.model, quant, t.tag.source
+        ));
+    }
+    OllamaFacts {
+        version: ol::VERSION,
+        tag: tag.map(|t| t.tag.tag),
+        tag_source: tag.map(|t| t.tag.source),
+        quant,
+        num_ctx,
+        num_ctx_auto: o.num_ctx.is_none(),
+        num_parallel: parallel,
+        launches,
+        layers_on_gpu: None,
+    }
 }

@@ -134,13 +134,29 @@ pub fn state_bytes(spec: &Spec, kv: KvDtype, policy: CachePolicy) -> u64 {
 
 /// Bytes of the cache of `batch` sequences of `tokens` tokens each, as `policy`'s engine keeps it.
 pub fn kv_bytes_in(spec: &Spec, kv: KvDtype, tokens: u64, batch: u64, policy: CachePolicy) -> u64 {
+    kv_bytes_in_cells(spec, kv, batch, policy, |window| match window {
+        Some(w) if policy.trims_windows => tokens.min(w),
+        _ => tokens,
+    })
+}
+
+/// Bytes of the cache of `batch` sequences where each layer holds `cells(window)` tokens per
+/// sequence (`window`: the layer's sliding window, `None` for a global layer): for an engine that
+/// sizes a sliding layer's cache by its own rule (llama.cpp: window + micro-batch, padded).
+pub fn kv_bytes_in_cells(
+    spec: &Spec,
+    kv: KvDtype,
+    batch: u64,
+    policy: CachePolicy,
+    cells: impl Fn(Option<u64>) -> u64,
+) -> u64 {
     let attention = spec
         .attention_groups()
         .iter()
         .map(|g| {
             g.layers
                 .saturating_mul(row_bytes(g.row, kv, policy.mla))
-                .saturating_mul(held(g, tokens, policy))
+                .saturating_mul(cells(g.window))
         })
         .fold(0, u64::saturating_add);
     batch.saturating_mul(attention.saturating_add(state_bytes(spec, kv, policy)))

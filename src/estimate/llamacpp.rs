@@ -14,7 +14,7 @@
 
 use serde::Serialize;
 
-use super::{kv_bytes_in, CachePolicy, Engine, Estimate, Phase, Workload};
+use super::{kv_bytes_in_cells, CachePolicy, Engine, Estimate, Phase, Workload};
 use crate::model::spec::Experts;
 use crate::model::Spec;
 
@@ -24,14 +24,7 @@ use crate::model::Spec;
 /// Nothing grows while it runs, so the peak is the same at every step.
 pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
     let weights = gpu_weights(spec, w.weight_dtype);
-    let (_, per_seq) = context(w);
-    let kv = kv_bytes_in(
-        spec,
-        w.kv_dtype,
-        per_seq,
-        w.batch,
-        CachePolicy::of(Engine::LlamaCpp),
-    );
+    let kv = kv_cache(spec, w);
     let activations = compute_buffer(spec, w);
     let runtime = runtime(spec, w);
     let margin = safety_margin(vram);
@@ -102,6 +95,53 @@ pub fn context(w: &Workload) -> (u64, u64) {
     let n_ctx = pad(asked.max(1), CTX_PAD);
     let per_seq = pad((n_ctx / seqs).max(1), CTX_PAD);
     (per_seq.saturating_mul(seqs), per_seq)
+}
+
+/// The cells a layer keeps per sequence (its stream) when each sequence has `per_seq` cells of
+/// context: every one in a global layer; in a sliding-window layer the window plus one
+/// micro-batch, padded to 256, never more than the context (`llama_kv_cache_iswa`'s
+/// `size_swa = GGML_PAD(min(size_base, n_swa·(unified ? n_seq_max : 1) + n_ubatch), 256)`,
+/// src/llama-kv-cache-iswa.cpp; before that padding came in (ggml-org/llama.cpp#17037) the sum was
+/// not rounded up, which is the 640 cells older builds log for gpt-oss at `-ub` 512).
+pub fn layer_cells(window: Option<u64>, per_seq: u64, n_ubatch: u64) -> u64 {
+    match window {
+        Some(n_swa) => pad(per_seq.min(n_swa.saturating_add(n_ubatch)), SWA_PAD),
+        None => per_seq,
+    }
+}
+
+/// The sliding-window cache is padded to this many cells.
+pub const SWA_PAD: u64 = 256;
+
+/// The KV buffer: every slot's share of `-c` in the global layers, window + `-ub` in the sliding
+/// ones (`layer_cells`).
+pub fn kv_cache(spec: &Spec, w: &Workload) -> u64 {
+    let (n_ctx, per_seq) = context(w);
+    let (_, n_ub) = batches(w, n_ctx);
+    kv_bytes_in_cells(
+        spec,
+        w.kv_dtype,
+        w.batch,
+        CachePolicy::of(Engine::LlamaCpp),
+        |window| layer_cells(window, per_seq, n_ub),
+    )
+}
+
+/// The largest `-c` (a multiple of 256 for every slot, at most the model's context) with which
+/// `fits` holds for `w`; `None` when not even 256 cells a slot fit.
+pub fn largest_ctx(spec: &Spec, w: &Workload, fits: impl Fn(&Workload) -> bool) -> Option<u64> {
+    let seqs = w.batch.max(1);
+    let step = CTX_PAD.saturating_mul(seqs);
+    let trained = spec.max_position_embeddings.unwrap_or(131_072).max(CTX_PAD);
+    let with = |units: u64| Workload {
+        llama: LlamaCppArgs {
+            ctx_size: Some(units.saturating_mul(step)),
+            ..w.llama
+        },
+        ..*w
+    };
+    let most = (trained / CTX_PAD).max(1);
+    crate::budget::largest(1, most, |u| fits(&with(u))).map(|u| u.saturating_mul(step))
 }
 
 /// `(n_batch, n_ubatch)` after llama.cpp caps them by the context.
@@ -236,6 +276,68 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(context(&work(1, 1, 3, c)), (8448, 2816));
+    }
+
+    fn preset(id: &str) -> Spec {
+        let (id, json) = crate::model::presets::find(id).unwrap();
+        crate::model::presets::load(id, json).unwrap()
+    }
+
+    #[test]
+    fn a_sliding_layer_keeps_the_window_and_one_micro_batch_padded_to_256() {
+        // gpt-oss: a 128-token window. 128 + 1,024 = 1,152 → 1,280 cells at -ub 1024 (the
+        // figure ollama#16480 quotes); 128 + 512 = 640 → 768 cells with the 256 padding.
+        assert_eq!(layer_cells(Some(128), 32_768, 1024), 1280);
+        assert_eq!(layer_cells(Some(128), 32_768, 512), 768);
+        // Never past the context itself; a global layer keeps every cell.
+        assert_eq!(layer_cells(Some(128), 512, 512), 512);
+        assert_eq!(layer_cells(None, 32_768, 512), 32_768);
+        // Gemma-2's 4,096 window: 4,608 at -ub 512 (a multiple of 256 already).
+        assert_eq!(layer_cells(Some(4096), 8192, 512), 4608);
+    }
+
+    #[test]
+    fn gpt_oss_kv_buffer_is_the_global_layers_context_and_the_sliding_layers_window() {
+        let m = preset("openai/gpt-oss-20b");
+        assert_eq!(m.sliding_window, Some(128));
+        let c = |ub: u64| LlamaCppArgs {
+            ctx_size: Some(32_768),
+            ubatch: Some(ub),
+            ..Default::default()
+        };
+        // 24 layers, half sliding; 8 KV heads × 64 dims, K and V in f16: 2 KiB per layer and cell.
+        let row = 2 * 8 * 64 * 2;
+        let global = m.num_layers - m.sliding_layers;
+        let at = |ub: u64, cells: u64| {
+            assert_eq!(
+                kv_cache(&m, &work(1, 1, 1, c(ub))),
+                row * (global * 32_768 + m.sliding_layers * cells)
+            );
+        };
+        at(512, 768);
+        at(1024, 1280);
+    }
+
+    #[test]
+    fn the_largest_ctx_is_a_multiple_of_256_a_slot_and_the_next_does_not_fit() {
+        let m = preset("meta-llama/Llama-3.1-8B-Instruct");
+        let w = Workload {
+            weight_dtype: "q4_k_m".parse().unwrap(),
+            ..work(2048, 256, 2, LlamaCppArgs::default())
+        };
+        let vram = 8 * 1000_u64.pow(3);
+        let fits = |w: &Workload| estimate(&m, w, vram).total <= vram;
+        let c = largest_ctx(&m, &w, fits).unwrap();
+        assert_eq!(c % 512, 0);
+        let with = |c| Workload {
+            llama: LlamaCppArgs {
+                ctx_size: Some(c),
+                ..w.llama
+            },
+            ..w
+        };
+        assert!(fits(&with(c)));
+        assert!(!fits(&with(c + 512)));
     }
 
     #[test]

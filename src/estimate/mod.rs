@@ -6,6 +6,7 @@ pub mod engine;
 pub mod kv;
 pub mod llamacpp;
 pub mod measured;
+pub mod ollama;
 pub mod torch_alloc;
 pub mod torch_program;
 pub mod vllm_startup;
@@ -15,8 +16,8 @@ use serde::Serialize;
 
 pub use engine::{Calibration, Engine, KvLayout, LogitPositions, Profile};
 pub use kv::{
-    kv_bytes, kv_bytes_in, kv_bytes_per_token, kv_bytes_per_token_at, state_bytes, CachePolicy,
-    MlaCache,
+    kv_bytes, kv_bytes_in, kv_bytes_in_cells, kv_bytes_per_token, kv_bytes_per_token_at,
+    state_bytes, CachePolicy, MlaCache,
 };
 pub use llamacpp::LlamaCppArgs;
 pub use measured::MeasuredModel;

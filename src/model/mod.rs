@@ -7,6 +7,7 @@ pub mod families;
 pub mod gguf;
 pub mod guard;
 pub mod layout;
+pub mod ollama_tags;
 pub mod presets;
 pub mod quant;
 pub mod source;

@@ -29,7 +29,12 @@ fn text(r: &PlanReport, style: &Style) -> String {
         "{} {} · {} · {} ({})\n\n",
         style.bold("llm-oom plan"),
         m.name,
-        r.engine.name,
+        r.engine
+            .server
+            .map_or(r.engine.name.to_string(), |s| format!(
+                "{s} → {}",
+                r.engine.name
+            )),
         gpus.as_ref()
             .map_or(format!("{} card", Bytes(r.device.vram_bytes)), |g| g
                 .0
@@ -48,7 +53,17 @@ fn text(r: &PlanReport, style: &Style) -> String {
     } else {
         "WOULD OOM"
     };
-    super::text::verdict_header(&mut out, &r.verdict, style, "FITS", oom_word);
+    let partial = r
+        .ollama
+        .as_ref()
+        .and_then(|o| o.layers_on_gpu)
+        .is_some_and(|n| n < r.model.layers);
+    let fits_word = if partial {
+        "RUNS, PARTLY ON THE CPU"
+    } else {
+        "FITS"
+    };
+    super::text::verdict_header(&mut out, &r.verdict, style, fits_word, oom_word);
     if let Some(msg) = r.vllm_startup.as_ref().and_then(|s| s.message.as_deref()) {
         out.push_str(&format!("  vLLM would say: ValueError: {msg}\n"));
     }

@@ -1,0 +1,134 @@
+//! ollama's own defaults around the llama-server it launches, read in ollama@fb307609
+//! (2026-08-21): it starts `llama-server -c num_ctx×OLLAMA_NUM_PARALLEL -np OLLAMA_NUM_PARALLEL`
+//! (llm/llama_server.go), with `--cache-type-k/-v` from OLLAMA_KV_CACHE_TYPE (f16 when unset),
+//! flash attention `auto` unless OLLAMA_FLASH_ATTENTION says otherwise, `-ngl` left to
+//! llama-server's own fitting unless `num_gpu` is set, and `-b`/`-ub` from the context
+//! (server/sched.go `generationBatchForContext`). The default `num_ctx` follows the card
+//! (server/routes.go): 262,144 from 47 GiB of VRAM, 32,768 from 23 GiB, else 4,096, never past the
+//! model's trained context; when that automatic context does not load, ollama retries with the
+//! next lower of those (`nextLowerAutoNumCtx`). OLLAMA_NUM_PARALLEL defaults to 1
+//! (envconfig/config.go).
+
+use serde::Serialize;
+
+use super::llamacpp::LlamaCppArgs;
+use crate::units::GIB;
+
+/// The ollama source the defaults are read from.
+pub const VERSION: &str = "ollama@fb307609, 2026-08-21";
+
+/// What the user set of ollama's knobs (`None` = ollama's default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct OllamaArgs {
+    /// `num_ctx` (a request option, `PARAMETER num_ctx` or OLLAMA_CONTEXT_LENGTH).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub num_ctx: Option<u64>,
+}
+
+/// ollama's automatic `num_ctx` for a card of `vram` bytes (server/routes.go), capped by the
+/// model's trained context (`effectiveContext`).
+pub fn default_num_ctx(vram: u64, trained: Option<u64>) -> u64 {
+    let tier = if vram >= 47 * GIB {
+        262_144
+    } else if vram >= 23 * GIB {
+        32_768
+    } else {
+        4_096
+    };
+    cap(tier, trained)
+}
+
+fn cap(num_ctx: u64, trained: Option<u64>) -> u64 {
+    match trained {
+        Some(t) if t > 0 && num_ctx > t => t,
+        _ => num_ctx,
+    }
+}
+
+/// The next automatic context ollama tries when one does not load (`nextLowerAutoNumCtx`).
+pub fn next_lower_num_ctx(num_ctx: u64) -> Option<u64> {
+    if num_ctx > 32_768 {
+        Some(32_768)
+    } else if num_ctx > 4_096 {
+        Some(4_096)
+    } else {
+        None
+    }
+}
+
+/// `-b`/`-ub` ollama passes for a context of `ctx` cells in all (`generationBatchForContext`).
+pub fn generation_batch(ctx: u64) -> u64 {
+    if ctx > 32_768 {
+        2048
+    } else if ctx > 4_096 {
+        1024
+    } else {
+        512
+    }
+}
+
+/// Whether ollama keeps the larger batch: the predicted VRAM within 80 % of what is available,
+/// within 75 % (-ub 1024) or 60 % (2048) of it, with 768 MiB (1024) or 2 GiB (2048) to spare
+/// beyond the 80 % (`generationBatchFits`).
+pub fn generation_batch_fits(batch: u64, predicted: u64, available: u64) -> bool {
+    if predicted == 0 || available == 0 {
+        return true;
+    }
+    let threshold = available / 100 * 80;
+    if predicted > threshold {
+        return false;
+    }
+    let (headroom, surcharge) = match batch {
+        b if b >= 2048 => (available / 100 * 60, 2 * GIB),
+        b if b >= 1024 => (available / 100 * 75, 768 << 20),
+        _ => (u64::MAX, 0),
+    };
+    predicted <= headroom && surcharge <= threshold - predicted
+}
+
+/// The llama-server flags ollama launches for `num_ctx` and `parallel` slots, batch `ub`.
+pub fn launch(num_ctx: u64, parallel: u64, ub: u64) -> LlamaCppArgs {
+    LlamaCppArgs {
+        ctx_size: Some(num_ctx.saturating_mul(parallel.max(1))),
+        ubatch: Some(ub),
+        batch: Some(ub),
+        flash_attn: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_context_follows_the_card_and_the_model() {
+        assert_eq!(default_num_ctx(8 * GIB, Some(131_072)), 4_096);
+        assert_eq!(default_num_ctx(24 * GIB, Some(131_072)), 32_768);
+        // 23 GiB is the threshold (a 24 GB card reads a little under 24 GiB).
+        assert_eq!(default_num_ctx(23 * GIB - 1, None), 4_096);
+        assert_eq!(default_num_ctx(80 * GIB, Some(131_072)), 131_072);
+        assert_eq!(default_num_ctx(80 * GIB, None), 262_144);
+        assert_eq!(default_num_ctx(24 * GIB, Some(8_192)), 8_192);
+    }
+
+    #[test]
+    fn automatic_context_steps_down_then_stops() {
+        assert_eq!(next_lower_num_ctx(131_072), Some(32_768));
+        assert_eq!(next_lower_num_ctx(32_768), Some(4_096));
+        assert_eq!(next_lower_num_ctx(4_096), None);
+    }
+
+    #[test]
+    fn the_batch_grows_with_the_context_when_there_is_headroom() {
+        assert_eq!(generation_batch(4_096), 512);
+        assert_eq!(generation_batch(32_768), 1024);
+        assert_eq!(generation_batch(131_072), 2048);
+        assert!(generation_batch_fits(1024, 10 * GIB, 24 * GIB));
+        // 20 of 24 GiB is past 75 %.
+        assert!(!generation_batch_fits(1024, 20 * GIB, 24 * GIB));
+        assert!(!generation_batch_fits(2048, 15 * GIB, 24 * GIB));
+        assert!(generation_batch_fits(512, 19 * GIB, 24 * GIB));
+        let l = launch(4_096, 2, 512);
+        assert_eq!((l.ctx_size, l.ubatch), (Some(8_192), Some(512)));
+    }
+}

@@ -1,0 +1,214 @@
+//! llama.cpp's verdict in its own words (`llama-server`, `llama-cli`): llama.cpp allocates the KV
+//! cache of the whole `-c` when it loads, so an out-of-memory there is the context the user set
+//! (or the one the workload implies), not the tokens of one request; the remedies are its knobs —
+//! the largest `-c` that fits, `-ctk`/`-ctv q8_0`, `-fa on`, fewer `-np` slots, `-ngl N`.
+
+use super::remedy::{Change, Remedy, RemedyBudget};
+use super::{Cause, Evidence, Stage, Verdict};
+use crate::budget::Planner;
+use crate::estimate::llamacpp::{context, largest_ctx, LlamaCppArgs};
+use crate::estimate::{Engine, Estimate, Workload};
+use crate::placement::Fix;
+use crate::units::{group, Bytes};
+
+/// The context as llama.cpp sizes it, in a user's words: `-c 32,768` (1 slot) or, without `-c`,
+/// the context the workload implies.
+pub fn describe_context(w: &Workload) -> String {
+    let (n_ctx, per_seq) = context(w);
+    let slots = w.batch.max(1);
+    let split = if slots > 1 {
+        format!(", {slots} slots of {} cells", group(per_seq))
+    } else {
+        String::new()
+    };
+    match w.llama.ctx_size {
+        Some(c) => format!("-c {}{split}", group(c)),
+        None => format!(
+            "the context of {slots} × {} tokens (-c {}{split})",
+            group(w.total_tokens()),
+            group(n_ctx)
+        ),
+    }
+}
+
+/// Reword a predicted verdict for llama.cpp and add its knobs to the remedies.
+pub fn speak(
+    planner: &Planner,
+    w: &Workload,
+    est: &Estimate,
+    v: &mut Verdict,
+    remedies: &mut Vec<Remedy>,
+) {
+    if w.engine != Engine::LlamaCpp {
+        return;
+    }
+    let vram = planner.vram;
+    let ctx = describe_context(w);
+    if let Some(e) = v
+        .evidence
+        .iter_mut()
+        .find(|e| e.text.starts_with("KV cache: "))
+    {
+        *e = Evidence::bytes(
+            format!(
+                "KV cache: {} for {ctx} in {}, allocated when llama.cpp loads",
+                Bytes(est.kv_cache_full),
+                w.kv_dtype
+            ),
+            est.kv_cache_full,
+        );
+    }
+    if v.cause == Cause::KvCache {
+        v.stage = Stage::Load;
+        v.summary = format!(
+            "kv_cache: {ctx} needs a {} KV cache, {} over the {} card",
+            Bytes(est.kv_cache_full),
+            Bytes(est.total.saturating_sub(vram)),
+            Bytes(vram)
+        );
+    }
+    if v.cause == Cause::Concurrency {
+        let fit = v
+            .summary
+            .rsplit_once("; ")
+            .map(|(_, n)| format!("; -np {} fits", n.trim_end_matches(" fit")))
+            .unwrap_or_default();
+        v.summary = format!(
+            "concurrency: {ctx} needs a {} KV cache, {} over the {} card{fit}",
+            Bytes(est.kv_cache_full),
+            Bytes(est.total.saturating_sub(vram)),
+            Bytes(vram)
+        );
+    }
+    if v.cause == Cause::None {
+        return;
+    }
+    let mut added = Vec::new();
+    let (n_ctx, _) = context(w);
+    if let Some(c) = largest_ctx(planner.spec, w, |alt| planner.fits(alt)).filter(|&c| c < n_ctx) {
+        let alt = Workload {
+            llama: LlamaCppArgs {
+                ctx_size: Some(c),
+                ..w.llama
+            },
+            ..*w
+        };
+        let mut r = Remedy::new(
+            Change::ReduceContext(c),
+            Engine::LlamaCpp,
+            est.total,
+            planner.estimate(&alt).total,
+            vram,
+        );
+        let per_slot = c / w.batch.max(1);
+        if per_slot < w.total_tokens() {
+            r.action = format!(
+                "{} (requests past {} tokens a slot will not fit)",
+                r.action,
+                group(per_slot)
+            );
+        }
+        added.push(r);
+    }
+    if w.llama.flash_attn == Some(false) {
+        let alt = Workload {
+            llama: LlamaCppArgs {
+                flash_attn: Some(true),
+                ..w.llama
+            },
+            ..*w
+        };
+        let new = planner.estimate(&alt).total;
+        if new < est.total {
+            let mut r = Remedy::new(Change::UseSdpa, Engine::LlamaCpp, est.total, new, vram);
+            r.action = r.action.replacen(
+                "use SDPA / flash attention instead of eager",
+                "turn flash attention on",
+                1,
+            );
+            r.how = "-fa on".into();
+            added.push(r);
+        }
+    }
+    added.append(remedies);
+    added.sort_by_key(|r| !r.fits());
+    *remedies = added;
+}
+
+/// The `-ngl` that fits (the placement's answer), as a remedy: the layers left on the CPU run
+/// there, slowly, and their KV cache stays with them.
+pub fn offload(fix: &Fix, layers: u64, est: &Estimate, vram: u64) -> Remedy {
+    let free = fix
+        .free_bytes
+        .iter()
+        .map(|(_, f)| *f)
+        .min()
+        .unwrap_or(0)
+        .max(0) as u64;
+    let peak = vram.saturating_sub(free);
+    let mut r = Remedy::new(Change::CpuOffload, Engine::LlamaCpp, est.total, peak, vram);
+    r.action = format!(
+        "keep {} of {} layers on the GPU, the rest in CPU RAM (slower) → peak {} of {}",
+        fix.layers_on_gpus,
+        layers,
+        Bytes(peak),
+        Bytes(vram)
+    );
+    r.how = fix.load_with.clone();
+    r.new_budget = Some(RemedyBudget {
+        peak_bytes: peak,
+        vram_bytes: vram,
+        fits: true,
+    });
+    r
+}
+
+/// ollama's verdict over llama-server's: where every layer fits, the verdict stands; where only
+/// some do, llama-server keeps `fix`'s layers on the GPU and runs the rest on the CPU — it loads
+/// and answers, slower (ollama logs "offloaded N/M layers to GPU"); where none fit, it runs out.
+/// The remedies, priced for the whole model on the GPU, are said in ollama's knobs.
+pub fn ollama(
+    quant: crate::dtype::WeightDtype,
+    fix: Option<&Fix>,
+    layers: u64,
+    v: &mut Verdict,
+    remedies: &mut Vec<Remedy>,
+) {
+    remedies.retain(|r| r.change != Change::CpuOffload);
+    let set = super::knobs::InForce {
+        gguf_quant: Some(quant.to_string()),
+        ..Default::default()
+    };
+    super::knobs::speak(remedies, super::knobs::Family::Ollama, &set);
+    if v.cause == Cause::None {
+        v.summary = format!(
+            "ollama loads all {layers} layers on the GPU · {}",
+            v.summary
+        );
+        return;
+    }
+    let Some(fix) = fix.filter(|f| f.layers_on_gpus < layers) else {
+        return;
+    };
+    let ngl = fix
+        .load_with
+        .split_whitespace()
+        .skip_while(|w| *w != "-ngl")
+        .nth(1)
+        .unwrap_or("?")
+        .to_string();
+    v.evidence.insert(
+        0,
+        Evidence::text(format!(
+            "all {layers} layers on the GPU: {} — llama-server fits -ngl {ngl} instead",
+            v.summary
+        )),
+    );
+    v.summary = format!(
+        "ollama loads {} of {layers} layers on the GPU (num_gpu {ngl}), the rest run on the \
+         CPU: it answers, slower",
+        fix.layers_on_gpus
+    );
+    v.cause = Cause::None;
+    v.stage = Stage::Load;
+}

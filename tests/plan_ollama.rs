@@ -1,0 +1,241 @@
+//! `plan --engine ollama` and ollama tags: the tag's quant and architecture, ollama's automatic
+//! num_ctx for the card, the llama-server it launches, partial offload, and the remedies in
+//! ollama's knobs.
+
+mod util;
+
+use util::{json, run, temp};
+
+fn plan(extra: &[&str]) -> util::Run {
+    let home = temp();
+    let mut args = vec!["plan"];
+    args.extend_from_slice(extra);
+    run(home.path(), &args)
+}
+
+#[test]
+fn a_tag_is_its_q4_k_m_checkpoint_with_ollamas_default_context() {
+    let r = plan(&["-m", "llama3.1:8b", "--vram", "8GB", "--json"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let j = json(&r.stdout);
+    assert_eq!(j["engine"]["server"], "ollama");
+    assert_eq!(j["ollama"]["tag"], "llama3.1:8b");
+    assert_eq!(j["ollama"]["quant"], "q4_k_m");
+    assert_eq!(j["workload"]["weight_dtype"], "q4_k_m");
+    // Under 23 GiB ollama's automatic context is 4,096; one slot.
+    assert_eq!(j["ollama"]["num_ctx"], 4096);
+    assert_eq!(j["ollama"]["num_ctx_auto"], true);
+    assert_eq!(
+        j["ollama"]["launches"],
+        "llama-server -c 4096 -np 1 -b 512 -ub 512"
+    );
+    assert_eq!(j["ollama"]["layers_on_gpu"], 32);
+    // Q4_K_M weights: about 4.6 GiB, not the 15 GiB of bf16.
+    let weights = j["weights_bytes"].as_u64().unwrap();
+    assert!((4 << 30..5 << 30).contains(&weights), "{weights}");
+    // The KV cache is the 4,096-cell context in f16: 128 KiB a token.
+    assert_eq!(j["components"]["kv_cache"], 4096 * 131_072);
+}
+
+#[test]
+fn engine_ollama_with_a_hub_id_prices_q4_k_m_not_bf16() {
+    let r = plan(&[
+        "-m",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--engine",
+        "ollama",
+        "--vram",
+        "24GB",
+        "--json",
+    ]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let j = json(&r.stdout);
+    assert_eq!(j["workload"]["weight_dtype"], "q4_k_m");
+    // A 24 GB card is in the 32k tier (23 GiB and up).
+    assert_eq!(j["ollama"]["num_ctx"], 32_768);
+    assert!(
+        r.stdout.contains("ollama pulls a Q4_K_M GGUF"),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn a_large_num_ctx_on_8gb_is_a_partial_offload_and_the_remedies_are_ollamas() {
+    let r = plan(&["-m", "llama3.1:8b", "--vram", "8GB", "--num-ctx", "32768"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("RUNS, PARTLY ON THE CPU"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("layers on the GPU (num_gpu "),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("PARAMETER num_ctx "), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("OLLAMA_KV_CACHE_TYPE=q8_0"),
+        "{}",
+        r.stdout
+    );
+    assert!(!r.stdout.contains("-ctk"), "{}", r.stdout);
+    let j = json(
+        &plan(&[
+            "-m",
+            "llama3.1:8b",
+            "--vram",
+            "8GB",
+            "--num-ctx",
+            "32768",
+            "--json",
+        ])
+        .stdout,
+    );
+    let on_gpu = j["ollama"]["layers_on_gpu"].as_u64().unwrap();
+    assert!((1..32).contains(&on_gpu), "{on_gpu}");
+    // The num_ctx the remedy names loads every layer.
+    let n = j["remedies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|r| {
+            (r["change"]["kind"] == "reduce_context").then(|| r["change"]["value"].as_u64())
+        })
+        .flatten()
+        .expect("a num_ctx remedy");
+    let j = json(
+        &plan(&[
+            "-m",
+            "llama3.1:8b",
+            "--vram",
+            "8GB",
+            "--num-ctx",
+            &n.to_string(),
+            "--json",
+        ])
+        .stdout,
+    );
+    assert_eq!(j["ollama"]["layers_on_gpu"], 32, "num_ctx {n}");
+}
+
+#[test]
+fn parallel_slots_multiply_num_ctx_and_a_quant_suffix_is_read() {
+    let r = plan(&[
+        "-m",
+        "llama3.1:8b-instruct-q8_0",
+        "--vram",
+        "24GB",
+        "--parallel",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let j = json(&r.stdout);
+    assert_eq!(j["ollama"]["quant"], "q8_0");
+    assert_eq!(j["ollama"]["num_parallel"], 2);
+    assert!(
+        j["ollama"]["launches"]
+            .as_str()
+            .unwrap()
+            .starts_with("llama-server -c 65536 -np 2"),
+        "{}",
+        j["ollama"]["launches"]
+    );
+}
+
+#[test]
+fn an_automatic_context_that_does_not_load_is_retried_lower() {
+    // 70B in Q4_K_M on a 24 GB card with 8 GB of host RAM: no split of its layers loads at
+    // ollama's 32,768 tokens, so ollama steps down to 4,096 (and still cannot load it).
+    let args = ["-m", "llama3.1:70b", "--vram", "24GB", "--host-ram", "8GB"];
+    let r = plan(&args);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains(
+            "ollama's automatic num_ctx 32,768 does not load on this card; it retries with 4,096"
+        ),
+        "{}",
+        r.stdout
+    );
+    let mut with_json = args.to_vec();
+    with_json.push("--json");
+    let j = json(&plan(&with_json).stdout);
+    assert_eq!(j["ollama"]["num_ctx"], 4096);
+    assert_eq!(j["ollama"]["num_ctx_auto"], true);
+    // A num_ctx the user set is kept.
+    let j = json(
+        &plan(&[
+            "-m",
+            "llama3.1:70b",
+            "--vram",
+            "24GB",
+            "--host-ram",
+            "8GB",
+            "--num-ctx",
+            "32768",
+            "--json",
+        ])
+        .stdout,
+    );
+    assert_eq!(j["ollama"]["num_ctx"], 32_768);
+}
+
+#[test]
+fn a_tag_with_another_engine_is_one_line_naming_the_checkpoint() {
+    let r = plan(&["-m", "qwen3:8b", "--engine", "vllm", "--vram", "24GB"]);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("qwen3:8b is an ollama tag (Qwen/Qwen3-8B in q4_k_m); add --engine ollama"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn ollamas_cache_type_flash_attention_and_num_batch_reach_the_launch() {
+    let r = plan(&[
+        "-m",
+        "llama3.1:8b",
+        "--vram",
+        "8GB",
+        "--flash-attn",
+        "off",
+        "--kv-dtype",
+        "q8_0",
+        "--ubatch-size",
+        "256",
+        "--json",
+    ]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let j = json(&r.stdout);
+    assert_eq!(
+        j["ollama"]["launches"],
+        "llama-server -c 4096 -np 1 -b 256 -ub 256 --cache-type-k q8_0 --cache-type-v q8_0 -fa off"
+    );
+    // q8_0: 34 bytes per 32 values, half the f16 cache and a little more.
+    assert_eq!(j["components"]["kv_cache"], 4096 * (131_072 / 64 * 34));
+}
+
+#[test]
+fn ollama_and_llama_cpp_context_flags_are_not_mixed() {
+    let r = plan(&["-m", "llama3.1:8b", "--vram", "8GB", "--ctx-size", "8192"]);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("give --num-ctx"), "{}", r.stderr);
+    let r = plan(&[
+        "-m",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--engine",
+        "llama.cpp",
+        "--vram",
+        "8GB",
+        "--num-ctx",
+        "8192",
+    ]);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stderr.contains("--num-ctx is ollama's context"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+}
