@@ -22,7 +22,15 @@ CASES = {
     "batch-32": ("llama2-7b", 16.0, 32, 2048, 16, 0, "concurrency"),
     "other-process": ("mistral-7b", None, 4, 8000, 16, 16, "other_process"),
     "long-prompt": ("mistral-7b", 24.0, 1, 40000, 8, 0, "activations"),
+    # A long-lived process serving requests of varied, then growing, prompt lengths (batch 2,
+    # 64 new tokens each) under an 18 GiB cap, until one runs out. Its truth is measured, not
+    # assumed: scripts/gpu/same-oom.sh runs the failing length again in a fresh process and the
+    # whole sequence again with expandable segments (fragmentation only if both then run).
+    "served-ramp": ("mistral-7b", 18.0, 2, 0, 64, 0, "measured"),
 }
+
+# served-ramp's requests: earlier requests of varied lengths, then a ramp in steps of 128.
+RAMP = [512, 3000, 1024, 4000, 256, 5000, 2048, 700, 4500] + list(range(4000, 20000, 128))
 
 SHAPES = {
     "llama2-7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
@@ -50,6 +58,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("case", choices=sorted(CASES))
     ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--only", type=int, help="served-ramp: one request of this many prompt tokens")
     a = ap.parse_args()
     model_name, cap, batch, prompt, new, other, truth = CASES[a.case]
     import torch
@@ -79,11 +88,22 @@ def main():
         with torch.device(dev):
             model = cls._from_config(cfg, dtype=torch.bfloat16)
         model.eval()
-        ids = torch.randint(0, cfg.vocab_size, (batch, prompt), device=dev)
+        lengths = [prompt] if a.case != "served-ramp" else (
+            [a.only] if a.only else RAMP[:12] if a.dry_run else RAMP)
+        if a.dry_run:
+            lengths = [min(n, 32) for n in lengths]
         t0 = time.perf_counter()
-        with torch.no_grad():
-            model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
-                           min_new_tokens=new, do_sample=False)
+        for i, n in enumerate(lengths):
+            if a.case == "served-ramp":
+                print("step %d prompt %d batch %d new %d start" % (i, n, batch, new), flush=True)
+            ids = torch.randint(0, cfg.vocab_size, (batch, n), device=dev)
+            t1 = time.perf_counter()
+            with torch.no_grad():
+                model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
+                               min_new_tokens=new, do_sample=False)
+            if a.case == "served-ramp":
+                print("step %d prompt %d batch %d new %d ok in %.2f s" % (
+                    i, n, batch, new, time.perf_counter() - t1), flush=True)
         print("ran without an OOM in %.1f s" % (time.perf_counter() - t0), flush=True)
     finally:
         if holder is not None:
