@@ -4,7 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::rules::Code;
 use super::{Cause, Contributing, Evidence, Stage, Verdict};
+use crate::holes;
 use crate::meter::gpu::GpuProcess;
 use crate::meter::host::Part;
 use crate::probe::protocol::{FragmentationFacts, OomFacts};
@@ -136,7 +138,7 @@ pub fn classify(stages: &[StageRecord], card: &CardFacts) -> Verdict {
     let f = Failure::of(failed);
     let mut evidence = f.evidence(card);
     let by_stage = stage_cause(failed.name, f.oom.part, f.kv, f.act_need);
-    let (cause, summary) = if let Some(others) = f.other_processes(card) {
+    let (rule, (cause, summary)) = if let Some(others) = f.other_processes(card) {
         evidence.extend(card.others.iter().map(|p| {
             Evidence::bytes(
                 format!(
@@ -149,7 +151,7 @@ pub fn classify(stages: &[StageRecord], card: &CardFacts) -> Verdict {
                 p.bytes.unwrap_or(0),
             )
         }));
-        (
+        (Code::D1, (
             Cause::OtherProcess,
             format!(
                 "other_process: {} needed {} at {}; other processes hold {} of this GPU, without them it would fit",
@@ -158,9 +160,9 @@ pub fn classify(stages: &[StageRecord], card: &CardFacts) -> Verdict {
                 failed.detail,
                 Bytes(others)
             ),
-        )
+        ))
     } else if let Some(r) = f.fragmented(card) {
-        (
+        (Code::D2, (
             Cause::Fragmentation,
             format!(
                 "fragmentation: a {} request failed with {} free and {} cached, but no block that large",
@@ -168,12 +170,12 @@ pub fn classify(stages: &[StageRecord], card: &CardFacts) -> Verdict {
                 Bytes(f.oom.free.unwrap_or(0)),
                 Bytes(f.oom.cached.unwrap_or(0))
             ),
-        )
+        ))
     } else {
-        (by_stage, f.summary(by_stage, card))
+        (Code::D3, (by_stage, f.summary(by_stage, card)))
     };
     Verdict {
-        rule: None,
+        rule: Some(rule),
         cause,
         stage: failed.name,
         confidence: if f.oom.emulated { 0.9 } else { 0.95 },
@@ -190,7 +192,7 @@ fn broken_probe(stages: &[StageRecord]) -> Option<Verdict> {
         .find(|s| matches!(s.outcome, StageOutcome::Error | StageOutcome::Timeout))?;
     let why = broken.reason.clone().unwrap_or_else(|| "it failed".into());
     Some(Verdict {
-        rule: None,
+        rule: Some(Code::D4),
         cause: Cause::Unknown,
         stage: broken.name,
         confidence: 0.0,
@@ -300,7 +302,18 @@ impl<'a> Failure<'a> {
             _ => card.weights_bytes.max(c.weights) + c.other + self.kv,
         };
         oom.requested.filter(|&r| {
-            self.need <= card.capacity
+            // The rule every reader shares (src/holes.rs): holes beside live bytes that fill the
+            // card are its tail, not the cause.
+            let filled = holes::Pool {
+                live: oom.held,
+                unallocated: oom.cached.unwrap_or(0),
+                request: r,
+                limit: card.capacity,
+                steady: false,
+            }
+            .filled();
+            !filled
+                && self.need <= card.capacity
                 && must_hold.saturating_add(r) <= card.capacity
                 && (oom.cached.is_some_and(|c| c >= r)
                     || (oom.free.is_some_and(|f| f >= r)
@@ -462,7 +475,7 @@ fn fits(stages: &[StageRecord], card: &CardFacts, frag: Option<&FragmentationFac
         }
     }
     Verdict {
-        rule: None,
+        rule: Some(Code::D5),
         cause: if peak.is_some() {
             Cause::None
         } else {

@@ -380,4 +380,19 @@ codes! {
     W1 Record
         r#"`watch`: when the program's output names a batch (`batch 48 prompt 2048`, rule P6) and the record names the activations or the KV cache that filled the limit, the batch is the sharper answer and the record stands beside it as evidence."#
         r#"H100 same-oom batch-48, batch-32"#;
+    D1 Probe
+        r#"A stage ran out and other processes hold memory on the card (no `--vram-limit` emulating a smaller one) such that the stage's need fits the card without them → `other_process`."#
+        r#"the H100 run with a second process holding all but 16 GiB (Mistral-7B, batch 4 × 8,000)"#;
+    D2 Probe
+        r#"A stage ran out with the request cached or free but in no block that large, what the stage must hold plus the request within the card, and live bytes not filling it (`src/holes.rs`, the rule P5 and R3 share) → `fragmentation`."#
+        r#"unit test `other_processes_and_fragmentation_come_from_the_meters` (src/verdict/measured.rs)"#;
+    D3 Probe
+        r#"Otherwise the stage that ran out names the part: the load → `weights`; the concurrency stage → `concurrency`; a request for weights or for the KV cache → that part; activations only when they outweigh the KV cache 1.5 to 1 at the failing moment, else `kv_cache`."#
+        r#"the H100 runs weights-13b, kv-decode, batch-48 (docs/accuracy.md)"#;
+    D4 Probe
+        r#"A stage failed or timed out with no out-of-memory: the probe's own fault, said as such → `unknown` at confidence 0."#
+        r#"tests/diagnose_cli.rs"#;
+    D5 Probe
+        r#"Every stage ran: the workload fits, with the highest stage's peak and the budget beside it → no OOM."#
+        r#"README's `diagnose` on the embedded default"#;
 }

@@ -6,7 +6,8 @@
 //!
 //! Families, by the first letter of the code: `I` reading the input, `P` PyTorch's message (in
 //! the order they run), `E` other engines' messages and what a log adds, `A` a later event of the
-//! same log, `R` PyTorch's allocator record, `W` what `watch` adds to the record.
+//! same log, `R` PyTorch's allocator record, `W` what `watch` adds to the record, `D` `diagnose`'s
+//! staged probe.
 
 mod codes;
 
@@ -23,15 +24,26 @@ pub enum Family {
     Engines,
     /// PyTorch's allocator record (`explain` of a snapshot, `watch`).
     Record,
+    /// `diagnose`'s staged probe (docs/diagnose.md).
+    Probe,
 }
 
 impl Family {
-    pub const ALL: [Family; 4] = [
+    pub const ALL: [Family; 5] = [
         Family::Input,
         Family::Torch,
         Family::Engines,
         Family::Record,
+        Family::Probe,
     ];
+
+    /// The document, relative to the repository, that holds this family's table.
+    pub fn document(self) -> &'static str {
+        match self {
+            Family::Probe => "docs/diagnose.md",
+            _ => "docs/explain.md",
+        }
+    }
 
     /// The marker name of this family's table in docs/explain.md.
     pub fn marker(self) -> &'static str {
@@ -40,12 +52,13 @@ impl Family {
             Family::Torch => "torch",
             Family::Engines => "engines",
             Family::Record => "record",
+            Family::Probe => "probe",
         }
     }
 
     fn header(self) -> &'static str {
         match self {
-            Family::Torch | Family::Record => "| # | Rule (in order) | Example |",
+            Family::Torch | Family::Record | Family::Probe => "| # | Rule (in order) | Example |",
             Family::Input | Family::Engines => "| # | Rule | Example |",
         }
     }
