@@ -132,6 +132,9 @@ pub struct WorkloadRequest {
     /// vLLM's own flags (`--gpu-memory-utilization`, `--max-model-len`, `--max-num-seqs`,
     /// `--max-num-batched-tokens`); all `None` when none was given.
     pub vllm: crate::estimate::VllmArgs,
+    /// `plan --python`: the interpreter whose transformers builds the model on the meta device
+    /// and sizes its parameters and cache (`None`: the config reader's families alone).
+    pub python: Option<std::path::PathBuf>,
 }
 
 /// vLLM's parallel layout as the flags give it; `None` = not given.

@@ -246,6 +246,7 @@ proptest! {
             llama: Default::default(),
             exact: false,
             vllm: Default::default(),
+            python: None,
         };
         let within = prompt <= 10_000_000
             && new <= 10_000_000

@@ -82,6 +82,7 @@ fn text(r: &PlanReport, style: &Style) -> String {
             WeightsFrom::SafetensorsHeaders => " (the checkpoint's safetensors headers)",
             WeightsFrom::Gguf => " (the GGUF tensor table)",
             WeightsFrom::Config => "",
+            WeightsFrom::TransformersMeta => " (transformers on the meta device)",
         }
     ));
 
