@@ -7,10 +7,10 @@ use crate::budget::card::{self, DeviceFacts};
 use crate::budget::{Budget, Planner, WhatIf};
 use crate::error::InputError;
 use crate::error::Result;
+use crate::estimate::{kv_bytes_per_token, state_bytes};
 use crate::estimate::{
     kv_bytes_per_token_at, CachePolicy, Calibration, Engine, Estimate, Profile, Workload,
 };
-use crate::estimate::{kv_bytes_per_token, state_bytes};
 use crate::model::derive::{derive, derive_text, DeriveError, Derived, TIMEOUT};
 use crate::model::{facts, presets, resolve, ModelFacts, ModelSource, ResolvedModel, SourceKind};
 use crate::placement::accelerate::Place;
@@ -355,7 +355,11 @@ fn adopt(spec: &mut crate::model::Spec, d: &Derived) -> String {
     derived_spec.vision = Vec::new();
     derived_spec.gguf = None;
     let kv = kv_bytes_per_token(&derived_spec, KvDtype::Bf16);
-    let state = state_bytes(&derived_spec, KvDtype::Bf16, CachePolicy::of(Engine::Transformers));
+    let state = state_bytes(
+        &derived_spec,
+        KvDtype::Bf16,
+        CachePolicy::of(Engine::Transformers),
+    );
     let vision: Vec<crate::model::TensorGroup> = layout
         .tensors
         .iter()

@@ -30,7 +30,12 @@ pub struct Derived {
     pub model_type: String,
     /// The class built (`Qwen3ForCausalLM`, `Gemma3ForConditionalGeneration`…).
     pub class: String,
+    /// Every tensor the checkpoint stores: parameters and persistent buffers.
     pub parameters: u64,
+    /// Of those, persistent buffers (loaded like weights, not trained: DeepSeek-V3's
+    /// `e_score_correction_bias`).
+    #[serde(default)]
+    pub buffers: u64,
     /// Parameters by role: embeddings, lm_head, attention, mlp, experts, router, mixer, conv,
     /// norms, vision, other (by module name).
     pub by_role: BTreeMap<String, u64>,
@@ -127,7 +132,9 @@ struct Refusal {
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeriveError {
-    #[error("--python {python} cannot be started ({reason}); pass a Python with torch and transformers")]
+    #[error(
+        "--python {python} cannot be started ({reason}); pass a Python with torch and transformers"
+    )]
     Start { python: PathBuf, reason: String },
     #[error("--python {python} has no usable torch and transformers ({message}); install them (pip install torch transformers) or leave out --python")]
     NoTransformers { python: PathBuf, message: String },
@@ -182,13 +189,25 @@ pub fn derive(python: &Path, config: &Path, timeout: Duration) -> Result<Derived
         });
         rx
     };
-    let out = pipe(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let err = pipe(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let out = pipe(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let err = pipe(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
     let started = Instant::now();
     loop {
         match child.try_wait() {
             Ok(Some(_)) => break,
-            Ok(None) if started.elapsed() < timeout => std::thread::sleep(Duration::from_millis(10)),
+            Ok(None) if started.elapsed() < timeout => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
             Ok(None) | Err(_) => {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -356,8 +375,11 @@ impl Derived {
             .head_dim
             .or_else(|| hidden.checked_div(heads))
             .unwrap_or(0);
-        let sliding: Vec<&AttentionGroup> =
-            layout.attention.iter().filter(|g| g.window.is_some()).collect();
+        let sliding: Vec<&AttentionGroup> = layout
+            .attention
+            .iter()
+            .filter(|g| g.window.is_some())
+            .collect();
         let mut notes = base.notes;
         notes.push(format!(
             "`{}` has no hand-written family in llm-oom: parameters and cache are {} ({})",
@@ -378,7 +400,10 @@ impl Derived {
             max_position_embeddings: t.max_position_embeddings,
             tie_word_embeddings: t.tie_word_embeddings,
             sliding_window: sliding.first().and_then(|g| g.window),
-            sliding_layers: sliding.iter().map(|g| g.layers).fold(0, u64::saturating_add),
+            sliding_layers: sliding
+                .iter()
+                .map(|g| g.layers)
+                .fold(0, u64::saturating_add),
             experts: None,
             qkv_bias: false,
             qk_norm: false,
@@ -415,8 +440,12 @@ mod tests {
         assert!(e.to_string().contains("model_type `x`"));
         let e = parse("", py, "Traceback\nImportError: no torch\n").unwrap_err();
         assert!(e.to_string().contains("ImportError: no torch"), "{e}");
-        let e = parse(r#"{"error":"no_transformers","message":"ModuleNotFoundError"}"#, py, "")
-            .unwrap_err();
+        let e = parse(
+            r#"{"error":"no_transformers","message":"ModuleNotFoundError"}"#,
+            py,
+            "",
+        )
+        .unwrap_err();
         assert!(matches!(e, DeriveError::NoTransformers { .. }), "{e}");
     }
 
@@ -438,8 +467,16 @@ mod tests {
         assert_eq!(
             l.attention,
             vec![
-                AttentionGroup { layers: 2, window: Some(8), row: KvRow::Heads { k: 5, v: 5 } },
-                AttentionGroup { layers: 1, window: None, row: KvRow::Heads { k: 5, v: 5 } },
+                AttentionGroup {
+                    layers: 2,
+                    window: Some(8),
+                    row: KvRow::Heads { k: 5, v: 5 }
+                },
+                AttentionGroup {
+                    layers: 1,
+                    window: None,
+                    row: KvRow::Heads { k: 5, v: 5 }
+                },
             ]
         );
         assert_eq!(l.state.len(), 1);

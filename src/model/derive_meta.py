@@ -154,7 +154,12 @@ def main():
     modules = dict(model.named_modules())
     by_role, by_dtype, groups = {}, {}, {}
     total = 0
-    for name, p in model.named_parameters():
+    # Persistent buffers are loaded from the checkpoint like parameters (DeepSeek-V3's
+    # e_score_correction_bias); non-persistent ones (RoPE's inv_freq) are computed, not stored.
+    stored = set(model.state_dict().keys())
+    buffers = [(n, b) for n, b in model.named_buffers() if n in stored]
+    buffer_total = sum(b.numel() for _, b in buffers)
+    for name, p in list(model.named_parameters()) + buffers:
         owner = modules.get(name.rsplit(".", 1)[0], model)
         role = role_of(name, owner)
         n = p.numel()
@@ -218,6 +223,7 @@ def main():
         "model_type": model_type,
         "class": type(model).__name__,
         "parameters": total,
+        "buffers": buffer_total,
         "by_role": by_role,
         "by_dtype": by_dtype,
         "tensors": [

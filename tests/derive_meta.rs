@@ -1,0 +1,175 @@
+//! `plan --python`: the model built by transformers on the meta device as the source of
+//! parameters and cache. Every hand-written family's preset is held to it (parameters, KV bytes
+//! per token and recurrent state equal), an architecture no family claims is planned from it and
+//! refused without it, and a config transformers does not know is one line and exit code 2.
+//! Needs LLM_OOM_TEST_PYTHON: a Python with torch and transformers 5.17 (which builds every
+//! preset's architecture, Qwen3.5 included).
+
+mod util;
+
+use std::path::PathBuf;
+
+use llm_oom::dtype::KvDtype;
+use llm_oom::estimate::{kv_bytes_per_token, state_bytes, CachePolicy, Engine};
+use llm_oom::model::derive::{derive, derive_text, DeriveError, Derived, TIMEOUT};
+use llm_oom::model::presets;
+use util::{json, llm_oom, temp, write};
+
+fn python() -> Option<PathBuf> {
+    std::env::var_os("LLM_OOM_TEST_PYTHON").map(PathBuf::from)
+}
+
+fn derived_spec(hand: &llm_oom::model::Spec, d: &Derived) -> llm_oom::model::Spec {
+    let mut s = hand.clone();
+    s.layout = Some(d.to_layout().expect("within the parameter bound"));
+    s.vision = Vec::new();
+    s
+}
+
+#[test]
+fn every_hand_written_family_counts_what_transformers_builds() {
+    let Some(py) = python() else {
+        eprintln!("LLM_OOM_TEST_PYTHON unset: skipped");
+        return;
+    };
+    let t = CachePolicy::of(Engine::Transformers);
+    let mut wrong = Vec::new();
+    // Every preset: llama, mistral, mixtral, qwen2/2.5, qwen3, qwen3_moe, gemma2, gemma3, phi3,
+    // phimoe, deepseek_v2/v3 (MLA), llama4, gpt_oss, jamba, mamba2, qwen3_next, falcon_h1,
+    // granitemoehybrid, qwen3_vl_moe, qwen3_5_moe.
+    for &(id, text) in presets::PRESETS {
+        let hand = presets::load(id, text).expect("it parses");
+        let d = derive_text(&py, text, TIMEOUT).unwrap_or_else(|e| panic!("{id}: {e}"));
+        let meta = derived_spec(&hand, &d);
+        // A family that leaves a vision tower out counts the language model alone.
+        let params = if hand.vision.is_empty() {
+            d.text_parameters()
+        } else {
+            d.parameters
+        };
+        let got = (
+            hand.parameters(),
+            kv_bytes_per_token(&hand, KvDtype::Bf16),
+            state_bytes(&hand, KvDtype::Bf16, t),
+        );
+        let want = (
+            params,
+            kv_bytes_per_token(&meta, KvDtype::Bf16),
+            state_bytes(&meta, KvDtype::Bf16, t),
+        );
+        if got != want {
+            wrong.push(format!(
+                "{id} ({}): hand (params, kv/token, state) {got:?}, transformers {want:?}",
+                d.class
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// starcoder2 (transformers 5.17 knows it; llm-oom has no family): LayerNorm with biases, an
+/// ungated MLP with biases, sliding-window attention in every layer.
+const STARCODER2: &str = r#"{"architectures":["Starcoder2ForCausalLM"],"model_type":"starcoder2",
+ "hidden_size":256,"intermediate_size":1024,"num_hidden_layers":6,"num_attention_heads":8,
+ "num_key_value_heads":2,"vocab_size":1000,"max_position_embeddings":4096,"sliding_window":1024,
+ "use_bias":true,"norm_type":"layer_norm","torch_dtype":"bfloat16","bos_token_id":0,"eos_token_id":0}"#;
+
+const COUNT: &str = r#"
+import json, sys, torch
+from transformers import AutoConfig, AutoModelForCausalLM
+cfg = AutoConfig.for_model(**json.load(open(sys.argv[1])))
+with torch.device("meta"):
+    m = AutoModelForCausalLM.from_config(cfg)
+print(sum(p.numel() for p in m.parameters()))
+"#;
+
+#[test]
+fn an_architecture_without_a_family_is_planned_with_python_and_refused_without() {
+    let Some(py) = python() else {
+        eprintln!("LLM_OOM_TEST_PYTHON unset: skipped");
+        return;
+    };
+    let home = temp();
+    let config = write(&home.path().join("m").join("config.json"), STARCODER2);
+    let config_arg = config.to_str().unwrap();
+    let without = llm_oom(home.path())
+        .args(["plan", "-m", config_arg, "--vram", "24GiB"])
+        .output()
+        .unwrap();
+    assert_eq!(without.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&without.stderr).contains("starcoder2"));
+
+    let with = llm_oom(home.path())
+        .args([
+            "plan", "--json", "--vram", "24GiB", "-p", "4096", "-m", config_arg, "--python",
+        ])
+        .arg(&py)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&with.stdout);
+    assert_eq!(
+        with.status.code(),
+        Some(0),
+        "{out}{}",
+        String::from_utf8_lossy(&with.stderr)
+    );
+    let v = json(&out);
+    let script = write(&home.path().join("count.py"), COUNT);
+    let counted = std::process::Command::new(&py)
+        .arg(&script)
+        .arg(&config)
+        .output()
+        .unwrap();
+    let counted: u64 = String::from_utf8_lossy(&counted.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(v["model"]["parameters"], counted, "{out}");
+    assert_eq!(v["derived"]["parameters"], counted);
+    assert_eq!(v["derived"]["class"], "Starcoder2ForCausalLM");
+    assert_eq!(v["weights_from"], "transformers_meta");
+    // bf16 weights: two bytes a parameter.
+    assert_eq!(v["weights_bytes"], counted * 2);
+    // 6 layers × (K + V) × 2 KV heads × 32 × 2 bytes, every layer in the 1024-token window.
+    assert_eq!(v["kv_cache_bytes_per_token"], 6 * 2 * 2 * 32 * 2);
+    let notes = v["notes"].to_string();
+    assert!(notes.contains("transformers 5.17"), "{notes}");
+    assert!(notes.contains("on the meta device"), "{notes}");
+}
+
+#[test]
+fn a_config_transformers_does_not_know_is_one_line_and_exit_2() {
+    let Some(py) = python() else {
+        eprintln!("LLM_OOM_TEST_PYTHON unset: skipped");
+        return;
+    };
+    let home = temp();
+    let config = write(
+        &home.path().join("config.json"),
+        r#"{"model_type":"no_such_model_llm_oom","hidden_size":64,"num_hidden_layers":2}"#,
+    );
+    let e = derive(&py, &config, TIMEOUT).unwrap_err();
+    assert!(matches!(e, DeriveError::Refused { .. }), "{e}");
+    let run: util::Run = llm_oom(home.path())
+        .args([
+            "plan",
+            "-m",
+            config.to_str().unwrap(),
+            "--vram",
+            "24GiB",
+            "--python",
+        ])
+        .arg(&py)
+        .output()
+        .unwrap()
+        .into();
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert_eq!(run.stderr.trim().lines().count(), 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("does not know model_type `no_such_model_llm_oom`"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("Traceback"));
+}
