@@ -137,6 +137,57 @@ fn an_architecture_without_a_family_is_planned_with_python_and_refused_without()
     assert!(notes.contains("on the meta device"), "{notes}");
 }
 
+/// OLMoE-1B-7B's shape (olmoe: no hand-written family): 64 routed experts, 8 active, in all 16
+/// layers.
+const OLMOE: &str = r#"{"architectures":["OlmoeForCausalLM"],"model_type":"olmoe","hidden_size":2048,
+ "intermediate_size":1024,"num_hidden_layers":16,"num_attention_heads":16,"num_key_value_heads":16,
+ "num_experts":64,"num_experts_per_tok":8,"vocab_size":50304,"max_position_embeddings":4096,
+ "torch_dtype":"bfloat16","pad_token_id":1,"bos_token_id":null,"eos_token_id":50279}"#;
+
+#[test]
+fn a_mixture_of_experts_without_a_family_keeps_its_experts() {
+    let Some(py) = python() else {
+        eprintln!("LLM_OOM_TEST_PYTHON unset: skipped");
+        return;
+    };
+    let home = temp();
+    let config = write(&home.path().join("olmoe").join("config.json"), OLMOE);
+    let run: util::Run = llm_oom(home.path())
+        .args([
+            "plan",
+            "--json",
+            "--vram",
+            "80GiB",
+            "-m",
+            config.to_str().unwrap(),
+            "--python",
+        ])
+        .arg(&py)
+        .output()
+        .unwrap()
+        .into();
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    let v = json(&run.stdout);
+    let script = write(&home.path().join("count.py"), COUNT);
+    let counted = std::process::Command::new(&py)
+        .arg(&script)
+        .arg(&config)
+        .output()
+        .unwrap();
+    let counted: u64 = String::from_utf8_lossy(&counted.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(v["model"]["parameters"], counted);
+    assert_eq!(v["model"]["experts"], 64);
+    assert_eq!(
+        v["derived"]["by_role"]["experts"],
+        16u64 * 64 * 3 * 2048 * 1024
+    );
+    // 16 layers × (K + V) × 2048 × 2 bytes.
+    assert_eq!(v["kv_cache_bytes_per_token"], 16 * 2 * 2048 * 2);
+}
+
 #[test]
 fn a_config_transformers_does_not_know_is_one_line_and_exit_2() {
     let Some(py) = python() else {

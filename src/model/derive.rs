@@ -88,7 +88,19 @@ pub struct TextFacts {
     pub head_dim: Option<u64>,
     pub vocab_size: Option<u64>,
     pub max_position_embeddings: Option<u64>,
+    /// Routed experts, where decoder layers hold an `experts` module.
+    #[serde(default)]
+    pub experts: Option<DerivedExperts>,
     pub tie_word_embeddings: bool,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize)]
+pub struct DerivedExperts {
+    pub count: u64,
+    pub active: u64,
+    pub intermediate_size: u64,
+    pub sparse_layers: u64,
+    pub shared_intermediate_size: u64,
 }
 
 /// One decoder layer's cache: keys and values (`k`, `v` elements per token, or an MLA latent),
@@ -404,7 +416,13 @@ impl Derived {
                 .iter()
                 .map(|g| g.layers)
                 .fold(0, u64::saturating_add),
-            experts: None,
+            experts: t.experts.map(|e| super::spec::Experts {
+                count: e.count,
+                active: e.active.min(e.count),
+                intermediate_size: e.intermediate_size,
+                sparse_layers: e.sparse_layers.min(t.num_hidden_layers),
+                shared_intermediate_size: e.shared_intermediate_size,
+            }),
             qkv_bias: false,
             qk_norm: false,
             norms_per_layer: 2,

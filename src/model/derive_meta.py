@@ -216,6 +216,27 @@ def main():
         v = getattr(text, name, None)
         return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
+    def first(*names):
+        for n in names:
+            v = get(n)
+            if v:
+                return v
+        return None
+
+    sparse = sum(1 for layer in stack if any(n.endswith("experts") for n, _ in layer.named_modules()))
+    experts = None
+    count = first("num_experts", "num_local_experts", "n_routed_experts")
+    if sparse and count:
+        inter = first("moe_intermediate_size", "expert_intermediate_size", "intermediate_size") or 0
+        shared = first("shared_expert_intermediate_size") or (first("n_shared_experts") or 0) * inter
+        experts = {
+            "count": count,
+            "active": first("num_experts_per_tok", "moe_topk", "top_k") or 1,
+            "intermediate_size": inter,
+            "sparse_layers": sparse,
+            "shared_intermediate_size": shared,
+        }
+
     dtype = getattr(text, "dtype", None) or getattr(cfg, "dtype", None)
     out = {
         "transformers": transformers.__version__,
@@ -240,6 +261,7 @@ def main():
             "head_dim": get("head_dim"),
             "vocab_size": get("vocab_size"),
             "max_position_embeddings": get("max_position_embeddings"),
+            "experts": experts,
             "tie_word_embeddings": bool(model.get_output_embeddings() is not None
                                         and model.get_input_embeddings() is not None
                                         and model.get_output_embeddings().weight is model.get_input_embeddings().weight),
