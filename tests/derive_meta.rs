@@ -188,6 +188,61 @@ fn a_mixture_of_experts_without_a_family_keeps_its_experts() {
     assert_eq!(v["kv_cache_bytes_per_token"], 16 * 2 * 2048 * 2);
 }
 
+/// olmo2 is sized as llama without Python; transformers' Olmo2 normalises q and k over their full
+/// width (4 layers × (512 + 512) more parameters): with --python the plan counts those and says so.
+const OLMO2: &str = r#"{"architectures":["Olmo2ForCausalLM"],"model_type":"olmo2","hidden_size":512,
+ "intermediate_size":1024,"num_hidden_layers":4,"num_attention_heads":8,"num_key_value_heads":8,
+ "vocab_size":1000,"max_position_embeddings":4096,"torch_dtype":"bfloat16","pad_token_id":1,
+ "bos_token_id":null,"eos_token_id":2}"#;
+
+#[test]
+fn where_the_family_and_transformers_differ_the_plan_is_transformers_and_says_both() {
+    let Some(py) = python() else {
+        eprintln!("LLM_OOM_TEST_PYTHON unset: skipped");
+        return;
+    };
+    let home = temp();
+    let config = write(&home.path().join("olmo2").join("config.json"), OLMO2);
+    let plan = |python: bool| {
+        let mut c = llm_oom(home.path());
+        c.args([
+            "plan",
+            "--json",
+            "--vram",
+            "24GiB",
+            "-m",
+            config.to_str().unwrap(),
+        ]);
+        if python {
+            c.arg("--python").arg(&py);
+        }
+        let run: util::Run = c.output().unwrap().into();
+        assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+        json(&run.stdout)
+    };
+    let script = write(&home.path().join("count.py"), COUNT);
+    let counted = std::process::Command::new(&py)
+        .arg(&script)
+        .arg(&config)
+        .output()
+        .unwrap();
+    let counted: u64 = String::from_utf8_lossy(&counted.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    let hand = plan(false);
+    let derived = plan(true);
+    assert_eq!(hand["model"]["parameters"], counted - 4 * (512 + 512));
+    assert_eq!(derived["model"]["parameters"], counted);
+    assert_eq!(derived["weights_bytes"], counted * 2);
+    let notes = derived["notes"].to_string();
+    assert!(notes.contains("hand-written family differs"), "{notes}");
+    assert!(
+        notes.contains(&llm_oom::units::group(counted - 4096)),
+        "{notes}"
+    );
+}
+
 #[test]
 fn a_config_transformers_does_not_know_is_one_line_and_exit_2() {
     let Some(py) = python() else {
