@@ -273,10 +273,13 @@ fn parse(stdout: &str, python: &Path, stderr: &str) -> Result<Derived, DeriveErr
 
 /// Derive from config.json text not on disk (a preset): written to a scratch file first.
 pub fn derive_text(python: &Path, json: &str, timeout: Duration) -> Result<Derived, DeriveError> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
-    let dir = std::env::temp_dir().join(format!("llm-oom-derive-{}-{nanos}", std::process::id()));
+    let dir =
+        std::env::temp_dir().join(format!("llm-oom-derive-{}-{n}-{nanos}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(DeriveError::Scratch)?;
     let path = dir.join("config.json");
     let r = std::fs::write(&path, json)
@@ -465,6 +468,23 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(e, DeriveError::NoTransformers { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_python_that_hangs_is_stopped_and_one_that_is_missing_is_named() {
+        let e = derive_text(Path::new("python3"), "{}", Duration::from_millis(1)).unwrap_err();
+        assert!(matches!(e, DeriveError::Timeout { .. }), "{e}");
+        let e = derive_text(Path::new("/nonexistent/python"), "{}", TIMEOUT).unwrap_err();
+        assert!(matches!(e, DeriveError::Start { .. }), "{e}");
+        assert!(
+            e.to_string().starts_with("--python /nonexistent/python "),
+            "{e}"
+        );
+        // Without torch (the system python3 here, or any): a typed refusal, not a traceback.
+        match derive_text(Path::new("python3"), r#"{"model_type":"llama"}"#, TIMEOUT) {
+            Ok(_) | Err(DeriveError::NoTransformers { .. }) => {}
+            Err(e) => panic!("{e}"),
+        }
     }
 
     #[test]
