@@ -135,6 +135,21 @@ fn an_architecture_without_a_family_is_planned_with_python_and_refused_without()
     let notes = v["notes"].to_string();
     assert!(notes.contains("transformers 5.17"), "{notes}");
     assert!(notes.contains("on the meta device"), "{notes}");
+    // The text report names the source beside the bytes it gave.
+    let text = llm_oom(home.path())
+        .args(["plan", "--vram", "24GiB", "-m", config_arg, "--python"])
+        .arg(&py)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Per token KV cache"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        line.contains("(transformers 5.17") && line.contains("on the meta device)"),
+        "{line}"
+    );
 }
 
 /// OLMoE-1B-7B's shape (olmoe: no hand-written family): 64 routed experts, 8 active, in all 16
