@@ -259,6 +259,31 @@ fn where_the_family_and_transformers_differ_the_plan_is_transformers_and_says_bo
 }
 
 #[test]
+fn fused_attention_projections_still_cache_keys_and_values() {
+    let Some(py) = python() else {
+        eprintln!("LLM_OOM_TEST_PYTHON unset: skipped");
+        return;
+    };
+    // GPT-2's c_attn computes q, k and v in one Conv1D.
+    let d = derive_text(
+        &py,
+        r#"{"model_type":"gpt2","n_embd":128,"n_layer":2,"n_head":4,"vocab_size":500,"n_positions":512}"#,
+        TIMEOUT,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(d.class, "GPT2LMHeadModel");
+    let home = temp();
+    let storage = llm_oom::model::config::storage("{}", &home.path().join("config.json")).unwrap();
+    let spec = d.spec("gpt2", storage).unwrap();
+    // 2 layers × (K + V) × 128 × 2 bytes.
+    assert_eq!(kv_bytes_per_token(&spec, KvDtype::Bf16), 2 * 2 * 128 * 2);
+    assert!(spec
+        .notes
+        .iter()
+        .any(|n| n.contains("fuses its projections")));
+}
+
+#[test]
 fn a_config_transformers_does_not_know_is_one_line_and_exit_2() {
     let Some(py) = python() else {
         eprintln!("LLM_OOM_TEST_PYTHON unset: skipped");

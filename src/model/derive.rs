@@ -117,6 +117,10 @@ pub struct DerivedLayer {
     pub mla: Option<Mla>,
     #[serde(default)]
     pub shared_kv: bool,
+    /// `k` and `v` are the config's KV heads × head_dim: the attention module fuses its
+    /// projections under a name the script does not read (GPT-2's `c_attn`).
+    #[serde(default)]
+    pub from_config: bool,
     pub state: Option<DerivedState>,
 }
 
@@ -396,6 +400,14 @@ impl Derived {
             .filter(|g| g.window.is_some())
             .collect();
         let mut notes = base.notes;
+        let fused = self.layers.iter().filter(|l| l.from_config).count();
+        if fused > 0 {
+            notes.push(format!(
+                "the K/V widths of {fused} layer{} are the config's KV heads × head_dim: their \
+                 attention fuses its projections",
+                if fused == 1 { "" } else { "s" }
+            ));
+        }
         notes.push(format!(
             "`{}` has no hand-written family in llm-oom: parameters and cache are {} ({})",
             self.model_type,

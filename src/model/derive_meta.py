@@ -63,6 +63,12 @@ def attention_of(layer):
     for _, m in layer.named_modules():
         if hasattr(m, "kv_a_proj_with_mqa") or hasattr(m, "k_proj") or hasattr(m, "qkv_proj"):
             return m
+    # Fused projections under other names (GPT-2's c_attn, Falcon's query_key_value): the
+    # attention module by its name; its K/V widths then come from the config.
+    for name, m in layer.named_modules():
+        last = name.rsplit(".", 1)[-1].lower()
+        if last in ("attn", "attention", "self_attn", "self_attention") and "linear" not in name:
+            return m
     return None
 
 
@@ -96,9 +102,13 @@ def kv_of(attn, text):
         k = out_features(attn.k_proj)
         return {"k": k, "v": k}
     head_dim = int(getattr(attn, "head_dim", 0) or text.hidden_size // text.num_attention_heads)
-    q = int(text.num_attention_heads) * head_dim
-    kv = (out_features(attn.qkv_proj) - q) // 2
-    return {"k": kv, "v": kv}
+    if hasattr(attn, "qkv_proj"):
+        q = int(text.num_attention_heads) * head_dim
+        kv = (out_features(attn.qkv_proj) - q) // 2
+        return {"k": kv, "v": kv}
+    heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    kv = int(heads) * head_dim
+    return {"k": kv, "v": kv, "from_config": True}
 
 
 def state_of(mixer):
@@ -272,4 +282,9 @@ def main():
     sys.stdout.write("\n")
 
 
-main()
+try:
+    main()
+except SystemExit:
+    raise
+except Exception as e:  # noqa: BLE001 - one JSON line, never a traceback
+    fail("cannot_read", f"transformers {transformers.__version__} built the model but llm-oom could not read it: {type(e).__name__}: {e}")
