@@ -132,6 +132,12 @@ fn an_architecture_without_a_family_is_planned_with_python_and_refused_without()
     assert_eq!(v["weights_bytes"], counted * 2);
     // 6 layers × (K + V) × 2 KV heads × 32 × 2 bytes, every layer in the 1024-token window.
     assert_eq!(v["kv_cache_bytes_per_token"], 6 * 2 * 2 * 32 * 2);
+    // The cache per layer as the model keeps it.
+    let layers = v["derived"]["layers"].as_array().unwrap();
+    assert_eq!(layers.len(), 6);
+    assert!(layers
+        .iter()
+        .all(|l| l["window"] == 1024 && l["k"] == 64 && l["v"] == 64));
     let notes = v["notes"].to_string();
     assert!(notes.contains("transformers 5.17"), "{notes}");
     assert!(notes.contains("on the meta device"), "{notes}");

@@ -46,8 +46,7 @@ pub struct Derived {
     /// `dtype` of the config (the checkpoint's), when it names one.
     pub config_dtype: Option<String>,
     pub text: TextFacts,
-    /// One entry per decoder layer, in order.
-    #[serde(skip_serializing)]
+    /// One entry per decoder layer, in order: the cache it keeps.
     pub layers: Vec<DerivedLayer>,
 }
 
@@ -106,25 +105,30 @@ pub struct DerivedExperts {
 /// One decoder layer's cache: keys and values (`k`, `v` elements per token, or an MLA latent),
 /// the window of a sliding or chunked layer, or none where the layer reuses another's K/V; and
 /// the recurrent state of a Mamba / linear-attention mixer.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct DerivedLayer {
     /// transformers' `layer_types` entry (`full_attention`, `sliding_attention`, `hybrid`…).
     #[serde(rename = "type")]
     pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub k: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub v: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub window: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub mla: Option<Mla>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shared_kv: bool,
     /// `k` and `v` are the config's KV heads × head_dim: the attention module fuses its
     /// projections under a name the script does not read (GPT-2's `c_attn`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub from_config: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<DerivedState>,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize)]
 pub struct Mla {
     pub kv_lora_rank: u64,
     pub rope_dim: u64,
@@ -132,7 +136,7 @@ pub struct Mla {
     pub full_v: u64,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize)]
 pub struct DerivedState {
     pub conv_channels: u64,
     pub conv_kernel: u64,
