@@ -158,6 +158,63 @@ fn an_architecture_without_a_family_is_planned_with_python_and_refused_without()
     );
 }
 
+#[test]
+fn an_architecture_without_a_family_is_priced_from_the_shards_beside_it() {
+    let Some(py) = python() else {
+        eprintln!("LLM_OOM_TEST_PYTHON unset: skipped");
+        return;
+    };
+    let home = temp();
+    let dir = home.path().join("starcoder2");
+    let config = write(&dir.join("config.json"), STARCODER2);
+    let script = write(&home.path().join("count.py"), COUNT);
+    let counted = std::process::Command::new(&py)
+        .arg(&script)
+        .arg(&config)
+        .output()
+        .unwrap();
+    let counted: u64 = String::from_utf8_lossy(&counted.stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    // One bf16 tensor of as many elements: the checkpoint's own bytes.
+    let header = format!(
+        r#"{{"model.w":{{"dtype":"BF16","shape":[{counted}],"data_offsets":[0,{}]}}}}"#,
+        2 * counted
+    );
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend(header.as_bytes());
+    bytes.resize(bytes.len() + 2 * counted as usize, 0);
+    std::fs::write(dir.join("model.safetensors"), bytes).unwrap();
+    let plan = |json: bool| {
+        let mut c = llm_oom(home.path());
+        c.args([
+            "plan",
+            "--vram",
+            "8GiB",
+            "-m",
+            dir.to_str().unwrap(),
+            "--python",
+        ])
+        .arg(&py);
+        if json {
+            c.arg("--json");
+        }
+        let run: util::Run = c.output().unwrap().into();
+        assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+        run.stdout
+    };
+    let v = json(&plan(true));
+    assert_eq!(v["weights_from"], "safetensors_headers");
+    assert_eq!(v["weights_bytes"], 2 * counted);
+    assert_eq!(v["derived"]["parameters"], counted);
+    let text = plan(false);
+    assert!(
+        text.contains("(the checkpoint's safetensors headers) · cache: transformers 5.17"),
+        "{text}"
+    );
+}
+
 /// OLMoE-1B-7B's shape (olmoe: no hand-written family): 64 routed experts, 8 active, in all 16
 /// layers.
 const OLMOE: &str = r#"{"architectures":["OlmoeForCausalLM"],"model_type":"olmoe","hidden_size":2048,

@@ -316,6 +316,7 @@ fn resolve_model(req: &PlanRequest) -> Result<(ResolvedModel, Option<Derived>)> 
                     path.display()
                 ))
             })?;
+            let mut spec = spec;
             let model = std::path::Path::new(&req.model);
             let kind = if model.is_dir() {
                 SourceKind::Directory
@@ -324,6 +325,13 @@ fn resolve_model(req: &PlanRequest) -> Result<(ResolvedModel, Option<Derived>)> 
             } else {
                 SourceKind::HfCache
             };
+            // The checkpoint's own headers, where its shards lie beside the config, still price
+            // the weights exactly.
+            if kind != SourceKind::HfCache && path.file_name().is_some_and(|n| n == "config.json") {
+                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    crate::model::source::local_checkpoint(&mut spec, dir)?;
+                }
+            }
             let source = ModelSource {
                 kind,
                 path: Some(path),
