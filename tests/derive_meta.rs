@@ -347,6 +347,44 @@ fn fused_attention_projections_still_cache_keys_and_values() {
 }
 
 #[test]
+fn a_field_the_family_refuses_is_planned_as_transformers_builds_it_and_said() {
+    let Some(py) = python() else {
+        eprintln!("LLM_OOM_TEST_PYTHON unset: skipped");
+        return;
+    };
+    let home = temp();
+    // A mistral config with a Mamba field: the family refuses it; transformers' Mistral ignores it.
+    let config = write(
+        &home.path().join("config.json"),
+        r#"{"architectures":["MistralForCausalLM"],"model_type":"mistral","hidden_size":256,
+        "intermediate_size":512,"num_hidden_layers":2,"num_attention_heads":8,"num_key_value_heads":2,
+        "vocab_size":1000,"mamba_d_state":16,"torch_dtype":"bfloat16","bos_token_id":1,"eos_token_id":2}"#,
+    );
+    let path = config.to_str().unwrap();
+    let refused = util::run(home.path(), &["plan", "-m", path, "--vram", "8GiB"]);
+    assert_eq!(refused.code, 2);
+    assert!(
+        refused.stderr.contains("mamba_d_state"),
+        "{}",
+        refused.stderr
+    );
+    let run: util::Run = llm_oom(home.path())
+        .args(["plan", "--json", "-m", path, "--vram", "8GiB", "--python"])
+        .arg(&py)
+        .output()
+        .unwrap()
+        .into();
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let v = json(&run.stdout);
+    assert_eq!(v["derived"]["class"], "MistralForCausalLM");
+    let notes = v["notes"].to_string();
+    assert!(notes.contains("family refuses this config"), "{notes}");
+    assert!(notes.contains("mamba_d_state"), "{notes}");
+    // 2 layers × (K + V) × 2 KV heads × 32 × 2 bytes.
+    assert_eq!(v["kv_cache_bytes_per_token"], 2 * 2 * 2 * 32 * 2);
+}
+
+#[test]
 fn a_config_transformers_does_not_know_is_one_line_and_exit_2() {
     let Some(py) = python() else {
         eprintln!("LLM_OOM_TEST_PYTHON unset: skipped");

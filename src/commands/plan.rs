@@ -302,44 +302,70 @@ fn resolve_model(req: &PlanRequest) -> Result<(ResolvedModel, Option<Derived>)> 
                 Err(e) => Err(e.into()),
             }
         }
+        Err(e) if crate::model::guard::unmodelled(&e).is_some() => {
+            let path = crate::model::guard::unmodelled(&e)
+                .map(std::path::Path::to_path_buf)
+                .unwrap_or_default();
+            let (mut r, d) = from_transformers(req, python, path, "this model".into())?;
+            r.spec.notes.insert(
+                0,
+                format!("llm-oom's hand-written family refuses this config ({e}); sized as transformers builds it"),
+            );
+            Ok((r, d))
+        }
         Err(InputError::UnknownArchitecture { path, arch, .. }) => {
-            let d = derive(python, &path, TIMEOUT)?;
-            let text = std::fs::read_to_string(&path).map_err(|source| InputError::Io {
-                path: path.clone(),
-                source,
-            })?;
-            let storage = crate::model::config::storage(&text, &path)?;
-            let spec = d.spec(&req.model, storage).ok_or_else(|| {
-                InputError::Usage(format!(
-                    "`{arch}` as transformers builds it has more than 10^15 parameters, the most \
-                     llm-oom sizes; check {}",
-                    path.display()
-                ))
-            })?;
-            let mut spec = spec;
-            let model = std::path::Path::new(&req.model);
-            let kind = if model.is_dir() {
-                SourceKind::Directory
-            } else if model.is_file() {
-                SourceKind::ConfigFile
-            } else {
-                SourceKind::HfCache
-            };
-            // The checkpoint's own headers, where its shards lie beside the config, still price
-            // the weights exactly.
-            if kind != SourceKind::HfCache && path.file_name().is_some_and(|n| n == "config.json") {
-                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                    crate::model::source::local_checkpoint(&mut spec, dir)?;
-                }
-            }
-            let source = ModelSource {
-                kind,
-                path: Some(path),
-            };
-            Ok((ResolvedModel { spec, source }, Some(d)))
+            let (mut r, d) = from_transformers(req, python, path, arch.clone())?;
+            r.spec
+                .notes
+                .insert(0, format!("`{arch}` has no hand-written family in llm-oom"));
+            Ok((r, d))
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// A model no hand-written family sizes, as transformers builds it from `path` on the meta device;
+/// the safetensors beside a local config.json still price its weights.
+fn from_transformers(
+    req: &PlanRequest,
+    python: &std::path::Path,
+    path: std::path::PathBuf,
+    arch: String,
+) -> Result<(ResolvedModel, Option<Derived>)> {
+    let d = derive(python, &path, TIMEOUT)?;
+    let text = std::fs::read_to_string(&path).map_err(|source| InputError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    let storage = crate::model::config::storage(&text, &path)?;
+    let spec = d.spec(&req.model, storage).ok_or_else(|| {
+        InputError::Usage(format!(
+            "`{arch}` as transformers builds it has more than 10^15 parameters, the most \
+             llm-oom sizes; check {}",
+            path.display()
+        ))
+    })?;
+    let mut spec = spec;
+    let model = std::path::Path::new(&req.model);
+    let kind = if model.is_dir() {
+        SourceKind::Directory
+    } else if model.is_file() {
+        SourceKind::ConfigFile
+    } else {
+        SourceKind::HfCache
+    };
+    // The checkpoint's own headers, where its shards lie beside the config, still price
+    // the weights exactly.
+    if kind != SourceKind::HfCache && path.file_name().is_some_and(|n| n == "config.json") {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            crate::model::source::local_checkpoint(&mut spec, dir)?;
+        }
+    }
+    let source = ModelSource {
+        kind,
+        path: Some(path),
+    };
+    Ok((ResolvedModel { spec, source }, Some(d)))
 }
 
 /// Hold a hand-written family to what transformers built: where both count the same parameters

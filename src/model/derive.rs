@@ -413,8 +413,7 @@ impl Derived {
             ));
         }
         notes.push(format!(
-            "`{}` has no hand-written family in llm-oom: parameters and cache are {} ({})",
-            self.model_type,
+            "parameters and cache: {} ({})",
             self.source(),
             self.class
         ));
