@@ -134,6 +134,9 @@ pub struct WorkloadRequest {
     pub vllm: crate::estimate::VllmArgs,
     /// `--engine ollama` (or an ollama tag as the model): ollama's knobs; `None` for other engines.
     pub ollama: Option<crate::estimate::ollama::OllamaArgs>,
+    /// `plan --python`: the interpreter whose transformers builds the model on the meta device
+    /// and sizes its parameters and cache (`None`: the config reader's families alone).
+    pub python: Option<std::path::PathBuf>,
 }
 
 /// vLLM's parallel layout as the flags give it; `None` = not given.

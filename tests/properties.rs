@@ -247,6 +247,7 @@ proptest! {
             exact: false,
             vllm: Default::default(),
             ollama: None,
+            python: None,
         };
         let within = prompt <= 10_000_000
             && new <= 10_000_000

@@ -256,6 +256,12 @@ pub struct PlanArgs {
     /// milliseconds). The card is then the memory free for the process.
     #[arg(long)]
     pub exact: bool,
+    /// Size parameters and cache with this Python's transformers: the model is built from its
+    /// config.json on the meta device (no weights, seconds), so an architecture llm-oom has no
+    /// family for is planned too, and a family's counts are checked against it. Only when given
+    /// ($LLM_OOM_PYTHON alone does not turn it on); without it plan reads config.json itself.
+    #[arg(long)]
+    pub python: Option<std::path::PathBuf>,
     /// Host RAM offered for offloaded layers (64GiB…) [default: this machine's MemAvailable]
     #[arg(long, allow_hyphen_values = true)]
     pub host_ram: Option<String>,

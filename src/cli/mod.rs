@@ -44,6 +44,10 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
                 gpus_per_node: count("--gpus-per-node", args.gpus_per_node)?,
             };
             req.exact = args.exact;
+            if let Some(python) = &args.python {
+                llm_oom::probe::launcher::check_python(python)?;
+                req.python = Some(python.clone());
+            }
             req.vllm = llm_oom::estimate::VllmArgs {
                 gpu_memory_utilization: args.gpu_memory_utilization,
                 max_model_len: count("--max-model-len", args.max_model_len)?,
@@ -448,6 +452,7 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
         exact: false,
         vllm: Default::default(),
         ollama: ollama_for(a)?,
+        python: None,
         parallel: Default::default(),
         llama: llm_oom::estimate::LlamaCppArgs {
             ctx_size: a.ctx_size.map(|v| positive("--ctx-size", v)).transpose()?,

@@ -187,6 +187,7 @@ fn from_log(report: &ExplainReport, engine: Engine) -> Option<WorkloadRequest> {
         exact: false,
         vllm: Default::default(),
         ollama: None,
+        python: None,
     })
 }
 

@@ -7,11 +7,13 @@ use crate::budget::card::{self, DeviceFacts};
 use crate::budget::{Budget, Planner, WhatIf};
 use crate::error::InputError;
 use crate::error::Result;
+use crate::estimate::{kv_bytes_per_token, state_bytes};
 use crate::estimate::{
     kv_bytes_per_token_at, CachePolicy, Calibration, Engine, Estimate, LlamaCppArgs, Profile,
     Workload,
 };
-use crate::model::{facts, resolve, ModelFacts, ResolvedModel};
+use crate::model::derive::{derive, derive_text, DeriveError, Derived, TIMEOUT};
+use crate::model::{facts, presets, resolve, ModelFacts, ModelSource, ResolvedModel, SourceKind};
 use crate::placement::accelerate::Place;
 use crate::placement::llamacpp::{fitting_ngl, plan_layers, Split};
 use crate::placement::{fitting_max_memory, plan_auto, vllm, Devices, Fix, Placement};
@@ -67,6 +69,10 @@ pub struct PlanReport {
     /// vLLM on one card: its start-up check (KV cache memory, blocks, concurrency).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vllm_startup: Option<crate::estimate::VllmStartup>,
+    /// With `--python`: the model as transformers built it on the meta device (its version, the
+    /// class, parameters by role and dtype), the source of this plan's parameters and cache.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub derived: Option<Derived>,
     pub notes: Vec<String>,
 }
 
@@ -76,15 +82,23 @@ pub enum WeightsFrom {
     SafetensorsHeaders,
     Gguf,
     Config,
+    /// The tensors transformers built on the meta device (`--python`).
+    TransformersMeta,
 }
 
 impl WeightsFrom {
-    fn of(spec: &crate::model::Spec, dtype: crate::dtype::WeightDtype) -> WeightsFrom {
+    fn of(
+        spec: &crate::model::Spec,
+        dtype: crate::dtype::WeightDtype,
+        derived: bool,
+    ) -> WeightsFrom {
         let native = dtype == spec.native_dtype;
         if spec.gguf.is_some() && native {
             WeightsFrom::Gguf
         } else if spec.checkpoint.is_some() && native {
             WeightsFrom::SafetensorsHeaders
+        } else if derived {
+            WeightsFrom::TransformersMeta
         } else {
             WeightsFrom::Config
         }
@@ -126,7 +140,8 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         .ollama
         .and_then(|_| crate::model::ollama_tags::find(&req.model))
         .filter(|_| !std::path::Path::new(&req.model).exists());
-    let ResolvedModel { spec, source } = resolve(tag.map_or(req.model.as_str(), |t| t.tag.model))?;
+    let model = tag.map_or(req.model.as_str(), |t| t.tag.model);
+    let (ResolvedModel { spec, source }, derived) = resolve_model(req, model)?;
     let mut notes = spec.notes.clone();
     let mut w = req.workload(&spec);
     notes.extend(past_context(&spec, &w));
@@ -317,7 +332,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         // The model's bytes (a GGUF's tensor table); the estimate's `weights` is what of them sits on
         // the GPU (llama.cpp keeps the input embedding in host memory).
         weights_bytes: crate::estimate::weight_bytes(&spec, w.weight_dtype),
-        weights_from: WeightsFrom::of(&spec, w.weight_dtype),
+        weights_from: WeightsFrom::of(&spec, w.weight_dtype, derived.is_some()),
         kv_cache_bytes_per_token: kv_bytes_per_token_at(
             &spec,
             w.kv_dtype,
@@ -332,8 +347,182 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         across_gpus,
         vllm_startup,
         ollama,
+        derived,
         notes,
     })
+}
+
+/// The model as `--model` names it; with `--python`, also as transformers builds it on the meta
+/// device: the source of parameters and cache where no hand-written family claims the
+/// architecture, and the check of the family's counts where one does.
+fn resolve_model(req: &PlanRequest, model: &str) -> Result<(ResolvedModel, Option<Derived>)> {
+    let Some(python) = req.python.as_deref() else {
+        return Ok((resolve(model)?, None));
+    };
+    match resolve(model) {
+        Ok(mut r) => {
+            if r.spec.gguf.is_some() {
+                r.spec.notes.push(
+                    "--python: a GGUF file is sized from its own tensor table; transformers was \
+                     not asked"
+                        .to_string(),
+                );
+                return Ok((r, None));
+            }
+            let built = match (&r.source.path, presets::find(model)) {
+                (Some(path), _) => derive(python, path, TIMEOUT),
+                (None, Some((_, json))) => derive_text(python, json, TIMEOUT),
+                (None, None) => return Ok((r, None)),
+            };
+            match built {
+                Ok(d) => {
+                    let said = adopt(&mut r.spec, &d);
+                    r.spec.notes.push(said);
+                    Ok((r, Some(d)))
+                }
+                Err(DeriveError::Refused { message, .. }) => {
+                    r.spec.notes.push(format!(
+                        "--python: {message}; parameters and cache are llm-oom's hand-written \
+                         family's"
+                    ));
+                    Ok((r, None))
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
+        Err(e) if crate::model::guard::unmodelled(&e).is_some() => {
+            let path = crate::model::guard::unmodelled(&e)
+                .map(std::path::Path::to_path_buf)
+                .unwrap_or_default();
+            let (mut r, d) = from_transformers(req, python, path, "this model".into())?;
+            r.spec.notes.insert(
+                0,
+                format!("llm-oom's hand-written family refuses this config ({e}); sized as transformers builds it"),
+            );
+            Ok((r, d))
+        }
+        Err(InputError::UnknownArchitecture { path, arch, .. }) => {
+            let (mut r, d) = from_transformers(req, python, path, arch.clone())?;
+            r.spec
+                .notes
+                .insert(0, format!("`{arch}` has no hand-written family in llm-oom"));
+            Ok((r, d))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A model no hand-written family sizes, as transformers builds it from `path` on the meta device;
+/// the safetensors beside a local config.json still price its weights.
+fn from_transformers(
+    req: &PlanRequest,
+    python: &std::path::Path,
+    path: std::path::PathBuf,
+    arch: String,
+) -> Result<(ResolvedModel, Option<Derived>)> {
+    let d = derive(python, &path, TIMEOUT)?;
+    let text = std::fs::read_to_string(&path).map_err(|source| InputError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    let storage = crate::model::config::storage(&text, &path)?;
+    let spec = d.spec(&req.model, storage).ok_or_else(|| {
+        InputError::Usage(format!(
+            "`{arch}` as transformers builds it has more than 10^15 parameters, the most \
+             llm-oom sizes; check {}",
+            path.display()
+        ))
+    })?;
+    let mut spec = spec;
+    let model = std::path::Path::new(&req.model);
+    let kind = if model.is_dir() {
+        SourceKind::Directory
+    } else if model.is_file() {
+        SourceKind::ConfigFile
+    } else {
+        SourceKind::HfCache
+    };
+    // The checkpoint's own headers, where its shards lie beside the config, still price
+    // the weights exactly.
+    if kind != SourceKind::HfCache && path.file_name().is_some_and(|n| n == "config.json") {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            crate::model::source::local_checkpoint(&mut spec, dir)?;
+        }
+    }
+    let source = ModelSource {
+        kind,
+        path: Some(path),
+    };
+    Ok((ResolvedModel { spec, source }, Some(d)))
+}
+
+/// Hold a hand-written family to what transformers built: where both count the same parameters
+/// (the language model's, when the family leaves a vision tower out) and cache the same bytes
+/// per token, the family's spec stays and the tower, if any, is added; where they differ, the
+/// derived tensors and cache replace it. The note says which, with both numbers.
+fn adopt(spec: &mut crate::model::Spec, d: &Derived) -> String {
+    use crate::dtype::KvDtype;
+    let source = format!("{} ({})", d.source(), d.class);
+    let Some(layout) = d.to_layout() else {
+        return format!(
+            "--python: {source} is past the parameter bound; parameters and cache are llm-oom's \
+             hand-written family's"
+        );
+    };
+    let hand_params = spec.parameters();
+    let hand_kv = kv_bytes_per_token(spec, KvDtype::Bf16);
+    let hand_state = state_bytes(spec, KvDtype::Bf16, CachePolicy::of(Engine::Transformers));
+    let mut derived_spec = spec.clone();
+    derived_spec.layout = Some(layout.clone());
+    derived_spec.vision = Vec::new();
+    derived_spec.gguf = None;
+    let kv = kv_bytes_per_token(&derived_spec, KvDtype::Bf16);
+    let state = state_bytes(
+        &derived_spec,
+        KvDtype::Bf16,
+        CachePolicy::of(Engine::Transformers),
+    );
+    let vision: Vec<crate::model::TensorGroup> = layout
+        .tensors
+        .iter()
+        .filter(|t| t.role == crate::model::Role::Vision)
+        .copied()
+        .collect();
+    let same_cache = hand_kv == kv && hand_state == state;
+    let group = crate::units::group;
+    if same_cache && hand_params == d.parameters {
+        return format!(
+            "parameters and cache: {source}, {} parameters, {} of KV per token in bf16; llm-oom's \
+             hand-written family agrees",
+            group(d.parameters),
+            crate::units::Bytes(kv)
+        );
+    }
+    if same_cache && spec.vision.is_empty() && hand_params == d.text_parameters() {
+        let tower = d.parameters.saturating_sub(hand_params);
+        spec.vision = vision;
+        return format!(
+            "parameters and cache: {source}, {} parameters with the vision tower's {} (counted \
+             in the weights), {} of KV per token in bf16; llm-oom's hand-written family agrees \
+             on the language model",
+            group(d.parameters),
+            group(tower),
+            crate::units::Bytes(kv)
+        );
+    }
+    spec.layout = Some(layout);
+    spec.vision = Vec::new();
+    format!(
+        "parameters and cache: {source}, {} parameters, {} of KV per token and {} of state per \
+         sequence in bf16; llm-oom's hand-written family differs ({} parameters, {} of KV per \
+         token, {} of state): this plan uses transformers'",
+        group(d.parameters),
+        crate::units::Bytes(kv),
+        crate::units::Bytes(state),
+        group(hand_params),
+        crate::units::Bytes(hand_kv),
+        crate::units::Bytes(hand_state)
+    )
 }
 
 /// The one card of the plan and the host RAM offered (the offload tier).

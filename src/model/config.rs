@@ -59,6 +59,43 @@ pub fn parse_config(text: &str, path: &Path, name: &str) -> Result<Spec, InputEr
     reader.bounded(spec)
 }
 
+/// What config.json says about how the weights are stored, read without a family: for a model
+/// whose shapes come from elsewhere (transformers on the meta device).
+#[derive(Debug, Clone)]
+pub struct Storage {
+    pub native_dtype: crate::dtype::WeightDtype,
+    pub keep_dense: Vec<super::spec::Role>,
+    pub notes: Vec<String>,
+}
+
+/// The storage dtype and quantization of a config.json, as `parse_config` reads them.
+pub fn storage(text: &str, path: &Path) -> Result<Storage, InputError> {
+    let text = python_json(text);
+    let root: Value = serde_json::from_str(&text).map_err(|source| InputError::Json {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let empty = Obj::new();
+    let outer = root.as_object().unwrap_or(&empty);
+    let cfg: &Obj = match outer.get("text_config") {
+        Some(Value::Object(inner)) => inner,
+        _ => outer,
+    };
+    let reader = Reader {
+        cfg,
+        outer,
+        defaults: &empty,
+        path,
+    };
+    let mut notes = Vec::new();
+    let (native_dtype, keep_dense) = super::quant::read(&reader, &mut notes)?;
+    Ok(Storage {
+        native_dtype,
+        keep_dense,
+        notes,
+    })
+}
+
 /// Python's `json` module writes `NaN`, `Infinity` and `-Infinity` bare (mamba2's
 /// `"time_step_limit": [0.0, Infinity]`) and reads them back; strict JSON has no such tokens.
 /// They become `null` here — outside strings only — so such a config parses as Python reads it;

@@ -8,6 +8,18 @@ use serde_json::Value;
 use super::config::Reader;
 use crate::error::InputError;
 
+/// What every refusal of this guard says: `unmodelled` recognises them by it.
+const UNMODELLED: &str = "llm-oom does not model";
+
+/// The config.json a refusal of this guard names, when `e` is one: a field or layer type the
+/// family does not model, which transformers (`plan --python`) may still build.
+pub fn unmodelled(e: &InputError) -> Option<&std::path::Path> {
+    match e {
+        InputError::BadField { path, why, .. } if why.contains(UNMODELLED) => Some(path),
+        _ => None,
+    }
+}
+
 /// Config keys (a trailing `_` = every key with that prefix) that change weights or cache in ways
 /// a uniform decoder does not have, and what they are.
 const MEMORY_FIELDS: &[(&str, &str)] = &[
@@ -100,7 +112,7 @@ pub(crate) fn check(
                     key,
                     v,
                     &format!(
-                        "it means {what}, which llm-oom does not model for `{arch}`; sizing it as a plain decoder would be wrong — plan with a GGUF file of the model or one of `llm-oom plan --list-presets`"
+                        "it means {what}, which {UNMODELLED} for `{arch}`; sizing it as a plain decoder would be wrong — plan with a GGUF file of the model or one of `llm-oom plan --list-presets`"
                     ),
                 ));
             }
@@ -119,9 +131,7 @@ pub(crate) fn check(
             return Err(r.bad(
                 "layer_types",
                 t,
-                &format!(
-                    "llm-oom does not model `{arch}` layers of that type; it cannot size this model"
-                ),
+                &format!("{UNMODELLED} `{arch}` layers of that type; it cannot size this model"),
             ));
         }
     }

@@ -2,6 +2,7 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod derive;
 pub mod facts;
 pub mod families;
 pub mod gguf;

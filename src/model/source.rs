@@ -201,7 +201,7 @@ pub fn resolve(model: &str) -> Result<ResolvedModel, InputError> {
 
 /// The safetensors beside a local config.json: priced from their headers, refused when they
 /// contradict the config, and a note when the index names shards the folder lacks.
-fn local_checkpoint(spec: &mut Spec, dir: &Path) -> Result<(), InputError> {
+pub fn local_checkpoint(spec: &mut Spec, dir: &Path) -> Result<(), InputError> {
     let mut missing = Vec::new();
     let w = checkpoint::from_dir_noting(dir, spec.num_layers, &mut missing)?;
     if let Some(first) = missing.first() {

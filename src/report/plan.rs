@@ -89,14 +89,22 @@ fn text(r: &PlanReport, style: &Style) -> String {
         w.weight_dtype,
         w.kv_dtype
     ));
+    // With --python: "transformers 5.17.0 on the meta device" sized the parameters and the cache.
+    let derived = r.derived.as_ref().map(|d| d.source());
     out.push_str(&format!(
-        "Per token KV cache {} · weights {}{}\n\n",
+        "Per token KV cache {} · weights {}{}{}\n\n",
         Bytes(r.kv_cache_bytes_per_token),
         Bytes(r.weights_bytes),
-        match r.weights_from {
-            WeightsFrom::SafetensorsHeaders => " (the checkpoint's safetensors headers)",
-            WeightsFrom::Gguf => " (the GGUF tensor table)",
-            WeightsFrom::Config => "",
+        match (r.weights_from, &derived) {
+            (WeightsFrom::SafetensorsHeaders, _) =>
+                " (the checkpoint's safetensors headers)".into(),
+            (WeightsFrom::Gguf, _) => " (the GGUF tensor table)".into(),
+            (WeightsFrom::Config, _) | (WeightsFrom::TransformersMeta, None) => String::new(),
+            (WeightsFrom::TransformersMeta, Some(s)) => format!(" ({s})"),
+        },
+        match (r.weights_from, &derived) {
+            (WeightsFrom::TransformersMeta, _) | (_, None) => String::new(),
+            (_, Some(s)) => format!(" · cache: {s}"),
         }
     ));
 
