@@ -22,15 +22,23 @@ CASES = {
     "batch-32": ("llama2-7b", 16.0, 32, 2048, 16, 0, "concurrency"),
     "other-process": ("mistral-7b", None, 4, 8000, 16, 16, "other_process"),
     "long-prompt": ("mistral-7b", 24.0, 1, 40000, 8, 0, "activations"),
-    # A long-lived process serving requests of varied, then growing, prompt lengths (batch 2,
-    # 64 new tokens each) under an 18 GiB cap, until one runs out. Its truth is measured, not
-    # assumed: scripts/gpu/same-oom.sh runs the failing length again in a fresh process and the
-    # whole sequence again with expandable segments (fragmentation only if both then run).
-    "served-ramp": ("mistral-7b", 18.0, 2, 0, 64, 0, "measured"),
+    # A long-lived process serving requests of varied, then growing, prompt lengths until one runs
+    # out (the prompt slot holds where the ramp starts). Its truth is measured, not assumed:
+    # scripts/gpu/same-oom.sh runs the failing length again in a fresh process and the whole
+    # sequence again with expandable segments (fragmentation only if both then run further).
+    "served-ramp": ("mistral-7b", 18.0, 2, 4000, 64, 0, "measured"),
+    "served-ramp-b1": ("llama2-7b", 16.0, 1, 2500, 64, 0, "measured"),
+    "served-ramp-b4": ("mistral-7b", 20.0, 4, 3000, 32, 0, "measured"),
 }
 
-# served-ramp's requests: earlier requests of varied lengths, then a ramp in steps of 128.
-RAMP = [512, 3000, 1024, 4000, 256, 5000, 2048, 700, 4500] + list(range(4000, 20000, 128))
+
+
+def ramp(start):
+    """A served-ramp's requests: earlier ones of varied lengths up to `start`, then a ramp in
+    steps of 256 tokens."""
+    varied = [start // 8, start * 3 // 4, start // 4, start, start // 16, start * 9 // 10,
+              start // 2, start // 6, start * 7 // 8]
+    return varied + list(range(start, 8 * start, 256))
 
 SHAPES = {
     "llama2-7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
@@ -88,20 +96,21 @@ def main():
         with torch.device(dev):
             model = cls._from_config(cfg, dtype=torch.bfloat16)
         model.eval()
-        lengths = [prompt] if a.case != "served-ramp" else (
-            [a.only] if a.only else RAMP[:12] if a.dry_run else RAMP)
+        served = a.case.startswith("served-ramp")
+        lengths = [prompt] if not served else (
+            [a.only] if a.only else ramp(prompt)[:12] if a.dry_run else ramp(prompt))
         if a.dry_run:
             lengths = [min(n, 32) for n in lengths]
         t0 = time.perf_counter()
         for i, n in enumerate(lengths):
-            if a.case == "served-ramp":
+            if served:
                 print("step %d prompt %d batch %d new %d start" % (i, n, batch, new), flush=True)
             ids = torch.randint(0, cfg.vocab_size, (batch, n), device=dev)
             t1 = time.perf_counter()
             with torch.no_grad():
                 model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
                                min_new_tokens=new, do_sample=False)
-            if a.case == "served-ramp":
+            if served:
                 print("step %d prompt %d batch %d new %d ok in %.2f s" % (
                     i, n, batch, new, time.perf_counter() - t1), flush=True)
         print("ran without an OOM in %.1f s" % (time.perf_counter() - t0), flush=True)

@@ -28,14 +28,14 @@ for c in $CASES; do
         timeout 300 "$PY" scripts/gpu/same-oom.py "$c" $DRYARG >"$d/stdout.log" 2>"$d/stderr.log"
     echo $? >"$d/exit_code"
     echo "$c exit $(cat "$d/exit_code") in $(echo "$(date +%s.%N) - $t0" | bc) s; $(ls "$d/snapshot" | tr '\n' ' ')" | tee -a "$OUT/same-oom/summary.txt"
-    if [ "$c" = served-ramp ]; then
+    case "$c" in served-ramp*)
         # The truth of a long-lived process's OOM: the failing length in a fresh process, and the
         # whole sequence with every cached hole returned (expandable segments).
         L=$(grep ' start$' "$d/stdout.log" | tail -1 | awk '{print $4}')
         timeout 300 "$PY" scripts/gpu/same-oom.py "$c" --only "$L" $DRYARG >"$d/fresh.stdout.log" 2>"$d/fresh.stderr.log"
-        echo "served-ramp fresh process at prompt $L: exit $?" | tee -a "$OUT/same-oom/summary.txt"
+        echo "$c fresh process at prompt $L: exit $?" | tee -a "$OUT/same-oom/summary.txt"
         PYTORCH_ALLOC_CONF=expandable_segments:True timeout 300 "$PY" scripts/gpu/same-oom.py "$c" $DRYARG \
             >"$d/expandable.stdout.log" 2>"$d/expandable.stderr.log"
-        echo "served-ramp with expandable_segments: exit $?, last step $(grep ' start$' "$d/expandable.stdout.log" | tail -1)" | tee -a "$OUT/same-oom/summary.txt"
-    fi
+        echo "$c with expandable_segments: exit $?, last step $(grep ' start$' "$d/expandable.stdout.log" | tail -1)" | tee -a "$OUT/same-oom/summary.txt"
+    esac
 done
