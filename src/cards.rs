@@ -1,7 +1,8 @@
 //! The cards people own, by the memory they really report, and what `--vram` means when a person
 //! types it. A "24 GB" card's box is decimal marketing: an RTX 4090 reports 24,564 MiB in
 //! `nvidia-smi` (`memory.total`), not 24 × 10⁹ bytes (22.4 GiB) — reading `24GB` literally would flip
-//! a fit into an OOM. So `24GB` resolves to the 24 GB class's real total, a card name to that
+//! a fit into an OOM. So `24GB` resolves to the smallest real total of the 24 GB class (a range:
+//! an A10 reports 23,028 MiB, an RTX 3090 24,576), a card name to that
 //! card's, and `GiB`/`MiB` stay exact.
 //!
 //! Every total is `nvidia-smi`'s memory.total as quoted in public logs and READMEs (the index's
@@ -170,24 +171,27 @@ pub const CARDS: &[Card] = &[
     ),
 ];
 
-/// The card a person with an "N GB" card most likely has: the smallest common total of that class,
-/// so a plan for the class fits every card in it.
-const CLASSES: &[(u64, &str)] = &[
-    (8, "rtx4060-8g"),
-    (10, "rtx3080"),
-    (11, "rtx2080ti"),
-    (12, "rtx4070"),
-    (16, "rtx4080"),
-    (20, "rtx4000-ada"),
-    (24, "rtx4090"),
-    (32, "rtx5090"),
-    (40, "a100-40g"),
-    (48, "l40s"),
-    (80, "h100"),
-    (94, "h100-nvl"),
-    (96, "rtx-pro-6000"),
-    (141, "h200"),
-];
+/// The sizes people type as `NGB` for a class of cards. A class is a range of real totals (the
+/// "24 GB" cards report 23,028 MiB for an A10 up to 24,576 MiB for an RTX 3090), and a plan for
+/// the class is a plan for its smallest card, so it fits every card in it.
+const CLASSES: &[u64] = &[8, 10, 11, 12, 16, 20, 24, 32, 40, 48, 80, 94, 96, 141];
+
+/// The box size a card is sold as, from its name (`… 24 GB`); Apple's entries are working sets of
+/// shared RAM, not cards of a class.
+fn nominal_gb(card: &Card) -> Option<u64> {
+    if card.name.contains("working set") {
+        return None;
+    }
+    let head = card.name.strip_suffix(" GB")?;
+    head.rsplit(' ').next()?.parse().ok()
+}
+
+/// The cards of the `gb` class, smallest total first.
+fn class(gb: u64) -> Vec<&'static Card> {
+    let mut cards: Vec<&Card> = CARDS.iter().filter(|c| nominal_gb(c) == Some(gb)).collect();
+    cards.sort_by_key(|c| c.mib);
+    cards
+}
 
 /// A card name as people type it, reduced to what tells cards apart: lower case, no spaces,
 /// hyphens or underscores, no vendor or brand prefix (`NVIDIA`, `GeForce`, `AMD`, `Instinct`,
@@ -314,19 +318,33 @@ pub fn parse_card(flag: &str, s: &str) -> Result<Vram, InputError> {
     let lower = t.to_ascii_lowercase();
     if let Some(num) = lower.strip_suffix("gb").map(str::trim) {
         if let Ok(n) = num.parse::<u64>() {
-            if let Some((_, id)) = CLASSES.iter().find(|(gb, _)| *gb == n) {
-                if let Some(card) = find(id) {
-                    return Ok(Vram {
-                        bytes: card.bytes(),
-                        card: true,
-                        resolved: format!(
-                            "{t} → {} class, {} MiB ({} bytes)",
-                            card.name,
-                            group(card.mib),
-                            group(card.bytes())
-                        ),
-                    });
-                }
+            let cards = if CLASSES.contains(&n) {
+                class(n)
+            } else {
+                Vec::new()
+            };
+            if let (Some(small), Some(large)) = (cards.first(), cards.last()) {
+                let range = if small.mib == large.mib {
+                    format!("{} MiB", group(small.mib))
+                } else {
+                    format!(
+                        "{}–{} MiB, {} to {}",
+                        group(small.mib),
+                        group(large.mib),
+                        small.name,
+                        large.name
+                    )
+                };
+                return Ok(Vram {
+                    bytes: small.bytes(),
+                    card: true,
+                    resolved: format!(
+                        "{t} → the {n} GB class ({range}): planned for its smallest, {}, {} MiB ({} bytes)",
+                        small.name,
+                        group(small.mib),
+                        group(small.bytes())
+                    ),
+                });
             }
         }
     }
@@ -386,8 +404,8 @@ mod tests {
     #[test]
     fn a_24_gb_card_is_its_real_total() {
         let v = parse_vram("24GB").unwrap();
-        assert_eq!(v.bytes, 24_564 * MIB);
-        assert!(v.resolved.contains("RTX 4090") && v.resolved.contains("24,564 MiB"));
+        assert_eq!(v.bytes, 23_028 * MIB);
+        assert!(v.resolved.contains("A10") && v.resolved.contains("23,028–24,576 MiB"));
         assert_eq!(parse_vram("rtx4090").unwrap().bytes, 24_564 * MIB);
         assert_eq!(parse_vram("RTX 3090").unwrap().bytes, 24_576 * MIB);
         assert_eq!(parse_vram("h200").unwrap().bytes, 143_771 * MIB);
@@ -425,7 +443,7 @@ mod tests {
         assert_eq!(b("rtx4090"), vec![24_564 * MIB]);
         assert_eq!(
             b("2x24GB,rtx3090"),
-            vec![24_564 * MIB, 24_564 * MIB, 24_576 * MIB]
+            vec![23_028 * MIB, 23_028 * MIB, 24_576 * MIB]
         );
         for bad in ["0x24GiB", "65x24GiB", "2x", "24GiB,,24GiB", "2x24"] {
             assert!(parse_devices(bad).is_err(), "{bad}");
@@ -541,15 +559,31 @@ mod tests {
     }
 
     #[test]
-    fn every_class_names_a_card_of_that_size() {
-        for (gb, id) in CLASSES {
-            let card = find(id).unwrap_or_else(|| panic!("{id}"));
-            let gib = card.mib as f64 / 1024.0;
-            // within what decimal/binary and reserved memory explain
-            assert!(
-                (*gb as f64 * 0.86..*gb as f64 * 1.05).contains(&gib),
-                "{gb} GB → {gib}"
-            );
+    fn every_class_is_planned_for_its_smallest_card() {
+        for gb in CLASSES {
+            let cards = class(*gb);
+            assert!(!cards.is_empty(), "{gb} GB has no card");
+            let v = parse_vram(&format!("{gb}GB")).unwrap_or_else(|e| panic!("{gb}GB: {e}"));
+            for c in &cards {
+                assert!(
+                    v.bytes <= c.bytes(),
+                    "{gb}GB plans {} above {}",
+                    v.bytes,
+                    c.name
+                );
+                // within what decimal/binary and reserved memory explain
+                let gib = c.mib as f64 / 1024.0;
+                assert!(
+                    (*gb as f64 * 0.86..*gb as f64 * 1.05).contains(&gib),
+                    "{} in the {gb} GB class: {gib} GiB",
+                    c.name
+                );
+            }
         }
+        // The case: a plan for "24GB" must hold on an A10 and an L4.
+        let v = parse_vram("24GB").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(v.bytes, 23028 * MIB);
+        assert!(v.resolved.contains("A10"), "{}", v.resolved);
+        assert!(v.resolved.contains("24,576"), "{}", v.resolved);
     }
 }

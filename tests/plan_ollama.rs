@@ -45,13 +45,13 @@ fn engine_ollama_with_a_hub_id_prices_q4_k_m_not_bf16() {
         "--engine",
         "ollama",
         "--vram",
-        "24GB",
+        "rtx4090",
         "--json",
     ]);
     assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
     let j = json(&r.stdout);
     assert_eq!(j["workload"]["weight_dtype"], "q4_k_m");
-    // A 24 GB card is in the 32k tier (23 GiB and up).
+    // An RTX 4090 (24,564 MiB) is in the 32k tier (23 GiB and up).
     assert_eq!(j["ollama"]["num_ctx"], 32_768);
     assert!(
         r.stdout.contains("ollama pulls a Q4_K_M GGUF"),
@@ -122,7 +122,7 @@ fn parallel_slots_multiply_num_ctx_and_a_quant_suffix_is_read() {
         "-m",
         "llama3.1:8b-instruct-q8_0",
         "--vram",
-        "24GB",
+        "rtx4090",
         "--parallel",
         "2",
         "--json",
@@ -145,7 +145,14 @@ fn parallel_slots_multiply_num_ctx_and_a_quant_suffix_is_read() {
 fn an_automatic_context_that_does_not_load_is_retried_lower() {
     // 70B in Q4_K_M on a 24 GB card with 8 GB of host RAM: no split of its layers loads at
     // ollama's 32,768 tokens, so ollama steps down to 4,096 (and still cannot load it).
-    let args = ["-m", "llama3.1:70b", "--vram", "24GB", "--host-ram", "8GB"];
+    let args = [
+        "-m",
+        "llama3.1:70b",
+        "--vram",
+        "rtx4090",
+        "--host-ram",
+        "8GB",
+    ];
     let r = plan(&args);
     assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
     assert!(
