@@ -18,6 +18,10 @@ const CASES: &[(&str, &str)] = &[
     ("batch-32", "concurrency"),
     ("other-process", "other_process"),
     ("long-prompt", "activations"),
+    // A long-lived process serving growing prompts; a fresh process ran the failing prompt and
+    // expandable segments went further (docs/calibration/same-oom-served-ramp-h100-2026-12-06.jsonl).
+    ("served-ramp", "fragmentation"),
+    ("served-ramp-b1", "fragmentation"),
 ];
 
 /// (case, reader, what it answers instead, why). Only answers that are honest about what their
@@ -48,6 +52,33 @@ const KNOWN: &[(&str, &str, &str, &str)] = &[
         "record",
         "activations",
         "as batch-48: the record holds no batch size",
+    ),
+    (
+        "served-ramp",
+        "stderr",
+        "activations",
+        "live tensors fill 93 % of the cap beside 1005 MiB of holes: from one message a long-lived \
+         process's fragmentation looks like the four single runs that outgrew the cap, so it names \
+         the filler at confidence 0.5, fragmentation contributing, and the expandable-segments \
+         rerun that settles it; the progress lines that decide it are on stdout",
+    ),
+    (
+        "served-ramp",
+        "record",
+        "activations",
+        "as its stderr: one record cannot tell a long-lived process (confidence 0.5)",
+    ),
+    (
+        "served-ramp-b1",
+        "stderr",
+        "activations",
+        "as served-ramp: 94 % live beside 885 MiB of holes, at confidence 0.5",
+    ),
+    (
+        "served-ramp-b1",
+        "record",
+        "kv_cache",
+        "as served-ramp: the record names the KV cache that filled the cap, at confidence 0.5",
     ),
 ];
 
@@ -100,11 +131,14 @@ fn watch(home: &Path, case: &str) -> String {
     let d = dir(case);
     let report = home.join(format!("watch-{case}.json"));
     let program = r#"
-import os, shutil, sys
+import os, shutil, sys, time
 d, out = sys.argv[1], os.environ["LLM_OOM_SNAPSHOT_DIR"]
 shutil.copy(os.path.join(d, "snapshot.pickle"), os.path.join(out, "snapshot-1-oom.pickle"))
 shutil.copy(os.path.join(d, "status.json"), os.path.join(out, "status-1.json"))
 sys.stdout.write(open(os.path.join(d, "stdout.log")).read())
+# The run printed its output over seconds before it failed: the output reaches watch first.
+sys.stdout.flush()
+time.sleep(0.3)
 sys.stderr.write(open(os.path.join(d, "stderr.log")).read())
 sys.exit(1)
 "#;

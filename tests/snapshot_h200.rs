@@ -124,10 +124,18 @@ fn the_long_prompt_oom_is_a_40k_prefill_s_mlp_buffer() {
     );
 }
 
+/// Holes made beside a ballast that fills 99 % of the card: from the record alone this cannot be
+/// told from a workload that goes on growing (src/holes.rs), so the answer is unknown — 125 GiB
+/// live outside the model's frames — with fragmentation contributing. With the workload, whose
+/// plan fits the card, it is fragmentation (below).
 #[test]
-fn the_fragmented_allocator_is_fragmentation() {
+fn the_fragmented_allocator_alone_is_unknown_with_fragmentation_contributing() {
     let (_, v) = explain("fragmented");
-    assert_eq!(v["verdict"]["cause"], "fragmentation", "{v}");
+    assert_eq!(v["verdict"]["cause"], "unknown", "{v}");
+    assert_eq!(
+        v["verdict"]["contributing"][0]["cause"], "fragmentation",
+        "{v}"
+    );
     assert_eq!(u(&v["record"]["oom"]["request"]), 64 << 20);
     assert!(u(&v["record"]["slack"]["largest_free_block"]) < 64 << 20);
 }
@@ -147,10 +155,12 @@ fn with_the_workload_each_case_gets_its_cause() {
             &["-p", "512", "-n", "8", "--vram", "12GiB"],
             "weights",
         ),
+        // The prefill's activations filled the card (as the H100's 40k-token run, which ran out
+        // again with every cached hole returned); the plan's KV cache is evidence beside it.
         (
             "long_prompt",
             &["-p", "40000", "-n", "8", "--vram", "24GiB"],
-            "kv_cache",
+            "activations",
         ),
         (
             "batch",

@@ -17,6 +17,7 @@ use crate::snapshot::hook::status_beside;
 use crate::snapshot::read_snapshot;
 use crate::units::Bytes;
 use crate::verdict::predicted::forecast;
+use crate::verdict::rules::Code;
 use crate::verdict::snapshot::from_snapshot;
 use crate::verdict::{Cause, Contributing, Evidence, Verdict};
 
@@ -148,6 +149,7 @@ fn weigh(verdict: &mut Verdict, record: &SnapshotReport, p: &PlanFigures) {
             ),
         });
         verdict.cause = Cause::Concurrency;
+        verdict.rule = Some(Code::R8);
         verdict.summary = format!(
             "concurrency: one sequence fits the {} card and the batch does not (plan: peak {}); the record shows its {part} failing",
             Bytes(p.vram_bytes),
@@ -164,11 +166,38 @@ fn weigh(verdict: &mut Verdict, record: &SnapshotReport, p: &PlanFigures) {
             ),
         });
         verdict.cause = p.cause;
+        verdict.rule = Some(Code::R8);
         verdict.summary = format!(
             "{}: the workload needs {} on the {} card even with the cache in one piece (plan); the allocator's {} of free pieces only made it fail sooner",
             p.cause,
             Bytes(p.peak_bytes),
             Bytes(p.vram_bytes),
+            Bytes(record.slack.cached_free)
+        );
+        return;
+    }
+    // The other way round: the whole workload fits the card in one piece (plan), yet the record
+    // ran out with free pieces that add up to the request and none that holds it — the record
+    // alone could not tell this from a workload that goes on growing; the plan can.
+    let holes = record.oom.as_ref().is_some_and(|o| {
+        o.request > 0
+            && record.slack.cached_free >= o.request
+            && record.slack.largest_free_block < o.request
+    });
+    if p.cause == Cause::None && holes && verdict.cause != Cause::Fragmentation {
+        let was = verdict.cause;
+        verdict
+            .contributing
+            .retain(|c| c.cause != Cause::Fragmentation);
+        verdict.cause = Cause::Fragmentation;
+        verdict.stage = crate::verdict::Stage::Fragmentation;
+        verdict.rule = Some(Code::R8);
+        verdict.confidence = verdict.confidence.max(0.7);
+        verdict.summary = format!(
+            "fragmentation: the workload fits the {} card in one piece (plan: peak {}), yet the request of {} found no free block that large among the {} cached in pieces (the record alone read {was})",
+            Bytes(p.vram_bytes),
+            Bytes(p.peak_bytes),
+            Bytes(record.oom.as_ref().map_or(0, |o| o.request)),
             Bytes(record.slack.cached_free)
         );
     }

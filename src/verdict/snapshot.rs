@@ -72,6 +72,10 @@ pub fn from_snapshot(r: &SnapshotReport) -> Verdict {
         ),
         r.slack.cached_free,
     ));
+    let holes_too = matches!(cause, Cause::Activations | Cause::KvCache)
+        && r.oom
+            .as_ref()
+            .is_some_and(|o| r.slack.cached_free >= o.request && o.request > 0);
     let mut contributing = Vec::new();
     if cause != Cause::Fragmentation
         && r.slack.cached_free >= r.oom.as_ref().map_or(u64::MAX, |o| o.request)
@@ -91,6 +95,10 @@ pub fn from_snapshot(r: &SnapshotReport) -> Verdict {
         confidence: match (r.history, cause) {
             (_, Cause::None) => 0.9,
             (_, Cause::Unknown) => 0.3,
+            // Cached holes that could hold the request beside a filled limit: what filled it is the
+            // likelier cause, but a long-lived process's fragmentation leaves the same record
+            // (rule W2; docs/calibration/same-oom-served-ramp-h100-2026-12-06.jsonl).
+            _ if holes_too => 0.5,
             (true, _) | (false, Cause::Fragmentation) => 0.9,
             (false, _) => 0.5,
         },

@@ -124,14 +124,23 @@ impl WatchReport {
             // The record sees what filled the limit, not how many sequences filled it: when the
             // program's output names a batch, the batch is the sharper answer, and the record
             // stands beside it as evidence.
-            if from_text == Cause::Concurrency
-                && matches!(v.cause, Cause::Activations | Cause::KvCache)
-            {
+            // Likewise when the output shows the same work running before (progress lines) and
+            // the record's cached holes could hold the request: a long-lived process's
+            // fragmentation, which one record cannot tell from a workload that outgrew the limit.
+            let sharper = match from_text {
+                Cause::Concurrency => Some(crate::verdict::rules::Code::W1),
+                Cause::Fragmentation => Some(crate::verdict::rules::Code::W2),
+                _ => None,
+            };
+            if let (Some(code), true) = (
+                sharper,
+                matches!(v.cause, Cause::Activations | Cause::KvCache),
+            ) {
                 self.verdict.evidence.push(Evidence::text(format!(
-                    "PyTorch's record: {} of the batch filled the limit ({})",
+                    "PyTorch's record: {} filled the limit ({})",
                     v.cause, rec.summary.text
                 )));
-                self.verdict.rule = Some(crate::verdict::rules::Code::W1);
+                self.verdict.rule = Some(code);
                 self.torch = Some(t);
                 return;
             }

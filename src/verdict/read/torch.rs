@@ -108,8 +108,26 @@ pub(super) fn torch(a: &mut Ask, t: &TorchOom) -> Decision {
         after_graph_capture,
         model_too_large,
     ];
+    // Holes as large as the request beside live tensors that fill the limit: the part that filled
+    // it is the likelier cause (four H100 runs), but a long-lived process's fragmentation looks
+    // the same from one message (two H100 runs), so no other answer is confident.
+    let holes_too = acc.reserved_unallocated > 0
+        && acc.reserved_unallocated >= acc.request
+        && acc.allocated.is_some_and(|live| {
+            holes::Pool {
+                live,
+                unallocated: acc.reserved_unallocated,
+                request: acc.request,
+                limit: acc.total,
+                steady: false,
+            }
+            .filled()
+        });
     for rule in RULES {
-        if let Some(d) = rule(a, t, &acc) {
+        if let Some(mut d) = rule(a, t, &acc) {
+            if holes_too && !matches!(d.cause, Cause::Fragmentation | Cause::Unknown) {
+                d.confidence = d.confidence.min(0.5);
+            }
             return d;
         }
     }

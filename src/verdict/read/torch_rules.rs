@@ -258,8 +258,12 @@ pub(super) fn fragmentation(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Opti
     // Live tensors above the card (Windows lets the driver spill into shared system memory:
     // LARS-23, 26.4 GiB live on 24) say nothing of how full the card is.
     let slack = acc.live_pct().is_some_and(|p| (88..=100).contains(&p));
-    let fragmented =
-        unalloc >= req && unalloc > 0 && share(5) && contiguous_would_fit(acc, steady(a));
+    // The same work ran and fit before (a serving or training loop's progress lines): holes
+    // beside a filled limit are the long-lived process's fragmentation (two H100 runs: a process
+    // serving growing prompts ran out at 7,840 and 4,548 tokens, which a fresh process ran, and
+    // went 4–5 requests further with expandable segments).
+    let steady = steady(a);
+    let fragmented = unalloc >= req && unalloc > 0 && share(5) && contiguous_would_fit(acc, steady);
     let growth = near(&a.ctx.cache_lines, a.f.line).is_some()
         || batch_line(a).is_some_and(|(_, _, s)| s >= 4096);
     // One forward or backward buffer larger than any weight tensor, named by its frame
@@ -275,11 +279,17 @@ pub(super) fn fragmentation(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Opti
         .is_some();
     // With the card full of live tensors the cache still contributes (the allocator setting
     // would return it), but it is not the cause.
-    if fragmented && !slack && !big_buffer && (!growth || share(10)) {
+    if fragmented && !big_buffer && (steady || (!slack && (!growth || share(10)))) {
         a.remedy(Change::AllocatorSettings, a.engine, Some(unalloc));
         let e = torch_evidence(a, t, acc);
+        let before = if steady {
+            let n = a.ctx.steps_done.iter().filter(|&&l| l < a.f.line).count();
+            format!("; the program printed {n} progress lines before it: the same work ran within this limit")
+        } else {
+            String::new()
+        };
         return Some(Decision::new(Code::P5, Cause::Fragmentation, stage_near(a.ctx, a.f.line), 0.7, format!(
-            "fragmentation: {} is cached by PyTorch but unallocated — more than the {} asked — yet no block is large enough",
+            "fragmentation: {} is cached by PyTorch but unallocated — more than the {} asked — yet no block is large enough{before}",
             Bytes(unalloc), Bytes(req)
         ), e));
     }
@@ -288,7 +298,7 @@ pub(super) fn fragmentation(a: &mut Ask, t: &TorchOom, acc: &Accounting) -> Opti
     let tail = unalloc >= req && unalloc > 0 && share(5) && !fragmented;
     if tail && a.to_decide.is_none() {
         a.to_decide = Some(format!(
-            "run it again with PYTORCH_ALLOC_CONF=expandable_segments:True, which returns the {} of cached holes: if it then runs, the cause was fragmentation; if it runs out again, it is what filled the card (measured: four such runs on an H100 ran out again). `llm-oom watch -- <the command>` records which part filled it",
+            "run it again with PYTORCH_ALLOC_CONF=expandable_segments:True, which returns the {} of cached holes: if it then runs, the cause was fragmentation; if it runs out again, it is what filled the card (measured on an H100: four single runs of that shape ran out again; two long-lived processes serving growing prompts went further). `llm-oom watch -- <the command>` records which part filled it",
             Bytes(unalloc)
         ));
     }

@@ -377,9 +377,15 @@ codes! {
     R7 Record
         r#"A record with allocator history and no `oom` entry: the allocator never failed while it recorded → no OOM."#
         r#"unit test in snapshot::attribute"#;
+    R8 Record
+        r#"With the user's workload (`--model` and its figures), the plan weighs the record: the plan's concurrency over the record's activations or cache (the batch multiplied them); the plan's cause over the record's fragmentation when the workload does not fit even in one piece; fragmentation over what the record names when the whole workload fits the card in one piece and the cached free pieces add up to the request with none that holds it."#
+        r#"H200 records batch (24 × 4,096), long_prompt (40k tokens) and fragmented with their workloads (tests/snapshot_h200.rs)"#;
     W1 Record
         r#"`watch`: when the program's output names a batch (`batch 48 prompt 2048`, rule P6) and the record names the activations or the KV cache that filled the limit, the batch is the sharper answer and the record stands beside it as evidence."#
         r#"H100 same-oom batch-48, batch-32"#;
+    W2 Record
+        r#"`watch`: when the program's output shows the same work running before (progress lines, rule P5's long-lived case) and the record's cached holes could hold the request beside a filled limit, the answer is fragmentation and the record's part stands beside it as evidence: one record cannot tell a long-lived process's holes from a workload that outgrew the limit."#
+        r#"H100 same-oom served-ramp, served-ramp-b1 (a fresh process ran the failing prompt; expandable segments went 4-5 requests further)"#;
     D1 Probe
         r#"A stage ran out and other processes hold memory on the card (no `--vram-limit` emulating a smaller one) such that the stage's need fits the card without them → `other_process`."#
         r#"the H100 run with a second process holding all but 16 GiB (Mistral-7B, batch 4 × 8,000)"#;
