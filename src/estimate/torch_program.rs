@@ -23,7 +23,7 @@ use crate::model::spec::Spec as ModelSpec;
 use crate::units::MIB;
 
 /// The shapes that set every tensor's size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Shape {
     pub hidden: u64,
     pub heads: u64,
@@ -118,7 +118,7 @@ impl Shape {
 }
 
 /// One `generate()` call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Generation {
     pub batch: u64,
     pub prompt: u64,

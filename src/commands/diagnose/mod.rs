@@ -392,12 +392,7 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
     }
     let planner = match (&measured, transformers) {
         (_, true) => corrected,
-        (Some(mm), false) => Planner {
-            pool: false,
-            spec: &prep.spec,
-            vram: capacity,
-            measured: Some(mm),
-        },
+        (Some(mm), false) => Planner::new(&prep.spec, capacity).with_measured(mm),
         (None, false) => profile.on_card(capacity),
     };
     // A budget is claimed only from what ran: a generation stage in transformers, the fit in candle.
