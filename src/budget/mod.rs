@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 
 use crate::dtype::WeightDtype;
-use crate::estimate::torch_program::{on_card, Generation, OnCard, Shape};
+use crate::estimate::torch_program::{lengths, on_card, Generation, Lengths, OnCard, Shape};
 use crate::estimate::{estimate, Engine, Estimate, MeasuredModel, Workload};
 use crate::model::Spec;
 
@@ -85,8 +85,9 @@ pub fn largest(lo: u64, hi: u64, ok: impl Fn(u64) -> bool) -> Option<u64> {
     Some(good)
 }
 
-/// Allocator-model runs already made, by the sequence, the generation and the card.
-type Runs = Arc<Mutex<HashMap<(Shape, Generation, u64), OnCard>>>;
+/// Allocator-model runs already made, by the sequence, the batch, the prompt and the card: each
+/// answers every generation of as many new tokens as it made, or more where it failed.
+type Runs = Arc<Mutex<HashMap<(Shape, u64, u64, u64), Lengths>>>;
 
 pub struct Planner<'a> {
     pub spec: &'a Spec,
@@ -158,17 +159,24 @@ impl<'a> Planner<'a> {
         Some(self.replayed(shape, g))
     }
 
-    /// `on_card` for this card, made once per planner.
+    /// `on_card` for this card, from a run already made of the same batch and prompt where it
+    /// tells (`Lengths::at`), else from a new one, kept.
     fn replayed(&self, shape: Shape, g: Generation) -> OnCard {
-        let key = (shape, g, self.vram);
-        if let Some(run) = self.runs.lock().ok().and_then(|m| m.get(&key).copied()) {
+        let key = (shape, g.batch, g.prompt, self.vram);
+        let kept = self
+            .runs
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&key).and_then(|run| run.at(g.new_tokens)));
+        if let Some(run) = kept {
             return run;
         }
-        let run = on_card(&shape, g, self.vram);
+        let run = lengths(&shape, g, self.vram);
+        let answer = run.at(g.new_tokens);
         if let Ok(mut m) = self.runs.lock() {
             m.insert(key, run);
         }
-        run
+        answer.unwrap_or_else(|| on_card(&shape, g, self.vram))
     }
 
     /// The same model of peaks on another card size.
