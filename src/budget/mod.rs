@@ -4,10 +4,13 @@
 
 pub mod card;
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use serde::Serialize;
 
 use crate::dtype::WeightDtype;
-use crate::estimate::torch_program::{on_card, Generation, OnCard, Shape};
+use crate::estimate::torch_program::{lengths, on_card, Generation, Lengths, OnCard, Shape};
 use crate::estimate::{estimate, Engine, Estimate, MeasuredModel, Workload};
 use crate::model::Spec;
 
@@ -82,6 +85,10 @@ pub fn largest(lo: u64, hi: u64, ok: impl Fn(u64) -> bool) -> Option<u64> {
     Some(good)
 }
 
+/// Allocator-model runs already made, by the sequence, the batch, the prompt and the card: each
+/// answers every generation of as many new tokens as it made, or more where it failed.
+type Runs = Arc<Mutex<HashMap<(Shape, u64, u64, u64), Lengths>>>;
+
 pub struct Planner<'a> {
     pub spec: &'a Spec,
     pub vram: u64,
@@ -91,6 +98,9 @@ pub struct Planner<'a> {
     /// allocator (`estimate::torch_program`) where that sequence is known: `vram` is then the
     /// memory free for transformers' process.
     pub pool: bool,
+    /// The allocator model's runs so far, shared by this planner's copies (`on_card`, threads):
+    /// a run is deterministic, so a repeated question is answered from here.
+    runs: Runs,
 }
 
 /// Past this many new tokens a replay is long (~3,000 events per token of a 7B): the allocator
@@ -105,6 +115,15 @@ impl<'a> Planner<'a> {
             vram,
             measured: None,
             pool: false,
+            runs: Runs::default(),
+        }
+    }
+
+    /// The same planner answering from the probe's measured model.
+    pub fn with_measured(self, m: &'a MeasuredModel) -> Planner<'a> {
+        Planner {
+            measured: Some(m),
+            ..self
         }
     }
 
@@ -137,12 +156,36 @@ impl<'a> Planner<'a> {
         let shape = self.pool_shape(w)?;
         let mut g = generation(w);
         g.new_tokens = g.new_tokens.min(POOL_NEW_TOKENS_EXACT);
-        Some(on_card(&shape, g, self.vram))
+        Some(self.replayed(shape, g))
+    }
+
+    /// `on_card` for this card, from a run already made of the same batch and prompt where it
+    /// tells (`Lengths::at`), else from a new one, kept.
+    fn replayed(&self, shape: Shape, g: Generation) -> OnCard {
+        let key = (shape, g.batch, g.prompt, self.vram);
+        let kept = self
+            .runs
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&key).and_then(|run| run.at(g.new_tokens)));
+        if let Some(run) = kept {
+            return run;
+        }
+        let run = lengths(&shape, g, self.vram);
+        let answer = run.at(g.new_tokens);
+        if let Ok(mut m) = self.runs.lock() {
+            m.insert(key, run);
+        }
+        answer.unwrap_or_else(|| on_card(&shape, g, self.vram))
     }
 
     /// The same model of peaks on another card size.
     pub fn on_card(&self, vram: u64) -> Planner<'a> {
-        Planner { vram, ..*self }
+        Planner {
+            vram,
+            runs: Arc::clone(&self.runs),
+            ..*self
+        }
     }
 
     pub fn estimate(&self, w: &Workload) -> Estimate {
@@ -427,6 +470,83 @@ mod tests {
         let b = pl.budget(&work(1000, 100, 1));
         assert_eq!(b.table[0].max_total_tokens, 32_768);
         assert_eq!(b.table[0].limited_by, Limit::Context);
+    }
+
+    /// Whether `w` fits by the allocator model, asked afresh: each question replays the whole
+    /// sequence (what `Planner::fits` did before it kept its runs).
+    fn fits_afresh(spec: &Spec, vram: u64, w: &Workload) -> bool {
+        let shape = Shape::of(spec, w.engine == Engine::TransformersEager).unwrap();
+        let mut g = generation(w);
+        g.new_tokens = g.new_tokens.min(POOL_NEW_TOKENS_EXACT);
+        let run = on_card(&shape, g, vram);
+        run.ran()
+            && (w.max_new_tokens <= POOL_NEW_TOKENS_EXACT || estimate(spec, w, vram).total <= vram)
+    }
+
+    #[test]
+    fn the_allocator_models_budget_is_the_same_with_its_runs_kept() {
+        let eager = Workload {
+            engine: Engine::TransformersEager,
+            ..work(256, 4, 2)
+        };
+        for (id, vram, w) in [
+            (
+                "HuggingFaceTB/SmolLM2-135M-Instruct",
+                1_300 << 20,
+                work(512, 8, 1),
+            ),
+            ("HuggingFaceTB/SmolLM2-135M-Instruct", 1_200 << 20, eager),
+        ] {
+            let (spec, vram) = planner_for(id, vram);
+            let pl = Planner::new(&spec, vram).with_pool();
+            assert!(pl.pool_shape(&w).is_some(), "{id}");
+            let b = pl.budget(&w);
+            let fits = |w: &Workload| fits_afresh(&spec, vram, w);
+            let shape = Shape::of(&spec, w.engine == Engine::TransformersEager).unwrap();
+            let run = on_card(&shape, generation(&w), vram);
+            assert_eq!(b.peak_bytes, run.peak_on_card(&shape), "{id}");
+            assert_eq!(b.fits, run.ran(), "{id}");
+            let limit = pl.context_limit();
+            let free_ctx = |p: u64, n: u64, batch: u64| Workload {
+                prompt_tokens: p,
+                max_new_tokens: n,
+                batch,
+                ..w
+            };
+            let prompt = largest(1, limit - w.max_new_tokens, |p| {
+                fits(&free_ctx(p, w.max_new_tokens, w.batch))
+            });
+            let new = largest(1, limit - w.prompt_tokens, |n| {
+                fits(&free_ctx(w.prompt_tokens, n, w.batch))
+            });
+            let batch = largest(1, BATCH_CEILING, |c| {
+                fits(&free_ctx(w.prompt_tokens, w.max_new_tokens, c))
+            });
+            assert_eq!(
+                (b.max_prompt_tokens, b.max_new_tokens, b.max_batch),
+                (prompt, new, batch),
+                "{id}"
+            );
+            let totals: Vec<u64> = std::thread::scope(|scope| {
+                let rows: Vec<_> = (b.table.iter())
+                    .map(|row| {
+                        scope.spawn(move || {
+                            largest(2, limit, |t| {
+                                let (p, n) = split_at_ratio(&w, t);
+                                fits(&free_ctx(p, n, row.concurrency))
+                            })
+                        })
+                    })
+                    .collect();
+                rows.into_iter()
+                    .map(|h| h.join().unwrap().unwrap_or(0))
+                    .collect()
+            });
+            let table: Vec<u64> = b.table.iter().map(|r| r.max_total_tokens).collect();
+            assert_eq!(table, totals, "{id}");
+            // something in each case fits and something does not: the searches met an edge
+            assert!(prompt.is_some() && b.table.iter().any(|r| r.limited_by == Limit::Memory));
+        }
     }
 
     #[test]

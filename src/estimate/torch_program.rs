@@ -23,7 +23,7 @@ use crate::model::spec::Spec as ModelSpec;
 use crate::units::MIB;
 
 /// The shapes that set every tensor's size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Shape {
     pub hidden: u64,
     pub heads: u64,
@@ -118,7 +118,7 @@ impl Shape {
 }
 
 /// One `generate()` call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Generation {
     pub batch: u64,
     pub prompt: u64,
@@ -141,6 +141,8 @@ pub trait Sink {
     fn free(&mut self, id: usize);
     /// `torch.cuda.empty_cache()`.
     fn empty_cache(&mut self);
+    /// `generate()` has made `tokens` new tokens: a generation of that many ends here.
+    fn made(&mut self, _tokens: u64) {}
 }
 
 /// Why the sequence stopped early.
@@ -154,6 +156,8 @@ pub struct Stop {
 pub struct Replay {
     pub allocator: CachingAllocator,
     live: Vec<Option<super::torch_alloc::Allocation>>,
+    /// The reserved peak where each new token was made (index 0: the first).
+    made: Vec<u64>,
 }
 
 impl Replay {
@@ -161,6 +165,7 @@ impl Replay {
         Replay {
             allocator: CachingAllocator::new(limit),
             live: Vec::new(),
+            made: Vec::new(),
         }
     }
 }
@@ -181,6 +186,9 @@ impl Sink for Replay {
     }
     fn empty_cache(&mut self) {
         self.allocator.empty_cache();
+    }
+    fn made(&mut self, _tokens: u64) {
+        self.made.push(self.allocator.peak_reserved());
     }
 }
 
@@ -276,6 +284,76 @@ pub fn on_card(shape: &Shape, g: Generation, capacity: u64) -> OnCard {
         short_beside,
         limit,
     }
+}
+
+/// One run of `generate()` read at every length: the sequence of a generation of `n` new tokens
+/// is the first part of a longer one's, up to where its `n`-th token is made, so one replay of the
+/// longest answers every shorter generation of the same batch and prompt exactly as its own
+/// replay would.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lengths {
+    /// The reserved peak where each new token was made.
+    made: Vec<u64>,
+    /// The request that failed after the last token made, with the reserved peak then.
+    failed: Option<(Stop, u64)>,
+    capacity: u64,
+    limit: u64,
+    eager: bool,
+}
+
+/// Replay `g` on a card with `capacity` bytes free for the process, kept for every shorter
+/// generation (`Lengths::at`).
+pub fn lengths(shape: &Shape, g: Generation, capacity: u64) -> Lengths {
+    let limit = pool_limit(shape, capacity);
+    let mut r = Replay::new(limit);
+    let failed = run(shape, g, &mut r).err();
+    Lengths {
+        failed: failed.map(|stop| (stop, r.allocator.peak_reserved())),
+        made: r.made,
+        capacity,
+        limit,
+        eager: shape.eager,
+    }
+}
+
+impl Lengths {
+    /// `on_card` for `new_tokens` new tokens of the same batch and prompt, where this run tells it:
+    /// it made that many tokens, or failed before.
+    pub fn at(&self, new_tokens: u64) -> Option<OnCard> {
+        let n = new_tokens.max(1);
+        let made = u64::try_from(self.made.len()).ok()?;
+        if n <= made {
+            let peak = *self.made.get(usize::try_from(n - 1).ok()?)?;
+            let free = self.capacity.saturating_sub(TORCH_CONTEXT);
+            return Some(OnCard {
+                peak_reserved: peak,
+                failed: None,
+                short_beside: !self.eager
+                    && new_tokens > 1
+                    && free.saturating_sub(peak) < DECODE_BESIDE_SDPA,
+                limit: self.limit,
+            });
+        }
+        self.failed.map(|(stop, peak)| OnCard {
+            peak_reserved: peak,
+            failed: Some(stop),
+            short_beside: false,
+            limit: self.limit,
+        })
+    }
+}
+
+/// The pool's limit on a card with `capacity` bytes free for the process.
+fn pool_limit(shape: &Shape, capacity: u64) -> u64 {
+    let outside = if shape.eager {
+        OUTSIDE_EAGER
+    } else {
+        OUTSIDE_SDPA
+    };
+    capacity
+        .saturating_sub(TORCH_CONTEXT)
+        .saturating_sub(outside)
+        .saturating_sub(super::torch_alloc::DRIVER_RESERVE)
 }
 
 /// Bytes of the bf16/fp16 dtype the model computes in.
@@ -638,6 +716,7 @@ pub fn run<S: Sink>(shape: &Shape, g: Generation, sink: &mut S) -> Result<(), St
         let (z, z1) = (x.a(8)?, x.a(1)?);
         x.f(z);
         x.f(z1);
+        x.sink.made(step);
         if step == g.new_tokens.max(1) {
             break;
         }
@@ -1017,6 +1096,42 @@ mod tests {
         );
         assert_eq!(huge.failed, None);
         assert!(huge.peak_reserved > 0);
+    }
+
+    #[test]
+    fn one_run_answers_every_shorter_generation_as_its_own_replay() {
+        let mut phases = Vec::new();
+        for eager in [false, true] {
+            let s = Shape { eager, ..tiny() };
+            let g = Generation {
+                batch: 8,
+                prompt: 16,
+                new_tokens: 600,
+            };
+            let peak = replay(&s, g, u64::MAX).peak_reserved;
+            let beside = TORCH_CONTEXT
+                + super::super::torch_alloc::DRIVER_RESERVE
+                + if eager { OUTSIDE_EAGER } else { OUTSIDE_SDPA };
+            for short in [0, 1, 2 * MIB + 1, 6 * MIB + 1, peak / 2] {
+                let capacity = beside + peak - short;
+                let all = lengths(&s, g, capacity);
+                // around the last token it made, and across the whole generation
+                let made = all.made.len() as u64;
+                let around = [made.saturating_sub(1), made, made + 1, g.new_tokens];
+                for n in (0..=g.new_tokens).step_by(61).chain(around) {
+                    if n > g.new_tokens {
+                        // longer than the run: it cannot tell unless it failed before
+                        assert_eq!(all.at(n).is_some(), all.failed.is_some());
+                        continue;
+                    }
+                    let alone = on_card(&s, Generation { new_tokens: n, ..g }, capacity);
+                    assert_eq!(all.at(n), Some(alone), "{eager} {short} {n}");
+                }
+                phases.push(on_card(&s, g, capacity).failed.map(|f| f.phase));
+            }
+        }
+        assert!(phases.contains(&None));
+        assert!(phases.iter().any(|p| matches!(p, Some(Phase::Decode(_)))));
     }
 
     #[test]

@@ -28,7 +28,7 @@ use crate::budget::{Budget, Planner};
 use crate::dtype::ComputeDtype;
 use crate::error::{Error, InputError, Result};
 use crate::estimate::candle::Compute;
-use crate::estimate::{kv_bytes_per_token, Engine, MeasuredModel, Workload};
+use crate::estimate::{kv_bytes_per_token, Engine, Estimate, MeasuredModel, Workload};
 use crate::exit::ExitStatus;
 use crate::meter::gpu::GpuInfo;
 use crate::meter::Meter;
@@ -330,8 +330,12 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
     let transformers = model_dir.is_some();
     let capacity = hello.capacity_bytes;
     let profile = Planner::new(&prep.spec, capacity);
+    // The profile's answer for this request, asked once: the decisive run, the budget trial and
+    // the report's prediction read it.
+    let profile_estimate = profile.estimate(&prep.workload);
+    let profile_budget = profile.budget(&prep.workload);
     if transformers {
-        let predicted_peak = profile.estimate(&prep.workload).total;
+        let predicted_peak = profile_estimate.total;
         if let Some(why) = decisive::needed(&m, req.fresh_run, capacity, predicted_peak, b) {
             prep.notes.extend(decisive::run(
                 &mut session,
@@ -373,16 +377,24 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
         &prep.spec,
         corrected_card(&profile, &prep.workload, &points),
     );
+    // The corrected planner's budget, kept while that planner stands.
+    let mut corrected_budget = None;
     if transformers && !req.interrupted() {
-        let budget_of = |p: &Planner| p.budget(&prep.workload).max_prompt_tokens.unwrap_or(0);
-        let trial =
-            decisive::budget_trial_prompt(&m, budget_of(&profile), budget_of(&corrected), p);
+        let budget = corrected.budget(&prep.workload);
+        let trial = decisive::budget_trial_prompt(
+            &m,
+            profile_budget.max_prompt_tokens.unwrap_or(0),
+            budget.max_prompt_tokens.unwrap_or(0),
+            p,
+        );
+        corrected_budget = Some(budget);
         if let Some(at) = trial {
             if let Some((point, note)) =
                 decisive::budget_trial(&mut session, &m, (at, n, b), progress)?
             {
                 prep.notes.push(note);
                 points.push(point);
+                corrected_budget = None;
                 corrected = Planner::new(
                     &prep.spec,
                     corrected_card(&profile, &prep.workload, &points),
@@ -392,12 +404,7 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
     }
     let planner = match (&measured, transformers) {
         (_, true) => corrected,
-        (Some(mm), false) => Planner {
-            pool: false,
-            spec: &prep.spec,
-            vram: capacity,
-            measured: Some(mm),
-        },
+        (Some(mm), false) => Planner::new(&prep.spec, capacity).with_measured(mm),
         (None, false) => profile.on_card(capacity),
     };
     // A budget is claimed only from what ran: a generation stage in transformers, the fit in candle.
@@ -461,11 +468,15 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
         stages: m.stages,
         weights_bytes: m.weights_tensors,
         kv_cache_bytes_per_token: kv_bytes_per_token(&prep.spec, prep.dtype.kv()),
-        budget: priced.then(|| planner.budget(&prep.workload)),
+        budget: priced.then(|| {
+            corrected_budget
+                .filter(|_| transformers)
+                .unwrap_or_else(|| planner.budget(&prep.workload))
+        }),
         measured,
         limits,
         verification,
-        prediction: prediction(&profile, &prep.workload, req.engine),
+        prediction: prediction(&profile, &profile_estimate, &profile_budget, req.engine),
         children,
         per_device,
         warmup_seconds: m.warmup_seconds,
@@ -760,14 +771,14 @@ fn finish(session: Session, notes: &mut Vec<String>) -> Vec<ChildRecord> {
     children
 }
 
-/// The profile's prediction for the user's engine on the same card.
-fn prediction(profile: &Planner, w: &Workload, engine: Engine) -> Prediction {
-    let est = profile.estimate(w);
+/// The profile's prediction for the user's engine on the same card, from its estimate and budget
+/// of the request.
+fn prediction(profile: &Planner, est: &Estimate, budget: &Budget, engine: Engine) -> Prediction {
     Prediction {
         engine,
         peak_bytes: est.total,
         fits: est.total <= profile.vram,
-        max_prompt_tokens: profile.budget(w).max_prompt_tokens,
+        max_prompt_tokens: budget.max_prompt_tokens,
     }
 }
 
