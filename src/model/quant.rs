@@ -188,15 +188,23 @@ fn compressed_tensors(q: &Obj) -> Option<WeightDtype> {
         ("float", 4) if w.get("group_size").and_then(Value::as_u64) == Some(16) => {
             Some(WeightDtype::Nvfp4)
         }
-        // int4/int8 weight-only (W4A16): packed ints with a scale (and a zero) per group.
-        ("int", b) if (2..=8).contains(&b) => Some(WeightDtype::Awq {
-            bits: b as u8,
-            group_size: w
+        // int4/int8 weight-only (W4A16): packed ints with a scale per group, and a zero point
+        // unless the scheme is symmetric.
+        ("int", b) if (2..=8).contains(&b) => {
+            let bits = b as u8;
+            let group_size = w
                 .get("group_size")
                 .and_then(Value::as_u64)
                 .filter(|g| *g > 0)
-                .unwrap_or(128),
-        }),
+                .unwrap_or(128);
+            Some(
+                if w.get("symmetric").and_then(Value::as_bool) == Some(true) {
+                    WeightDtype::IntGroup { bits, group_size }
+                } else {
+                    WeightDtype::Awq { bits, group_size }
+                },
+            )
+        }
         _ => None,
     }
 }
@@ -249,6 +257,10 @@ fn roles_of(pattern: &str) -> Vec<Role> {
         || p.contains("block_sparse_moe.gate")
     {
         out.push(Role::Router);
+    }
+    // The dense MLP (`mlp.gate_proj`…) and shared experts: routed experts stay quantized.
+    if p.contains("shared_expert") || p.contains("mlp\\.(") || p.contains("mlp.gate_proj") {
+        out.extend([Role::MlpGate, Role::MlpUp, Role::MlpDown]);
     }
     if p.contains("mamba") || p.contains("linear_attn") || p.contains("mixer") {
         out.push(Role::Mixer);
