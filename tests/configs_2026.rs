@@ -30,25 +30,66 @@ enum Offline {
     Refused,
 }
 
-/// (directory, model_type, offline).
-const CONFIGS: &[(&str, &str, Offline)] = &[
-    ("deepseek-v3.2", "deepseek_v32", Offline::Refused),
-    ("deepseek-v4-flash", "deepseek_v4", Offline::Refused),
-    ("glm-5.1", "glm_moe_dsa", Offline::Refused),
+/// (directory, model_type, the type named in a refusal, offline, transformers 5.25 builds it).
+type Config = (&'static str, &'static str, &'static str, Offline, bool);
+
+const CONFIGS: &[Config] = &[
+    (
+        "deepseek-v3.2",
+        "deepseek_v32",
+        "deepseek_v32",
+        Offline::Refused,
+        true,
+    ),
+    (
+        "deepseek-v4-flash",
+        "deepseek_v4",
+        "deepseek_v4",
+        Offline::Refused,
+        true,
+    ),
+    (
+        "glm-5.1",
+        "glm_moe_dsa",
+        "glm_moe_dsa",
+        Offline::Refused,
+        true,
+    ),
+    // Sliding layers of 16 KV heads × 256, every sixth layer global with 4 KV heads × 512 whose
+    // keys are its values.
+    (
+        "gemma-4-31b-it",
+        "gemma4",
+        "gemma4_text",
+        Offline::Refused,
+        true,
+    ),
     (
         "kimi-k2.5",
+        "kimi_k25",
         "kimi_k25",
         Offline::Family {
             vision_left_out: true,
         },
+        true,
     ),
-    ("minimax-m2.7", "minimax_m2", Offline::Refused),
+    // A remote-code model: no transformers release knows `mimo_v2`.
+    ("mimo-v2.5", "mimo_v2", "mimo_v2", Offline::Refused, false),
+    (
+        "minimax-m2.7",
+        "minimax_m2",
+        "minimax_m2",
+        Offline::Refused,
+        true,
+    ),
     (
         "qwen3.6-27b",
+        "qwen3_5",
         "qwen3_5",
         Offline::Family {
             vision_left_out: false,
         },
+        true,
     ),
 ];
 
@@ -79,7 +120,7 @@ fn the_manifest_names_every_config_and_its_model_type() {
     let m = json(&manifest);
     let listed = m["configs"].as_array().unwrap();
     assert_eq!(listed.len(), CONFIGS.len());
-    for &(name, model_type, _) in CONFIGS {
+    for &(name, model_type, ..) in CONFIGS {
         let entry = listed
             .iter()
             .find(|e| e["name"] == name)
@@ -93,7 +134,7 @@ fn the_manifest_names_every_config_and_its_model_type() {
 
 #[test]
 fn without_python_each_config_is_planned_or_refused_as_pinned() {
-    for &(name, model_type, offline) in CONFIGS {
+    for &(name, _, refused_as, offline, _) in CONFIGS {
         let out = plan(name, &[]);
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -115,7 +156,7 @@ fn without_python_each_config_is_planned_or_refused_as_pinned() {
                 let line = stderr.trim_end();
                 assert_eq!(line.lines().count(), 1, "{name}: {stderr}");
                 assert!(
-                    line.contains(&format!("no family for `{model_type}`")),
+                    line.contains(&format!("no family for `{refused_as}`")),
                     "{name}: {line}"
                 );
                 // What would make it work is said.
@@ -194,29 +235,49 @@ fn with_transformers_5_25_each_config_is_planned_as_the_meta_device_builds_it() 
         eprintln!("LLM_OOM_TEST_PYTHON_TF525 unset: skipped");
         return;
     };
-    for &(name, _, offline) in CONFIGS {
-        let (params, vision, kv) = script_counts(&py, &dir(name).join("config.json"));
-        let out = plan(name, &["--python".as_ref(), py.as_os_str()]);
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            matches!(out.status.code(), Some(0 | 1)),
-            "{name}: {stdout}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v = json(&stdout);
-        assert_eq!(v["weights_from"], "transformers_meta", "{name}");
-        assert_eq!(v["model"]["parameters"], params, "{name}");
-        assert_eq!(v["derived"]["parameters"], params, "{name}");
-        assert_eq!(v["kv_cache_bytes_per_token"], kv, "{name}");
-        assert!(v["derived"]["transformers"]
-            .as_str()
-            .is_some_and(|t| t.starts_with("5.25")));
-        if let Offline::Family { vision_left_out } = offline {
-            let hand = json(&String::from_utf8_lossy(&plan(name, &[]).stdout));
-            let left_out = if vision_left_out { vision } else { 0 };
-            assert!(!vision_left_out || vision > 0, "{name}");
-            assert_eq!(hand["model"]["parameters"], params - left_out, "{name}");
-            assert_eq!(hand["kv_cache_bytes_per_token"], kv, "{name}");
+    // Each check is mostly two interpreters importing torch: three configs at a time. A failed
+    // check fails the scope (its message printed by the thread that failed).
+    std::thread::scope(|s| {
+        for chunk in CONFIGS.chunks(CONFIGS.len().div_ceil(3)) {
+            let py = &py;
+            s.spawn(move || chunk.iter().for_each(|c| planned_as_built(py, c)));
         }
+    });
+}
+
+fn planned_as_built(py: &Path, &(name, model_type, _, offline, builds): &Config) {
+    let out = plan(name, &["--python".as_ref(), py.as_os_str()]);
+    if !builds {
+        // Refused in one line that names what transformers does not know.
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains(&format!("does not know model_type `{model_type}`")),
+            "{stderr}"
+        );
+        return;
+    }
+    let (params, vision, kv) = script_counts(py, &dir(name).join("config.json"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        matches!(out.status.code(), Some(0 | 1)),
+        "{name}: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json(&stdout);
+    assert_eq!(v["weights_from"], "transformers_meta", "{name}");
+    assert_eq!(v["model"]["parameters"], params, "{name}");
+    assert_eq!(v["derived"]["parameters"], params, "{name}");
+    assert_eq!(v["kv_cache_bytes_per_token"], kv, "{name}");
+    assert!(v["derived"]["transformers"]
+        .as_str()
+        .is_some_and(|t| t.starts_with("5.25")));
+    if let Offline::Family { vision_left_out } = offline {
+        let hand = json(&String::from_utf8_lossy(&plan(name, &[]).stdout));
+        let left_out = if vision_left_out { vision } else { 0 };
+        assert!(!vision_left_out || vision > 0, "{name}");
+        assert_eq!(hand["model"]["parameters"], params - left_out, "{name}");
+        assert_eq!(hand["kv_cache_bytes_per_token"], kv, "{name}");
     }
 }
