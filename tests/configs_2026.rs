@@ -82,6 +82,14 @@ const CONFIGS: &[Config] = &[
         Offline::Refused,
         true,
     ),
+    // Mamba-2 layers, MoE layers and six attention layers, pattern `MEMEM*E…`.
+    (
+        "nemotron-3-nano-30b-a3b",
+        "nemotron_h",
+        "nemotron_h",
+        Offline::Refused,
+        true,
+    ),
     (
         "qwen3.6-27b",
         "qwen3_5",
