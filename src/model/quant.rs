@@ -267,3 +267,52 @@ fn roles_of(pattern: &str) -> Vec<Role> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(text: &str) -> Obj {
+        match serde_json::from_str(text) {
+            Ok(Value::Object(o)) => o,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn int4(symmetric: bool) -> Obj {
+        obj(&format!(
+            r#"{{"quant_method": "compressed-tensors", "format": "pack-quantized",
+                "config_groups": {{"group_0": {{"targets": ["Linear"], "weights":
+                {{"num_bits": 4, "type": "int", "group_size": 32, "strategy": "group",
+                  "symmetric": {symmetric}}}}}}}}}"#
+        ))
+    }
+
+    #[test]
+    fn symmetric_int_groups_have_no_zero_point_and_asymmetric_ones_do() {
+        assert_eq!(
+            compressed_tensors(&int4(true)),
+            Some(WeightDtype::IntGroup {
+                bits: 4,
+                group_size: 32
+            })
+        );
+        assert_eq!(
+            compressed_tensors(&int4(false)),
+            Some(WeightDtype::Awq {
+                bits: 4,
+                group_size: 32
+            })
+        );
+    }
+
+    #[test]
+    fn ignore_patterns_for_shared_experts_and_the_dense_mlp_keep_mlp_roles() {
+        let mlp = [Role::MlpGate, Role::MlpUp, Role::MlpDown];
+        assert_eq!(roles_of("re:.*shared_experts.*"), mlp);
+        assert_eq!(roles_of(r"re:.*mlp\.(gate|up|gate_up|down)_proj.*"), mlp);
+        assert!(roles_of("re:.*self_attn.*").contains(&Role::AttnK));
+        // One layer's module names no role apart.
+        assert!(roles_of("model.layers.0.mlp.experts.3.up_proj").is_empty());
+    }
+}
