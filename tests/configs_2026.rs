@@ -183,6 +183,14 @@ fn kimi_k2_5_sizes_its_int4_experts_as_the_checkpoint_stores_them() {
     let out = plan("kimi-k2.5", &[]);
     let v = json(&String::from_utf8_lossy(&out.stdout));
     assert_eq!(v["model"]["native_dtype"], "int4-g32");
+    // The MoonViT tower in `vision_config` is said to be left out, not left out silently.
+    assert!(
+        v["notes"]
+            .to_string()
+            .contains("vision tower in `vision_config` is not counted"),
+        "{}",
+        v["notes"]
+    );
 
     let (h, moe, experts, sparse): (u64, u64, u64, u64) = (7168, 2048, 384, 60);
     let modules = sparse * experts * 3;
@@ -287,5 +295,11 @@ fn planned_as_built(py: &Path, &(name, model_type, _, offline, builds): &Config)
         assert!(!vision_left_out || vision > 0, "{name}");
         assert_eq!(hand["model"]["parameters"], params - left_out, "{name}");
         assert_eq!(hand["kv_cache_bytes_per_token"], kv, "{name}");
+        // With transformers the tower is counted, and no note says otherwise.
+        assert!(
+            !v["notes"].to_string().contains("is not counted"),
+            "{}",
+            v["notes"]
+        );
     }
 }
