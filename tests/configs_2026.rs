@@ -8,8 +8,9 @@
 //!
 //! With LLM_OOM_TEST_PYTHON_TF525 — a Python with torch and transformers 5.25, or a script that
 //! runs one (for example `PYTHONPATH=~/.cache/tf525 exec ~/.cache/llm-oom-venv/bin/python "$@"`
-//! after `pip install --no-deps --target ~/.cache/tf525 transformers==5.25.0 huggingface-hub
-//! httpx2 httpcore2 truststore`) — every config is planned with `--python`, and its parameter
+//! after `pip install --no-deps --target ~/.cache/tf525 transformers==5.25.0
+//! 'huggingface-hub>=2.4,<3' httpx2 httpcore2==2.17.0 truststore`, the venv's torch 2.11 left as
+//! it is) — every config is planned with `--python`, and its parameter
 //! count and KV bytes per token equal what the embedded meta-device script reports for it; where
 //! a hand-written family claims the config, the family's offline count equals it too, less the
 //! vision tower it leaves out.
