@@ -81,6 +81,13 @@ pub enum WeightDtype {
         bits: u8,
         group_size: u64,
     },
+    /// Symmetric integers packed with a 16-bit scale per group and no zero point, plus the
+    /// original shape (two int32) per tensor: compressed-tensors `pack-quantized` with
+    /// `symmetric: true` (Kimi-K2.5's INT4 experts).
+    IntGroup {
+        bits: u8,
+        group_size: u64,
+    },
     /// A llama.cpp quantization mix (what `llama-quantize` would produce).
     Gguf(GgufMix),
     /// FP8 (e4m3) weights, one byte each, with f32 scales per tensor, per output row or per block
@@ -123,7 +130,10 @@ impl WeightDtype {
     pub fn compute_kv_dtype(self) -> KvDtype {
         match self {
             WeightDtype::F32 => KvDtype::F32,
-            WeightDtype::F16 | WeightDtype::Gptq { .. } | WeightDtype::Awq { .. } => KvDtype::F16,
+            WeightDtype::F16
+            | WeightDtype::Gptq { .. }
+            | WeightDtype::Awq { .. }
+            | WeightDtype::IntGroup { .. } => KvDtype::F16,
             WeightDtype::Gguf(_) => KvDtype::F16,
             _ => KvDtype::Bf16,
         }
@@ -185,6 +195,7 @@ impl fmt::Display for WeightDtype {
             } => f.write_str("fp4 (no double quant)"),
             WeightDtype::Gptq { bits, group_size } => write!(f, "gptq-{bits}bit-g{group_size}"),
             WeightDtype::Awq { bits, group_size } => write!(f, "awq-{bits}bit-g{group_size}"),
+            WeightDtype::IntGroup { bits, group_size } => write!(f, "int{bits}-g{group_size}"),
             WeightDtype::Gguf(m) => f.write_str(match m {
                 GgufMix::Q8_0 => "q8_0",
                 GgufMix::Q6K => "q6_k",

@@ -490,6 +490,11 @@ fn adopt(spec: &mut crate::model::Spec, d: &Derived) -> String {
         .collect();
     let same_cache = hand_kv == kv && hand_state == state;
     let group = crate::units::group;
+    // From here on the plan's weights hold transformers' vision tower, whichever branch is taken.
+    if !vision.is_empty() {
+        spec.notes
+            .retain(|n| n != crate::model::config::VISION_NOT_COUNTED);
+    }
     if same_cache && hand_params == d.parameters {
         return format!(
             "parameters and cache: {source}, {} parameters, {} of KV per token in bf16; llm-oom's \

@@ -53,13 +53,17 @@ pub fn group_bytes(spec: &Spec, t: &TensorGroup, dtype: WeightDtype) -> u64 {
         // transformers' bitsandbytes integration keeps the embeddings and lm_head in 16 bits.
         _ if !t.role.is_linear() => params * dense,
         // What the checkpoint's own `modules_to_not_convert` / `ignore` keeps in 16 bits.
-        _ if dtype == spec.native_dtype && spec.keep_dense.contains(&t.role) => params * dense,
-        // FP8, MXFP4, NVFP4 and HQQ checkpoints leave routers (DeepSeek's is not an nn.Linear;
-        // the others list it in their ignore lists) in 16 bits.
+        // A pattern naming MLP projections keeps the dense and shared ones, never routed experts.
+        _ if dtype == spec.native_dtype && spec.keep_dense.contains(&t.role) && !t.routed => {
+            params * dense
+        }
+        // FP8, MXFP4, NVFP4, HQQ and compressed-tensors integer checkpoints leave routers
+        // (DeepSeek's is not an nn.Linear; the others list it in their ignore lists) in 16 bits.
         WeightDtype::Fp8 { .. }
         | WeightDtype::Mxfp4
         | WeightDtype::Nvfp4
         | WeightDtype::Hqq { .. }
+        | WeightDtype::IntGroup { .. }
             if t.role == Role::Router =>
         {
             params * dense
@@ -106,6 +110,11 @@ pub fn group_bytes(spec: &Spec, t: &TensorGroup, dtype: WeightDtype) -> u64 {
             let groups = rows * s(t.cols.div_ceil(group_size.max(1)));
             let b = bits as u64;
             count * (packed(n, b) + groups * s(2) + packed(groups.0, b))
+        }
+        // Packed ints, a 16-bit scale per (output, group), the int32 [rows, cols] shape.
+        WeightDtype::IntGroup { bits, group_size } => {
+            let groups = rows * s(t.cols.div_ceil(group_size.max(1)));
+            count * (packed(n, bits as u64) + groups * s(2) + s(8))
         }
     };
     bytes.0

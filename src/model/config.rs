@@ -10,6 +10,9 @@ use crate::error::InputError;
 
 type Obj = Map<String, Value>;
 
+/// The note on a config whose vision tower no family counts (dropped where transformers counts it).
+pub const VISION_NOT_COUNTED: &str = "the vision tower in `vision_config` is not counted: the language model is sized; `plan --python` counts the tower as transformers builds it";
+
 /// Parse config.json text. `path` is only used in messages; `name` is what reports call the model.
 pub fn parse_config(text: &str, path: &Path, name: &str) -> Result<Spec, InputError> {
     let text = python_json(text);
@@ -55,6 +58,12 @@ pub fn parse_config(text: &str, path: &Path, name: &str) -> Result<Spec, InputEr
             crate::units::group(params)
         ));
         spec.vision = vision;
+    }
+    // A vision tower no family counts (Kimi-K2.5's MoonViT, Gemma-3's SigLIP) is said, not
+    // silently left out.
+    let tower = outer.get("vision_config").is_some_and(Value::is_object);
+    if tower && spec.vision.is_empty() && !spec.notes.iter().any(|n| n.contains("vision")) {
+        spec.notes.push(VISION_NOT_COUNTED.into());
     }
     reader.bounded(spec)
 }

@@ -79,6 +79,15 @@ def mixer_of(layer):
     return None
 
 
+def attr(cfg, name):
+    """A config attribute, or None where it has none or no single value (transformers 5.2x raises
+    for an attribute that varies per layer, Gemma-4's `num_key_value_heads`)."""
+    try:
+        return getattr(cfg, name, None)
+    except Exception:  # noqa: BLE001
+        return None
+
+
 def out_features(m):
     return int(getattr(m, "out_features", 0) or m.weight.shape[0])
 
@@ -96,9 +105,10 @@ def kv_of(attn, text):
                 "full_v": heads * int(getattr(text, "v_head_dim")),
             }
         }
-    if hasattr(attn, "k_proj") and hasattr(attn, "v_proj"):
+    # Gemma-4's full-attention layers set `v_proj = None`: their keys are their values.
+    if getattr(attn, "k_proj", None) is not None and getattr(attn, "v_proj", None) is not None:
         return {"k": out_features(attn.k_proj), "v": out_features(attn.v_proj)}
-    if hasattr(attn, "k_proj"):  # keys reused as values (a K=V layer)
+    if getattr(attn, "k_proj", None) is not None:  # keys reused as values (a K=V layer)
         k = out_features(attn.k_proj)
         return {"k": k, "v": k}
     head_dim = int(getattr(attn, "head_dim", 0) or text.hidden_size // text.num_attention_heads)
@@ -106,7 +116,7 @@ def kv_of(attn, text):
         q = int(text.num_attention_heads) * head_dim
         kv = (out_features(attn.qkv_proj) - q) // 2
         return {"k": kv, "v": kv}
-    heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    heads = attr(text, "num_key_value_heads") or text.num_attention_heads
     kv = int(heads) * head_dim
     return {"k": kv, "v": kv, "from_config": True}
 
@@ -223,7 +233,7 @@ def main():
         layers.append(row)
 
     def get(name):
-        v = getattr(text, name, None)
+        v = attr(text, name)
         return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
     def first(*names):

@@ -188,15 +188,23 @@ fn compressed_tensors(q: &Obj) -> Option<WeightDtype> {
         ("float", 4) if w.get("group_size").and_then(Value::as_u64) == Some(16) => {
             Some(WeightDtype::Nvfp4)
         }
-        // int4/int8 weight-only (W4A16): packed ints with a scale (and a zero) per group.
-        ("int", b) if (2..=8).contains(&b) => Some(WeightDtype::Awq {
-            bits: b as u8,
-            group_size: w
+        // int4/int8 weight-only (W4A16): packed ints with a scale per group, and a zero point
+        // unless the scheme is symmetric.
+        ("int", b) if (2..=8).contains(&b) => {
+            let bits = b as u8;
+            let group_size = w
                 .get("group_size")
                 .and_then(Value::as_u64)
                 .filter(|g| *g > 0)
-                .unwrap_or(128),
-        }),
+                .unwrap_or(128);
+            Some(
+                if w.get("symmetric").and_then(Value::as_bool) == Some(true) {
+                    WeightDtype::IntGroup { bits, group_size }
+                } else {
+                    WeightDtype::Awq { bits, group_size }
+                },
+            )
+        }
         _ => None,
     }
 }
@@ -250,8 +258,61 @@ fn roles_of(pattern: &str) -> Vec<Role> {
     {
         out.push(Role::Router);
     }
+    // The dense MLP (`mlp.gate_proj`…) and shared experts: routed experts stay quantized.
+    if p.contains("shared_expert") || p.contains("mlp\\.(") || p.contains("mlp.gate_proj") {
+        out.extend([Role::MlpGate, Role::MlpUp, Role::MlpDown]);
+    }
     if p.contains("mamba") || p.contains("linear_attn") || p.contains("mixer") {
         out.push(Role::Mixer);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(text: &str) -> Obj {
+        match serde_json::from_str(text) {
+            Ok(Value::Object(o)) => o,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn int4(symmetric: bool) -> Obj {
+        obj(&format!(
+            r#"{{"quant_method": "compressed-tensors", "format": "pack-quantized",
+                "config_groups": {{"group_0": {{"targets": ["Linear"], "weights":
+                {{"num_bits": 4, "type": "int", "group_size": 32, "strategy": "group",
+                  "symmetric": {symmetric}}}}}}}}}"#
+        ))
+    }
+
+    #[test]
+    fn symmetric_int_groups_have_no_zero_point_and_asymmetric_ones_do() {
+        assert_eq!(
+            compressed_tensors(&int4(true)),
+            Some(WeightDtype::IntGroup {
+                bits: 4,
+                group_size: 32
+            })
+        );
+        assert_eq!(
+            compressed_tensors(&int4(false)),
+            Some(WeightDtype::Awq {
+                bits: 4,
+                group_size: 32
+            })
+        );
+    }
+
+    #[test]
+    fn ignore_patterns_for_shared_experts_and_the_dense_mlp_keep_mlp_roles() {
+        let mlp = [Role::MlpGate, Role::MlpUp, Role::MlpDown];
+        assert_eq!(roles_of("re:.*shared_experts.*"), mlp);
+        assert_eq!(roles_of(r"re:.*mlp\.(gate|up|gate_up|down)_proj.*"), mlp);
+        assert!(roles_of("re:.*self_attn.*").contains(&Role::AttnK));
+        // One layer's module names no role apart.
+        assert!(roles_of("model.layers.0.mlp.experts.3.up_proj").is_empty());
+    }
 }

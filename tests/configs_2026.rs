@@ -1,0 +1,306 @@
+//! The real configs of models released in 2026 (tests/fixtures/configs-2026, sources in its
+//! manifest.json) planned by the real binary.
+//!
+//! Without a Python: each is either planned offline by a hand-written family or refused with the
+//! one-line refusal and exit code 2 — which one is pinned per config, so the list of refused
+//! architectures is written down here. Kimi-K2.5's INT4 experts are priced as its checkpoint
+//! stores them, against a hand computation from the checkpoint's own tensor table.
+//!
+//! With LLM_OOM_TEST_PYTHON_TF525 — a Python with torch and transformers 5.25, or a script that
+//! runs one (for example `PYTHONPATH=~/.cache/tf525 exec ~/.cache/llm-oom-venv/bin/python "$@"`
+//! after `pip install --no-deps --target ~/.cache/tf525 transformers==5.25.0
+//! 'huggingface-hub>=2.4,<3' httpx2 httpcore2==2.17.0 truststore`, the venv's torch 2.11 left as
+//! it is) — every config is planned with `--python`, and its parameter
+//! count and KV bytes per token equal what the embedded meta-device script reports for it; where
+//! a hand-written family claims the config, the family's offline count equals it too, less the
+//! vision tower it leaves out.
+
+mod util;
+
+use std::path::{Path, PathBuf};
+
+use util::{json, llm_oom, temp};
+
+/// How `plan` without a Python treats a config.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Offline {
+    /// A hand-written family sizes it: its parameter count equals transformers' less
+    /// `vision_left_out` (the vision tower the family does not count).
+    Family { vision_left_out: bool },
+    /// No family: refused in one line, exit code 2.
+    Refused,
+}
+
+/// (directory, model_type, the type named in a refusal, offline, transformers 5.25 builds it).
+type Config = (&'static str, &'static str, &'static str, Offline, bool);
+
+const CONFIGS: &[Config] = &[
+    (
+        "deepseek-v3.2",
+        "deepseek_v32",
+        "deepseek_v32",
+        Offline::Refused,
+        true,
+    ),
+    (
+        "deepseek-v4-flash",
+        "deepseek_v4",
+        "deepseek_v4",
+        Offline::Refused,
+        true,
+    ),
+    (
+        "glm-5.1",
+        "glm_moe_dsa",
+        "glm_moe_dsa",
+        Offline::Refused,
+        true,
+    ),
+    // Sliding layers of 16 KV heads × 256, every sixth layer global with 4 KV heads × 512 whose
+    // keys are its values.
+    (
+        "gemma-4-31b-it",
+        "gemma4",
+        "gemma4_text",
+        Offline::Refused,
+        true,
+    ),
+    (
+        "kimi-k2.5",
+        "kimi_k25",
+        "kimi_k25",
+        Offline::Family {
+            vision_left_out: true,
+        },
+        true,
+    ),
+    // A remote-code model: no transformers release knows `mimo_v2`.
+    ("mimo-v2.5", "mimo_v2", "mimo_v2", Offline::Refused, false),
+    (
+        "minimax-m2.7",
+        "minimax_m2",
+        "minimax_m2",
+        Offline::Refused,
+        true,
+    ),
+    // Mamba-2 layers, MoE layers and six attention layers, pattern `MEMEM*E…`.
+    (
+        "nemotron-3-nano-30b-a3b",
+        "nemotron_h",
+        "nemotron_h",
+        Offline::Refused,
+        true,
+    ),
+    (
+        "qwen3.6-27b",
+        "qwen3_5",
+        "qwen3_5",
+        Offline::Family {
+            vision_left_out: false,
+        },
+        true,
+    ),
+];
+
+fn dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/configs-2026")
+        .join(name)
+}
+
+fn python() -> Option<PathBuf> {
+    std::env::var_os("LLM_OOM_TEST_PYTHON_TF525").map(PathBuf::from)
+}
+
+/// `plan --json` on an 8×H200 budget (what these models are run on); `extra` adds `--python`.
+fn plan(name: &str, extra: &[&std::ffi::OsStr]) -> std::process::Output {
+    let home = temp();
+    llm_oom(home.path())
+        .args(["plan", "--json", "--vram", "1120GiB", "-m"])
+        .arg(dir(name))
+        .args(extra)
+        .output()
+        .expect("the binary runs")
+}
+
+#[test]
+fn the_manifest_names_every_config_and_its_model_type() {
+    let manifest = std::fs::read_to_string(dir("manifest.json")).unwrap();
+    let m = json(&manifest);
+    let listed = m["configs"].as_array().unwrap();
+    assert_eq!(listed.len(), CONFIGS.len());
+    for &(name, model_type, ..) in CONFIGS {
+        let entry = listed
+            .iter()
+            .find(|e| e["name"] == name)
+            .unwrap_or_else(|| panic!("{name} is not in the manifest"));
+        assert_eq!(entry["model_type"], model_type, "{name}");
+        assert!(entry["source"].as_str().is_some_and(|s| !s.is_empty()));
+        let config = std::fs::read_to_string(dir(name).join("config.json")).unwrap();
+        assert_eq!(json(&config)["model_type"], model_type, "{name}");
+    }
+}
+
+#[test]
+fn without_python_each_config_is_planned_or_refused_as_pinned() {
+    for &(name, _, refused_as, offline, _) in CONFIGS {
+        let out = plan(name, &[]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        match offline {
+            Offline::Family { .. } => {
+                // 0 fits, 1 does not: either way a plan.
+                assert!(matches!(out.status.code(), Some(0 | 1)), "{name}: {stderr}");
+                let v = json(&stdout);
+                assert!(v["model"]["parameters"].as_u64().unwrap() > 0, "{name}");
+                assert!(
+                    v["kv_cache_bytes_per_token"].as_u64().unwrap() > 0,
+                    "{name}"
+                );
+                assert_eq!(v["weights_from"], "config", "{name}");
+            }
+            Offline::Refused => {
+                assert_eq!(out.status.code(), Some(2), "{name}: {stdout}{stderr}");
+                assert!(stdout.is_empty(), "{name}: {stdout}");
+                let line = stderr.trim_end();
+                assert_eq!(line.lines().count(), 1, "{name}: {stderr}");
+                assert!(
+                    line.contains(&format!("no family for `{refused_as}`")),
+                    "{name}: {line}"
+                );
+                // What would make it work is said.
+                assert!(line.contains("plan a model of a listed type"), "{line}");
+            }
+        }
+    }
+}
+
+/// Kimi-K2.5's checkpoint (its tensor table in the manifest's source): each routed expert
+/// projection is int32-packed INT4 (two per byte), a bf16 scale per 32 inputs of each output
+/// row, and an int32 [2] `weight_shape`; everything else (attention, the dense first layer,
+/// the shared experts, the router, embeddings, lm_head, norms) stays bf16.
+#[test]
+fn kimi_k2_5_sizes_its_int4_experts_as_the_checkpoint_stores_them() {
+    let out = plan("kimi-k2.5", &[]);
+    let v = json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(v["model"]["native_dtype"], "int4-g32");
+    // The MoonViT tower in `vision_config` is said to be left out, not left out silently.
+    assert!(
+        v["notes"]
+            .to_string()
+            .contains("vision tower in `vision_config` is not counted"),
+        "{}",
+        v["notes"]
+    );
+
+    let (h, moe, experts, sparse): (u64, u64, u64, u64) = (7168, 2048, 384, 60);
+    let modules = sparse * experts * 3;
+    let n = h * moe;
+    // gate/up: [2048 out, 7168 in] → 2048 × 224 scales; down: [7168 out, 2048 in] → 7168 × 64.
+    let scales = 2048 * (7168 / 32) * 2;
+    assert_eq!(scales, 7168 * (2048 / 32) * 2);
+    let expert_bytes = modules * (n / 2 + scales + 8);
+    // The checkpoint's table: 157.50 GiB of packed weights and 19.69 GiB of scales per projection.
+    assert_eq!(modules / 3 * n / 2, 157 * (1 << 30) + (1 << 29));
+    let expert_params = modules * n;
+    let params = v["model"]["parameters"].as_u64().unwrap();
+    let dense_bytes = (params - expert_params) * 2;
+    assert_eq!(v["weights_bytes"], expert_bytes + dense_bytes, "{v}");
+    // 553.2 GiB for the language model; the checkpoint's 554.30 GiB holds the vision tower too.
+    let gib = v["weights_bytes"].as_f64().unwrap() / (1u64 << 30) as f64;
+    assert!((553.0..554.3).contains(&gib), "{gib}");
+}
+
+/// What the embedded script reports for a config under `py`: its parameters, vision parameters
+/// and KV bytes per token in bf16 (keys and values, or the MLA latent, of every layer that keeps
+/// its own; none for a layer that reuses another's or keeps only a recurrent state).
+fn script_counts(py: &Path, config: &Path) -> (u64, u64, u64) {
+    let out = std::process::Command::new(py)
+        .arg("-c")
+        .arg(llm_oom::model::derive::SCRIPT)
+        .arg(config)
+        .output()
+        .expect("the Python runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v = json(text.lines().find(|l| l.starts_with('{')).unwrap_or("{}"));
+    assert!(v["error"].is_null(), "{config:?}: {v}");
+    let kv: u64 = v["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            if l["shared_kv"] == true {
+                0
+            } else if l["mla"].is_object() {
+                2 * (l["mla"]["kv_lora_rank"].as_u64().unwrap()
+                    + l["mla"]["rope_dim"].as_u64().unwrap())
+            } else {
+                2 * (l["k"].as_u64().unwrap_or(0) + l["v"].as_u64().unwrap_or(0))
+            }
+        })
+        .sum();
+    (
+        v["parameters"].as_u64().unwrap(),
+        v["by_role"]["vision"].as_u64().unwrap_or(0),
+        kv,
+    )
+}
+
+#[test]
+fn with_transformers_5_25_each_config_is_planned_as_the_meta_device_builds_it() {
+    let Some(py) = python() else {
+        eprintln!("LLM_OOM_TEST_PYTHON_TF525 unset: skipped");
+        return;
+    };
+    // Each check is mostly two interpreters importing torch: three configs at a time. A failed
+    // check fails the scope (its message printed by the thread that failed).
+    std::thread::scope(|s| {
+        for chunk in CONFIGS.chunks(CONFIGS.len().div_ceil(3)) {
+            let py = &py;
+            s.spawn(move || chunk.iter().for_each(|c| planned_as_built(py, c)));
+        }
+    });
+}
+
+fn planned_as_built(py: &Path, &(name, model_type, _, offline, builds): &Config) {
+    let out = plan(name, &["--python".as_ref(), py.as_os_str()]);
+    if !builds {
+        // Refused in one line that names what transformers does not know.
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains(&format!("does not know model_type `{model_type}`")),
+            "{stderr}"
+        );
+        return;
+    }
+    let (params, vision, kv) = script_counts(py, &dir(name).join("config.json"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        matches!(out.status.code(), Some(0 | 1)),
+        "{name}: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json(&stdout);
+    assert_eq!(v["weights_from"], "transformers_meta", "{name}");
+    assert_eq!(v["model"]["parameters"], params, "{name}");
+    assert_eq!(v["derived"]["parameters"], params, "{name}");
+    assert_eq!(v["kv_cache_bytes_per_token"], kv, "{name}");
+    assert!(v["derived"]["transformers"]
+        .as_str()
+        .is_some_and(|t| t.starts_with("5.25")));
+    if let Offline::Family { vision_left_out } = offline {
+        let hand = json(&String::from_utf8_lossy(&plan(name, &[]).stdout));
+        let left_out = if vision_left_out { vision } else { 0 };
+        assert!(!vision_left_out || vision > 0, "{name}");
+        assert_eq!(hand["model"]["parameters"], params - left_out, "{name}");
+        assert_eq!(hand["kv_cache_bytes_per_token"], kv, "{name}");
+        // With transformers the tower is counted, and no note says otherwise.
+        assert!(
+            !v["notes"].to_string().contains("is not counted"),
+            "{}",
+            v["notes"]
+        );
+    }
+}
