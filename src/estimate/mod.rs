@@ -9,6 +9,7 @@ pub mod measured;
 pub mod ollama;
 pub mod torch_alloc;
 pub mod torch_program;
+pub mod sglang_startup;
 pub mod vllm_startup;
 pub mod weights;
 
@@ -21,6 +22,7 @@ pub use kv::{
 };
 pub use llamacpp::LlamaCppArgs;
 pub use measured::MeasuredModel;
+pub use sglang_startup::{startup as sglang_startup, SglangArgs, Startup as SglangStartup};
 pub use vllm_startup::{startup as vllm_startup, Startup as VllmStartup, VllmArgs};
 pub use weights::weight_bytes;
 

@@ -12,6 +12,7 @@ pub mod read;
 pub mod remedy;
 pub mod rules;
 pub mod snapshot;
+pub mod sglang_startup;
 pub mod split;
 pub mod startup;
 
