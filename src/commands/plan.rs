@@ -746,9 +746,9 @@ fn check_sglang(req: &PlanRequest) -> Result<()> {
     if req.engine != Engine::Sglang {
         if let Some((flag, twin)) = req.sglang.first_given() {
             return Err(InputError::Usage(match req.engine {
-                Engine::Vllm => format!(
-                    "{flag} is an SGLang flag; vLLM's is {twin} (or add --engine sglang)"
-                ),
+                Engine::Vllm => {
+                    format!("{flag} is an SGLang flag; vLLM's is {twin} (or add --engine sglang)")
+                }
                 _ => format!(
                     "{flag} is an SGLang flag; add --engine sglang (this plan is for {})",
                     req.engine

@@ -7,9 +7,9 @@ pub mod kv;
 pub mod llamacpp;
 pub mod measured;
 pub mod ollama;
+pub mod sglang_startup;
 pub mod torch_alloc;
 pub mod torch_program;
-pub mod sglang_startup;
 pub mod vllm_startup;
 pub mod weights;
 

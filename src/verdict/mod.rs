@@ -11,8 +11,8 @@ pub mod pricing;
 pub mod read;
 pub mod remedy;
 pub mod rules;
-pub mod snapshot;
 pub mod sglang_startup;
+pub mod snapshot;
 pub mod split;
 pub mod startup;
 
