@@ -9,6 +9,12 @@ use crate::units::{group, Bytes};
 use super::remedy::{Change, Remedy, RemedyBudget};
 use super::{Cause, Evidence, Stage, Verdict};
 
+/// The SGLang every SGLang plan assumes, said in each report.
+pub const SOURCE: &str = "SGLang's token pool derived from \
+     sgl-project/sglang@001ccef0 (model_runner_kv_cache_mixin.py `profile_max_num_token`), its \
+     default --mem-fraction-static from server_args.py `_handle_gpu_memory_settings` \
+     (sglang#10975); not measured on a GPU";
+
 /// The verdict, the remedies (flags to paste) and the notes for `s`, with the workload `w`.
 pub fn verdict(s: &SglangStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<String>) {
     let arithmetic = Evidence::bytes(
@@ -31,14 +37,17 @@ pub fn verdict(s: &SglangStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<St
         ),
         s.pool_bytes,
     );
-    let mut notes = vec![format!(
-        "SGLang keeps free × (1 − mem_fraction_static) = {} for the activations of a \
+    let mut notes = vec![
+        SOURCE.to_string(),
+        format!(
+            "SGLang keeps free × (1 − mem_fraction_static) = {} for the activations of a \
          --chunked-prefill-size {} step and the CUDA graphs of up to {} requests; it does not \
          check that they fit it",
-        Bytes(s.reserved_bytes),
-        group(s.chunked_prefill_size),
-        s.cuda_graph_max_bs
-    )];
+            Bytes(s.reserved_bytes),
+            group(s.chunked_prefill_size),
+            s.cuda_graph_max_bs
+        ),
+    ];
     let mut remedies = Vec::new();
     if let Some(f) = s.fraction_for_context {
         remedies.push(flag_remedy(
