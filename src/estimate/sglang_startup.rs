@@ -22,7 +22,8 @@
 
 use serde::Serialize;
 
-use super::{kv_bytes_per_token_at, weight_bytes, CachePolicy, Engine, Workload};
+use super::Workload;
+use super::{activations, kv_bytes_per_token_at, weight_bytes, CachePolicy, Engine, Profile};
 use crate::error::InputError;
 use crate::model::Spec;
 use crate::units::{GIB, MIB};
@@ -98,6 +99,8 @@ pub struct Startup {
     pub weights_bytes: u64,
     /// `total_gpu_memory × (1 − mem_fraction_static)`: kept for activations and CUDA graphs.
     pub reserved_bytes: u64,
+    /// llm-oom's estimate of one chunked-prefill step's activations (SGLang does not check it).
+    pub prefill_step_bytes: u64,
     /// `rest_memory`, the token pool's bytes (0 when nothing is left).
     pub pool_bytes: u64,
     /// `cell_size`: KV bytes of one token over all layers.
@@ -169,6 +172,15 @@ pub fn startup(spec: &Spec, w: &Workload, card: u64, a: &SglangArgs) -> Startup 
     let weights = weight_bytes(spec, w.weight_dtype);
     let cell = kv_bytes_per_token_at(spec, w.kv_dtype, CachePolicy::of(Engine::Sglang), 0).max(1);
     let (pool, tokens) = pool_tokens(free, weights, fraction, cell);
+    // One forward of a chunk of chunked_prefill_size tokens, the SGLang profile's activations.
+    let step = Workload {
+        prompt_tokens: chunked_prefill_size,
+        max_new_tokens: 0,
+        batch: 1,
+        ..*w
+    };
+    let d = w.weight_dtype.compute_kv_dtype().elem_bytes().as_f64();
+    let (prefill_step, _) = activations(spec, &Profile::of(Engine::Sglang), &step, d, 0);
     let reserved = (free as f64 * (1.0 - fraction)) as u64;
     let max_req_len = context_length.min(tokens).saturating_sub(1);
     let starts = tokens > 0 && max_req_len > 5;
@@ -201,6 +213,7 @@ pub fn startup(spec: &Spec, w: &Workload, card: u64, a: &SglangArgs) -> Startup 
         free_before_load_bytes: free,
         weights_bytes: weights,
         reserved_bytes: reserved,
+        prefill_step_bytes: prefill_step,
         pool_bytes: pool,
         cell_size: cell,
         max_total_num_tokens: tokens,

@@ -48,6 +48,16 @@ pub fn verdict(s: &SglangStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<St
             s.cuda_graph_max_bs
         ),
     ];
+    if s.prefill_step_bytes > s.reserved_bytes {
+        notes.push(format!(
+            "a prefill step of --chunked-prefill-size {} tokens takes about {} of activations \
+             (llm-oom's estimate), more than the {} SGLang keeps beside the pool: it may run out \
+             at the first long prompt — lower --chunked-prefill-size or --mem-fraction-static",
+            group(s.chunked_prefill_size),
+            Bytes(s.prefill_step_bytes),
+            Bytes(s.reserved_bytes)
+        ));
+    }
     let mut remedies = Vec::new();
     if let Some(f) = s.fraction_for_context {
         remedies.push(flag_remedy(
