@@ -245,3 +245,31 @@ fn group(n: u64) -> String {
     }
     out
 }
+
+#[test]
+fn a_context_no_fraction_holds_gets_the_flags_that_start_together() {
+    let llama = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/presets/llama-3.1-8b-instruct.json"
+    );
+    let at = |extra: &[&str]| {
+        let home = temp();
+        let mut args = vec![
+            "plan", "-m", llama, "--engine", "sglang", "--vram", "rtx4090",
+        ];
+        args.extend_from_slice(extra);
+        run(home.path(), &args)
+    };
+    let r = at(&["--mem-fraction-static", "0.6"]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    let n = suggested(&r.stdout, "--mem-fraction-static 0.95 --context-length")
+        .expect("the pair of flags");
+    let ok = at(&["--mem-fraction-static", "0.95", "--context-length", &n]);
+    assert_eq!(ok.code, 0, "{}", ok.stdout);
+    assert!(
+        ok.stdout.contains(&format!("max_total_num_tokens={n},")),
+        "{}",
+        ok.stdout
+    );
+    assert!(ok.stdout.contains("1.00 requests of"), "{}", ok.stdout);
+}

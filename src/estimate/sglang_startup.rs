@@ -116,6 +116,10 @@ pub struct Startup {
     /// it is at most `MAX_SUGGESTED_FRACTION`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fraction_for_context: Option<f64>,
+    /// When no fraction up to `MAX_SUGGESTED_FRACTION` holds the context and SGLang refuses: the
+    /// context the pool holds at that fraction (`--mem-fraction-static 0.95 --context-length N`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_at_max_fraction: Option<u64>,
     /// SGLang's error when it refuses to start.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -193,6 +197,12 @@ pub fn startup(spec: &Spec, w: &Workload, card: u64, a: &SglangArgs) -> Startup 
     let f = (want as f64 / free.max(1) as f64 * 100.0).ceil() / 100.0;
     let fraction_for_context =
         (tokens < context_length && f <= MAX_SUGGESTED_FRACTION && f > fraction).then_some(f);
+    let (_, at_max) = pool_tokens(free, weights, MAX_SUGGESTED_FRACTION, cell);
+    let context_at_max_fraction = (!starts
+        && fraction_for_context.is_none()
+        && at_max > 6
+        && fraction < MAX_SUGGESTED_FRACTION)
+        .then_some(at_max.min(context_length));
     let message = (!starts).then(|| {
         if tokens == 0 {
             format!(
@@ -222,6 +232,7 @@ pub fn startup(spec: &Spec, w: &Workload, card: u64, a: &SglangArgs) -> Startup 
         requests_of_context: tokens as f64 / context_length as f64,
         starts,
         fraction_for_context,
+        context_at_max_fraction,
         message,
     }
 }
@@ -317,6 +328,32 @@ mod tests {
             },
         );
         assert!(below.max_total_num_tokens < 32_768);
+    }
+
+    #[test]
+    fn a_context_no_fraction_holds_gets_the_largest_fraction_with_the_context_it_holds() {
+        let llama = presets::from_file("llama-3.1-8b-instruct");
+        let a = SglangArgs {
+            mem_fraction_static: Some(0.6),
+            ..Default::default()
+        };
+        let s = startup(&llama, &work(), RTX4090, &a);
+        assert!(!s.starts);
+        // 131,072 tokens of 128 KiB are 16 GiB: no fraction below 1 holds them beside 15 GiB
+        assert_eq!(s.fraction_for_context, None);
+        let n = s.context_at_max_fraction.expect("a context at 0.95");
+        let ok = startup(
+            &llama,
+            &work(),
+            RTX4090,
+            &SglangArgs {
+                mem_fraction_static: Some(MAX_SUGGESTED_FRACTION),
+                context_length: Some(n),
+                ..Default::default()
+            },
+        );
+        assert!(ok.starts);
+        assert_eq!(ok.max_total_num_tokens, n);
     }
 
     #[test]

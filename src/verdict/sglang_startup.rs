@@ -3,6 +3,7 @@
 //! starts, the pool caps the longest request and how many run at once — more requests wait in its
 //! queue (or are retracted and recomputed), slower, not an out-of-memory.
 
+use crate::estimate::sglang_startup::MAX_SUGGESTED_FRACTION;
 use crate::estimate::{Engine, SglangStartup, Workload};
 use crate::units::{group, Bytes};
 
@@ -69,6 +70,18 @@ pub fn verdict(s: &SglangStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<St
                 f * 100.0
             ),
             format!("--mem-fraction-static {f:.2}"),
+        ));
+    }
+    if let Some(n) = s.context_at_max_fraction {
+        remedies.push(flag_remedy(
+            s,
+            Change::ReduceContext(n),
+            format!(
+                "give the weights and the pool {:.0} % of the free memory and serve {} tokens",
+                MAX_SUGGESTED_FRACTION * 100.0,
+                group(n)
+            ),
+            format!("--mem-fraction-static {MAX_SUGGESTED_FRACTION:.2} --context-length {n}"),
         ));
     }
     if !s.starts {
