@@ -23,7 +23,8 @@
 use serde::Serialize;
 
 use super::Workload;
-use super::{activations, kv_bytes_per_token_at, weight_bytes, CachePolicy, Engine, Profile};
+use super::{activations, kv_bytes_in_cells, kv_bytes_per_token_at, weight_bytes};
+use super::{CachePolicy, Engine, Profile};
 use crate::error::InputError;
 use crate::model::Spec;
 use crate::units::{GIB, MIB};
@@ -105,7 +106,12 @@ pub struct Startup {
     pub pool_bytes: u64,
     /// `cell_size`: KV bytes of one token over all layers.
     pub cell_size: u64,
+    /// `rest_memory // cell_size`, before a hybrid sliding-window split.
+    pub profiled_tokens: u64,
     pub max_total_num_tokens: u64,
+    /// A hybrid sliding-window model: the sliding layers' tokens (`swa_max_total_num_tokens`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swa_tokens: Option<u64>,
     /// `min(context_len − 1, max_total_num_tokens − 1)`: the longest request SGLang takes.
     pub max_req_len: u64,
     pub max_running_requests: u64,
@@ -159,6 +165,41 @@ fn pool_tokens(free: u64, weights: u64, fraction: f64, cell: u64) -> (u64, u64) 
     (rest, rest.checked_div(cell).unwrap_or(0))
 }
 
+/// SGLang's default `--swa-full-tokens-ratio`: sliding-window tokens per full-attention token.
+pub const SWA_FULL_TOKENS_RATIO: f64 = 0.8;
+
+/// The model types SGLang runs as hybrid sliding-window models (model_config.py
+/// `is_hybrid_swa_model`: Llama 4, gpt-oss, MiMo-V2-Flash, Step-3.5, Gemma 4).
+const HYBRID_SWA: [&str; 7] = [
+    "llama4",
+    "llama4_text",
+    "gpt_oss",
+    "mimo_v2_flash",
+    "step3p5",
+    "gemma4",
+    "gemma4_text",
+];
+
+/// `set_num_tokens_hybrid_swa`: a hybrid sliding-window model's pool of `tokens` × `cell` bytes
+/// split so that the sliding layers hold `SWA_FULL_TOKENS_RATIO` tokens per full-layer token;
+/// `max_total_num_tokens` becomes the full layers' count. `None` for other models.
+fn hybrid_swa_tokens(spec: &Spec, w: &Workload, tokens: u64, cell: u64) -> Option<u64> {
+    if !HYBRID_SWA.contains(&spec.architecture.as_str()) {
+        return None;
+    }
+    let policy = CachePolicy::of(Engine::Sglang);
+    let base = kv_bytes_in_cells(spec, w.kv_dtype, 1, policy, |_| 0);
+    let full = kv_bytes_in_cells(spec, w.kv_dtype, 1, policy, |win| u64::from(win.is_none()))
+        .saturating_sub(base);
+    let swa = kv_bytes_in_cells(spec, w.kv_dtype, 1, policy, |win| u64::from(win.is_some()))
+        .saturating_sub(base);
+    if full == 0 || swa == 0 {
+        return None;
+    }
+    let total = tokens as f64 * cell as f64;
+    Some((total / (full as f64 + SWA_FULL_TOKENS_RATIO * swa as f64)) as u64)
+}
+
 /// SGLang's start-up on one card of `card` bytes for the model and dtypes of `w`.
 pub fn startup(spec: &Spec, w: &Workload, card: u64, a: &SglangArgs) -> Startup {
     let gpu_mib = card / MIB;
@@ -176,6 +217,10 @@ pub fn startup(spec: &Spec, w: &Workload, card: u64, a: &SglangArgs) -> Startup 
     let weights = weight_bytes(spec, w.weight_dtype);
     let cell = kv_bytes_per_token_at(spec, w.kv_dtype, CachePolicy::of(Engine::Sglang), 0).max(1);
     let (pool, tokens) = pool_tokens(free, weights, fraction, cell);
+    let profiled_tokens = tokens;
+    let hybrid = hybrid_swa_tokens(spec, w, tokens, cell);
+    let tokens = hybrid.unwrap_or(tokens);
+    let swa_tokens = hybrid.map(|full| (full as f64 * SWA_FULL_TOKENS_RATIO) as u64);
     // One forward of a chunk of chunked_prefill_size tokens, the SGLang profile's activations.
     let step = Workload {
         prompt_tokens: chunked_prefill_size,
@@ -226,7 +271,9 @@ pub fn startup(spec: &Spec, w: &Workload, card: u64, a: &SglangArgs) -> Startup 
         prefill_step_bytes: prefill_step,
         pool_bytes: pool,
         cell_size: cell,
+        profiled_tokens,
         max_total_num_tokens: tokens,
+        swa_tokens,
         max_req_len,
         max_running_requests,
         requests_of_context: tokens as f64 / context_length as f64,
@@ -354,6 +401,26 @@ mod tests {
         );
         assert!(ok.starts);
         assert_eq!(ok.max_total_num_tokens, n);
+    }
+
+    #[test]
+    fn gpt_oss_splits_its_pool_between_full_and_sliding_layers() {
+        let spec = presets::from_file("gpt-oss-20b");
+        let a = SglangArgs {
+            mem_fraction_static: Some(0.85),
+            ..Default::default()
+        };
+        let s = startup(&spec, &work(), 80 * GIB, &a);
+        // 24 layers, 12 full and 12 sliding, 8 KV heads × (64 + 64) × 2 bytes = 2,048 a layer
+        assert_eq!(s.cell_size, 24 * 2048);
+        let profiled = s.pool_bytes / s.cell_size;
+        // full = profiled × (F + S) / (F + 0.8 × S), F = S = 12 × 2,048
+        let full = (profiled as f64 * (24.0 * 2048.0) / (12.0 * 2048.0 * 1.8)) as u64;
+        assert_eq!(s.max_total_num_tokens, full);
+        assert!(s.max_total_num_tokens > profiled);
+        // a dense model keeps the profiled count
+        let q = startup(&qwen7b(), &work(), 80 * GIB, &a);
+        assert_eq!(q.max_total_num_tokens, q.pool_bytes / q.cell_size);
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub fn verdict(s: &SglangStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<St
     let arithmetic = Evidence::bytes(
         format!(
             "token pool = (free {} − weights {}) − free × (1 − mem_fraction_static {}{}) {} = {} \
-             → max_total_num_tokens = {} / {} bytes a token = {}",
+             → rest_memory // cell_size = {} / {} bytes a token = {} tokens",
             Bytes(s.free_before_load_bytes),
             Bytes(s.weights_bytes),
             s.mem_fraction_static,
@@ -34,7 +34,7 @@ pub fn verdict(s: &SglangStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<St
             Bytes(s.pool_bytes),
             Bytes(s.pool_bytes),
             group(s.cell_size),
-            group(s.max_total_num_tokens)
+            group(s.profiled_tokens)
         ),
         s.pool_bytes,
     );
@@ -49,6 +49,17 @@ pub fn verdict(s: &SglangStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<St
             s.cuda_graph_max_bs
         ),
     ];
+    if let Some(swa) = s.swa_tokens {
+        notes.push(format!(
+            "hybrid sliding-window model: SGLang splits the pool's {} profiled tokens into {} \
+             for the full-attention layers (max_total_num_tokens) and {} for the sliding ones \
+             (--swa-full-tokens-ratio {})",
+            group(s.profiled_tokens),
+            group(s.max_total_num_tokens),
+            group(swa),
+            crate::estimate::sglang_startup::SWA_FULL_TOKENS_RATIO
+        ));
+    }
     if s.prefill_step_bytes > s.reserved_bytes {
         notes.push(format!(
             "a prefill step of --chunked-prefill-size {} tokens takes about {} of activations \
