@@ -337,7 +337,7 @@ pub struct WatchArgs {
     /// Which GPU to read.
     #[arg(long, default_value_t = 0)]
     pub gpu: u32,
-    /// Whose knobs the remedies name: transformers, transformers-eager, vllm, llama.cpp
+    /// Whose knobs the remedies name: transformers, transformers-eager, vllm, sglang, llama.cpp
     #[arg(long, default_value = "transformers")]
     pub engine: String,
     /// Write the report here instead of standard error (the program's own output keeps stdout).

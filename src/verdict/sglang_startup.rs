@@ -189,6 +189,12 @@ pub fn verdict(s: &SglangStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<St
             s.max_running_requests
         ));
     }
+    notes.push(format!(
+        "SGLang's pool, not the token budget below (the profile's forecast of the card), decides \
+         what runs at once: {} tokens shared by the running requests, {} each at 8 at once",
+        group(s.max_total_num_tokens),
+        group((s.max_total_num_tokens / 8).min(s.max_req_len))
+    ));
     let mut summary = format!("SGLang starts · {capacity}");
     if w.batch > at_once {
         summary.push_str(&format!(
