@@ -103,10 +103,15 @@ pub fn verdict(s: &SglangStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<St
         };
         let summary = if s.max_total_num_tokens == 0 {
             format!(
-                "the weights ({}) take all of mem_fraction_static {} of the {} free: no token \
+                "the weights ({}) take all of mem_fraction_static {}{} of the {} free: no token \
                  pool is left",
                 Bytes(s.weights_bytes),
                 s.mem_fraction_static,
+                if s.fraction_is_default {
+                    " (SGLang's default for this card)"
+                } else {
+                    ""
+                },
                 Bytes(s.free_before_load_bytes)
             )
         } else {
