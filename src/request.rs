@@ -132,6 +132,9 @@ pub struct WorkloadRequest {
     /// vLLM's own flags (`--gpu-memory-utilization`, `--max-model-len`, `--max-num-seqs`,
     /// `--max-num-batched-tokens`); all `None` when none was given.
     pub vllm: crate::estimate::VllmArgs,
+    /// SGLang's own flags (`--mem-fraction-static`, `--context-length`, `--max-running-requests`,
+    /// `--chunked-prefill-size`); all `None` when none was given.
+    pub sglang: crate::estimate::SglangArgs,
     /// `--engine ollama` (or an ollama tag as the model): ollama's knobs; `None` for other engines.
     pub ollama: Option<crate::estimate::ollama::OllamaArgs>,
     /// `plan --python`: the interpreter whose transformers builds the model on the meta device

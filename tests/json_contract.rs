@@ -216,6 +216,21 @@ fn plan_json_keeps_its_contract() {
             ],
         ),
         (
+            "plan-sglang",
+            &[
+                "plan",
+                "--model",
+                "Qwen/Qwen2.5-7B-Instruct",
+                "--vram",
+                "rtx4090",
+                "--engine",
+                "sglang",
+                "--mem-fraction-static",
+                "0.85",
+                "--json",
+            ],
+        ),
+        (
             "plan-eager-nf4",
             &[
                 "plan",

@@ -110,3 +110,47 @@ fn utilization_out_of_range_is_refused() {
         assert_eq!(r.stderr.trim().lines().count(), 1, "{u}: {}", r.stderr);
     }
 }
+
+#[test]
+fn a_start_quotes_vllms_two_capacity_lines() {
+    let home = temp();
+    let r = run(
+        home.path(),
+        &[
+            "--json",
+            "plan",
+            "-m",
+            MODEL,
+            "--engine",
+            "vllm",
+            "--vram",
+            "24GB",
+            "--max-model-len",
+            "16384",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let s = &util::json(&r.stdout)["vllm_startup"];
+    let blocks = s["num_blocks"].as_u64().expect("blocks");
+    // get_max_concurrency_for_kv_cache_config: blocks / cdiv(max_model_len, block_size)
+    let concurrency = blocks as f64 / (16_384 / 16) as f64;
+    let text = plan(&["--max-model-len", "16384"]).stdout;
+    for line in [
+        format!("GPU KV cache size: {} tokens", group(blocks * 16)),
+        format!("Maximum concurrency for 16,384 tokens per request: {concurrency:.2}x"),
+    ] {
+        assert!(text.contains(&line), "{line}\n{text}");
+    }
+}
+
+fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

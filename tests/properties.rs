@@ -174,7 +174,7 @@ proptest! {
     #[test]
     fn kv_is_monotone_in_tokens_and_batch(
         which in 0usize..1000, tokens in 0u64..2_000_000, more in 0u64..1_000_000,
-        batch in 1u64..64, extra in 0u64..64, engine in 0usize..5,
+        batch in 1u64..64, extra in 0u64..64, engine in 0usize..6,
     ) {
         let spec = preset(which);
         let policy = CachePolicy::of(Engine::ALL[engine]);
@@ -189,7 +189,7 @@ proptest! {
     #[test]
     fn budget_limits_are_edges_of_the_estimate(
         which in 0usize..1000, prompt in 1u64..20_000, new in 1u64..4_000, batch in 1u64..16,
-        vram_gib in 4u64..200, engine in 0usize..5,
+        vram_gib in 4u64..200, engine in 0usize..6,
     ) {
         let spec = preset(which);
         let w = Workload { engine: Engine::ALL[engine], ..workload_for(&spec, prompt, new, batch) };
@@ -227,7 +227,7 @@ proptest! {
     #[test]
     fn the_request_builder_bounds_every_size(
         prompt in hostile_u64(), new in hostile_u64(), batch in hostile_u64(),
-        vram in hostile_u64(), which in 0usize..1000, engine in 0usize..5,
+        vram in hostile_u64(), which in 0usize..1000, engine in 0usize..6,
     ) {
         let req = PlanRequest {
             model: PRESETS[which % PRESETS.len()].0.to_string(),
@@ -246,6 +246,7 @@ proptest! {
             llama: Default::default(),
             exact: false,
             vllm: Default::default(),
+            sglang: Default::default(),
             ollama: None,
             python: None,
         };

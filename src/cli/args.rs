@@ -214,7 +214,8 @@ pub struct WorkloadArgs {
     /// GPU's free memory]
     #[arg(long, allow_hyphen_values = true)]
     pub vram: Option<String>,
-    /// Which engine's memory behaviour: transformers, transformers-eager, vllm, llama.cpp, candle
+    /// Which engine's memory behaviour: transformers, transformers-eager, vllm, sglang, llama.cpp,
+    /// candle
     /// [default: transformers; llama.cpp for a .gguf file]
     #[arg(long)]
     pub engine: Option<String>,
@@ -299,6 +300,20 @@ pub struct PlanArgs {
     /// of 70 GiB or more (vllm serve)]
     #[arg(long, allow_negative_numbers = true)]
     pub max_num_batched_tokens: Option<i64>,
+    /// SGLang: share of the free memory for the weights and the token pool, above 0 and below 1
+    /// [default: SGLang's by card, 0.847 on a 24 GB card]
+    #[arg(long, allow_negative_numbers = true)]
+    pub mem_fraction_static: Option<f64>,
+    /// SGLang: the model's context length it serves [default: the model's context]
+    #[arg(long, allow_negative_numbers = true)]
+    pub context_length: Option<i64>,
+    /// SGLang: requests run at once [default: from the pool, 2,048 to 4,096]
+    #[arg(long, allow_negative_numbers = true)]
+    pub max_running_requests: Option<i64>,
+    /// SGLang: tokens of one prefill chunk; sets its default --mem-fraction-static [default: by
+    /// card, 2,048 under 35 GiB]
+    #[arg(long, allow_negative_numbers = true)]
+    pub chunked_prefill_size: Option<i64>,
 }
 
 #[derive(Debug, Args)]
@@ -322,7 +337,7 @@ pub struct WatchArgs {
     /// Which GPU to read.
     #[arg(long, default_value_t = 0)]
     pub gpu: u32,
-    /// Whose knobs the remedies name: transformers, transformers-eager, vllm, llama.cpp
+    /// Whose knobs the remedies name: transformers, transformers-eager, vllm, sglang, llama.cpp
     #[arg(long, default_value = "transformers")]
     pub engine: String,
     /// Write the report here instead of standard error (the program's own output keeps stdout).

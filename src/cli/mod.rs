@@ -57,6 +57,12 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
                     args.max_num_batched_tokens,
                 )?,
             };
+            req.sglang = llm_oom::estimate::SglangArgs {
+                mem_fraction_static: args.mem_fraction_static,
+                context_length: count("--context-length", args.context_length)?,
+                max_running_requests: count("--max-running-requests", args.max_running_requests)?,
+                chunked_prefill_size: count("--chunked-prefill-size", args.chunked_prefill_size)?,
+            };
             let r = plan(&req)?;
             print(&report_text(&r, format)?)?;
             Ok(ExitStatus::of(&r.verdict))
@@ -451,6 +457,7 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
         host_ram: None,
         exact: false,
         vllm: Default::default(),
+        sglang: Default::default(),
         ollama: ollama_for(a)?,
         python: None,
         parallel: Default::default(),

@@ -186,6 +186,7 @@ fn from_log(report: &ExplainReport, engine: Engine) -> Option<WorkloadRequest> {
         llama: Default::default(),
         exact: false,
         vllm: Default::default(),
+        sglang: Default::default(),
         ollama: None,
         python: None,
     })

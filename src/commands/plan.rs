@@ -69,6 +69,9 @@ pub struct PlanReport {
     /// vLLM on one card: its start-up check (KV cache memory, blocks, concurrency).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vllm_startup: Option<crate::estimate::VllmStartup>,
+    /// SGLang on one card: its token pool (`max_total_num_tokens`) and whether it starts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sglang_startup: Option<crate::estimate::SglangStartup>,
     /// With `--python`: the model as transformers built it on the meta device (its version, the
     /// class, parameters by role and dtype), the source of this plan's parameters and cache.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -107,7 +110,8 @@ impl WeightsFrom {
 
 pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     req.check()?;
-    if req.parallel.is_set() && req.engine != Engine::Vllm {
+    check_sglang(req)?;
+    if req.parallel.is_set() && !matches!(req.engine, Engine::Vllm | Engine::Sglang) {
         return Err(InputError::Usage(format!(
             "--tensor-parallel-size, --pipeline-parallel-size, --nodes and --gpus-per-node plan \
              vLLM's workers; add --engine vllm (this plan is for {})",
@@ -121,10 +125,16 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         .first_given()
         .filter(|_| req.engine != Engine::Vllm)
     {
-        return Err(InputError::Usage(format!(
-            "{flag} is a vLLM flag; add --engine vllm (this plan is for {})",
-            req.engine
-        ))
+        return Err(InputError::Usage(match req.engine {
+            Engine::Sglang => format!(
+                "{flag} is a vLLM flag; SGLang's is {} (or add --engine vllm)",
+                sglang_twin(flag)
+            ),
+            _ => format!(
+                "{flag} is a vLLM flag; add --engine vllm (this plan is for {})",
+                req.engine
+            ),
+        })
         .into());
     }
     if let Some(t) = crate::model::ollama_tags::find(&req.model)
@@ -199,6 +209,15 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
              vLLM's defaults"
                 .to_string(),
         );
+    }
+    // SGLang on one card: its token pool within mem_fraction_static decides whether it starts.
+    let sglang_startup = (req.engine == Engine::Sglang && !f.replayed)
+        .then(|| crate::estimate::sglang_startup(&spec, &w, device.vram_bytes, &req.sglang));
+    if let Some(s) = &sglang_startup {
+        let (v, remedies, said) = crate::verdict::sglang_startup::verdict(s, &w);
+        f.verdict = v;
+        f.remedies = remedies;
+        notes.extend(said);
     }
     crate::verdict::llama_server::speak(&planner, &w, &f.estimate, &mut f.verdict, &mut f.remedies);
     let oom = f.verdict.cause != crate::verdict::Cause::None;
@@ -346,6 +365,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         placement,
         across_gpus,
         vllm_startup,
+        sglang_startup,
         ollama,
         derived,
         notes,
@@ -722,5 +742,46 @@ fn ollama_launch(
         num_parallel: parallel,
         launches,
         layers_on_gpu: None,
+    }
+}
+
+/// SGLang's flags only with `--engine sglang`, each in range; SGLang is planned on one card.
+fn check_sglang(req: &PlanRequest) -> Result<()> {
+    req.sglang.check()?;
+    if req.engine != Engine::Sglang {
+        if let Some((flag, twin)) = req.sglang.first_given() {
+            return Err(InputError::Usage(match req.engine {
+                Engine::Vllm => {
+                    format!("{flag} is an SGLang flag; vLLM's is {twin} (or add --engine sglang)")
+                }
+                _ => format!(
+                    "{flag} is an SGLang flag; add --engine sglang (this plan is for {})",
+                    req.engine
+                ),
+            })
+            .into());
+        }
+        return Ok(());
+    }
+    let p = &req.parallel;
+    let tp = p.tensor.unwrap_or(1);
+    if tp > 1 || p.pipeline.is_some_and(|n| n > 1) || p.nodes.is_some() || req.gpus.len() > 1 {
+        return Err(InputError::Usage(format!(
+            "SGLang is planned on one card; --tp {tp}, --pipeline-parallel-size, --nodes and \
+             several --vram cards are not modelled for it yet (plan one card, or --engine vllm \
+             for tensor parallel)"
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+/// The SGLang flag that does what a vLLM flag does.
+fn sglang_twin(vllm_flag: &str) -> &'static str {
+    match vllm_flag {
+        "--gpu-memory-utilization" => "--mem-fraction-static",
+        "--max-model-len" => "--context-length",
+        "--max-num-seqs" => "--max-running-requests",
+        _ => "--chunked-prefill-size",
     }
 }

@@ -20,6 +20,9 @@ pub enum Engine {
     TransformersEager,
     /// vLLM: pre-allocates `gpu_memory_utilization` of the card, pages the KV cache.
     Vllm,
+    /// SGLang (`sglang.launch_server`): weights and a token pool within `mem_fraction_static` of
+    /// the card, the rest left to activations and CUDA graphs.
+    Sglang,
     /// llama.cpp (`llama-server`, `llama-cli`): KV cache sized by `-c` up front, compute buffer by `-ub`.
     #[serde(rename = "llama.cpp")]
     LlamaCpp,
@@ -29,10 +32,11 @@ pub enum Engine {
 }
 
 impl Engine {
-    pub const ALL: [Engine; 5] = [
+    pub const ALL: [Engine; 6] = [
         Engine::Transformers,
         Engine::TransformersEager,
         Engine::Vllm,
+        Engine::Sglang,
         Engine::LlamaCpp,
         Engine::Candle,
     ];
@@ -45,11 +49,12 @@ impl FromStr for Engine {
             "transformers" | "hf" | "sdpa" | "transformers-sdpa" => Engine::Transformers,
             "transformers-eager" | "eager" => Engine::TransformersEager,
             "vllm" => Engine::Vllm,
+            "sglang" => Engine::Sglang,
             "llama.cpp" | "llamacpp" | "llama-cpp" | "gguf" | "ollama" => Engine::LlamaCpp,
             "candle" | "llm-oom" => Engine::Candle,
             _ => {
                 return Err(InputError::Usage(format!(
-                    "`{s}` is not an engine llm-oom has a profile for; use transformers, transformers-eager, vllm, llama.cpp or candle"
+                    "`{s}` is not an engine llm-oom has a profile for; use transformers, transformers-eager, vllm, sglang, llama.cpp or candle"
                 )))
             }
         })
@@ -62,6 +67,7 @@ impl fmt::Display for Engine {
             Engine::Transformers => "transformers",
             Engine::TransformersEager => "transformers-eager",
             Engine::Vllm => "vllm",
+            Engine::Sglang => "sglang",
             Engine::LlamaCpp => "llama.cpp",
             Engine::Candle => "candle",
         })
@@ -212,6 +218,25 @@ impl Profile {
                 activation_slack: 0.0,
                 caps_sliding_window: true,
                 // the MLA attention backends cache the latent (kv_lora_rank + rope) per token
+                mla_cache: MlaCache::Latent,
+                expands_mla: false,
+                conv_state_full_kernel: false,
+                ..transformers
+            },
+            // SGLang: a token pool (page size 1) within mem_fraction_static, chunked prefill of
+            // 2,048 tokens on cards under 35 GiB (server_args.py `_handle_gpu_memory_settings`);
+            // the CUDA context before the model loads (`estimate::sglang_startup`).
+            Engine::Sglang => Profile {
+                calibration: Calibration::Derived,
+                runtime_overhead: super::sglang_startup::CUDA_CONTEXT,
+                kv_layout: KvLayout::Paged { block: 1 },
+                // what SGLang's default leaves to activations on a 24 GB card (0.847)
+                memory_fraction: 0.85,
+                prefill_chunk: Some(2048),
+                sampler_warmup_seqs: 0,
+                kv_slack: 0.0,
+                activation_slack: 0.0,
+                caps_sliding_window: true,
                 mla_cache: MlaCache::Latent,
                 expands_mla: false,
                 conv_state_full_kernel: false,

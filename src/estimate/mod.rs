@@ -7,6 +7,7 @@ pub mod kv;
 pub mod llamacpp;
 pub mod measured;
 pub mod ollama;
+pub mod sglang_startup;
 pub mod torch_alloc;
 pub mod torch_program;
 pub mod vllm_startup;
@@ -21,6 +22,7 @@ pub use kv::{
 };
 pub use llamacpp::LlamaCppArgs;
 pub use measured::MeasuredModel;
+pub use sglang_startup::{startup as sglang_startup, SglangArgs, Startup as SglangStartup};
 pub use vllm_startup::{startup as vllm_startup, Startup as VllmStartup, VllmArgs};
 pub use weights::weight_bytes;
 

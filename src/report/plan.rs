@@ -50,6 +50,8 @@ fn text(r: &PlanReport, style: &Style) -> String {
     ));
     let oom_word = if r.vllm_startup.as_ref().is_some_and(|s| !s.starts) {
         "vLLM REFUSES TO START"
+    } else if r.sglang_startup.as_ref().is_some_and(|s| !s.starts) {
+        "SGLang REFUSES TO START"
     } else {
         "WOULD OOM"
     };
@@ -66,6 +68,9 @@ fn text(r: &PlanReport, style: &Style) -> String {
     super::text::verdict_header(&mut out, &r.verdict, style, fits_word, oom_word);
     if let Some(msg) = r.vllm_startup.as_ref().and_then(|s| s.message.as_deref()) {
         out.push_str(&format!("  vLLM would say: ValueError: {msg}\n"));
+    }
+    if let Some(msg) = r.sglang_startup.as_ref().and_then(|s| s.message.as_deref()) {
+        out.push_str(&format!("  SGLang would say: {msg}\n"));
     }
     out.push('\n');
     out.push_str(&format!(

@@ -11,6 +11,7 @@ pub mod pricing;
 pub mod read;
 pub mod remedy;
 pub mod rules;
+pub mod sglang_startup;
 pub mod snapshot;
 pub mod split;
 pub mod startup;

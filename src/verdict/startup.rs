@@ -89,14 +89,16 @@ pub fn verdict(s: &VllmStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<Stri
         };
         return (v, remedies, notes);
     }
+    // vLLM's two start-up lines as `_report_kv_cache_config` logs them
+    // (vllm/v1/core/kv_cache_utils.py@001cabc1; V0 logged "# GPU blocks: N" instead).
     let capacity = format!(
-        "GPU KV cache size: {} tokens ({} blocks of {}), Maximum concurrency for {} tokens per \
-         request: {:.2}x",
+        "GPU KV cache size: {} tokens · Maximum concurrency for {} tokens per request: {:.2}x \
+         ({} blocks of {})",
         group(s.kv_tokens),
-        group(s.num_blocks),
-        s.block_size,
         group(s.max_model_len),
-        s.max_concurrency
+        s.max_concurrency,
+        group(s.num_blocks),
+        s.block_size
     );
     if w.total_tokens() > s.max_model_len {
         notes.push(format!(
