@@ -143,7 +143,7 @@ done
 for v in q2 int2 fp16x ""; do
     row "2" "plan --kv-dtype '$v'" -- plan --kv-dtype "$v" --vram 24GiB
 done
-for v in tensorrt "" sglang "VLLM"; do
+for v in tensorrt "" lmdeploy "VLLM"; do
     row "0 1 2" "plan --engine '$v'" -- plan --engine "$v" --vram 24GiB
 done
 

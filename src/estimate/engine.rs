@@ -54,7 +54,7 @@ impl FromStr for Engine {
             "candle" | "llm-oom" => Engine::Candle,
             _ => {
                 return Err(InputError::Usage(format!(
-                    "`{s}` is not an engine llm-oom has a profile for; use transformers, transformers-eager, vllm, sglang, llama.cpp or candle"
+                    "`{s}` is not an engine llm-oom has a profile for; use transformers, transformers-eager, vllm, sglang, llama.cpp, ollama or candle"
                 )))
             }
         })
