@@ -248,6 +248,7 @@ proptest! {
             vllm: Default::default(),
             ollama: None,
             python: None,
+            deployment: Default::default(),
         };
         let within = prompt <= 10_000_000
             && new <= 10_000_000

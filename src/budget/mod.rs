@@ -91,6 +91,8 @@ pub struct Planner<'a> {
     /// allocator (`estimate::torch_program`) where that sequence is known: `vram` is then the
     /// memory free for transformers' process.
     pub pool: bool,
+    /// What sits beside the model on the card: LoRA adapters, a draft model.
+    pub deployment: crate::estimate::deployment::Deployment<'a>,
 }
 
 /// Past this many new tokens a replay is long (~3,000 events per token of a 7B): the allocator
@@ -105,12 +107,21 @@ impl<'a> Planner<'a> {
             vram,
             measured: None,
             pool: false,
+            deployment: Default::default(),
         }
     }
 
     /// The same planner answering transformers' workloads with the allocator model.
     pub fn with_pool(self) -> Planner<'a> {
         Planner { pool: true, ..self }
+    }
+
+    /// The same planner with adapters and a draft model beside the model.
+    pub fn with_deployment(
+        self,
+        deployment: crate::estimate::deployment::Deployment<'a>,
+    ) -> Planner<'a> {
+        Planner { deployment, ..self }
     }
 
     /// The traced sequence for this workload, when the allocator model answers it.
@@ -146,10 +157,12 @@ impl<'a> Planner<'a> {
     }
 
     pub fn estimate(&self, w: &Workload) -> Estimate {
-        match self.measured {
+        let mut e = match self.measured {
             Some(m) => m.estimate(self.spec, w, self.vram),
             None => estimate(self.spec, w, self.vram),
-        }
+        };
+        crate::estimate::deployment::add(&mut e, self.spec, w, &self.deployment);
+        e
     }
 
     pub fn fits(&self, w: &Workload) -> bool {

@@ -188,6 +188,7 @@ fn from_log(report: &ExplainReport, engine: Engine) -> Option<WorkloadRequest> {
         vllm: Default::default(),
         ollama: None,
         python: None,
+        deployment: Default::default(),
     })
 }
 

@@ -17,7 +17,9 @@ pub fn verdict(planner: &Planner, w: &Workload, est: &Estimate) -> Verdict {
     let fixed = est
         .weights
         .saturating_add(est.runtime)
-        .saturating_add(est.margin);
+        .saturating_add(est.margin)
+        .saturating_add(est.adapters)
+        .saturating_add(est.draft_weights);
     let confidence = match Profile::of(w.engine).calibration {
         Calibration::Measured { .. } => 0.85,
         Calibration::Derived => 0.7,
@@ -56,11 +58,20 @@ pub fn verdict(planner: &Planner, w: &Workload, est: &Estimate) -> Verdict {
                 .saturating_add(est.margin)
                 .saturating_add(est.allocator),
         ),
-        Evidence::bytes(
-            format!("peak {} on a {} card", Bytes(est.total), Bytes(vram)),
-            est.total,
-        ),
     ];
+    for (what, bytes) in [
+        ("LoRA adapters", est.adapters),
+        ("draft model's weights", est.draft_weights),
+        ("draft model's KV cache", est.draft_kv_cache),
+    ] {
+        if bytes > 0 {
+            evidence.push(Evidence::bytes(format!("{what}: {}", Bytes(bytes)), bytes));
+        }
+    }
+    evidence.push(Evidence::bytes(
+        format!("peak {} on a {} card", Bytes(est.total), Bytes(vram)),
+        est.total,
+    ));
     let (cause, stage, summary, conf) = if est.total <= vram {
         (
             Cause::None,

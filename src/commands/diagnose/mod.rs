@@ -397,6 +397,7 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
             spec: &prep.spec,
             vram: capacity,
             measured: Some(mm),
+            deployment: Default::default(),
         },
         (None, false) => profile.on_card(capacity),
     };
