@@ -204,8 +204,8 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         && !req.parallel.is_set()
         && !f.replayed)
         .then(|| {
-        crate::estimate::vllm_startup_with(&spec, &w, device.vram_bytes, &req.vllm, &deployment)
-    });
+            crate::estimate::vllm_startup_with(&spec, &w, device.vram_bytes, &req.vllm, &deployment)
+        });
     if let Some(s) = &vllm_startup {
         let (v, remedies, said) = crate::verdict::startup::verdict(s, &w);
         f.verdict = v;

@@ -222,14 +222,18 @@ pub fn adapter_bytes(spec: &Spec, lora: &Lora, engine: Engine, dtype: WeightDtyp
         .saturating_mul(adapter_elem_bytes(engine, dtype))
 }
 
-/// The draft's weights: the target's dtype, or the draft's own GGUF tensors.
+/// The draft's weights on the GPU: in the target's dtype, or the draft's own GGUF tensors;
+/// llama.cpp keeps its input embedding in host memory as it does the target's.
 pub fn draft_weight_bytes(draft: &Spec, w: &Workload) -> u64 {
     let dtype = if draft.gguf.is_some() {
         draft.native_dtype
     } else {
         w.weight_dtype
     };
-    weight_bytes(draft, dtype)
+    match w.engine {
+        Engine::LlamaCpp => llamacpp::gpu_weights(draft, dtype),
+        _ => weight_bytes(draft, dtype),
+    }
 }
 
 /// The draft's KV cache for the workload's tokens and sequences, as the engine lays it out.
@@ -245,16 +249,19 @@ pub fn draft_kv_bytes(draft: &Spec, w: &Workload) -> u64 {
         }
         _ => w.total_tokens(),
     };
-    kv_bytes_in(draft, w.kv_dtype, tokens, w.batch, CachePolicy::of(w.engine))
+    kv_bytes_in(
+        draft,
+        w.kv_dtype,
+        tokens,
+        w.batch,
+        CachePolicy::of(w.engine),
+    )
 }
 
 /// transformers' assisted generation: the target's forward over K candidate tokens per sequence
 /// beside the one it would run, their activations and their f32 logits (and softmax).
 pub fn verification_bytes(spec: &Spec, w: &Workload, k: u64) -> u64 {
-    if !matches!(
-        w.engine,
-        Engine::Transformers | Engine::TransformersEager
-    ) {
+    if !matches!(w.engine, Engine::Transformers | Engine::TransformersEager) {
         return 0;
     }
     let p = Profile::of(w.engine);

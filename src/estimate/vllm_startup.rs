@@ -220,8 +220,8 @@ pub fn startup_with(
         non_torch,
         needed,
     ]
-        .into_iter()
-        .fold(0u64, u64::saturating_add);
+    .into_iter()
+    .fold(0u64, u64::saturating_add);
     let want = (fixed as f64 / card.max(1) as f64 * 100.0).ceil() / 100.0;
     let utilization_that_starts = (!starts && want <= MAX_SUGGESTED_UTILIZATION).then_some(want);
     let gib = |b: u64| b as f64 / GIB as f64;
