@@ -270,6 +270,12 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         ));
         f.verdict = from_placement(p);
         f.remedies.clear();
+    } else if oom && !req.deployment.is_empty() {
+        notes.push(
+            "with adapters or a draft model, spreading over more GPUs is not priced: the \
+             placement per device is the model's alone"
+                .to_string(),
+        );
     } else if oom {
         if let Some(fix) = placement
             .as_ref()

@@ -85,8 +85,16 @@ pub fn verdict(planner: &Planner, w: &Workload, est: &Estimate) -> Verdict {
             confidence,
         )
     } else if fixed > vram {
+        let beside = [
+            ("LoRA adapters", est.adapters),
+            ("the draft model's weights", est.draft_weights),
+        ]
+        .into_iter()
+        .filter(|&(_, b)| b > 0)
+        .map(|(what, b)| format!(", {} of {what}", Bytes(b)))
+        .collect::<String>();
         let s = format!(
-            "weights: {} of {} weights plus {} of runtime and margin exceed the {} card before any token",
+            "weights: {} of {} weights{beside} plus {} of runtime and margin exceed the {} card before any token",
             Bytes(est.weights), w.weight_dtype, Bytes(est.runtime.saturating_add(est.margin)), Bytes(vram)
         );
         (Cause::Weights, Stage::Load, s, 0.95)
