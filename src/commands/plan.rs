@@ -74,7 +74,42 @@ pub struct PlanReport {
     /// class, parameters by role and dtype), the source of this plan's parameters and cache.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub derived: Option<Derived>,
+    /// With `--lora-rank` or `--draft-model`: what runs beside the model, as planned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<DeploymentFacts>,
     pub notes: Vec<String>,
+}
+
+/// The adapters and the draft model a plan priced.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeploymentFacts {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora: Option<crate::estimate::deployment::Lora>,
+    /// The LoRA parameters of one adapter over the modules the engine wraps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora_parameters_per_adapter: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draft_model: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draft_parameters: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub num_speculative_tokens: Option<u64>,
+}
+
+impl DeploymentFacts {
+    fn of(spec: &crate::model::Spec, engine: Engine, d: &Deployment) -> Option<DeploymentFacts> {
+        use crate::estimate::deployment::{adapter_parameters, wrapped};
+        (!d.is_empty()).then(|| DeploymentFacts {
+            lora: d.lora,
+            lora_parameters_per_adapter: d
+                .lora
+                .as_ref()
+                .map(|l| adapter_parameters(spec, l.rank, wrapped(l, engine))),
+            draft_model: d.draft.as_ref().map(|x| x.spec.name.clone()),
+            draft_parameters: d.draft.as_ref().map(|x| x.spec.parameters()),
+            num_speculative_tokens: d.draft.as_ref().map(|x| x.tokens),
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -373,6 +408,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         vllm_startup,
         ollama,
         derived,
+        deployment: DeploymentFacts::of(&spec, req.engine, &deployment),
         notes,
     })
 }
