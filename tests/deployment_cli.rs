@@ -14,13 +14,7 @@ const TARGET: &str = concat!(
 );
 
 /// meta-llama/Llama-3.2-1B-Instruct's published config.json: the classic draft of Llama-3.1-8B.
-const LLAMA_3_2_1B: &str = r#"{"architectures":["LlamaForCausalLM"],"model_type":"llama",
-"hidden_size":2048,"intermediate_size":8192,"num_hidden_layers":16,"num_attention_heads":32,
-"num_key_value_heads":8,"head_dim":64,"vocab_size":128256,"max_position_embeddings":131072,
-"tie_word_embeddings":true,"torch_dtype":"bfloat16","rms_norm_eps":1e-05,"rope_theta":500000.0,
-"rope_scaling":{"factor":32.0,"high_freq_factor":4.0,"low_freq_factor":1.0,
-"original_max_position_embeddings":8192,"rope_type":"llama3"},"hidden_act":"silu",
-"bos_token_id":128000,"eos_token_id":[128001,128008,128009]}"#;
+const LLAMA_3_2_1B: &str = include_str!("fixtures/draft/llama-3.2-1b-instruct.json");
 
 /// Llama-3.2-1B by hand: embedding 128,256 × 2,048 (tied), 16 layers of q 2,048², k and v
 /// 2,048 × 512, o 2,048², MLP 3 × 2,048 × 8,192 and two norms, one final norm.

@@ -9,7 +9,7 @@ bytes and what the draft added to the peak, to set beside `plan --json --draft-m
 (docs/plan.md). On an H100 the example below takes about two minutes.
 
     python scripts/gpu/draft-real.py presets/llama-3.1-8b-instruct.json \
-        tests/fixtures/draft/llama-3.2-1b-instruct.json --prompt 100 --new 2000 --k 20
+        tests/fixtures/draft/llama-3.2-1b-instruct.json --prompt 100 --new 400 --k 20
 """
 
 import argparse

@@ -704,7 +704,8 @@ fn deployment_notes(spec: &crate::model::Spec, w: &Workload, d: &Deployment) -> 
                 "transformers' generate(assistant_model=…, num_assistant_tokens={}): the \
                  assistant's weights and its own DynamicCache for the same tokens; at the decode \
                  peak the target runs the {} candidate tokens at once (their activations and f32 \
-                 logits)",
+                 logits); it runs one sequence, so the budget's rows past concurrency 1 do not \
+                 apply",
                 x.tokens, x.tokens
             ),
         };

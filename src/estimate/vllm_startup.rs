@@ -292,6 +292,41 @@ mod tests {
     const CARD: u64 = 25_757_220_864; // RTX 4090 class, 24,564 MiB
 
     #[test]
+    fn adapters_and_a_draft_come_out_of_the_kv_cache() {
+        use crate::estimate::deployment::{Draft, Lora, Target, Targets};
+        let target = llama8b();
+        let draft = presets::from_file("qwen2.5-0.5b-instruct");
+        let a = VllmArgs {
+            max_model_len: Some(8192),
+            ..VllmArgs::default()
+        };
+        let alone = startup(&target, &work(), 80 * GIB, &a);
+        let dep = Deployment {
+            lora: Some(Lora {
+                rank: 8,
+                targets: Targets::of(&[Target::Q]),
+                max_loras: 2,
+            }),
+            draft: Some(Draft {
+                spec: &draft,
+                tokens: 5,
+            }),
+        };
+        let with = startup_with(&target, &work(), 80 * GIB, &a, &dep);
+        // All seven Linears of 32 layers, whatever the target list, 2 slots of rank 8, bf16.
+        let per_layer = 8192 + 2 * 5120 + 8192 + 3 * (4096 + 14336);
+        assert_eq!(with.adapters_bytes, 2 * 8 * per_layer * 32 * 2);
+        assert_eq!(
+            alone.available_kv_bytes - with.available_kv_bytes,
+            with.adapters_bytes + with.draft_weights_bytes
+        );
+        // A block of 16 holds both models' rows: 128 KiB and the draft's 12 KiB a token.
+        let block = 16 * (131_072 + 12_288);
+        assert_eq!(with.num_blocks, with.available_kv_bytes / block);
+        assert_eq!(with.needed_kv_bytes, 8192 * (131_072 + 12_288));
+    }
+
+    #[test]
     fn vllm_formula_by_hand() {
         let s = startup(&llama8b(), &work(), CARD, &VllmArgs::default());
         // available_kv = total × util − weights − peak_activation − non_torch
