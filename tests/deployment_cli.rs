@@ -296,7 +296,14 @@ fn what_cannot_be_planned_is_refused_before_any_work() {
             vec!["--lora-rank", "8", "--vram", "24GiB,24GiB"],
             "one card",
         ),
-        (vec!["--draft-model", "/nonexistent/draft"], "draft"),
+        (
+            vec!["--draft-model", "/nonexistent/draft"],
+            "--draft-model /nonexistent/draft: cannot read",
+        ),
+        (
+            vec!["--lora-rank", "8", "--engine", "candle"],
+            "transformers, vLLM and llama.cpp",
+        ),
     ] {
         let home = temp();
         let r = run(home.path(), &[&["plan", "-m", TARGET][..], &args].concat());

@@ -180,7 +180,11 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     check_deployment(req)?;
     let (ResolvedModel { spec, source }, derived) = resolve_model(req, model)?;
     let draft = match req.deployment.draft_model.as_deref() {
-        Some(m) => Some(resolve(m)?.spec),
+        Some(m) => Some(
+            resolve(m)
+                .map_err(|e| InputError::Usage(format!("--draft-model {m}: {e}")))?
+                .spec,
+        ),
         None => None,
     };
     let mut notes = spec.notes.clone();
@@ -644,7 +648,7 @@ fn check_deployment(req: &PlanRequest) -> Result<()> {
 
 /// What the plan of adapters and a draft assumes, said once.
 fn deployment_notes(spec: &crate::model::Spec, w: &Workload, d: &Deployment) -> Vec<String> {
-    use crate::estimate::deployment::{adapter_elem_bytes, adapter_parameters, wrapped};
+    use crate::estimate::deployment::{adapter_elem_bytes, adapter_parameters, wrapped, Target};
     let mut notes = Vec::new();
     if let Some(l) = &d.lora {
         let modules = wrapped(l, w.engine);
@@ -678,7 +682,10 @@ fn deployment_notes(spec: &crate::model::Spec, w: &Workload, d: &Deployment) -> 
             crate::units::group(adapter_parameters(spec, l.rank, modules)),
             adapter_elem_bytes(w.engine, w.weight_dtype)
         ));
-        if spec.experts.as_ref().is_some_and(|e| e.sparse_layers > 0) && modules.list().len() > 4 {
+        let mlp = [Target::Gate, Target::Up, Target::Down]
+            .into_iter()
+            .any(|t| modules.contains(t));
+        if mlp && spec.experts.as_ref().is_some_and(|e| e.sparse_layers > 0) {
             notes.push(
                 "LoRA on a mixture of experts: gate, up and down are priced on the dense layers' \
                  MLP and the shared expert; adapters on the routed experts are not modelled"
