@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::dtype::WeightDtype;
 use crate::estimate::torch_program::{on_card, Generation, OnCard, Shape};
-use crate::estimate::{estimate, Engine, Estimate, MeasuredModel, Workload};
+use crate::estimate::{Engine, Estimate, MeasuredModel, Workload};
 use crate::model::Spec;
 
 /// One `generate()` of the workload.
@@ -157,9 +157,10 @@ impl<'a> Planner<'a> {
     }
 
     pub fn estimate(&self, w: &Workload) -> Estimate {
+        let extra = crate::estimate::deployment::decode_extra(self.spec, w, &self.deployment);
         let mut e = match self.measured {
             Some(m) => m.estimate(self.spec, w, self.vram),
-            None => estimate(self.spec, w, self.vram),
+            None => crate::estimate::estimate_with_decode(self.spec, w, self.vram, extra),
         };
         crate::estimate::deployment::add(&mut e, self.spec, w, &self.deployment);
         e

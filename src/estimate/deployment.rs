@@ -26,8 +26,7 @@
 use serde::Serialize;
 
 use super::{
-    kv_bytes_in, llamacpp, weight_bytes, CachePolicy, Engine, Estimate, KvLayout, Phase, Profile,
-    Workload,
+    kv_bytes_in, llamacpp, weight_bytes, CachePolicy, Engine, Estimate, KvLayout, Profile, Workload,
 };
 use crate::dtype::WeightDtype;
 use crate::model::Spec;
@@ -271,7 +270,15 @@ pub fn verification_bytes(spec: &Spec, w: &Workload, k: u64) -> u64 {
     (rows * (per_token + mlp + spec.vocab_size as f64 * 8.0)) as u64
 }
 
-/// The estimate of the model alone, with the deployment's components added to it.
+/// What each decode step of the target carries besides its own token: the draft's candidates.
+pub fn decode_extra(spec: &Spec, w: &Workload, d: &Deployment) -> u64 {
+    d.draft
+        .as_ref()
+        .map_or(0, |x| verification_bytes(spec, w, x.tokens))
+}
+
+/// The model's estimate (with `decode_extra` in its decode step), the deployment's components
+/// added to it.
 pub fn add(e: &mut Estimate, spec: &Spec, w: &Workload, d: &Deployment) {
     if let Some(lora) = &d.lora {
         e.adapters = adapter_bytes(spec, lora, w.engine, w.weight_dtype);
@@ -279,14 +286,13 @@ pub fn add(e: &mut Estimate, spec: &Spec, w: &Workload, d: &Deployment) {
     if let Some(draft) = &d.draft {
         e.draft_weights = draft_weight_bytes(draft.spec, w);
         e.draft_kv_cache = draft_kv_bytes(draft.spec, w);
-        let extra = match w.engine {
-            // The draft's own context reserves its compute buffer beside the target's.
-            Engine::LlamaCpp => llamacpp::compute_buffer(draft.spec, w),
-            _ if e.peak_phase == Phase::Decode => verification_bytes(spec, w, draft.tokens),
-            _ => 0,
-        };
-        e.activations = e.activations.saturating_add(extra);
-        e.total = e.total.saturating_add(extra);
+        // The draft's own llama.cpp context reserves its compute buffer beside the target's (the
+        // candidate tokens verified by transformers are in the decode step: `decode_extra`).
+        if w.engine == Engine::LlamaCpp {
+            let extra = llamacpp::compute_buffer(draft.spec, w);
+            e.activations = e.activations.saturating_add(extra);
+            e.total = e.total.saturating_add(extra);
+        }
     }
     e.total = [e.adapters, e.draft_weights, e.draft_kv_cache]
         .into_iter()
@@ -360,7 +366,6 @@ mod tests {
         let draft = preset("Qwen/Qwen2.5-0.5B-Instruct");
         let w = work(Engine::Transformers);
         let alone = super::super::estimate(&target, &w, 80 << 30);
-        let mut with = alone;
         let d = Deployment {
             lora: None,
             draft: Some(Draft {
@@ -368,6 +373,12 @@ mod tests {
                 tokens: 20,
             }),
         };
+        let mut with = super::super::estimate_with_decode(
+            &target,
+            &w,
+            80 << 30,
+            decode_extra(&target, &w, &d),
+        );
         add(&mut with, &target, &w, &d);
         // 24 layers × 2 KV heads × 64 × (K, V) × 2 bytes per token.
         assert_eq!(with.draft_kv_cache, 24 * 2 * 64 * 2 * 2 * 1024 * 2);
@@ -379,8 +390,21 @@ mod tests {
                 + with.draft_kv_cache
                 + (with.activations - alone.activations)
         );
-        if alone.peak_phase == Phase::Decode {
-            assert!(with.activations > alone.activations);
-        }
+        // A 1,000-token prompt of 2 sequences peaks at the prefill: the candidates add nothing.
+        assert_eq!(alone.peak_phase, super::super::Phase::Prefill);
+        assert_eq!(with.activations, alone.activations);
+        // 24 new tokens after 8: the last decode step peaks, and carries the 20 candidates.
+        let long = Workload {
+            prompt_tokens: 8,
+            max_new_tokens: 4000,
+            ..w
+        };
+        let extra = decode_extra(&target, &long, &d);
+        let base = super::super::estimate(&target, &long, 80 << 30);
+        let more = super::super::estimate_with_decode(&target, &long, 80 << 30, extra);
+        assert_eq!(base.peak_phase, super::super::Phase::Decode);
+        assert_eq!(more.activations, base.activations + extra);
+        // Among them the 20 × 2 candidates' f32 logits and softmax over 152,064 entries.
+        assert!(extra >= 40 * 152_064 * 8, "{extra}");
     }
 }

@@ -120,6 +120,12 @@ impl Phase {
 /// Peak memory of `w` on `spec` for a card of `vram` bytes (vram matters only for the engines that
 /// size themselves from the card, and for the margin).
 pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
+    estimate_with_decode(spec, w, vram, 0)
+}
+
+/// The same with `decode_extra` bytes beside each decode step's activations (a draft's
+/// candidate tokens verified by the target), before the peak's moment is chosen.
+pub fn estimate_with_decode(spec: &Spec, w: &Workload, vram: u64, decode_extra: u64) -> Estimate {
     if w.engine == Engine::LlamaCpp {
         return llamacpp::estimate(spec, w, vram);
     }
@@ -159,6 +165,7 @@ pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
     } else {
         activations(spec, &p, w, d, kv_full)
     };
+    let decode_act = decode_act.saturating_add(decode_extra);
     // vLLM and candle hold the whole cache from the start; transformers grows it.
     let (prefill_kv, decode_kv) = match p.kv_layout {
         KvLayout::Concatenated => (kv_prompt, kv_full),
