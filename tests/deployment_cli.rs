@@ -252,14 +252,17 @@ fn the_rows_turn_the_verdict() {
     let d = draft.to_str().unwrap();
     let (_, probe) = plan(&["--vram", "40GiB"]);
     let card = format!("{}MiB", (c(&probe, "total") >> 20) + 1024);
-    for extra in [
-        vec!["--draft-model", d],
-        vec![
-            "--lora-rank",
-            "256",
-            "--lora-targets",
-            "q,k,v,o,gate,up,down",
-        ],
+    for (extra, remedy) in [
+        (vec!["--draft-model", d], "drop_draft"),
+        (
+            vec![
+                "--lora-rank",
+                "256",
+                "--lora-targets",
+                "q,k,v,o,gate,up,down",
+            ],
+            "merge_adapters",
+        ),
     ] {
         let (code, alone) = plan(&["--vram", &card]);
         assert_eq!((code, alone["budget"]["fits"].as_bool()), (0, Some(true)));
@@ -273,6 +276,14 @@ fn the_rows_turn_the_verdict() {
         // Over the card by the rows, not by anything else.
         let vram = with["device"]["vram_bytes"].as_u64().unwrap_or(0);
         assert!(c(&alone, "total") <= vram && c(&with, "total") > vram);
+        // The first remedy takes the rows away, back to the model alone's peak.
+        let first = &with["remedies"][0];
+        assert_eq!(first["change"]["kind"], remedy, "{}", with["remedies"]);
+        assert_eq!(
+            first["new_budget"]["peak_bytes"].as_u64(),
+            Some(c(&alone, "total"))
+        );
+        assert_eq!(first["new_budget"]["fits"], true);
     }
 }
 
