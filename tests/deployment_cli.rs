@@ -331,3 +331,28 @@ fn what_cannot_be_planned_is_refused_before_any_work() {
         assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
     }
 }
+
+#[test]
+fn vllm_refuses_to_start_when_the_slots_take_the_cache_and_merging_starts_it() {
+    let work = [
+        "--engine",
+        "vllm",
+        "--vram",
+        "24GiB",
+        "--max-model-len",
+        "8192",
+    ];
+    let (code, alone) = plan(&work);
+    assert_eq!(code, 0);
+    assert_eq!(alone["vllm_startup"]["starts"], true);
+    // Eight slots of rank 256 over every Linear: 10 GiB in bf16.
+    let (code, with) = plan(&[&work[..], &["--lora-rank", "256", "--max-loras", "8"]].concat());
+    let slots = 8 * 256 * (Q + 2 * KV + O + 3 * MLP) * LAYERS * 2;
+    assert_eq!(slots, 10 << 30);
+    assert_eq!(code, 1);
+    assert_eq!(with["vllm_startup"]["starts"], false);
+    assert_eq!(with["vllm_startup"]["adapters_bytes"].as_u64(), Some(slots));
+    let evidence = with["verdict"]["evidence"].to_string();
+    assert!(evidence.contains("LoRA slots 10.0 GiB"), "{evidence}");
+    assert_eq!(with["remedies"][0]["change"]["kind"], "merge_adapters");
+}
