@@ -140,6 +140,24 @@ pub struct WorkloadRequest {
     /// `plan --python`: the interpreter whose transformers builds the model on the meta device
     /// and sizes its parameters and cache (`None`: the config reader's families alone).
     pub python: Option<std::path::PathBuf>,
+    /// `plan --lora-rank`, `--draft-model`: what the deployment runs beside the model.
+    pub deployment: DeploymentRequest,
+}
+
+/// Adapters and a draft model as asked; all `None` when none was given.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeploymentRequest {
+    pub lora: Option<crate::estimate::deployment::Lora>,
+    /// `--draft-model`: resolved as `--model` is.
+    pub draft_model: Option<String>,
+    /// `--num-speculative-tokens` [default: the engine's].
+    pub speculative_tokens: Option<u64>,
+}
+
+impl DeploymentRequest {
+    pub fn is_empty(&self) -> bool {
+        self.lora.is_none() && self.draft_model.is_none()
+    }
 }
 
 /// vLLM's parallel layout as the flags give it; `None` = not given.

@@ -249,6 +249,7 @@ proptest! {
             sglang: Default::default(),
             ollama: None,
             python: None,
+            deployment: Default::default(),
         };
         let within = prompt <= 10_000_000
             && new <= 10_000_000

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use crate::dtype::WeightDtype;
 use crate::estimate::torch_program::{lengths, on_card, Generation, Lengths, OnCard, Shape};
-use crate::estimate::{estimate, Engine, Estimate, MeasuredModel, Workload};
+use crate::estimate::{Engine, Estimate, MeasuredModel, Workload};
 use crate::model::Spec;
 
 /// One `generate()` of the workload.
@@ -89,6 +89,7 @@ pub fn largest(lo: u64, hi: u64, ok: impl Fn(u64) -> bool) -> Option<u64> {
 /// answers every generation of as many new tokens as it made, or more where it failed.
 type Runs = Arc<Mutex<HashMap<(Shape, u64, u64, u64), Lengths>>>;
 
+#[derive(Clone)]
 pub struct Planner<'a> {
     pub spec: &'a Spec,
     pub vram: u64,
@@ -101,6 +102,8 @@ pub struct Planner<'a> {
     /// The allocator model's runs so far, shared by this planner's copies (`on_card`, threads):
     /// a run is deterministic, so a repeated question is answered from here.
     runs: Runs,
+    /// What sits beside the model on the card: LoRA adapters, a draft model.
+    pub deployment: crate::estimate::deployment::Deployment<'a>,
 }
 
 /// Past this many new tokens a replay is long (~3,000 events per token of a 7B): the allocator
@@ -115,6 +118,7 @@ impl<'a> Planner<'a> {
             vram,
             measured: None,
             pool: false,
+            deployment: Default::default(),
             runs: Runs::default(),
         }
     }
@@ -130,6 +134,14 @@ impl<'a> Planner<'a> {
     /// The same planner answering transformers' workloads with the allocator model.
     pub fn with_pool(self) -> Planner<'a> {
         Planner { pool: true, ..self }
+    }
+
+    /// The same planner with adapters and a draft model beside the model.
+    pub fn with_deployment(
+        self,
+        deployment: crate::estimate::deployment::Deployment<'a>,
+    ) -> Planner<'a> {
+        Planner { deployment, ..self }
     }
 
     /// The traced sequence for this workload, when the allocator model answers it.
@@ -189,10 +201,13 @@ impl<'a> Planner<'a> {
     }
 
     pub fn estimate(&self, w: &Workload) -> Estimate {
-        match self.measured {
+        let extra = crate::estimate::deployment::decode_extra(self.spec, w, &self.deployment);
+        let mut e = match self.measured {
             Some(m) => m.estimate(self.spec, w, self.vram),
-            None => estimate(self.spec, w, self.vram),
-        }
+            None => crate::estimate::estimate_with_decode(self.spec, w, self.vram, extra),
+        };
+        crate::estimate::deployment::add(&mut e, self.spec, w, &self.deployment);
+        e
     }
 
     pub fn fits(&self, w: &Workload) -> bool {
@@ -387,6 +402,7 @@ pub fn split_at_ratio(w: &Workload, total: u64) -> (u64, u64) {
 mod tests {
     use super::*;
     use crate::dtype::KvDtype;
+    use crate::estimate::estimate;
     use crate::model::presets;
 
     fn planner_for(id: &str, vram: u64) -> (Spec, u64) {

@@ -314,6 +314,26 @@ pub struct PlanArgs {
     /// card, 2,048 under 35 GiB]
     #[arg(long, allow_negative_numbers = true)]
     pub chunked_prefill_size: Option<i64>,
+    /// LoRA adapters of this rank beside the model (vLLM: --max-lora-rank); training's optimizer
+    /// state is not priced
+    #[arg(long, allow_negative_numbers = true)]
+    pub lora_rank: Option<i64>,
+    /// The Linears the adapters target, of q,k,v,o,gate,up,down [default: q,v, PEFT's default
+    /// for Llama, Mistral and Qwen2; vLLM preallocates all of them whatever is given]
+    #[arg(long, requires = "lora_rank")]
+    pub lora_targets: Option<String>,
+    /// Adapters held at once: vLLM's preallocated slots (--max-loras), adapters loaded side by
+    /// side elsewhere [default: 1]
+    #[arg(long, requires = "lora_rank", allow_negative_numbers = true)]
+    pub max_loras: Option<i64>,
+    /// A draft model for speculative decoding, named as --model is (a Hugging Face id, a local
+    /// folder or config.json, a .gguf file, a preset)
+    #[arg(long)]
+    pub draft_model: Option<String>,
+    /// Tokens the draft proposes per step [default: transformers 20 (num_assistant_tokens),
+    /// vLLM 5, llama.cpp 16 (--draft-max)]
+    #[arg(long, requires = "draft_model", allow_negative_numbers = true)]
+    pub num_speculative_tokens: Option<i64>,
 }
 
 #[derive(Debug, Args)]

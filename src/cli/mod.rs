@@ -63,6 +63,7 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
                 max_running_requests: count("--max-running-requests", args.max_running_requests)?,
                 chunked_prefill_size: count("--chunked-prefill-size", args.chunked_prefill_size)?,
             };
+            req.deployment = deployment(args)?;
             let r = plan(&req)?;
             print(&report_text(&r, format)?)?;
             Ok(ExitStatus::of(&r.verdict))
@@ -268,6 +269,58 @@ fn format(cli: &Cli) -> Format {
 }
 
 /// A count flag: at least 1 and within its ceiling (`llm_oom::limits`).
+/// `--lora-rank`, `--lora-targets`, `--max-loras`, `--draft-model`, `--num-speculative-tokens`.
+fn deployment(a: &args::PlanArgs) -> Result<llm_oom::request::DeploymentRequest, InputError> {
+    use llm_oom::estimate::deployment::{Lora, Target, Targets};
+    let within = |what: &'static str, v: i64, most: u64| {
+        let n = positive(what, v)?;
+        if n > most {
+            return Err(InputError::Usage(format!(
+                "{what} {n}: write at most {most}"
+            )));
+        }
+        Ok(n)
+    };
+    let lora = match a.lora_rank {
+        None => None,
+        Some(r) => {
+            let targets = match a.lora_targets.as_deref() {
+                None => Targets::of(&Target::PEFT_DEFAULT),
+                Some(list) => {
+                    let mut got = Vec::new();
+                    for t in list.split(',') {
+                        got.push(Target::parse(t).ok_or_else(|| {
+                            InputError::Usage(format!(
+                                "--lora-targets: `{}` is not a Linear LoRA can target; write \
+                                 some of q,k,v,o,gate,up,down",
+                                t.trim()
+                            ))
+                        })?);
+                    }
+                    Targets::of(&got)
+                }
+            };
+            Some(Lora {
+                rank: within("--lora-rank", r, 65_536)?,
+                targets,
+                max_loras: a
+                    .max_loras
+                    .map(|n| within("--max-loras", n, 4096))
+                    .transpose()?
+                    .unwrap_or(1),
+            })
+        }
+    };
+    Ok(llm_oom::request::DeploymentRequest {
+        lora,
+        draft_model: a.draft_model.clone(),
+        speculative_tokens: a
+            .num_speculative_tokens
+            .map(|k| within("--num-speculative-tokens", k, 1024))
+            .transpose()?,
+    })
+}
+
 pub(crate) fn positive(what: &'static str, v: i64) -> Result<u64, InputError> {
     if v < 1 {
         return Err(InputError::NotPositive { what, value: v });
@@ -460,6 +513,7 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
         sglang: Default::default(),
         ollama: ollama_for(a)?,
         python: None,
+        deployment: Default::default(),
         parallel: Default::default(),
         llama: llm_oom::estimate::LlamaCppArgs {
             ctx_size: a.ctx_size.map(|v| positive("--ctx-size", v)).transpose()?,

@@ -189,6 +189,7 @@ fn from_log(report: &ExplainReport, engine: Engine) -> Option<WorkloadRequest> {
         sglang: Default::default(),
         ollama: None,
         python: None,
+        deployment: Default::default(),
     })
 }
 

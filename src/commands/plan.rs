@@ -7,6 +7,7 @@ use crate::budget::card::{self, DeviceFacts};
 use crate::budget::{Budget, Planner, WhatIf};
 use crate::error::InputError;
 use crate::error::Result;
+use crate::estimate::deployment::{Deployment, Draft};
 use crate::estimate::{kv_bytes_per_token, state_bytes};
 use crate::estimate::{
     kv_bytes_per_token_at, CachePolicy, Calibration, Engine, Estimate, LlamaCppArgs, Profile,
@@ -76,7 +77,42 @@ pub struct PlanReport {
     /// class, parameters by role and dtype), the source of this plan's parameters and cache.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub derived: Option<Derived>,
+    /// With `--lora-rank` or `--draft-model`: what runs beside the model, as planned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<DeploymentFacts>,
     pub notes: Vec<String>,
+}
+
+/// The adapters and the draft model a plan priced.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeploymentFacts {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora: Option<crate::estimate::deployment::Lora>,
+    /// The LoRA parameters of one adapter over the modules the engine wraps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora_parameters_per_adapter: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draft_model: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draft_parameters: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub num_speculative_tokens: Option<u64>,
+}
+
+impl DeploymentFacts {
+    fn of(spec: &crate::model::Spec, engine: Engine, d: &Deployment) -> Option<DeploymentFacts> {
+        use crate::estimate::deployment::{adapter_parameters, wrapped};
+        (!d.is_empty()).then(|| DeploymentFacts {
+            lora: d.lora,
+            lora_parameters_per_adapter: d
+                .lora
+                .as_ref()
+                .map(|l| adapter_parameters(spec, l.rank, wrapped(l, engine))),
+            draft_model: d.draft.as_ref().map(|x| x.spec.name.clone()),
+            draft_parameters: d.draft.as_ref().map(|x| x.spec.parameters()),
+            num_speculative_tokens: d.draft.as_ref().map(|x| x.tokens),
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -151,7 +187,16 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         .and_then(|_| crate::model::ollama_tags::find(&req.model))
         .filter(|_| !std::path::Path::new(&req.model).exists());
     let model = tag.map_or(req.model.as_str(), |t| t.tag.model);
+    check_deployment(req)?;
     let (ResolvedModel { spec, source }, derived) = resolve_model(req, model)?;
+    let draft = match req.deployment.draft_model.as_deref() {
+        Some(m) => Some(
+            resolve(m)
+                .map_err(|e| InputError::Usage(format!("--draft-model {m}: {e}")))?
+                .spec,
+        ),
+        None => None,
+    };
     let mut notes = spec.notes.clone();
     let mut w = req.workload(&spec);
     notes.extend(past_context(&spec, &w));
@@ -166,7 +211,18 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     let mut ollama = req
         .ollama
         .map(|o| ollama_launch(req, &o, tag, &spec, &mut w, device.vram_bytes, &mut notes));
-    let planner = Planner::new(&spec, device.vram_bytes);
+    let deployment = Deployment {
+        lora: req.deployment.lora,
+        draft: draft.as_ref().map(|d| Draft {
+            spec: d,
+            tokens: req
+                .deployment
+                .speculative_tokens
+                .unwrap_or_else(|| speculative_tokens(req.engine)),
+        }),
+    };
+    notes.extend(deployment_notes(&spec, &w, &deployment));
+    let planner = Planner::new(&spec, device.vram_bytes).with_deployment(deployment);
     let planner = if req.exact {
         planner.with_pool()
     } else {
@@ -196,7 +252,9 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         && req.gpus.len() <= 1
         && !req.parallel.is_set()
         && !f.replayed)
-        .then(|| crate::estimate::vllm_startup(&spec, &w, device.vram_bytes, &req.vllm));
+        .then(|| {
+            crate::estimate::vllm_startup_with(&spec, &w, device.vram_bytes, &req.vllm, &deployment)
+        });
     if let Some(s) = &vllm_startup {
         let (v, remedies, said) = crate::verdict::startup::verdict(s, &w);
         f.verdict = v;
@@ -270,6 +328,12 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         ));
         f.verdict = from_placement(p);
         f.remedies.clear();
+    } else if oom && !req.deployment.is_empty() {
+        notes.push(
+            "with adapters or a draft model, spreading over more GPUs is not priced: the \
+             placement per device is the model's alone"
+                .to_string(),
+        );
     } else if oom {
         if let Some(fix) = placement
             .as_ref()
@@ -368,6 +432,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         sglang_startup,
         ollama,
         derived,
+        deployment: DeploymentFacts::of(&spec, req.engine, &deployment),
         notes,
     })
 }
@@ -550,6 +615,147 @@ fn adopt(spec: &mut crate::model::Spec, d: &Derived) -> String {
     )
 }
 
+/// Tokens a draft proposes per step when `--num-speculative-tokens` is not given: transformers'
+/// `num_assistant_tokens` (20, `GenerationConfig` in 5.x, schedule "constant"), llama.cpp's
+/// `--draft-max` (16, `common_params_speculative::n_max`); vLLM has no default for a draft
+/// model (`--speculative-config` must say `num_speculative_tokens`): 5, its documentation's.
+pub fn speculative_tokens(engine: Engine) -> u64 {
+    match engine {
+        Engine::Transformers | Engine::TransformersEager => 20,
+        Engine::LlamaCpp => 16,
+        _ => 5,
+    }
+}
+
+/// Adapters and a draft are planned on one card, by engines that load them: refused (exit 2)
+/// before any model is read otherwise.
+fn check_deployment(req: &PlanRequest) -> Result<()> {
+    let d = &req.deployment;
+    if d.is_empty() {
+        return Ok(());
+    }
+    let what = match (d.lora.is_some(), d.draft_model.is_some()) {
+        (true, true) => "--lora-rank and --draft-model",
+        (true, false) => "--lora-rank",
+        _ => "--draft-model",
+    };
+    let refuse = |why: String| Err(InputError::Usage(format!("{what}: {why}")).into());
+    if req.gpus.len() > 1 || req.parallel.is_set() {
+        return refuse(
+            "planned on one card; give one --vram (several GPUs and parallel layouts price the \
+             model alone)"
+                .to_string(),
+        );
+    }
+    if req.exact {
+        return refuse(
+            "the allocator replay (--exact) traces the model alone; drop --exact".to_string(),
+        );
+    }
+    if req.ollama.is_some() || req.engine == Engine::Candle {
+        return refuse(format!(
+            "planned for transformers, vLLM and llama.cpp; this plan is for {}",
+            req.engine
+        ));
+    }
+    if d.draft_model.is_some()
+        && req.batch > 1
+        && matches!(req.engine, Engine::Transformers | Engine::TransformersEager)
+    {
+        return refuse(format!(
+            "transformers' assisted generation runs one sequence (\"assisted generate is only \
+             supported for batch_size = 1\"); give --batch 1, or --engine vllm for {} at once",
+            req.batch
+        ));
+    }
+    Ok(())
+}
+
+/// What the plan of adapters and a draft assumes, said once.
+fn deployment_notes(spec: &crate::model::Spec, w: &Workload, d: &Deployment) -> Vec<String> {
+    use crate::estimate::deployment::{adapter_elem_bytes, adapter_parameters, wrapped, Target};
+    let mut notes = Vec::new();
+    if let Some(l) = &d.lora {
+        let modules = wrapped(l, w.engine);
+        let names: Vec<&str> = modules.list().into_iter().map(|t| t.name()).collect();
+        let how = match w.engine {
+            Engine::Vllm => format!(
+                "vLLM (--enable-lora --max-lora-rank {} --max-loras {}) preallocates A and B for \
+                 every supported Linear of every layer ({}), whatever the adapter targets, in the \
+                 model's dtype",
+                l.rank,
+                l.max_loras,
+                names.join(", ")
+            ),
+            Engine::Transformers | Engine::TransformersEager => format!(
+                "PEFT wraps {} in every layer and keeps the adapter in f32 \
+                 (autocast_adapter_dtype=True upcasts bf16 and f16 adapters); {} adapter(s) loaded",
+                names.join(", "),
+                l.max_loras
+            ),
+            _ => format!(
+                "llama.cpp's --lora: the adapter's f16 tensors for {}; {} adapter(s)",
+                names.join(", "),
+                l.max_loras
+            ),
+        };
+        notes.push(format!(
+            "LoRA rank {}: {} parameters per adapter (rank × (in + out) per Linear and layer) at \
+             {} bytes each; {how}. Training's optimizer state and gradients are not priced: this \
+             is inference with adapters",
+            l.rank,
+            crate::units::group(adapter_parameters(spec, l.rank, modules)),
+            adapter_elem_bytes(w.engine, w.weight_dtype)
+        ));
+        let mlp = [Target::Gate, Target::Up, Target::Down]
+            .into_iter()
+            .any(|t| modules.contains(t));
+        if mlp && spec.experts.as_ref().is_some_and(|e| e.sparse_layers > 0) {
+            notes.push(
+                "LoRA on a mixture of experts: gate, up and down are priced on the dense layers' \
+                 MLP and the shared expert; adapters on the routed experts are not modelled"
+                    .to_string(),
+            );
+        }
+    }
+    if let Some(x) = &d.draft {
+        let how = match w.engine {
+            Engine::Vllm => format!(
+                "vLLM --speculative-config '{{\"model\": \"{}\", \"num_speculative_tokens\": {}}}': \
+                 the draft's weights beside the target's and its layers' KV in the same blocks \
+                 (each block holds both); the verification tokens stay within \
+                 max_num_batched_tokens, the profiling run's size",
+                x.spec.name, x.tokens
+            ),
+            Engine::LlamaCpp => format!(
+                "llama.cpp -md {} --draft-max {} with the draft on the same GPU: its weights, its \
+                 KV buffer for the same context and its own compute buffer",
+                x.spec.name, x.tokens
+            ),
+            _ => format!(
+                "transformers' generate(assistant_model=…, num_assistant_tokens={}): the \
+                 assistant's weights and its own DynamicCache for the same tokens; at the decode \
+                 peak the target runs the {} candidate tokens at once (their activations and f32 \
+                 logits); it runs one sequence, so the budget's rows past concurrency 1 do not \
+                 apply",
+                x.tokens, x.tokens
+            ),
+        };
+        notes.push(format!("draft model {}: {how}", x.spec.name));
+        if x.spec.vocab_size != spec.vocab_size {
+            notes.push(format!(
+                "the draft's embedding has {} rows, the target's {}: vLLM and llama.cpp need the \
+                 draft to share the target's tokenizer (embeddings padded to other sizes, as \
+                 Qwen2.5's are, are fine); transformers' universal assisted decoding takes \
+                 another tokenizer, its re-tokenizing is not priced",
+                crate::units::group(x.spec.vocab_size),
+                crate::units::group(spec.vocab_size)
+            ));
+        }
+    }
+    notes
+}
+
 /// The one card of the plan and the host RAM offered (the offload tier).
 #[derive(Clone, Copy)]
 struct Where {
@@ -578,6 +784,10 @@ fn place(
             p.fix = vllm::fitting(spec, w, &gpus, &par).map(|x| Fix::of(&x));
         }
         return Ok(Some(p));
+    }
+    if !req.deployment.is_empty() {
+        // Adapters and a draft are priced on the one card; the offload placement is the model's.
+        return Ok(None);
     }
     let gpus = match (req.gpus.len(), req.vram) {
         (2.., _) => req.gpus.clone(),

@@ -36,6 +36,9 @@ pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
         allocator: 0,
         runtime,
         margin,
+        adapters: 0,
+        draft_weights: 0,
+        draft_kv_cache: 0,
         total: [kv, activations, runtime, margin]
             .into_iter()
             .fold(weights, u64::saturating_add),

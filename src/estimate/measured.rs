@@ -108,6 +108,9 @@ impl MeasuredModel {
             allocator,
             runtime: self.base,
             margin,
+            adapters: 0,
+            draft_weights: 0,
+            draft_kv_cache: 0,
             total: [kv_full, activations, allocator, self.base, margin]
                 .into_iter()
                 .fold(weights, u64::saturating_add),

@@ -2,6 +2,7 @@
 //! components the vocabulary of causes names.
 
 pub mod candle;
+pub mod deployment;
 pub mod engine;
 pub mod kv;
 pub mod llamacpp;
@@ -23,7 +24,9 @@ pub use kv::{
 pub use llamacpp::LlamaCppArgs;
 pub use measured::MeasuredModel;
 pub use sglang_startup::{startup as sglang_startup, SglangArgs, Startup as SglangStartup};
-pub use vllm_startup::{startup as vllm_startup, Startup as VllmStartup, VllmArgs};
+pub use vllm_startup::{
+    startup as vllm_startup, startup_with as vllm_startup_with, Startup as VllmStartup, VllmArgs,
+};
 pub use weights::weight_bytes;
 
 use crate::dtype::{KvDtype, WeightDtype};
@@ -76,8 +79,21 @@ pub struct Estimate {
     /// Memory the engine leaves unused by design (vLLM's 1 − gpu_memory_utilization) plus the
     /// safety margin that makes a budget safe.
     pub margin: u64,
+    /// LoRA adapters (`--lora-rank`): every slot the engine holds.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub adapters: u64,
+    /// The draft model's weights (`--draft-model`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub draft_weights: u64,
+    /// The draft model's KV cache for the same tokens and sequences.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub draft_kv_cache: u64,
     pub total: u64,
     pub peak_phase: Phase,
+}
+
+fn is_zero(b: &u64) -> bool {
+    *b == 0
 }
 
 /// Share of the card kept back so a predicted fit does not run out in practice.
@@ -106,6 +122,12 @@ impl Phase {
 /// Peak memory of `w` on `spec` for a card of `vram` bytes (vram matters only for the engines that
 /// size themselves from the card, and for the margin).
 pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
+    estimate_with_decode(spec, w, vram, 0)
+}
+
+/// The same with `decode_extra` bytes beside each decode step's activations (a draft's
+/// candidate tokens verified by the target), before the peak's moment is chosen.
+pub fn estimate_with_decode(spec: &Spec, w: &Workload, vram: u64, decode_extra: u64) -> Estimate {
     if w.engine == Engine::LlamaCpp {
         return llamacpp::estimate(spec, w, vram);
     }
@@ -145,6 +167,7 @@ pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
     } else {
         activations(spec, &p, w, d, kv_full)
     };
+    let decode_act = decode_act.saturating_add(decode_extra);
     // vLLM and candle hold the whole cache from the start; transformers grows it.
     let (prefill_kv, decode_kv) = match p.kv_layout {
         KvLayout::Concatenated => (kv_prompt, kv_full),
@@ -181,6 +204,9 @@ pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
         allocator,
         runtime,
         margin,
+        adapters: 0,
+        draft_weights: 0,
+        draft_kv_cache: 0,
         total: [kv_cache, activations, allocator, runtime, margin]
             .into_iter()
             .fold(weights, u64::saturating_add),
@@ -190,24 +216,11 @@ pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
 
 /// Peak transient bytes of the prefill and of the last decode step.
 fn activations(spec: &Spec, p: &Profile, w: &Workload, d: f64, kv_full: u64) -> (u64, u64) {
-    let (h, q, kv, v) = (
-        spec.hidden_size as f64,
+    let (q, kv, v) = (
         spec.q_dim() as f64,
         spec.kv_dim() as f64,
         spec.vocab_size as f64,
     );
-    // MoE: one expert runs at a time over the tokens routed to it; allow a skewed routing (2×).
-    let inter = match &spec.experts {
-        Some(e) if e.sparse_layers == spec.num_layers => {
-            e.intermediate_size as f64 * (2.0 * e.active as f64 / e.count as f64).min(1.0)
-        }
-        _ => spec.intermediate_size as f64,
-    };
-    let mlp_copies = if spec.fused_projections {
-        p.mlp_copies + 1.0
-    } else {
-        p.mlp_copies
-    };
     let prompt = w.prompt_tokens as f64;
     let batch = w.batch as f64;
     // Tokens in one forward pass; the prompt is the context they attend to.
@@ -217,10 +230,7 @@ fn activations(spec: &Spec, p: &Profile, w: &Workload, d: f64, kv_full: u64) -> 
     };
     let context = prompt;
 
-    // Alive through the whole layer: hidden-size copies, RoPE tables, ids and mask.
-    let per_token =
-        (p.hidden_copies * h + p.rope_copies * spec.head_dim as f64) * d + p.token_bytes;
-    let mlp = mlp_copies * inter * d;
+    let (per_token, mlp) = token_row(spec, p, d);
     // Models without attention layers (Mamba-2) materialise no scores.
     let scores = p
         .score_bytes
@@ -263,6 +273,27 @@ fn activations(spec: &Spec, p: &Profile, w: &Workload, d: f64, kv_full: u64) -> 
         + concat
         + expanded * batch * w.total_tokens() as f64;
     (prefill as u64, decode as u64)
+}
+
+/// Bytes one token keeps alive through a layer (hidden-size copies, RoPE tables, ids and mask)
+/// and its MLP's intermediate copies.
+pub(crate) fn token_row(spec: &Spec, p: &Profile, d: f64) -> (f64, f64) {
+    let h = spec.hidden_size as f64;
+    // MoE: one expert runs at a time over the tokens routed to it; allow a skewed routing (2×).
+    let inter = match &spec.experts {
+        Some(e) if e.sparse_layers == spec.num_layers => {
+            e.intermediate_size as f64 * (2.0 * e.active as f64 / e.count as f64).min(1.0)
+        }
+        _ => spec.intermediate_size as f64,
+    };
+    let mlp_copies = if spec.fused_projections {
+        p.mlp_copies + 1.0
+    } else {
+        p.mlp_copies
+    };
+    let per_token =
+        (p.hidden_copies * h + p.rope_copies * spec.head_dim as f64) * d + p.token_bytes;
+    (per_token, mlp_copies * inter * d)
 }
 
 /// Elements per token of one MLA layer decompressed to every head's K and V (transformers'

@@ -19,6 +19,7 @@
 
 use serde::Serialize;
 
+use super::deployment::{self, Deployment};
 use super::Workload;
 use super::{activations, kv_bytes_in, weight_bytes, CachePolicy, Engine, KvLayout, Profile};
 use crate::error::InputError;
@@ -87,6 +88,12 @@ pub struct Startup {
     /// total × gpu_memory_utilization.
     pub requested_bytes: u64,
     pub weights_bytes: u64,
+    /// The LoRA slots preallocated at load (`--max-loras` × `--max-lora-rank`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub adapters_bytes: u64,
+    /// The draft model's weights (`--speculative-config`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub draft_weights_bytes: u64,
     /// The profiling run's peak (`max_num_batched_tokens` tokens, `max_num_seqs` sampled).
     pub peak_activation_bytes: u64,
     pub non_torch_bytes: u64,
@@ -108,12 +115,29 @@ pub struct Startup {
     pub message: Option<String>,
 }
 
+fn is_zero(b: &u64) -> bool {
+    *b == 0
+}
+
 /// The largest utilization llm-oom suggests (the rest is the CUDA context of other processes,
 /// the driver, fragmentation).
 pub const MAX_SUGGESTED_UTILIZATION: f64 = 0.98;
 
 /// vLLM's start-up on one card of `card` bytes for the model and dtypes of `w`.
 pub fn startup(spec: &Spec, w: &Workload, card: u64, a: &VllmArgs) -> Startup {
+    startup_with(spec, w, card, a, &Deployment::default())
+}
+
+/// The same with LoRA slots (`--enable-lora`, loaded with the model before profiling) and a draft
+/// model (`--speculative-config`: its weights loaded beside the target's, its layers' KV in the
+/// same blocks, so each block holds both models' rows).
+pub fn startup_with(
+    spec: &Spec,
+    w: &Workload,
+    card: u64,
+    a: &VllmArgs,
+    dep: &Deployment,
+) -> Startup {
     let large = card >= LARGE_CARD;
     let mut p = Profile::of(Engine::Vllm);
     let util = a.gpu_memory_utilization.unwrap_or(p.memory_fraction);
@@ -143,24 +167,32 @@ pub fn startup(spec: &Spec, w: &Workload, card: u64, a: &VllmArgs) -> Startup {
     let (prefill, decode) = activations(spec, &p, &profiling, d, 0);
     let peak_activation = prefill.max(decode);
     let weights = weight_bytes(spec, w.weight_dtype);
+    let adapters = dep.lora.as_ref().map_or(0, |l| {
+        deployment::adapter_bytes(spec, l, Engine::Vllm, w.weight_dtype)
+    });
+    let draft_weights = dep
+        .draft
+        .as_ref()
+        .map_or(0, |x| deployment::draft_weight_bytes(x.spec, w));
     let non_torch = p.runtime_overhead;
     let requested = (card as f64 * util) as u64;
     let available = requested
         .saturating_sub(weights)
+        .saturating_sub(adapters)
+        .saturating_sub(draft_weights)
         .saturating_sub(peak_activation)
         .saturating_sub(non_torch);
     let policy = CachePolicy::of(Engine::Vllm);
     // FullAttentionSpec.max_memory_usage_bytes: whole blocks of max_model_len
-    let needed_for = |len: u64| {
-        kv_bytes_in(
-            spec,
-            w.kv_dtype,
-            len.div_ceil(block).saturating_mul(block),
-            1,
-            policy,
-        )
+    let both = |tokens: u64| {
+        let draft = dep
+            .draft
+            .as_ref()
+            .map_or(0, |x| kv_bytes_in(x.spec, w.kv_dtype, tokens, 1, policy));
+        kv_bytes_in(spec, w.kv_dtype, tokens, 1, policy).saturating_add(draft)
     };
-    let block_bytes = kv_bytes_in(spec, w.kv_dtype, block, 1, policy);
+    let needed_for = |len: u64| both(len.div_ceil(block).saturating_mul(block));
+    let block_bytes = both(block);
     let needed = needed_for(max_model_len);
     let num_blocks = available.checked_div(block_bytes).unwrap_or(0);
     let per_request = needed.div_ceil(block_bytes.max(1)).max(1);
@@ -180,9 +212,16 @@ pub fn startup(spec: &Spec, w: &Workload, card: u64, a: &VllmArgs) -> Startup {
     } else {
         lo / block * block
     };
-    let fixed = [weights, peak_activation, non_torch, needed]
-        .into_iter()
-        .fold(0u64, u64::saturating_add);
+    let fixed = [
+        weights,
+        adapters,
+        draft_weights,
+        peak_activation,
+        non_torch,
+        needed,
+    ]
+    .into_iter()
+    .fold(0u64, u64::saturating_add);
     let want = (fixed as f64 / card.max(1) as f64 * 100.0).ceil() / 100.0;
     let utilization_that_starts = (!starts && want <= MAX_SUGGESTED_UTILIZATION).then_some(want);
     let gib = |b: u64| b as f64 / GIB as f64;
@@ -212,6 +251,8 @@ pub fn startup(spec: &Spec, w: &Workload, card: u64, a: &VllmArgs) -> Startup {
         block_size: block,
         requested_bytes: requested,
         weights_bytes: weights,
+        adapters_bytes: adapters,
+        draft_weights_bytes: draft_weights,
         peak_activation_bytes: peak_activation,
         non_torch_bytes: non_torch,
         available_kv_bytes: available,
@@ -249,6 +290,41 @@ mod tests {
     }
 
     const CARD: u64 = 25_757_220_864; // RTX 4090 class, 24,564 MiB
+
+    #[test]
+    fn adapters_and_a_draft_come_out_of_the_kv_cache() {
+        use crate::estimate::deployment::{Draft, Lora, Target, Targets};
+        let target = llama8b();
+        let draft = presets::from_file("qwen2.5-0.5b-instruct");
+        let a = VllmArgs {
+            max_model_len: Some(8192),
+            ..VllmArgs::default()
+        };
+        let alone = startup(&target, &work(), 80 * GIB, &a);
+        let dep = Deployment {
+            lora: Some(Lora {
+                rank: 8,
+                targets: Targets::of(&[Target::Q]),
+                max_loras: 2,
+            }),
+            draft: Some(Draft {
+                spec: &draft,
+                tokens: 5,
+            }),
+        };
+        let with = startup_with(&target, &work(), 80 * GIB, &a, &dep);
+        // All seven Linears of 32 layers, whatever the target list, 2 slots of rank 8, bf16.
+        let per_layer = 8192 + 2 * 5120 + 8192 + 3 * (4096 + 14336);
+        assert_eq!(with.adapters_bytes, 2 * 8 * per_layer * 32 * 2);
+        assert_eq!(
+            alone.available_kv_bytes - with.available_kv_bytes,
+            with.adapters_bytes + with.draft_weights_bytes
+        );
+        // A block of 16 holds both models' rows: 128 KiB and the draft's 12 KiB a token.
+        let block = 16 * (131_072 + 12_288);
+        assert_eq!(with.num_blocks, with.available_kv_bytes / block);
+        assert_eq!(with.needed_kv_bytes, 8192 * (131_072 + 12_288));
+    }
 
     #[test]
     fn vllm_formula_by_hand() {

@@ -125,7 +125,13 @@ fn text(r: &PlanReport, style: &Style) -> String {
         ("allocator", c.allocator),
         ("CUDA runtime", c.runtime),
         ("margin", c.margin),
-    ] {
+        ("LoRA adapters", c.adapters),
+        ("draft weights", c.draft_weights),
+        ("draft KV cache", c.draft_kv_cache),
+    ]
+    .into_iter()
+    .filter(|&(name, b)| b > 0 || !deployment_row(name))
+    {
         t.add_row(vec![name.to_string(), Bytes(b).to_string(), percent(b, of)]);
     }
     t.add_row(vec![
@@ -304,8 +310,14 @@ fn markdown(r: &PlanReport) -> String {
         ("allocator", c.allocator),
         ("CUDA runtime", c.runtime),
         ("margin", c.margin),
+        ("LoRA adapters", c.adapters),
+        ("draft weights", c.draft_weights),
+        ("draft KV cache", c.draft_kv_cache),
         ("**total**", c.total),
-    ] {
+    ]
+    .into_iter()
+    .filter(|&(name, b)| b > 0 || !deployment_row(name))
+    {
         out.push_str(&format!(
             "| {name} | {} | {} |\n",
             Bytes(b),
@@ -362,4 +374,9 @@ fn markdown(r: &PlanReport) -> String {
         r.version
     ));
     out
+}
+
+/// The rows a plan shows only when the deployment has them (adapters, a draft).
+fn deployment_row(name: &str) -> bool {
+    matches!(name, "LoRA adapters" | "draft weights" | "draft KV cache")
 }

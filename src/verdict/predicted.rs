@@ -17,7 +17,9 @@ pub fn verdict(planner: &Planner, w: &Workload, est: &Estimate) -> Verdict {
     let fixed = est
         .weights
         .saturating_add(est.runtime)
-        .saturating_add(est.margin);
+        .saturating_add(est.margin)
+        .saturating_add(est.adapters)
+        .saturating_add(est.draft_weights);
     let confidence = match Profile::of(w.engine).calibration {
         Calibration::Measured { .. } => 0.85,
         Calibration::Derived => 0.7,
@@ -56,11 +58,20 @@ pub fn verdict(planner: &Planner, w: &Workload, est: &Estimate) -> Verdict {
                 .saturating_add(est.margin)
                 .saturating_add(est.allocator),
         ),
-        Evidence::bytes(
-            format!("peak {} on a {} card", Bytes(est.total), Bytes(vram)),
-            est.total,
-        ),
     ];
+    for (what, bytes) in [
+        ("LoRA adapters", est.adapters),
+        ("draft model's weights", est.draft_weights),
+        ("draft model's KV cache", est.draft_kv_cache),
+    ] {
+        if bytes > 0 {
+            evidence.push(Evidence::bytes(format!("{what}: {}", Bytes(bytes)), bytes));
+        }
+    }
+    evidence.push(Evidence::bytes(
+        format!("peak {} on a {} card", Bytes(est.total), Bytes(vram)),
+        est.total,
+    ));
     let (cause, stage, summary, conf) = if est.total <= vram {
         (
             Cause::None,
@@ -74,8 +85,16 @@ pub fn verdict(planner: &Planner, w: &Workload, est: &Estimate) -> Verdict {
             confidence,
         )
     } else if fixed > vram {
+        let beside = [
+            ("LoRA adapters", est.adapters),
+            ("the draft model's weights", est.draft_weights),
+        ]
+        .into_iter()
+        .filter(|&(_, b)| b > 0)
+        .map(|(what, b)| format!(", {} of {what}", Bytes(b)))
+        .collect::<String>();
         let s = format!(
-            "weights: {} of {} weights plus {} of runtime and margin exceed the {} card before any token",
+            "weights: {} of {} weights{beside} plus {} of runtime and margin exceed the {} card before any token",
             Bytes(est.weights), w.weight_dtype, Bytes(est.runtime.saturating_add(est.margin)), Bytes(vram)
         );
         (Cause::Weights, Stage::Load, s, 0.95)

@@ -6,6 +6,7 @@ use super::remedy::{Change, Remedy};
 use super::Cause;
 use crate::budget::Planner;
 use crate::dtype::{KvDtype, WeightDtype};
+use crate::estimate::deployment::Deployment;
 use crate::estimate::{Engine, Estimate, Profile, Workload};
 use crate::units::GIB;
 
@@ -23,6 +24,7 @@ pub fn price(planner: &Planner, w: &Workload, est: &Estimate) -> Vec<Remedy> {
         out: Vec::new(),
     };
     p.shorter_or_fewer();
+    p.deployment();
     p.engine_settings();
     p.quantized_weights();
     p.utilization_and_card();
@@ -87,6 +89,34 @@ impl Pricer<'_> {
                 crate::budget::largest(1, w.batch - 1, |b| fits(&Workload { batch: b, ..w }))
             {
                 self.try_change(Change::LimitConcurrency(b), Workload { batch: b, ..w });
+            }
+        }
+    }
+
+    /// The same workload without the draft model, and with the adapters merged into the weights.
+    fn deployment(&mut self) {
+        let d = self.planner.deployment;
+        let without = |deployment| self.planner.clone().with_deployment(deployment);
+        let mut alts = Vec::new();
+        if d.draft.is_some() {
+            alts.push((Change::DropDraft, without(Deployment { draft: None, ..d })));
+        }
+        if d.lora.is_some() {
+            alts.push((
+                Change::MergeAdapters,
+                without(Deployment { lora: None, ..d }),
+            ));
+        }
+        for (change, planner) in alts {
+            let new = planner.estimate(self.w).total;
+            if new < self.est.total {
+                self.out.push(Remedy::new(
+                    change,
+                    self.w.engine,
+                    self.est.total,
+                    new,
+                    self.planner.vram,
+                ));
             }
         }
     }

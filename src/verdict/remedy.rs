@@ -25,6 +25,10 @@ pub enum Change {
     ReduceContext(u64),
     /// Keep part of the model in host RAM.
     CpuOffload,
+    /// Generate without the draft model (no speculative decoding).
+    DropDraft,
+    /// Merge the LoRA adapter into the weights instead of holding it beside them.
+    MergeAdapters,
     /// Give the process more host RAM (or load without a host copy).
     MoreHostMemory,
     LargerGpu(u64),
@@ -187,6 +191,8 @@ fn describe(change: Change) -> String {
         Change::FreeOtherProcesses => "free the memory other processes hold".into(),
         Change::ReduceContext(n) => format!("size the context for {} tokens", group(n)),
         Change::CpuOffload => "offload part of the model to CPU RAM (slow)".into(),
+        Change::DropDraft => "generate without the draft model".into(),
+        Change::MergeAdapters => "merge the LoRA adapter into the weights".into(),
         Change::MoreHostMemory => {
             "give the process more host RAM, or load without a full host copy".into()
         }
@@ -253,6 +259,12 @@ fn how(change: Change, engine: Engine) -> String {
         (Change::CpuOffload, LlamaCpp) => "-ngl N with N below the layer count".into(),
         (Change::CpuOffload, Vllm) => "--cpu-offload-gb N".into(),
         (Change::CpuOffload, _) => "from_pretrained(..., device_map=\"auto\", max_memory={0: \"20GiB\", \"cpu\": \"64GiB\"})".into(),
+        (Change::DropDraft, Vllm) => "drop --speculative-config".into(),
+        (Change::DropDraft, LlamaCpp) => "drop -md (--model-draft)".into(),
+        (Change::DropDraft, _) => "generate(...) without assistant_model=".into(),
+        (Change::MergeAdapters, Vllm) => "serve a checkpoint merged with PEFT's merge_and_unload() instead of --enable-lora".into(),
+        (Change::MergeAdapters, LlamaCpp) => "llama-export-lora -m model.gguf --lora adapter.gguf -o merged.gguf, then drop --lora".into(),
+        (Change::MergeAdapters, _) => "model = model.merge_and_unload() (PEFT) before generate()".into(),
         (Change::MoreHostMemory, _) => "raise the container's memory limit; load safetensors (memory-mapped) with low_cpu_mem_usage=True / device_map=\"cuda\"; check dmesg".into(),
         (Change::LargerGpu(_), _) => "or split the model across GPUs (device_map=\"auto\", --tensor-parallel-size, -ts)".into(),
         (Change::MoreGpus(n), Vllm) => format!("--tensor-parallel-size {n}"),

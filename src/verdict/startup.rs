@@ -11,10 +11,18 @@ use super::{Cause, Evidence, Stage, Verdict};
 
 /// The verdict, the remedies (flags to paste) and the notes for `s`, with the workload `w`.
 pub fn verdict(s: &VllmStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<String>) {
+    let beside = [
+        ("LoRA slots", s.adapters_bytes),
+        ("draft weights", s.draft_weights_bytes),
+    ]
+    .into_iter()
+    .filter(|&(_, b)| b > 0)
+    .map(|(what, b)| format!(" − {what} {}", Bytes(b)))
+    .collect::<String>();
     let arithmetic = Evidence::bytes(
         format!(
-            "KV cache memory = {} × gpu_memory_utilization {} − weights {} − profiling peak {} \
-             ({} tokens, {} sequences sampled) − non-torch {} = {}",
+            "KV cache memory = {} × gpu_memory_utilization {} − weights {}{beside} − profiling peak \
+             {} ({} tokens, {} sequences sampled) − non-torch {} = {}",
             Bytes(s.requested_bytes),
             s.gpu_memory_utilization,
             Bytes(s.weights_bytes),
@@ -64,6 +72,26 @@ pub fn verdict(s: &VllmStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<Stri
                     group(s.largest_max_model_len)
                 ),
                 format!("--max-model-len {}", s.largest_max_model_len),
+            ));
+        }
+        // The LoRA slots come out of the same memory: a merged checkpoint frees all of them.
+        let merged = s
+            .requested_bytes
+            .saturating_sub(s.weights_bytes)
+            .saturating_sub(s.draft_weights_bytes)
+            .saturating_sub(s.peak_activation_bytes)
+            .saturating_sub(s.non_torch_bytes);
+        if s.adapters_bytes > 0 && merged > 0 && s.needed_kv_bytes <= merged {
+            remedies.push(flag_remedy(
+                s,
+                Change::MergeAdapters,
+                format!(
+                    "merge the adapter into the weights: the {} of LoRA slots go to the KV cache",
+                    Bytes(s.adapters_bytes)
+                ),
+                "serve a checkpoint merged with PEFT's merge_and_unload() instead of \
+                 --enable-lora (or fewer --max-loras, a smaller --max-lora-rank)"
+                    .to_string(),
             ));
         }
         if let Some(u) = s.utilization_that_starts {

@@ -1,0 +1,358 @@
+//! `plan --lora-rank` and `plan --draft-model`: each row's bytes against a count by hand from the
+//! published configs, and the verdict turning when the rows push the workload over the card.
+
+mod util;
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+use util::{json, run, temp, write};
+
+const TARGET: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/presets/llama-3.1-8b-instruct.json"
+);
+
+/// meta-llama/Llama-3.2-1B-Instruct's published config.json: the classic draft of Llama-3.1-8B.
+const LLAMA_3_2_1B: &str = include_str!("fixtures/draft/llama-3.2-1b-instruct.json");
+
+/// Llama-3.2-1B by hand: embedding 128,256 × 2,048 (tied), 16 layers of q 2,048², k and v
+/// 2,048 × 512, o 2,048², MLP 3 × 2,048 × 8,192 and two norms, one final norm.
+const DRAFT_PARAMS: u64 = 128_256 * 2_048
+    + 16 * (2 * 2_048 * 2_048 + 2 * 2_048 * 512 + 3 * 2_048 * 8_192 + 2 * 2_048)
+    + 2_048;
+/// 16 layers × 8 KV heads × 64 × (K and V) × 2 bytes.
+const DRAFT_KV_PER_TOKEN: u64 = 16 * 8 * 64 * 2 * 2;
+
+/// Llama-3.1-8B's Linears, (in + out) per layer: q 4,096 + 4,096, k and v 4,096 + 1,024,
+/// o 4,096 + 4,096, gate, up and down 4,096 + 14,336; 32 layers.
+const Q: u64 = 4_096 + 4_096;
+const KV: u64 = 4_096 + 1_024;
+const O: u64 = 4_096 + 4_096;
+const MLP: u64 = 4_096 + 14_336;
+const LAYERS: u64 = 32;
+
+fn draft_config(dir: &std::path::Path) -> PathBuf {
+    write(&dir.join("Llama-3.2-1B-Instruct/config.json"), LLAMA_3_2_1B)
+}
+
+fn plan(args: &[&str]) -> (i32, Value) {
+    let home = temp();
+    let mut all = vec!["plan", "--json", "-m", TARGET];
+    all.extend_from_slice(args);
+    let r = run(home.path(), &all);
+    assert!(r.code == 0 || r.code == 1, "{}\n{}", r.stdout, r.stderr);
+    (r.code, json(&r.stdout))
+}
+
+fn c(v: &Value, key: &str) -> u64 {
+    v["components"][key].as_u64().unwrap_or(0)
+}
+
+/// Every component of the table adds up to the total.
+fn adds_up(v: &Value) {
+    let sum: u64 = [
+        "weights",
+        "kv_cache",
+        "activations",
+        "allocator",
+        "runtime",
+        "margin",
+        "adapters",
+        "draft_weights",
+        "draft_kv_cache",
+    ]
+    .iter()
+    .map(|k| c(v, k))
+    .sum();
+    assert_eq!(sum, c(v, "total"), "{}", v["components"]);
+}
+
+#[test]
+fn the_draft_rows_are_its_weights_and_its_cache_for_the_same_tokens() {
+    let dir = temp();
+    let draft = draft_config(dir.path());
+    let d = draft.to_str().unwrap();
+    let work = ["--vram", "80GiB", "-p", "4000", "-n", "1000"];
+    let (_, alone) = plan(&work);
+    let (_, with) = plan(&[&work[..], &["--draft-model", d]].concat());
+    assert_eq!(
+        DRAFT_PARAMS, 1_235_814_400,
+        "Llama-3.2-1B's published count"
+    );
+    assert_eq!(c(&with, "draft_weights"), DRAFT_PARAMS * 2);
+    assert_eq!(c(&with, "draft_kv_cache"), DRAFT_KV_PER_TOKEN * 5_000);
+    assert_eq!(c(&alone, "draft_weights"), 0);
+    adds_up(&with);
+    for same in ["weights", "kv_cache", "runtime", "margin"] {
+        assert_eq!(c(&with, same), c(&alone, same), "{same}");
+    }
+    let text = run(
+        dir.path(),
+        &[&["plan", "-m", TARGET], &work[..], &["--draft-model", d]].concat(),
+    );
+    for row in ["draft weights", "draft KV cache", "num_assistant_tokens=20"] {
+        assert!(text.stdout.contains(row), "{row}:\n{}", text.stdout);
+    }
+}
+
+#[test]
+fn the_target_verifies_the_candidate_tokens_at_the_decode_peak() {
+    let dir = temp();
+    let draft = draft_config(dir.path());
+    let d = draft.to_str().unwrap();
+    // A short prompt and a long answer: the last decode step is the peak.
+    let work = ["--vram", "80GiB", "-p", "100", "-n", "8000"];
+    let (_, alone) = plan(&work);
+    assert_eq!(alone["components"]["peak_phase"], "decode");
+    let extra = |k: &str| {
+        let (_, with) = plan(
+            &[
+                &work[..],
+                &["--draft-model", d, "--num-speculative-tokens", k],
+            ]
+            .concat(),
+        );
+        adds_up(&with);
+        c(&with, "activations") - c(&alone, "activations")
+    };
+    // At least the K candidates' f32 logits and their softmax (vocabulary 128,256 × 8 bytes),
+    // and linear in K.
+    let (five, ten) = (extra("5"), extra("10"));
+    assert!(five >= 5 * 128_256 * 8, "{five}");
+    assert!(ten.abs_diff(2 * five) <= 2, "{five} {ten}");
+}
+
+#[test]
+fn vllm_keeps_the_draft_in_the_same_blocks_and_its_weights_before_the_cache() {
+    let dir = temp();
+    let draft = draft_config(dir.path());
+    let d = draft.to_str().unwrap();
+    let work = [
+        "--engine",
+        "vllm",
+        "--vram",
+        "80GiB",
+        "--max-model-len",
+        "16384",
+    ];
+    let (_, alone) = plan(&work);
+    let (_, with) = plan(&[&work[..], &["--draft-model", d]].concat());
+    let s = |v: &Value, k: &str| v["vllm_startup"][k].as_u64().unwrap_or(0);
+    assert_eq!(s(&with, "draft_weights_bytes"), DRAFT_PARAMS * 2);
+    assert_eq!(
+        s(&alone, "available_kv_bytes") - s(&with, "available_kv_bytes"),
+        DRAFT_PARAMS * 2
+    );
+    // Llama-3.1-8B's 128 KiB a token and the draft's 32 KiB share each block of 16 tokens.
+    let target_per_token = 32 * 8 * 128 * 2 * 2;
+    let block = 16 * (target_per_token + DRAFT_KV_PER_TOKEN);
+    assert_eq!(
+        s(&with, "num_blocks"),
+        s(&with, "available_kv_bytes") / block
+    );
+    assert_eq!(
+        s(&with, "needed_kv_bytes"),
+        16_384 * (target_per_token + DRAFT_KV_PER_TOKEN)
+    );
+    // The request's own rows: 2,304 tokens, already whole blocks.
+    assert_eq!(c(&with, "draft_kv_cache"), DRAFT_KV_PER_TOKEN * 2_304);
+    adds_up(&with);
+}
+
+#[test]
+fn llama_cpp_gives_the_draft_its_own_kv_buffer() {
+    let dir = temp();
+    let draft = draft_config(dir.path());
+    let d = draft.to_str().unwrap();
+    // 3,840 + 256 = 4,096 cells, a multiple of llama.cpp's 256: the f16 KV buffer is exact.
+    let work = [
+        "--engine",
+        "llama.cpp",
+        "--vram",
+        "24GiB",
+        "-p",
+        "3840",
+        "-n",
+        "256",
+    ];
+    let (_, alone) = plan(&work);
+    let (_, with) = plan(&[&work[..], &["--draft-model", d]].concat());
+    assert_eq!(c(&with, "draft_kv_cache"), DRAFT_KV_PER_TOKEN * 4_096);
+    // Its own compute buffer beside the target's.
+    assert!(c(&with, "activations") > c(&alone, "activations"));
+    // The input embedding stays in host memory, but a tied output layer is loaded again on
+    // the GPU: Llama-3.2-1B's whole bytes are there (in the target's bf16).
+    assert_eq!(c(&with, "draft_weights"), DRAFT_PARAMS * 2);
+    adds_up(&with);
+}
+
+#[test]
+fn vllm_preallocates_every_module_for_every_slot() {
+    let work = ["--engine", "vllm", "--vram", "80GiB"];
+    let (_, alone) = plan(&work);
+    // The adapter targets q and v (PEFT's default), but vLLM wraps all seven Linears.
+    let (_, with) = plan(&[&work[..], &["--lora-rank", "16", "--max-loras", "4"]].concat());
+    let per_layer = Q + 2 * KV + O + 3 * MLP;
+    let hand = 4 * 16 * per_layer * LAYERS * 2;
+    assert_eq!(hand, 335_544_320);
+    assert_eq!(c(&with, "adapters"), hand);
+    assert_eq!(with["vllm_startup"]["adapters_bytes"].as_u64(), Some(hand));
+    let kv = |v: &Value| {
+        v["vllm_startup"]["available_kv_bytes"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    assert_eq!(kv(&alone) - kv(&with), hand);
+    adds_up(&with);
+}
+
+#[test]
+fn peft_wraps_the_targets_in_f32() {
+    let work = ["--vram", "80GiB"];
+    let (_, default) = plan(&[&work[..], &["--lora-rank", "8"]].concat());
+    assert_eq!(c(&default, "adapters"), 8 * (Q + KV) * LAYERS * 4);
+    let (_, attention) = plan(
+        &[
+            &work[..],
+            &[
+                "--lora-rank",
+                "64",
+                "--lora-targets",
+                "q,k,v,o",
+                "--max-loras",
+                "2",
+            ],
+        ]
+        .concat(),
+    );
+    assert_eq!(
+        c(&attention, "adapters"),
+        2 * 64 * (Q + 2 * KV + O) * LAYERS * 4
+    );
+    adds_up(&attention);
+    let text = run(
+        temp().path(),
+        &["plan", "-m", TARGET, "--vram", "80GiB", "--lora-rank", "8"],
+    );
+    assert!(text.stdout.contains("LoRA adapters"), "{}", text.stdout);
+    assert!(
+        text.stdout
+            .contains("optimizer state and gradients are not priced"),
+        "{}",
+        text.stdout
+    );
+}
+
+/// A card the model alone fits with 1 GiB to spare: the rows push it over.
+#[test]
+fn the_rows_turn_the_verdict() {
+    let dir = temp();
+    let draft = draft_config(dir.path());
+    let d = draft.to_str().unwrap();
+    let (_, probe) = plan(&["--vram", "40GiB"]);
+    let card = format!("{}MiB", (c(&probe, "total") >> 20) + 1024);
+    for (extra, remedy) in [
+        (vec!["--draft-model", d], "drop_draft"),
+        (
+            vec![
+                "--lora-rank",
+                "256",
+                "--lora-targets",
+                "q,k,v,o,gate,up,down",
+            ],
+            "merge_adapters",
+        ),
+    ] {
+        let (code, alone) = plan(&["--vram", &card]);
+        assert_eq!((code, alone["budget"]["fits"].as_bool()), (0, Some(true)));
+        let (code, with) = plan(&[&["--vram", card.as_str()][..], &extra].concat());
+        assert_eq!(
+            (code, with["budget"]["fits"].as_bool()),
+            (1, Some(false)),
+            "{extra:?}: {}",
+            with["components"]
+        );
+        // Over the card by the rows, not by anything else.
+        let vram = with["device"]["vram_bytes"].as_u64().unwrap_or(0);
+        assert!(c(&alone, "total") <= vram && c(&with, "total") > vram);
+        // The first remedy takes the rows away, back to the model alone's peak.
+        let first = &with["remedies"][0];
+        assert_eq!(first["change"]["kind"], remedy, "{}", with["remedies"]);
+        assert_eq!(
+            first["new_budget"]["peak_bytes"].as_u64(),
+            Some(c(&alone, "total"))
+        );
+        assert_eq!(first["new_budget"]["fits"], true);
+    }
+}
+
+#[test]
+fn what_cannot_be_planned_is_refused_before_any_work() {
+    let dir = temp();
+    let draft = draft_config(dir.path());
+    let d = draft.to_str().unwrap();
+    for (args, says) in [
+        (
+            vec!["--draft-model", d, "--batch", "2"],
+            "only supported for batch_size = 1",
+        ),
+        (
+            vec!["--lora-rank", "8", "--lora-targets", "q,lm_head"],
+            "lm_head",
+        ),
+        (vec!["--lora-rank", "0"], "--lora-rank"),
+        (vec!["--lora-rank", "8", "--exact"], "--exact"),
+        (
+            vec!["--lora-rank", "8", "--vram", "24GiB,24GiB"],
+            "one card",
+        ),
+        (
+            vec!["--draft-model", "/nonexistent/draft"],
+            "--draft-model /nonexistent/draft: cannot read",
+        ),
+        (
+            vec!["--lora-rank", "8", "--engine", "candle"],
+            "transformers, vLLM and llama.cpp",
+        ),
+    ] {
+        let home = temp();
+        let r = run(home.path(), &[&["plan", "-m", TARGET][..], &args].concat());
+        assert_eq!(r.code, 2, "{args:?}: {}{}", r.stdout, r.stderr);
+        assert!(r.stderr.contains(says), "{args:?}: {}", r.stderr);
+    }
+    // The adapter flags mean nothing without a rank, nor K without a draft.
+    for args in [
+        vec!["--max-loras", "4"],
+        vec!["--num-speculative-tokens", "4"],
+    ] {
+        let home = temp();
+        let r = run(home.path(), &[&["plan", "-m", TARGET][..], &args].concat());
+        assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+    }
+}
+
+#[test]
+fn vllm_refuses_to_start_when_the_slots_take_the_cache_and_merging_starts_it() {
+    let work = [
+        "--engine",
+        "vllm",
+        "--vram",
+        "24GiB",
+        "--max-model-len",
+        "8192",
+    ];
+    let (code, alone) = plan(&work);
+    assert_eq!(code, 0);
+    assert_eq!(alone["vllm_startup"]["starts"], true);
+    // Eight slots of rank 256 over every Linear: 10 GiB in bf16.
+    let (code, with) = plan(&[&work[..], &["--lora-rank", "256", "--max-loras", "8"]].concat());
+    let slots = 8 * 256 * (Q + 2 * KV + O + 3 * MLP) * LAYERS * 2;
+    assert_eq!(slots, 10 << 30);
+    assert_eq!(code, 1);
+    assert_eq!(with["vllm_startup"]["starts"], false);
+    assert_eq!(with["vllm_startup"]["adapters_bytes"].as_u64(), Some(slots));
+    let evidence = with["verdict"]["evidence"].to_string();
+    assert!(evidence.contains("LoRA slots 10.0 GiB"), "{evidence}");
+    assert_eq!(with["remedies"][0]["change"]["kind"], "merge_adapters");
+}
