@@ -83,6 +83,14 @@ pub fn flag(what: &'static str, value: u64) -> Result<u64, InputError> {
     Ok(value)
 }
 
+/// Counts an engine's flags take (`--max-model-len`, `--context-length`, …): each 1 or more.
+pub fn at_least_one(flags: &[(&str, Option<u64>)]) -> Result<(), InputError> {
+    match flags.iter().find(|(_, v)| *v == Some(0)) {
+        Some((flag, _)) => Err(InputError::Usage(format!("{flag} 0: write 1 or more"))),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

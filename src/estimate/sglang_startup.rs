@@ -72,16 +72,11 @@ impl SglangArgs {
                 )));
             }
         }
-        for (flag, v) in [
+        crate::limits::at_least_one(&[
             ("--context-length", self.context_length),
             ("--max-running-requests", self.max_running_requests),
             ("--chunked-prefill-size", self.chunked_prefill_size),
-        ] {
-            if v == Some(0) {
-                return Err(InputError::Usage(format!("{flag} 0: write 1 or more")));
-            }
-        }
-        Ok(())
+        ])
     }
 }
 

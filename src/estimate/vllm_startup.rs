@@ -63,16 +63,11 @@ impl VllmArgs {
                 )));
             }
         }
-        for (flag, v) in [
+        crate::limits::at_least_one(&[
             ("--max-model-len", self.max_model_len),
             ("--max-num-seqs", self.max_num_seqs),
             ("--max-num-batched-tokens", self.max_num_batched_tokens),
-        ] {
-            if v == Some(0) {
-                return Err(InputError::Usage(format!("{flag} 0: write 1 or more")));
-            }
-        }
-        Ok(())
+        ])
     }
 }
 
