@@ -513,4 +513,30 @@ mod tests {
         .check()
         .is_ok());
     }
+
+    #[test]
+    fn kv_cache_dtype_names_and_offload_ranges() {
+        assert_eq!(
+            "FP8_E5M2".parse::<KvCacheDtype>().ok(),
+            Some(KvCacheDtype::Fp8E5m2)
+        );
+        assert!("fp4".parse::<KvCacheDtype>().is_err());
+        assert_eq!(
+            KvCacheDtype::Auto.kv_dtype(WeightDtype::Bf16),
+            KvDtype::Bf16
+        );
+        assert_eq!(
+            KvCacheDtype::Fp8E4m3.kv_dtype(WeightDtype::Bf16),
+            KvDtype::Fp8
+        );
+        for gb in [-1.0, f64::NAN, f64::INFINITY] {
+            let a = VllmArgs {
+                cpu_offload_gb: Some(gb),
+                ..Default::default()
+            };
+            assert!(a.check().is_err(), "{gb}");
+        }
+        assert_eq!(offload_bytes(1.5), 3 * GIB / 2);
+        assert_eq!(cuda_graph_bytes(), GIB - 652 * crate::units::MIB);
+    }
 }
