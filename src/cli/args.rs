@@ -120,7 +120,7 @@ pub enum ColorChoice {
 pub enum Command {
     /// Predict from config.json alone, with no GPU, whether a workload fits, and the largest one that does.
     #[command(after_help = PLAN_EXAMPLES)]
-    Plan(PlanArgs),
+    Plan(Box<PlanArgs>),
     /// Read a pasted OOM log (PyTorch, vLLM, llama.cpp, candle, TGI, dmesg…) and say what it means.
     #[command(after_help = EXPLAIN_EXAMPLES, mut_arg("model", |a| a.help(model_help(
         "none: the log alone is read"
