@@ -154,3 +154,181 @@ fn group(n: u64) -> String {
     }
     out
 }
+
+/// `plan --json --engine vllm --vram 24GB --max-model-len 16384` with `extra`: the start-up check.
+fn startup_json(extra: &[&str]) -> serde_json::Value {
+    plan_json(extra)["vllm_startup"].clone()
+}
+
+/// The verdict's evidence of the same plan, one line each.
+fn evidence(extra: &[&str]) -> String {
+    let v = plan_json(extra);
+    v["verdict"]["evidence"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|e| e["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+fn plan_json(extra: &[&str]) -> serde_json::Value {
+    let home = temp();
+    let mut args = vec![
+        "--json",
+        "plan",
+        "-m",
+        MODEL,
+        "--engine",
+        "vllm",
+        "--vram",
+        "24GB",
+        "--max-model-len",
+        "16384",
+    ];
+    args.extend_from_slice(extra);
+    let r = run(home.path(), &args);
+    assert!(r.code <= 1, "{}{}", r.stdout, r.stderr);
+    util::json(&r.stdout)
+}
+
+fn field(s: &serde_json::Value, key: &str) -> u64 {
+    s[key].as_u64().unwrap_or_else(|| panic!("no {key} in {s}"))
+}
+
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn kv_cache_dtype_fp8_halves_the_cache_vllm_reserves() {
+    // Llama-3.1-8B: 32 layers × 8 KV heads × 128 × 2 (K, V), one byte each in fp8.
+    let fp8_token = 32 * 8 * 128 * 2;
+    for name in ["fp8", "fp8_e4m3", "fp8_e5m2"] {
+        let s = startup_json(&["--kv-cache-dtype", name]);
+        assert_eq!(field(&s, "needed_kv_bytes"), 16_384 * fp8_token, "{name}");
+        assert_eq!(
+            field(&s, "num_blocks"),
+            field(&s, "available_kv_bytes") / (16 * fp8_token),
+            "{name}"
+        );
+    }
+    // auto: the model's bf16, two bytes an element.
+    let auto = startup_json(&["--kv-cache-dtype", "auto"]);
+    assert_eq!(field(&auto, "needed_kv_bytes"), 16_384 * fp8_token * 2);
+    assert_eq!(auto, startup_json(&[]));
+    // --kv-dtype saying the same is accepted.
+    assert_eq!(
+        startup_json(&["--kv-cache-dtype", "fp8", "--kv-dtype", "fp8"]),
+        startup_json(&["--kv-cache-dtype", "fp8"])
+    );
+}
+
+#[test]
+fn enforce_eager_gives_the_cuda_graphs_share_to_the_kv_cache() {
+    let graphs = startup_json(&[]);
+    let eager = startup_json(&["--enforce-eager"]);
+    // The vLLM profile's 1 GiB of non-torch memory less the 652 MiB CUDA context: 372 MiB.
+    assert_eq!(field(&graphs, "non_torch_bytes"), GIB);
+    assert_eq!(field(&graphs, "cuda_graph_bytes"), GIB - 652 * MIB);
+    assert_eq!(field(&eager, "non_torch_bytes"), 652 * MIB);
+    assert_eq!(field(&eager, "cuda_graph_bytes"), 0);
+    assert_eq!(
+        field(&eager, "available_kv_bytes") - field(&graphs, "available_kv_bytes"),
+        372 * MIB
+    );
+    assert_eq!(
+        field(&eager, "num_blocks"),
+        field(&eager, "available_kv_bytes") / (16 * 131_072)
+    );
+    assert_eq!(eager["enforce_eager"], true);
+    let text = plan(&["--max-model-len", "16384", "--enforce-eager"]).stdout;
+    assert!(
+        text.contains("--enforce-eager: vLLM captures no CUDA graphs, so the 372 MiB"),
+        "{text}"
+    );
+    let said = evidence(&["--enforce-eager"]);
+    assert!(
+        said.contains("− non-torch 652 MiB (eager: no CUDA graphs) ="),
+        "{said}"
+    );
+}
+
+#[test]
+fn cpu_offload_gb_takes_that_much_of_the_weights_off_the_card() {
+    let base = startup_json(&[]);
+    let weights = field(&base, "weights_bytes");
+    assert!(base.get("cpu_offload_bytes").is_none(), "{base}");
+    // int(cpu_offload_gb * 1024**3)
+    for (gb, bytes) in [("4", 4 * GIB), ("1.5", 3 * GIB / 2)] {
+        let s = startup_json(&["--cpu-offload-gb", gb]);
+        assert_eq!(field(&s, "cpu_offload_bytes"), bytes, "{gb}");
+        assert_eq!(field(&s, "weights_bytes"), weights - bytes, "{gb}");
+        assert_eq!(
+            field(&s, "available_kv_bytes") - field(&base, "available_kv_bytes"),
+            bytes,
+            "{gb}"
+        );
+    }
+    // More than the weights: all of them in CPU memory, none on the card.
+    let all = startup_json(&["--cpu-offload-gb", "100"]);
+    assert_eq!(field(&all, "cpu_offload_bytes"), weights);
+    assert_eq!(field(&all, "weights_bytes"), 0);
+    let text = plan(&["--max-model-len", "16384", "--cpu-offload-gb", "4"]).stdout;
+    assert!(
+        text.contains("--cpu-offload-gb: 4.00 GiB of the weights stay in CPU memory"),
+        "{text}"
+    );
+    let said = evidence(&["--cpu-offload-gb", "4"]);
+    assert!(said.contains("(4.00 GiB in CPU memory)"), "{said}");
+}
+
+#[test]
+fn the_new_vllm_flags_with_another_engine_are_refused_in_one_line() {
+    for (engine, flags) in [
+        ("transformers", vec!["--kv-cache-dtype", "fp8"]),
+        ("transformers", vec!["--enforce-eager"]),
+        ("llama.cpp", vec!["--cpu-offload-gb", "2"]),
+        ("sglang", vec!["--kv-cache-dtype", "fp8"]),
+        ("sglang", vec!["--enforce-eager"]),
+    ] {
+        let home = temp();
+        let mut args = vec!["plan", "-m", MODEL, "--vram", "24GB", "--engine", engine];
+        args.extend_from_slice(&flags);
+        let r = run(home.path(), &args);
+        assert_eq!(r.code, 2, "{flags:?}: {}{}", r.stdout, r.stderr);
+        assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+        assert!(
+            r.stderr
+                .contains(&format!("{} is a vLLM flag; add --engine vllm", flags[0])),
+            "{}",
+            r.stderr
+        );
+    }
+}
+
+#[test]
+fn bad_values_and_a_disagreeing_kv_dtype_are_refused_in_one_line() {
+    for (flags, says) in [
+        (
+            vec!["--kv-cache-dtype", "fp8", "--kv-dtype", "bf16"],
+            "--kv-cache-dtype fp8 keeps the KV cache in fp8 but --kv-dtype says bf16",
+        ),
+        (
+            vec!["--kv-cache-dtype", "auto", "--kv-dtype", "fp8"],
+            "--kv-cache-dtype auto keeps the KV cache in bf16 but --kv-dtype says fp8",
+        ),
+        (
+            vec!["--kv-cache-dtype", "int4"],
+            "--kv-cache-dtype int4: write auto",
+        ),
+        (vec!["--cpu-offload-gb", "-1"], "--cpu-offload-gb -1"),
+        (vec!["--cpu-offload-gb", "nan"], "--cpu-offload-gb NaN"),
+    ] {
+        let r = plan(&flags);
+        assert_eq!(r.code, 2, "{flags:?}: {}{}", r.stdout, r.stderr);
+        assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+        assert!(r.stderr.contains(says), "{says}\n{}", r.stderr);
+    }
+}

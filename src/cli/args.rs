@@ -120,7 +120,7 @@ pub enum ColorChoice {
 pub enum Command {
     /// Predict from config.json alone, with no GPU, whether a workload fits, and the largest one that does.
     #[command(after_help = PLAN_EXAMPLES)]
-    Plan(PlanArgs),
+    Plan(Box<PlanArgs>),
     /// Read a pasted OOM log (PyTorch, vLLM, llama.cpp, candle, TGI, dmesg…) and say what it means.
     #[command(after_help = EXPLAIN_EXAMPLES, mut_arg("model", |a| a.help(model_help(
         "none: the log alone is read"
@@ -300,6 +300,18 @@ pub struct PlanArgs {
     /// of 70 GiB or more (vllm serve)]
     #[arg(long, allow_negative_numbers = true)]
     pub max_num_batched_tokens: Option<i64>,
+    /// vLLM: the KV cache's dtype, auto (the model's), fp8, fp8_e4m3 or fp8_e5m2 (one byte an
+    /// element) [default: auto]
+    #[arg(long)]
+    pub kv_cache_dtype: Option<String>,
+    /// vLLM: run eager, no CUDA graphs captured (their memory goes to the KV cache; decoding is
+    /// slower)
+    #[arg(long)]
+    pub enforce_eager: bool,
+    /// vLLM: GiB of the weights kept in CPU memory, per GPU (read over PCIe at every step)
+    /// [default: 0]
+    #[arg(long, allow_negative_numbers = true)]
+    pub cpu_offload_gb: Option<f64>,
     /// SGLang: share of the free memory for the weights and the token pool, above 0 and below 1
     /// [default: SGLang's by card, 0.847 on a 24 GB card]
     #[arg(long, allow_negative_numbers = true)]

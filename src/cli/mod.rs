@@ -56,6 +56,9 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
                     "--max-num-batched-tokens",
                     args.max_num_batched_tokens,
                 )?,
+                kv_cache_dtype: args.kv_cache_dtype.as_deref().map(str::parse).transpose()?,
+                enforce_eager: args.enforce_eager,
+                cpu_offload_gb: args.cpu_offload_gb,
             };
             req.sglang = llm_oom::estimate::SglangArgs {
                 mem_fraction_static: args.mem_fraction_static,

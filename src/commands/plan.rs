@@ -161,11 +161,10 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         .first_given()
         .filter(|_| req.engine != Engine::Vllm)
     {
-        return Err(InputError::Usage(match req.engine {
-            Engine::Sglang => format!(
-                "{flag} is a vLLM flag; SGLang's is {} (or add --engine vllm)",
-                sglang_twin(flag)
-            ),
+        return Err(InputError::Usage(match (req.engine, sglang_twin(flag)) {
+            (Engine::Sglang, Some(twin)) => {
+                format!("{flag} is a vLLM flag; SGLang's is {twin} (or add --engine vllm)")
+            }
             _ => format!(
                 "{flag} is a vLLM flag; add --engine vllm (this plan is for {})",
                 req.engine
@@ -199,6 +198,17 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     };
     let mut notes = spec.notes.clone();
     let mut w = req.workload(&spec);
+    // vLLM's --kv-cache-dtype sets the KV dtype; --kv-dtype beside it must say the same.
+    if let Some(k) = req.vllm.kv_cache_dtype {
+        let kv = k.kv_dtype(w.weight_dtype);
+        if let Some(given) = req.kv_dtype.filter(|&g| g != kv) {
+            return Err(InputError::Usage(format!(
+                "--kv-cache-dtype {k} keeps the KV cache in {kv} but --kv-dtype says {given}; give one of them"
+            ))
+            .into());
+        }
+        w.kv_dtype = kv;
+    }
     notes.extend(past_context(&spec, &w));
     if spec.gguf.is_some() && !matches!(req.engine, Engine::LlamaCpp | Engine::Candle) {
         notes.push(format!(
@@ -260,11 +270,18 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         f.verdict = v;
         f.remedies = remedies;
         notes.extend(said);
-    } else if req.engine == Engine::Vllm && req.vllm.first_given().is_some() {
+    } else if req.engine == Engine::Vllm
+        && (crate::estimate::VllmArgs {
+            kv_cache_dtype: None,
+            ..req.vllm
+        })
+        .first_given()
+        .is_some()
+    {
         notes.push(
-            "--gpu-memory-utilization, --max-model-len, --max-num-seqs and \
-             --max-num-batched-tokens are read for one card; this plan over several GPUs uses \
-             vLLM's defaults"
+            "--gpu-memory-utilization, --max-model-len, --max-num-seqs, \
+             --max-num-batched-tokens, --enforce-eager and --cpu-offload-gb are read for one \
+             card; this plan over several GPUs uses vLLM's defaults"
                 .to_string(),
         );
     }
@@ -987,11 +1004,12 @@ fn check_sglang(req: &PlanRequest) -> Result<()> {
 }
 
 /// The SGLang flag that does what a vLLM flag does.
-fn sglang_twin(vllm_flag: &str) -> &'static str {
+fn sglang_twin(vllm_flag: &str) -> Option<&'static str> {
     match vllm_flag {
-        "--gpu-memory-utilization" => "--mem-fraction-static",
-        "--max-model-len" => "--context-length",
-        "--max-num-seqs" => "--max-running-requests",
-        _ => "--chunked-prefill-size",
+        "--gpu-memory-utilization" => Some("--mem-fraction-static"),
+        "--max-model-len" => Some("--context-length"),
+        "--max-num-seqs" => Some("--max-running-requests"),
+        "--max-num-batched-tokens" => Some("--chunked-prefill-size"),
+        _ => None,
     }
 }

@@ -22,6 +22,7 @@ use serde::Serialize;
 use super::deployment::{self, Deployment};
 use super::Workload;
 use super::{activations, kv_bytes_in, weight_bytes, CachePolicy, Engine, KvLayout, Profile};
+use crate::dtype::{KvDtype, WeightDtype};
 use crate::error::InputError;
 use crate::model::Spec;
 use crate::units::GIB;
@@ -36,6 +37,73 @@ pub struct VllmArgs {
     pub max_model_len: Option<u64>,
     pub max_num_seqs: Option<u64>,
     pub max_num_batched_tokens: Option<u64>,
+    /// `--kv-cache-dtype`: the KV cache's dtype (`auto` = the model's).
+    pub kv_cache_dtype: Option<KvCacheDtype>,
+    /// `--enforce-eager`: no CUDA graphs are captured.
+    pub enforce_eager: bool,
+    /// `--cpu-offload-gb`: GiB of the weights vLLM keeps in CPU memory, per GPU.
+    pub cpu_offload_gb: Option<f64>,
+}
+
+/// vLLM's `--kv-cache-dtype` choices that plan prices (`CacheDType`, vllm/config/cache.py).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KvCacheDtype {
+    Auto,
+    Fp8,
+    Fp8E4m3,
+    Fp8E5m2,
+}
+
+impl KvCacheDtype {
+    /// The KV dtype it keeps: `auto` the model's compute dtype, the fp8 kinds one byte an element.
+    pub fn kv_dtype(self, weights: WeightDtype) -> KvDtype {
+        match self {
+            KvCacheDtype::Auto => weights.compute_kv_dtype(),
+            _ => KvDtype::Fp8,
+        }
+    }
+}
+
+impl std::fmt::Display for KvCacheDtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            KvCacheDtype::Auto => "auto",
+            KvCacheDtype::Fp8 => "fp8",
+            KvCacheDtype::Fp8E4m3 => "fp8_e4m3",
+            KvCacheDtype::Fp8E5m2 => "fp8_e5m2",
+        })
+    }
+}
+
+impl std::str::FromStr for KvCacheDtype {
+    type Err = InputError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => KvCacheDtype::Auto,
+            "fp8" => KvCacheDtype::Fp8,
+            "fp8_e4m3" => KvCacheDtype::Fp8E4m3,
+            "fp8_e5m2" => KvCacheDtype::Fp8E5m2,
+            other => {
+                return Err(InputError::Usage(format!(
+                    "--kv-cache-dtype {other}: write auto, fp8, fp8_e4m3 or fp8_e5m2"
+                )))
+            }
+        })
+    }
+}
+
+/// The part of the vLLM profile's runtime overhead that is CUDA graphs: the overhead less the
+/// CUDA context and cuBLAS workspace the transformers profile measures (1 GiB − 652 MiB).
+pub fn cuda_graph_bytes() -> u64 {
+    Profile::of(Engine::Vllm)
+        .runtime_overhead
+        .saturating_sub(Profile::of(Engine::Transformers).runtime_overhead)
+}
+
+/// `--cpu-offload-gb` in bytes: vLLM's `int(cpu_offload_gb * 1024**3)`.
+fn offload_bytes(gb: f64) -> u64 {
+    (gb * GIB as f64) as u64
 }
 
 impl VllmArgs {
@@ -49,6 +117,12 @@ impl VllmArgs {
             Some("--max-num-seqs")
         } else if self.max_num_batched_tokens.is_some() {
             Some("--max-num-batched-tokens")
+        } else if self.kv_cache_dtype.is_some() {
+            Some("--kv-cache-dtype")
+        } else if self.enforce_eager {
+            Some("--enforce-eager")
+        } else if self.cpu_offload_gb.is_some() {
+            Some("--cpu-offload-gb")
         } else {
             None
         }
@@ -60,6 +134,13 @@ impl VllmArgs {
             if !(u > 0.0 && u <= 1.0) {
                 return Err(InputError::Usage(format!(
                     "--gpu-memory-utilization {u}: write a fraction above 0 and at most 1 (vLLM's default is 0.9)"
+                )));
+            }
+        }
+        if let Some(gb) = self.cpu_offload_gb {
+            if !(gb.is_finite() && (0.0..=1_048_576.0).contains(&gb)) {
+                return Err(InputError::Usage(format!(
+                    "--cpu-offload-gb {gb}: write the GiB of weights to keep in CPU memory, 0 or more (vLLM's default is 0)"
                 )));
             }
         }
@@ -82,7 +163,16 @@ pub struct Startup {
     pub block_size: u64,
     /// total × gpu_memory_utilization.
     pub requested_bytes: u64,
+    /// The weights vLLM loads on the card (less those `--cpu-offload-gb` keeps in CPU memory).
     pub weights_bytes: u64,
+    /// Weights kept in CPU memory (`--cpu-offload-gb`), read over PCIe at every forward.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cpu_offload_bytes: u64,
+    /// `--enforce-eager`: no CUDA graphs, so their share of the non-torch memory is not taken.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub enforce_eager: bool,
+    /// The CUDA graphs' share of `non_torch_bytes` (0 with `--enforce-eager`).
+    pub cuda_graph_bytes: u64,
     /// The LoRA slots preallocated at load (`--max-loras` × `--max-lora-rank`).
     #[serde(skip_serializing_if = "is_zero")]
     pub adapters_bytes: u64,
@@ -161,7 +251,9 @@ pub fn startup_with(
     let d = w.weight_dtype.compute_kv_dtype().elem_bytes().as_f64();
     let (prefill, decode) = activations(spec, &p, &profiling, d, 0);
     let peak_activation = prefill.max(decode);
-    let weights = weight_bytes(spec, w.weight_dtype);
+    let all_weights = weight_bytes(spec, w.weight_dtype);
+    let cpu_offload = a.cpu_offload_gb.map_or(0, offload_bytes).min(all_weights);
+    let weights = all_weights - cpu_offload;
     let adapters = dep.lora.as_ref().map_or(0, |l| {
         deployment::adapter_bytes(spec, l, Engine::Vllm, w.weight_dtype)
     });
@@ -169,7 +261,15 @@ pub fn startup_with(
         .draft
         .as_ref()
         .map_or(0, |x| deployment::draft_weight_bytes(x.spec, w));
-    let non_torch = p.runtime_overhead;
+    let graphs = if a.enforce_eager {
+        0
+    } else {
+        cuda_graph_bytes()
+    };
+    let non_torch = p
+        .runtime_overhead
+        .saturating_sub(cuda_graph_bytes())
+        .saturating_add(graphs);
     let requested = (card as f64 * util) as u64;
     let available = requested
         .saturating_sub(weights)
@@ -246,6 +346,9 @@ pub fn startup_with(
         block_size: block,
         requested_bytes: requested,
         weights_bytes: weights,
+        cpu_offload_bytes: cpu_offload,
+        enforce_eager: a.enforce_eager,
+        cuda_graph_bytes: graphs,
         adapters_bytes: adapters,
         draft_weights_bytes: draft_weights,
         peak_activation_bytes: peak_activation,
@@ -265,7 +368,6 @@ pub fn startup_with(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dtype::{KvDtype, WeightDtype};
     use crate::model::presets;
 
     fn llama8b() -> Spec {
@@ -405,5 +507,31 @@ mod tests {
         }
         .check()
         .is_ok());
+    }
+
+    #[test]
+    fn kv_cache_dtype_names_and_offload_ranges() {
+        assert_eq!(
+            "FP8_E5M2".parse::<KvCacheDtype>().ok(),
+            Some(KvCacheDtype::Fp8E5m2)
+        );
+        assert!("fp4".parse::<KvCacheDtype>().is_err());
+        assert_eq!(
+            KvCacheDtype::Auto.kv_dtype(WeightDtype::Bf16),
+            KvDtype::Bf16
+        );
+        assert_eq!(
+            KvCacheDtype::Fp8E4m3.kv_dtype(WeightDtype::Bf16),
+            KvDtype::Fp8
+        );
+        for gb in [-1.0, f64::NAN, f64::INFINITY] {
+            let a = VllmArgs {
+                cpu_offload_gb: Some(gb),
+                ..Default::default()
+            };
+            assert!(a.check().is_err(), "{gb}");
+        }
+        assert_eq!(offload_bytes(1.5), 3 * GIB / 2);
+        assert_eq!(cuda_graph_bytes(), GIB - 652 * crate::units::MIB);
     }
 }

@@ -19,10 +19,20 @@ pub fn verdict(s: &VllmStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<Stri
     .filter(|&(_, b)| b > 0)
     .map(|(what, b)| format!(" − {what} {}", Bytes(b)))
     .collect::<String>();
+    let offloaded = if s.cpu_offload_bytes > 0 {
+        format!(" ({} in CPU memory)", Bytes(s.cpu_offload_bytes))
+    } else {
+        String::new()
+    };
+    let eager = if s.enforce_eager {
+        " (eager: no CUDA graphs)"
+    } else {
+        ""
+    };
     let arithmetic = Evidence::bytes(
         format!(
-            "KV cache memory = {} × gpu_memory_utilization {} − weights {}{beside} − profiling peak \
-             {} ({} tokens, {} sequences sampled) − non-torch {} = {}",
+            "KV cache memory = {} × gpu_memory_utilization {} − weights {}{offloaded}{beside} − \
+             profiling peak {} ({} tokens, {} sequences sampled) − non-torch {}{eager} = {}",
             Bytes(s.requested_bytes),
             s.gpu_memory_utilization,
             Bytes(s.weights_bytes),
@@ -35,6 +45,23 @@ pub fn verdict(s: &VllmStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<Stri
         s.available_kv_bytes,
     );
     let mut notes = Vec::new();
+    if s.enforce_eager {
+        notes.push(format!(
+            "--enforce-eager: vLLM captures no CUDA graphs, so the {} the vLLM profile keeps for \
+             them stay with the KV cache; each decode step launches its kernels one by one — \
+             slower, most at small batches",
+            Bytes(crate::estimate::vllm_startup::cuda_graph_bytes())
+        ));
+    }
+    if s.cpu_offload_bytes > 0 {
+        notes.push(format!(
+            "--cpu-offload-gb: {} of the weights stay in CPU memory and cross PCIe at every \
+             forward pass — each step waits for them (about {:.2} s a step at PCIe 4.0 x16's ~25 GB/s), far \
+             slower than weights held on the card",
+            Bytes(s.cpu_offload_bytes),
+            s.cpu_offload_bytes as f64 / 25e9
+        ));
+    }
     if !s.starts {
         let cause = if s.available_kv_bytes == 0
             && s.weights_bytes >= s.requested_bytes.saturating_sub(s.non_torch_bytes)
