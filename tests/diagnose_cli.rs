@@ -139,6 +139,17 @@ fn a_workload_that_fits_is_measured_stage_by_stage() {
         .is_some_and(|t| t.len() == 6));
     assert!(v["measured"]["kv_per_token"] == 1024);
     assert_eq!(v["children"].as_array().map(Vec::len), Some(1));
+    // Where the time went: preparing, the probe's start, then each task in order; none longer
+    // than the whole run.
+    let timings = v["timings"].as_array().expect("timings");
+    let what: Vec<&str> = timings.iter().filter_map(|t| t["what"].as_str()).collect();
+    assert!(what[0].starts_with("prepare"), "{what:?}");
+    assert!(what[1].starts_with("start of the probe"), "{what:?}");
+    assert_eq!(what[2], "load", "{what:?}");
+    assert!(what.len() >= 5, "{what:?}");
+    let total = v["seconds"].as_f64().unwrap_or(0.0);
+    let sum: f64 = timings.iter().filter_map(|t| t["seconds"].as_f64()).sum();
+    assert!(sum > 0.0 && sum <= total, "{sum} of {total}");
 }
 
 #[test]

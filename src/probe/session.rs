@@ -50,6 +50,13 @@ pub enum Reply {
     },
 }
 
+/// Where a diagnose's time went: a child's start (imports, CUDA context, ballast) and each task.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Timing {
+    pub what: String,
+    pub seconds: f64,
+}
+
 /// One child process, after it ended.
 #[derive(Debug, Clone, Serialize)]
 pub struct ChildRecord {
@@ -92,6 +99,8 @@ pub struct Session {
     /// The first child's greeting (device, base bytes, capacity).
     pub hello: Option<Hello>,
     pub children: Vec<ChildRecord>,
+    /// Where the time went, in order: each start and each task.
+    pub timings: Vec<Timing>,
     /// Each task's memory per GPU when the probe is spread over several (empty on one device).
     pub per_device: Vec<TaskDevices>,
 }
@@ -159,6 +168,7 @@ impl Session {
             world: Vec::new(),
             hello: None,
             children: Vec::new(),
+            timings: Vec::new(),
             per_device: Vec::new(),
         }
     }
@@ -279,6 +289,17 @@ impl Session {
                             seconds = spawned.elapsed().as_secs_f64(),
                             "probe: greeted (imports, CUDA, ballast)"
                         );
+                        if i == 0 {
+                            let again = self.timings.iter().any(|t| t.what.starts_with("start"));
+                            let what = match again {
+                                false => "start of the probe (imports, CUDA context, ballast)",
+                                true => "start of a fresh process (imports, CUDA context, ballast)",
+                            };
+                            self.timings.push(Timing {
+                                what: what.into(),
+                                seconds: spawned.elapsed().as_secs_f64(),
+                            });
+                        }
                         if let Some(r) = self.running.get_mut(i) {
                             r.pid = h.pid;
                         }
@@ -461,6 +482,10 @@ impl Session {
                     seconds = started.elapsed().as_secs_f64(),
                     "probe: answered"
                 );
+                self.timings.push(Timing {
+                    what: r.label.clone(),
+                    seconds: started.elapsed().as_secs_f64(),
+                });
                 self.per_device.extend(r.devices());
                 Reply::Done(Box::new(r))
             }

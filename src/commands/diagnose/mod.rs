@@ -35,7 +35,7 @@ use crate::meter::Meter;
 use crate::model::{facts, ModelFacts};
 use crate::probe::launcher::Launcher;
 use crate::probe::protocol::{Hello, Outcome, Setup, Task};
-use crate::probe::session::{ChildRecord, Session};
+use crate::probe::session::{ChildRecord, Session, Timing};
 use crate::request::Device;
 use crate::runtime::weights::Quantize;
 use crate::units::Bytes;
@@ -190,6 +190,10 @@ pub struct DiagnoseReport {
     /// The warm-up before the stages (kernel compilation, library workspaces), timed apart.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub warmup_seconds: Option<f64>,
+    /// Where the time went, in order: preparing, the probe's start (imports, CUDA context,
+    /// ballast), each task (load, warm-up, each stage, a fresh run); `-v` prints it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub timings: Vec<Timing>,
     pub seconds: f64,
     pub notes: Vec<String>,
     /// Ctrl-C stopped the probe: a partial report (exit 130).
@@ -277,6 +281,7 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
             "random weights of the model's real shapes (no checkpoint was read): the memory is the model's; any tokens it generates are noise".into(),
         );
     }
+    let prepared = started.elapsed().as_secs_f64();
     let mut session = match req.ranks.is_empty() {
         true => Session::new(launcher, setup, req.stage_timeout),
         false => Session::tensor_parallel(launcher, setup, req.ranks.clone(), req.stage_timeout),
@@ -449,7 +454,19 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
         verification = rerun;
     }
     let per_device = std::mem::take(&mut session.per_device);
+    let mut timings = vec![Timing {
+        what: "prepare: the model, the workload, the card".into(),
+        seconds: prepared,
+    }];
+    timings.append(&mut session.timings);
     let children = finish(session, &mut prep.notes);
+    for t in &timings {
+        tracing::info!(
+            seconds = format!("{:.2}", t.seconds),
+            "diagnose: {}",
+            t.what
+        );
+    }
     drop(model_dir);
     if verdict.cause == Cause::Unknown {
         verdict.summary = format!("unknown: {}", verdict.summary);
@@ -480,6 +497,7 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
         children,
         per_device,
         warmup_seconds: m.warmup_seconds,
+        timings,
         seconds: started.elapsed().as_secs_f64(),
         notes: prep.notes,
         interrupted: req.interrupted(),
@@ -638,6 +656,7 @@ fn predicted(
         children: Vec::new(),
         per_device: Vec::new(),
         warmup_seconds: None,
+        timings: Vec::new(),
         seconds: started.elapsed().as_secs_f64(),
         notes: prep.notes,
         interrupted: false,
