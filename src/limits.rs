@@ -66,7 +66,7 @@ pub fn flag(what: &'static str, value: u64) -> Result<u64, InputError> {
     }
     let max = match what {
         "--batch" => MAX_BATCH,
-        "--vram" | "--host-ram" => MAX_VRAM,
+        "--vram" | "--host-ram" | "--fit-target" => MAX_VRAM,
         _ => MAX_TOKENS,
     };
     if value > max {

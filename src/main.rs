@@ -14,7 +14,7 @@ use llm_oom::ExitStatus;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
-    let args = cli::args::Cli::parse();
+    let args = cli::args::Cli::parse_from(cli::llama_short_flags(std::env::args_os()));
     let level = match args.verbose {
         0 => "warn",
         1 => "info",

@@ -126,6 +126,9 @@ pub struct WorkloadRequest {
     pub parallel: ParallelRequest,
     /// llama.cpp's `-c`, `-ub`, `-b`, `-fa` as given (all unset: its defaults).
     pub llama: crate::estimate::LlamaCppArgs,
+    /// llama-server's own choice of context, slots and layers (`-c 0`, `--fit`); `None` when
+    /// neither was asked: the context is `-c` or the workload's.
+    pub llama_server: Option<crate::estimate::llamacpp_fit::ServerArgs>,
     /// `plan --exact`: answer transformers' workloads by replaying its allocation sequence
     /// through PyTorch's allocator (seconds, not milliseconds) where the sequence is known.
     pub exact: bool,

@@ -196,3 +196,211 @@ fn parallel_slots_without_c_multiply_the_cache_and_np_is_the_remedy() {
     );
     assert_eq!(r.code, 0, "-np {np}: {}{}", r.stdout, r.stderr);
 }
+
+/// llama-server's own context (`-c 0`, `--fit` on by default in b11312): on 8 GB the trained
+/// 131,072 tokens do not fit, so `--fit` lowers `-c` by llama.cpp's interpolation to what leaves
+/// 1,024 MiB free; 4 slots (-np auto) share one cache; the plan at that `-c` fits and one 256
+/// cells more, with the same slots, leaves less than the target.
+#[test]
+fn c_0_is_the_context_fit_picks_and_it_leaves_the_target_free() {
+    let home = temp();
+    let m = write_llama_8b_q4km(home.path());
+    let r = plan(home.path(), &m, &["-c", "0", "--json"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let j = json(&r.stdout);
+    let s = &j["llama_server"];
+    assert_eq!(s["outcome"], "context_reduced", "{s}");
+    assert_eq!(
+        (s["slots"].as_u64(), s["unified"].as_bool()),
+        (Some(4), Some(true))
+    );
+    assert_eq!(s["n_ctx_auto"].as_u64(), Some(131_072));
+    let n_ctx = s["n_ctx"].as_u64().unwrap();
+    assert_eq!(n_ctx % 256, 0);
+    assert!((4096..131_072).contains(&n_ctx), "{n_ctx}");
+    let free = s["free_bytes"].as_u64().unwrap();
+    let target = s["target_bytes"].as_u64().unwrap();
+    assert_eq!(target, 1 << 30);
+    assert!(free - s["projected_bytes"].as_u64().unwrap() >= target);
+    assert_eq!(j["workload"]["llama"]["ctx_size"].as_u64(), Some(n_ctx));
+    assert_eq!(j["workload"]["llama"]["unified"].as_bool(), Some(true));
+
+    // The text says what llama-server does, and the same -c given by hand is the same plan.
+    let t = plan(home.path(), &m, &["-c", "0"]);
+    assert!(
+        t.stdout.contains(&format!(
+            "llama-server --fit sets -c {},{:03}",
+            n_ctx / 1000,
+            n_ctx % 1000
+        )),
+        "{}",
+        t.stdout
+    );
+    let by_hand = json(
+        &plan(
+            home.path(),
+            &m,
+            &[
+                "-c",
+                &n_ctx.to_string(),
+                "-np",
+                "4",
+                "--kv-unified",
+                "--fit",
+                "off",
+                "--json",
+            ],
+        )
+        .stdout,
+    );
+    assert_eq!(by_hand["components"]["total"], j["components"]["total"]);
+
+    // --fit-target 2048 leaves more, so a smaller context.
+    let more = json(&plan(home.path(), &m, &["-c", "0", "-fitt", "2048", "--json"]).stdout);
+    assert!(more["llama_server"]["n_ctx"].as_u64().unwrap() < n_ctx);
+    // --fit-ctx at the trained context: llama.cpp does not lower it, it moves layers instead.
+    let r = plan(
+        home.path(),
+        &m,
+        &["-c", "0", "--fit-ctx", "131072", "--json"],
+    );
+    assert_eq!(r.code, 0, "{}", r.stdout);
+    let j = json(&r.stdout);
+    assert_eq!(j["llama_server"]["outcome"], "layers_to_cpu");
+    assert_eq!(j["llama_server"]["n_ctx"].as_u64(), Some(131_072));
+}
+
+/// Separate slots (`-np 2` without --kv-unified): the automatic context is the trained one for
+/// each, and --fit rounds to 256 cells a stream.
+#[test]
+fn separate_slots_double_the_automatic_context() {
+    let home = temp();
+    let m = write_llama_8b_q4km(home.path());
+    let j = json(
+        &run(
+            home.path(),
+            &[
+                "plan",
+                "-m",
+                m.to_str().unwrap(),
+                "-c",
+                "0",
+                "-np",
+                "2",
+                "--vram",
+                "24GB",
+                "--json",
+            ],
+        )
+        .stdout,
+    );
+    let s = &j["llama_server"];
+    assert_eq!(
+        (s["slots"].as_u64(), s["unified"].as_bool()),
+        (Some(2), Some(false))
+    );
+    assert_eq!(s["n_ctx_auto"].as_u64(), Some(262_144));
+    assert_eq!(s["n_ctx"].as_u64().unwrap() % 512, 0);
+}
+
+/// Not even --fit-ctx's 4,096 tokens leave the target with every layer on a 4 GB card: llama-server
+/// keeps some layers on the GPU and runs the rest on the CPU; with --fit off it runs out.
+#[test]
+fn on_a_small_card_fit_moves_layers_and_fit_off_runs_out() {
+    let home = temp();
+    let m = write_llama_8b_q4km(home.path());
+    let r = run(
+        home.path(),
+        &[
+            "plan",
+            "-m",
+            m.to_str().unwrap(),
+            "-c",
+            "0",
+            "--vram",
+            "4GiB",
+            "--json",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let j = json(&r.stdout);
+    assert_eq!(j["llama_server"]["outcome"], "layers_to_cpu");
+    assert_eq!(j["llama_server"]["n_ctx"].as_u64(), Some(4096));
+    let on_gpu = j["llama_server"]["layers_on_gpu"].as_u64().unwrap();
+    assert!((1..32).contains(&on_gpu), "{on_gpu}");
+    let t = run(
+        home.path(),
+        &[
+            "plan",
+            "-m",
+            m.to_str().unwrap(),
+            "-c",
+            "0",
+            "--vram",
+            "4GiB",
+        ],
+    );
+    assert!(t.stdout.contains("RUNS, PARTLY ON THE CPU"), "{}", t.stdout);
+    assert!(
+        t.stdout
+            .contains(&format!("llama-server --fit keeps {on_gpu} of 32 layers")),
+        "{}",
+        t.stdout
+    );
+    let off = run(
+        home.path(),
+        &[
+            "plan",
+            "-m",
+            m.to_str().unwrap(),
+            "-c",
+            "0",
+            "-fit",
+            "off",
+            "--vram",
+            "4GiB",
+        ],
+    );
+    assert_eq!(off.code, 1, "{}", off.stdout);
+}
+
+#[test]
+fn fit_flags_belong_to_llama_server() {
+    let home = temp();
+    for (args, says) in [
+        (
+            vec![
+                "plan",
+                "-m",
+                "meta-llama/Llama-3.1-8B-Instruct",
+                "--fit",
+                "on",
+            ],
+            "llama-server's",
+        ),
+        (
+            vec![
+                "plan",
+                "-m",
+                "llama3.1:8b",
+                "--engine",
+                "ollama",
+                "--fit",
+                "on",
+            ],
+            "ollama",
+        ),
+        (
+            vec!["plan", "-m", "x.gguf", "--kv-unified"],
+            "--kv-unified is llama-server's",
+        ),
+        (
+            vec!["plan", "-m", "x.gguf", "-c", "0", "--fit-target", "-1"],
+            "--fit-target -1",
+        ),
+    ] {
+        let r = run(home.path(), &args);
+        assert_eq!(r.code, 2, "{args:?}: {}{}", r.stdout, r.stderr);
+        assert!(r.stderr.contains(says), "{args:?}: {}", r.stderr);
+    }
+}

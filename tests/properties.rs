@@ -244,6 +244,7 @@ proptest! {
             host_ram: Some(64 << 30),
             parallel: Default::default(),
             llama: Default::default(),
+            llama_server: None,
             exact: false,
             vllm: Default::default(),
             sglang: Default::default(),

@@ -222,7 +222,8 @@ pub struct WorkloadArgs {
     /// Which GPU to read when --vram is not given.
     #[arg(long, default_value_t = 0)]
     pub gpu: u32,
-    /// llama.cpp: the context of all slots together (`-c`) [default: (prompt + new) × batch]
+    /// llama.cpp: the context of all slots together (`-c`); 0 is llama-server's own choice, the
+    /// model's trained context lowered by --fit [default: (prompt + new) × batch]
     #[arg(
         long,
         short = 'c',
@@ -338,6 +339,21 @@ pub struct PlanArgs {
     /// side elsewhere [default: 1]
     #[arg(long, requires = "lora_rank", allow_negative_numbers = true)]
     pub max_loras: Option<i64>,
+    /// llama-server: fit unset arguments to the card (`--fit`, `-fit`): lower an automatic
+    /// context (`-c 0`) and move layers to the CPU until --fit-target is left free [default: on
+    /// in llama-server; plan models it when this or `-c 0` is given]
+    #[arg(long, help_heading = "llama.cpp", value_parser = ["on", "off"])]
+    pub fit: Option<String>,
+    /// llama-server: MiB --fit leaves free on the card (`--fit-target`, `-fitt`) [default: 1024]
+    #[arg(long, help_heading = "llama.cpp", allow_negative_numbers = true)]
+    pub fit_target: Option<i64>,
+    /// llama-server: the smallest context --fit sets (`--fit-ctx`, `-fitc`) [default: 4096]
+    #[arg(long, help_heading = "llama.cpp", allow_negative_numbers = true)]
+    pub fit_ctx: Option<i64>,
+    /// llama-server: one cache shared by every slot (`--kv-unified`, `-kvu`) [default: on when
+    /// -np is not given (4 slots), else off]
+    #[arg(long, help_heading = "llama.cpp")]
+    pub kv_unified: bool,
     /// A draft model for speculative decoding, named as --model is (a Hugging Face id, a local
     /// folder or config.json, a .gguf file, a preset)
     #[arg(long)]

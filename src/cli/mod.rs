@@ -8,7 +8,7 @@ use std::io::{IsTerminal, Write};
 use anyhow::Result;
 use clap::CommandFactory;
 
-use args::{Cli, ColorChoice, Command, WorkloadArgs};
+use args::{Cli, ColorChoice, Command, PlanArgs, WorkloadArgs};
 use llm_oom::commands::explain::{explain, ExplainRequest};
 use llm_oom::commands::plan::{plan, PlanRequest};
 use llm_oom::commands::watch::{watch, WatchRequest};
@@ -17,6 +17,40 @@ use llm_oom::estimate::Engine;
 use llm_oom::model::presets::PRESETS;
 use llm_oom::report::{self, render, Format, Render};
 use llm_oom::ExitStatus;
+
+/// llama.cpp's short flags of several letters (`-np 4`, `-ub 1024`, `-fa on`, `-fit off`,
+/// `-fitt 512`, `-fitc 8192`, `-kvu`), so that part of a llama-server command line can be pasted:
+/// each is given its long name before clap reads it (clap's short flags are one letter). What
+/// follows `--` (the program `watch` runs) is left as it is.
+pub fn llama_short_flags(
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+) -> Vec<std::ffi::OsString> {
+    const LONG: [(&str, &str); 7] = [
+        ("-np", "--parallel"),
+        ("-ub", "--ubatch-size"),
+        ("-fa", "--flash-attn"),
+        ("-fit", "--fit"),
+        ("-fitt", "--fit-target"),
+        ("-fitc", "--fit-ctx"),
+        ("-kvu", "--kv-unified"),
+    ];
+    let mut passed = false;
+    args.into_iter()
+        .map(|a| {
+            if passed {
+                return a;
+            }
+            if a == "--" {
+                passed = true;
+                return a;
+            }
+            match LONG.iter().find(|(short, _)| a == *short) {
+                Some((_, long)) => std::ffi::OsString::from(long),
+                None => a,
+            }
+        })
+        .collect()
+}
 
 pub fn run(cli: Cli) -> Result<ExitStatus> {
     let format = format(&cli);
@@ -67,6 +101,7 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
                 chunked_prefill_size: count("--chunked-prefill-size", args.chunked_prefill_size)?,
             };
             req.deployment = deployment(args)?;
+            req.llama_server = llama_server(args, req.llama_server)?;
             let r = plan(&req)?;
             print(&report_text(&r, format)?)?;
             Ok(ExitStatus::of(&r.verdict))
@@ -518,8 +553,20 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
         python: None,
         deployment: Default::default(),
         parallel: Default::default(),
+        llama_server: (a.ctx_size == Some(0)).then(|| {
+            llm_oom::estimate::llamacpp_fit::ServerArgs {
+                ctx_auto: true,
+                slots: a.batch.and_then(|b| u64::try_from(b).ok()),
+                ..Default::default()
+            }
+        }),
         llama: llm_oom::estimate::LlamaCppArgs {
-            ctx_size: a.ctx_size.map(|v| positive("--ctx-size", v)).transpose()?,
+            // -c 0 is llama-server's own context (`llama_server`), not a size
+            ctx_size: a
+                .ctx_size
+                .filter(|&v| v != 0)
+                .map(|v| positive("--ctx-size", v))
+                .transpose()?,
             ubatch: a
                 .ubatch_size
                 .map(|v| positive("--ubatch-size", v))
@@ -529,8 +576,49 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
                 .map(|v| positive("--batch-size", v))
                 .transpose()?,
             flash_attn: a.flash_attn.as_deref().and_then(flash_attn_flag),
+            unified: false,
         },
     })
+}
+
+/// llama-server's start-up knobs (`--fit`, `--fit-target`, `--fit-ctx`, `--kv-unified`) on top
+/// of `-c 0`: `Some` when any asks for llama-server's own choice.
+fn llama_server(
+    args: &PlanArgs,
+    from_ctx: Option<llm_oom::estimate::llamacpp_fit::ServerArgs>,
+) -> Result<Option<llm_oom::estimate::llamacpp_fit::ServerArgs>, InputError> {
+    let target = args
+        .fit_target
+        .map(|v| {
+            u64::try_from(v)
+                .ok()
+                .and_then(|m| m.checked_mul(1 << 20))
+                .ok_or_else(|| {
+                    InputError::Usage(format!(
+                        "--fit-target {v}: MiB to leave free, 0 or more (llama-server's default is 1024)"
+                    ))
+                })
+                .and_then(|b| llm_oom::limits::flag("--fit-target", b))
+        })
+        .transpose()?;
+    let min_ctx = args.fit_ctx.map(|v| positive("--fit-ctx", v)).transpose()?;
+    let mut s = from_ctx.unwrap_or_else(|| llm_oom::estimate::llamacpp_fit::ServerArgs {
+        slots: args.workload.batch.and_then(|b| u64::try_from(b).ok()),
+        ..Default::default()
+    });
+    s.fit = args.fit.as_deref().map(|f| f == "on");
+    s.target = target;
+    s.min_ctx = min_ctx;
+    s.unified = args.kv_unified;
+    if !s.is_asked() {
+        if args.kv_unified {
+            return Err(InputError::Usage(
+                "--kv-unified is llama-server's cache layout: give it with -c 0 or --fit on".into(),
+            ));
+        }
+        return Ok(None);
+    }
+    Ok(Some(s))
 }
 
 /// `--flash-attn on|off|auto` (clap admits only these); `auto` is unset: on for CUDA.

@@ -184,6 +184,7 @@ fn from_log(report: &ExplainReport, engine: Engine) -> Option<WorkloadRequest> {
         host_ram: None,
         parallel: Default::default(),
         llama: Default::default(),
+        llama_server: None,
         exact: false,
         vllm: Default::default(),
         sglang: Default::default(),

@@ -67,6 +67,10 @@ pub struct PlanReport {
     /// ollama: the tag, the context and the llama-server it launches.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ollama: Option<OllamaFacts>,
+    /// llama-server's own choice (`-c 0`, `--fit`): its slots, the context it loads with, the
+    /// layers it keeps on the GPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub llama_server: Option<crate::estimate::llamacpp_fit::Fitted>,
     /// vLLM on one card: its start-up check (KV cache memory, blocks, concurrency).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vllm_startup: Option<crate::estimate::VllmStartup>,
@@ -187,6 +191,18 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         .filter(|_| !std::path::Path::new(&req.model).exists());
     let model = tag.map_or(req.model.as_str(), |t| t.tag.model);
     check_deployment(req)?;
+    if req.llama_server.is_some() && (req.engine != Engine::LlamaCpp || req.ollama.is_some()) {
+        return Err(InputError::Usage(format!(
+            "-c 0, --fit, --fit-target, --fit-ctx and --kv-unified are llama-server's; add \
+             --engine llama.cpp or give a .gguf (this plan is for {})",
+            if req.ollama.is_some() {
+                "ollama, which sets -c and -ngl itself".to_string()
+            } else {
+                req.engine.to_string()
+            }
+        ))
+        .into());
+    }
     let (ResolvedModel { spec, source }, derived) = resolve_model(req, model)?;
     let draft = match req.deployment.draft_model.as_deref() {
         Some(m) => Some(
@@ -221,6 +237,12 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     let mut ollama = req
         .ollama
         .map(|o| ollama_launch(req, &o, tag, &spec, &mut w, device.vram_bytes, &mut notes));
+    let mut llama_server = req.llama_server.as_ref().map(|a| {
+        let (fitted, f) = crate::estimate::llamacpp_fit::fit(&spec, &w, device.vram_bytes, a);
+        w = fitted;
+        notes.push(crate::verdict::llama_server::fit_note(&f));
+        f
+    });
     let deployment = Deployment {
         lora: req.deployment.lora,
         draft: draft.as_ref().map(|d| Draft {
@@ -333,6 +355,17 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         } else {
             Some(spec.num_layers)
         };
+    }
+    if let Some(s) = llama_server.as_mut() {
+        let fix = placement.as_ref().and_then(|p| p.fix.as_ref());
+        crate::verdict::llama_server::fitted(
+            s,
+            fix.filter(|_| gpus <= 1),
+            spec.num_layers,
+            &f.estimate,
+            &mut f.verdict,
+            &mut f.remedies,
+        );
     }
     let oom = f.verdict.cause != crate::verdict::Cause::None;
     let mut across_gpus = Vec::new();
@@ -448,6 +481,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         vllm_startup,
         sglang_startup,
         ollama,
+        llama_server,
         derived,
         deployment: DeploymentFacts::of(&spec, req.engine, &deployment),
         notes,

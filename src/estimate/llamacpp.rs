@@ -66,6 +66,10 @@ pub struct LlamaCppArgs {
     /// `-fa on|off` (`None` = auto, which is on for CUDA).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flash_attn: Option<bool>,
+    /// `--kv-unified`: every slot shares one cache of `-c` cells (llama-server's default when
+    /// `-np` is not given) instead of `-c / -np` cells each.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub unified: bool,
 }
 
 impl LlamaCppArgs {
@@ -88,7 +92,8 @@ fn pad(n: u64, to: u64) -> u64 {
 }
 
 /// The cells llama.cpp allocates: `(n_ctx, n_ctx_seq)` for the workload's sequences, `-c` as
-/// given (else just enough for prompt + new tokens in every sequence).
+/// given (else just enough for prompt + new tokens in every sequence). A unified cache is one
+/// stream of all `n_ctx` cells that every sequence shares (`n_ctx_seq = n_ctx`).
 pub fn context(w: &Workload) -> (u64, u64) {
     let seqs = w.batch.max(1);
     let asked = w
@@ -96,8 +101,20 @@ pub fn context(w: &Workload) -> (u64, u64) {
         .ctx_size
         .unwrap_or_else(|| w.total_tokens().saturating_mul(seqs));
     let n_ctx = pad(asked.max(1), CTX_PAD);
+    if w.llama.unified {
+        return (n_ctx, n_ctx);
+    }
     let per_seq = pad((n_ctx / seqs).max(1), CTX_PAD);
     (per_seq.saturating_mul(seqs), per_seq)
+}
+
+/// The cache's streams: one per sequence, or one for all with a unified cache.
+pub fn streams(w: &Workload) -> u64 {
+    if w.llama.unified {
+        1
+    } else {
+        w.batch.max(1)
+    }
 }
 
 /// The cells a layer keeps per sequence (its stream) when each sequence has `per_seq` cells of
@@ -117,24 +134,29 @@ pub fn layer_cells(window: Option<u64>, per_seq: u64, n_ubatch: u64) -> u64 {
 pub const SWA_PAD: u64 = 256;
 
 /// The KV buffer: every slot's share of `-c` in the global layers, window + `-ub` in the sliding
-/// ones (`layer_cells`).
+/// ones (`layer_cells`). A unified cache is one stream whose sliding layers keep every sequence's
+/// window (`n_swa × n_seq_max + n_ubatch`); recurrent states stay one per sequence either way.
 pub fn kv_cache(spec: &Spec, w: &Workload) -> u64 {
     let (n_ctx, per_seq) = context(w);
     let (_, n_ub) = batches(w, n_ctx);
-    kv_bytes_in_cells(
-        spec,
-        w.kv_dtype,
-        w.batch,
-        CachePolicy::of(Engine::LlamaCpp),
-        |window| layer_cells(window, per_seq, n_ub),
-    )
+    let policy = CachePolicy::of(Engine::LlamaCpp);
+    let seqs = w.batch.max(1);
+    if !w.llama.unified {
+        return kv_bytes_in_cells(spec, w.kv_dtype, seqs, policy, |window| {
+            layer_cells(window, per_seq, n_ub)
+        });
+    }
+    let one = kv_bytes_in_cells(spec, w.kv_dtype, 1, policy, |window| {
+        layer_cells(window.map(|n| n.saturating_mul(seqs)), per_seq, n_ub)
+    });
+    let states = super::kv::state_bytes(spec, w.kv_dtype, policy);
+    one.saturating_add(states.saturating_mul(seqs - 1))
 }
 
 /// The largest `-c` (a multiple of 256 for every slot, at most the model's context) with which
 /// `fits` holds for `w`; `None` when not even 256 cells a slot fit.
 pub fn largest_ctx(spec: &Spec, w: &Workload, fits: impl Fn(&Workload) -> bool) -> Option<u64> {
-    let seqs = w.batch.max(1);
-    let step = CTX_PAD.saturating_mul(seqs);
+    let step = CTX_PAD.saturating_mul(streams(w));
     let trained = spec.max_position_embeddings.unwrap_or(131_072).max(CTX_PAD);
     let with = |units: u64| Workload {
         llama: LlamaCppArgs {

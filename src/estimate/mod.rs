@@ -6,6 +6,7 @@ pub mod deployment;
 pub mod engine;
 pub mod kv;
 pub mod llamacpp;
+pub mod llamacpp_fit;
 pub mod measured;
 pub mod ollama;
 pub mod sglang_startup;

@@ -93,6 +93,7 @@ pub fn launch(num_ctx: u64, parallel: u64, ub: u64) -> LlamaCppArgs {
         ubatch: Some(ub),
         batch: Some(ub),
         flash_attn: None,
+        unified: false,
     }
 }
 

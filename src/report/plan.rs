@@ -59,7 +59,11 @@ fn text(r: &PlanReport, style: &Style) -> String {
         .ollama
         .as_ref()
         .and_then(|o| o.layers_on_gpu)
-        .is_some_and(|n| n < r.model.layers);
+        .is_some_and(|n| n < r.model.layers)
+        || r.llama_server
+            .as_ref()
+            .and_then(|s| s.layers_on_gpu)
+            .is_some_and(|n| n < r.model.layers);
     let fits_word = if partial {
         "RUNS, PARTLY ON THE CPU"
     } else {

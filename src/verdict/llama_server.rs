@@ -7,6 +7,7 @@ use super::remedy::{Change, Remedy, RemedyBudget};
 use super::{Cause, Evidence, Stage, Verdict};
 use crate::budget::Planner;
 use crate::estimate::llamacpp::{context, largest_ctx, LlamaCppArgs};
+use crate::estimate::llamacpp_fit::{Fitted, Outcome};
 use crate::estimate::{Engine, Estimate, Workload};
 use crate::placement::Fix;
 use crate::units::{group, Bytes};
@@ -208,6 +209,136 @@ pub fn ollama(
         "ollama loads {} of {layers} layers on the GPU (num_gpu {ngl}), the rest run on the \
          CPU: it answers, slower",
         fix.layers_on_gpus
+    );
+    v.cause = Cause::None;
+    v.stage = Stage::Load;
+}
+
+/// How llama-server's start-up choice reads in a note: the slots, the context and what `--fit`
+/// did to it.
+pub fn fit_note(f: &Fitted) -> String {
+    let slots = if f.unified {
+        format!(
+            "{} slots{} sharing one unified cache",
+            f.slots,
+            if f.slots_auto { " (-np auto)" } else { "" }
+        )
+    } else {
+        format!(
+            "{} slots of {} cells",
+            f.slots,
+            group(f.n_ctx / f.slots.max(1))
+        )
+    };
+    let what = match f.outcome {
+        Outcome::Unchanged => format!(
+            "the context it starts from leaves {} free, at least --fit-target {}: -c {} stays",
+            Bytes(f.free_bytes.saturating_sub(f.projected_bytes)),
+            Bytes(f.target_bytes),
+            group(f.n_ctx)
+        ),
+        Outcome::ContextReduced => format!(
+            "--fit lowers -c from {} to {} (its projection: {} of {} free at {}, {} at {}; \
+             linear between --fit-ctx and the trained context, rounded down to 256 a stream) \
+             to leave --fit-target {} free",
+            group(f.n_ctx_auto.unwrap_or(f.n_ctx)),
+            group(f.n_ctx),
+            Bytes(f.projected_start_bytes),
+            Bytes(f.free_bytes),
+            group(f.n_ctx_auto.unwrap_or(f.n_ctx)),
+            Bytes(f.projected_bytes),
+            group(f.n_ctx),
+            Bytes(f.target_bytes)
+        ),
+        Outcome::LayersToCpu => format!(
+            "not even --fit-ctx {} leaves --fit-target {} free with every layer on the GPU: \
+             --fit keeps -c {} and moves layers to the CPU",
+            group(f.min_ctx),
+            Bytes(f.target_bytes),
+            group(f.n_ctx)
+        ),
+        Outcome::UserContext => format!(
+            "-c {} was set, so --fit keeps it and moves layers to the CPU if the card is short",
+            group(f.n_ctx)
+        ),
+        Outcome::Off => format!("--fit off: it loads -c {} as given", group(f.n_ctx)),
+    };
+    format!(
+        "llama-server ({}): {slots}; {what}; {} free for its buffers once the CUDA context is up",
+        f.build,
+        Bytes(f.free_bytes)
+    )
+}
+
+/// llama-server's verdict over the plan's, once `--fit` has chosen: a context it lowered is the
+/// one that loads; where layers must leave the card, `--fit` keeps on the GPU those that leave
+/// `--fit-target` free and runs the rest on the CPU — it loads and answers, slower.
+/// `fix` is the placement's largest `-ngl` within the plan's own margin; `--fit` leaves its
+/// target instead, so the layers its extra margin takes come off (`layer` bytes each).
+pub fn fitted(
+    f: &mut Fitted,
+    fix: Option<&Fix>,
+    layers: u64,
+    est: &Estimate,
+    v: &mut Verdict,
+    remedies: &mut Vec<Remedy>,
+) {
+    let auto = f.n_ctx_auto.is_some_and(|n| n != f.n_ctx);
+    if v.cause == Cause::None {
+        f.layers_on_gpu = None;
+        v.summary = if auto {
+            format!(
+                "llama-server --fit sets -c {} (the trained {} does not leave --fit-target free) · {}",
+                group(f.n_ctx),
+                group(f.n_ctx_auto.unwrap_or(f.n_ctx)),
+                v.summary
+            )
+        } else {
+            format!("llama-server loads -c {} · {}", group(f.n_ctx), v.summary)
+        };
+        return;
+    }
+    if !f.fit || !matches!(f.outcome, Outcome::LayersToCpu | Outcome::UserContext) {
+        return;
+    }
+    let Some(fix) = fix.filter(|x| x.layers_on_gpus > 0 && x.layers_on_gpus < layers) else {
+        return;
+    };
+    let free = fix
+        .free_bytes
+        .iter()
+        .map(|(_, b)| (*b).max(0) as u64)
+        .min()
+        .unwrap_or(0);
+    let short = f
+        .target_bytes
+        .saturating_sub(est.margin)
+        .saturating_sub(free);
+    let layer = est
+        .weights
+        .saturating_add(est.kv_cache)
+        .checked_div(layers)
+        .unwrap_or(0)
+        .max(1);
+    let on_gpu = fix.layers_on_gpus.saturating_sub(short.div_ceil(layer));
+    if on_gpu == 0 {
+        return;
+    }
+    f.layers_on_gpu = Some(on_gpu);
+    remedies.retain(|r| r.change != Change::CpuOffload);
+    v.evidence.insert(
+        0,
+        Evidence::text(format!(
+            "all {layers} layers on the GPU: {} — llama-server --fit keeps {on_gpu} there \
+             instead, leaving --fit-target {} free",
+            v.summary,
+            Bytes(f.target_bytes)
+        )),
+    );
+    v.summary = format!(
+        "llama-server --fit keeps {on_gpu} of {layers} layers on the GPU (-ngl {on_gpu}) at -c \
+         {}, the rest run on the CPU: it answers, slower",
+        group(f.n_ctx)
     );
     v.cause = Cause::None;
     v.stage = Stage::Load;
