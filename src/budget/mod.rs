@@ -3,6 +3,7 @@
 //! the estimate (which carries the safety margin).
 
 pub mod card;
+pub mod pool;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -62,6 +63,9 @@ pub struct BudgetRow {
 pub enum Limit {
     Memory,
     Context,
+    /// The longest request the serving engine was started for (`--max-model-len`,
+    /// `--context-length`), below the model's context.
+    MaxRequest,
     Nothing,
 }
 

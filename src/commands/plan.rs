@@ -447,6 +447,17 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         ));
         return Ok(r);
     }
+    let mut budget = planner.budget(&w);
+    let mut quantization = planner.quantization_what_if(&w);
+    pool_budget(
+        req,
+        &spec,
+        &w,
+        device.vram_bytes,
+        &deployment,
+        (vllm_startup.as_ref(), sglang_startup.as_ref()),
+        (&mut budget, &mut quantization),
+    );
     let profile = Profile::of(req.engine);
     Ok(PlanReport {
         command: "plan",
@@ -473,8 +484,8 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             0,
         ),
         kv_cache_bytes: f.estimate.kv_cache_full,
-        budget: planner.budget(&w),
-        quantization: planner.quantization_what_if(&w),
+        budget,
+        quantization,
         components: f.estimate,
         placement,
         across_gpus,
@@ -1003,6 +1014,54 @@ fn ollama_launch(
         num_parallel: parallel,
         launches,
         layers_on_gpu: None,
+    }
+}
+
+/// A serving engine's token budget is its KV pool's (`budget::pool`): the table, the largest
+/// prompt and batch, and the what-if rows of the same engine, each from the pool that engine
+/// sizes at start — so they agree with its start-up verdict above them.
+fn pool_budget(
+    req: &PlanRequest,
+    spec: &crate::model::Spec,
+    w: &Workload,
+    vram: u64,
+    deployment: &Deployment,
+    (vllm, sglang): (
+        Option<&crate::estimate::VllmStartup>,
+        Option<&crate::estimate::SglangStartup>,
+    ),
+    (budget, quantization): (&mut Budget, &mut [WhatIf]),
+) {
+    use crate::budget::pool::{follow, follow_what_if, Pool};
+    let pool = match (vllm, sglang) {
+        (Some(s), _) => Pool::vllm(s),
+        (None, Some(s)) => Pool::sglang(s),
+        (None, None) => return,
+    };
+    follow(budget, &pool, w);
+    for row in quantization.iter_mut().filter(|r| r.engine == req.engine) {
+        let alt = Workload {
+            weight_dtype: row.dtype,
+            kv_dtype: if row.dtype == w.weight_dtype {
+                w.kv_dtype
+            } else {
+                row.dtype.compute_kv_dtype()
+            },
+            ..*w
+        };
+        let pool = if vllm.is_some() {
+            Pool::vllm(&crate::estimate::vllm_startup_with(
+                spec, &alt, vram, &req.vllm, deployment,
+            ))
+        } else {
+            Pool::sglang(&crate::estimate::sglang_startup(
+                spec,
+                &alt,
+                vram,
+                &req.sglang,
+            ))
+        };
+        follow_what_if(row, &pool, spec.max_position_embeddings);
     }
 }
 

@@ -182,10 +182,10 @@ fn text(r: &PlanReport, style: &Style) -> String {
             format!(
                 "{}{}",
                 group(q.max_total_tokens_batch1),
-                if q.limited_by == Limit::Context {
-                    " (model max)"
-                } else {
-                    ""
+                match q.limited_by {
+                    Limit::Context => " (model max)",
+                    Limit::MaxRequest => " (max request)",
+                    _ => "",
                 }
             ),
         ]);

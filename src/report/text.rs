@@ -136,6 +136,7 @@ pub fn limit_word(l: Limit) -> &'static str {
     match l {
         Limit::Memory => "memory",
         Limit::Context => "model context",
+        Limit::MaxRequest => "max request len",
         Limit::Nothing => "nothing fits",
     }
 }
