@@ -273,6 +273,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     } else if req.engine == Engine::Vllm
         && (crate::estimate::VllmArgs {
             kv_cache_dtype: None,
+            version: None,
             ..req.vllm
         })
         .first_given()
