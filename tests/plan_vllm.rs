@@ -455,3 +455,31 @@ fn vllm_version_with_another_engine_or_unknown_is_refused_in_one_line() {
     assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
     assert!(r.stderr.contains("--vllm-version v2"), "{}", r.stderr);
 }
+
+#[test]
+fn v0_over_several_gpus_says_it_is_not_modelled() {
+    let home = temp();
+    let args = [
+        "plan",
+        "-m",
+        MODEL,
+        "--engine",
+        "vllm",
+        "--vram",
+        "2xrtx3090",
+        "--max-model-len",
+        "29000",
+        "--vllm-version",
+        "v0",
+    ];
+    let r = run(home.path(), &args);
+    assert!(
+        r.stdout
+            .contains("note: --vllm-version v0 is read for one card's start-up check"),
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
+    let r = run(home.path(), &args[..args.len() - 2]);
+    assert!(!r.stdout.contains("--vllm-version"), "{}", r.stdout);
+}

@@ -286,6 +286,16 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
                 .to_string(),
         );
     }
+    if vllm_startup.is_none()
+        && req.engine == Engine::Vllm
+        && req.vllm.version == Some(crate::estimate::VllmVersion::V0)
+    {
+        notes.push(
+            "--vllm-version v0 is read for one card's start-up check; this plan over several \
+             GPUs does not model V0's profiling run"
+                .to_string(),
+        );
+    }
     // SGLang on one card: its token pool within mem_fraction_static decides whether it starts.
     let sglang_startup = (req.engine == Engine::Sglang && !f.replayed)
         .then(|| crate::estimate::sglang_startup(&spec, &w, device.vram_bytes, &req.sglang));
