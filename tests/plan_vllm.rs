@@ -332,3 +332,154 @@ fn bad_values_and_a_disagreeing_kv_dtype_are_refused_in_one_line() {
         assert!(r.stderr.contains(says), "{says}\n{}", r.stderr);
     }
 }
+
+/// `plan` of Llama-3.1-8B-Instruct on an RTX 3090 (`--vram rtx3090`) with `extra`.
+fn on_3090(extra: &[&str]) -> util::Run {
+    let home = temp();
+    let mut args = vec!["plan", "-m", MODEL, "--engine", "vllm", "--vram", "rtx3090"];
+    args.extend_from_slice(extra);
+    run(home.path(), &args)
+}
+
+/// vllm#10517: vLLM V0 on an RTX 3090 profiles the whole 29,000-token prefill (chunked prefill is
+/// on by default only above 32,768) and refuses; at 35,000 chunked prefill is on and it starts.
+#[test]
+fn v0_refuses_29000_and_starts_35000_on_a_3090() {
+    let r = on_3090(&["--max-model-len", "29000", "--vllm-version", "v0"]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("✗ vLLM REFUSES TO START"), "{}", r.stdout);
+    let said = r
+        .stdout
+        .lines()
+        .find(|l| l.contains("vLLM would say: ValueError: The model's max seq len (29000) is larger than the maximum number of tokens that can be stored in KV cache ("))
+        .unwrap_or_else(|| panic!("V0's message:\n{}", r.stdout));
+    assert!(
+        said.ends_with("). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."),
+        "{said}"
+    );
+    assert!(
+        r.stdout.contains(
+            "Start-up of vLLM V0 (v0.6.4): chunked prefill off, profiling run of 29,000 tokens"
+        ),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("--enable-chunked-prefill"),
+        "{}",
+        r.stdout
+    );
+
+    let r = on_3090(&["--max-model-len", "35000", "--vllm-version", "v0"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains("vLLM starts · # GPU blocks: "),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains(", # CPU blocks: 2048"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains(
+            "Start-up of vLLM V0 (v0.6.4): chunked prefill on, profiling run of 512 tokens"
+        ),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn v0_message_numbers_are_its_blocks_and_json_names_the_vllm() {
+    let home = temp();
+    let json = |extra: &[&str]| {
+        let mut args = vec![
+            "--json", "plan", "-m", MODEL, "--engine", "vllm", "--vram", "rtx3090",
+        ];
+        args.extend_from_slice(extra);
+        let r = run(home.path(), &args);
+        (r.code, util::json(&r.stdout)["vllm_startup"].clone())
+    };
+    let (code, s) = json(&["--max-model-len", "29000", "--vllm-version", "v0"]);
+    assert_eq!(code, 1);
+    assert_eq!(s["vllm"], "vLLM V0 (v0.6.4)");
+    assert_eq!(s["version"], "v0");
+    assert_eq!(s["chunked_prefill"], false);
+    assert_eq!(field(&s, "max_num_batched_tokens"), 29_000);
+    let tokens = field(&s, "num_blocks") * 16;
+    assert!(tokens < 29_000, "{tokens}");
+    let msg = s["message"].as_str().expect("message");
+    assert!(
+        msg.contains(&format!("stored in KV cache ({tokens})")),
+        "{msg}"
+    );
+    // V1, the default, is unchanged: it starts at both lengths and says so.
+    for len in ["29000", "35000"] {
+        let (code, v1) = json(&["--max-model-len", len]);
+        assert_eq!(code, 0, "{v1}");
+        assert_eq!(v1["vllm"], "vLLM V1 (vllm@001cabc1)");
+        assert_eq!(v1["version"], "v1");
+        assert_eq!(field(&v1, "max_num_batched_tokens"), 2048);
+        let (_, named) = json(&["--max-model-len", len, "--vllm-version", "v1"]);
+        assert_eq!(named, v1);
+    }
+}
+
+#[test]
+fn vllm_version_with_another_engine_or_unknown_is_refused_in_one_line() {
+    let home = temp();
+    for engine in ["transformers", "sglang"] {
+        let r = run(
+            home.path(),
+            &[
+                "plan",
+                "-m",
+                MODEL,
+                "--vram",
+                "rtx3090",
+                "--engine",
+                engine,
+                "--vllm-version",
+                "v0",
+            ],
+        );
+        assert_eq!(r.code, 2, "{engine}: {}{}", r.stdout, r.stderr);
+        assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+        assert!(
+            r.stderr
+                .contains("--vllm-version is a vLLM flag; add --engine vllm"),
+            "{}",
+            r.stderr
+        );
+    }
+    let r = on_3090(&["--vllm-version", "v2"]);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+    assert!(r.stderr.contains("--vllm-version v2"), "{}", r.stderr);
+}
+
+#[test]
+fn v0_over_several_gpus_says_it_is_not_modelled() {
+    let home = temp();
+    let args = [
+        "plan",
+        "-m",
+        MODEL,
+        "--engine",
+        "vllm",
+        "--vram",
+        "2xrtx3090",
+        "--max-model-len",
+        "29000",
+        "--vllm-version",
+        "v0",
+    ];
+    let r = run(home.path(), &args);
+    assert!(
+        r.stdout
+            .contains("note: --vllm-version v0 is read for one card's start-up check"),
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
+    let r = run(home.path(), &args[..args.len() - 2]);
+    assert!(!r.stdout.contains("--vllm-version"), "{}", r.stdout);
+}

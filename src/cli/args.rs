@@ -313,6 +313,10 @@ pub struct PlanArgs {
     /// [default: 0]
     #[arg(long, allow_negative_numbers = true)]
     pub cpu_offload_gb: Option<f64>,
+    /// vLLM: which engine's start-up, v1 or v0 (vLLM 0.6.x: chunked prefill only above 32,768
+    /// tokens, else a profiling run of the whole max_model_len) [default: v1]
+    #[arg(long)]
+    pub vllm_version: Option<String>,
     /// SGLang: share of the free memory for the weights and the token pool, above 0 and below 1
     /// [default: SGLang's by card, 0.847 on a 24 GB card]
     #[arg(long, allow_negative_numbers = true)]

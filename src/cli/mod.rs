@@ -93,6 +93,7 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
                 kv_cache_dtype: args.kv_cache_dtype.as_deref().map(str::parse).transpose()?,
                 enforce_eager: args.enforce_eager,
                 cpu_offload_gb: args.cpu_offload_gb,
+                version: args.vllm_version.as_deref().map(str::parse).transpose()?,
             };
             req.sglang = llm_oom::estimate::SglangArgs {
                 mem_fraction_static: args.mem_fraction_static,

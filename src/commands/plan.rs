@@ -295,6 +295,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     } else if req.engine == Engine::Vllm
         && (crate::estimate::VllmArgs {
             kv_cache_dtype: None,
+            version: None,
             ..req.vllm
         })
         .first_given()
@@ -304,6 +305,16 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             "--gpu-memory-utilization, --max-model-len, --max-num-seqs, \
              --max-num-batched-tokens, --enforce-eager and --cpu-offload-gb are read for one \
              card; this plan over several GPUs uses vLLM's defaults"
+                .to_string(),
+        );
+    }
+    if vllm_startup.is_none()
+        && req.engine == Engine::Vllm
+        && req.vllm.version == Some(crate::estimate::VllmVersion::V0)
+    {
+        notes.push(
+            "--vllm-version v0 is read for one card's start-up check; this plan over several \
+             GPUs does not model V0's profiling run"
                 .to_string(),
         );
     }

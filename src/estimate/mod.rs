@@ -27,7 +27,7 @@ pub use measured::MeasuredModel;
 pub use sglang_startup::{startup as sglang_startup, SglangArgs, Startup as SglangStartup};
 pub use vllm_startup::{
     startup as vllm_startup, startup_with as vllm_startup_with, KvCacheDtype as VllmKvCacheDtype,
-    Startup as VllmStartup, VllmArgs,
+    Startup as VllmStartup, VllmArgs, VllmVersion,
 };
 pub use weights::weight_bytes;
 

@@ -16,6 +16,16 @@
 //! `weight_bytes`, the peak activation from `activations` with the profiling run vLLM does (one
 //! forward of `max_num_batched_tokens` tokens, the sampler warmed with `max_num_seqs`
 //! sequences), non-torch memory the profile's runtime overhead, the KV cache `kv_bytes_in`.
+//!
+//! `--vllm-version v0` takes vLLM V0's start-up instead (vllm 0.6.4.post1, PyPI sdist):
+//! vllm/engine/arg_utils.py `create_engine_config` turns chunked prefill on by default only when
+//! `max_model_len > 32768` on a GPU (no sliding window, no speculative model, no LoRA);
+//! vllm/config.py `SchedulerConfig.__init__` then defaults `max_num_batched_tokens` to 512, and to
+//! `max(max_model_len, 2048)` without chunked prefill — the tokens V0's profiling run prefills
+//! (vllm/worker/model_runner.py `profile_run`, over `max_num_seqs` = 256 sequences).
+//! vllm/worker/worker.py `determine_num_available_blocks` gives the same arithmetic as V1
+//! (`total × gpu_memory_utilization − peak`), and `raise_if_cache_size_invalid` refuses when
+//! `max_model_len > block_size × num_gpu_blocks`.
 
 use serde::Serialize;
 
@@ -43,6 +53,59 @@ pub struct VllmArgs {
     pub enforce_eager: bool,
     /// `--cpu-offload-gb`: GiB of the weights vLLM keeps in CPU memory, per GPU.
     pub cpu_offload_gb: Option<f64>,
+    /// `--vllm-version`: which vLLM's start-up (`None` = V1).
+    pub version: Option<VllmVersion>,
+}
+
+/// The vLLM whose start-up plan models.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VllmVersion {
+    /// The V1 engine, at the commits cited above.
+    #[default]
+    V1,
+    /// The V0 engine of vLLM 0.6.4.
+    V0,
+}
+
+/// V0 turns chunked prefill on by default above this `max_model_len` (vllm/engine/arg_utils.py
+/// `use_long_context = max_model_len > 32768`, vllm 0.6.4.post1).
+pub const V0_LONG_CONTEXT: u64 = 32_768;
+/// V0's `max_num_batched_tokens` with chunked prefill (vllm/config.py `SchedulerConfig`, 0.6.4.post1).
+pub const V0_CHUNKED_BATCHED_TOKENS: u64 = 512;
+/// V0's `--swap-space` default, GiB of CPU memory for swapped blocks (`# CPU blocks`).
+const V0_SWAP_SPACE: u64 = 4 * GIB;
+
+impl VllmVersion {
+    /// Which vLLM, and the source it follows, for the report.
+    pub fn describe(self) -> &'static str {
+        match self {
+            VllmVersion::V1 => "vLLM V1 (vllm@001cabc1)",
+            VllmVersion::V0 => "vLLM V0 (v0.6.4)",
+        }
+    }
+}
+
+impl std::fmt::Display for VllmVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            VllmVersion::V1 => "v1",
+            VllmVersion::V0 => "v0",
+        })
+    }
+}
+
+impl std::str::FromStr for VllmVersion {
+    type Err = InputError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "v1" | "1" => Ok(VllmVersion::V1),
+            "v0" | "0" => Ok(VllmVersion::V0),
+            other => Err(InputError::Usage(format!(
+                "--vllm-version {other}: write v1 (the V1 engine, the default) or v0 (vLLM 0.6.x's V0 engine)"
+            ))),
+        }
+    }
 }
 
 /// vLLM's `--kv-cache-dtype` choices that plan prices (`CacheDType`, vllm/config/cache.py).
@@ -123,6 +186,8 @@ impl VllmArgs {
             Some("--enforce-eager")
         } else if self.cpu_offload_gb.is_some() {
             Some("--cpu-offload-gb")
+        } else if self.version.is_some() {
+            Some("--vllm-version")
         } else {
             None
         }
@@ -155,6 +220,12 @@ impl VllmArgs {
 /// What vLLM does at start-up on one card, and why.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Startup {
+    /// Which vLLM's start-up this is.
+    pub version: VllmVersion,
+    /// The same in words, with the source it follows ("vLLM V1 (vllm@001cabc1)").
+    pub vllm: &'static str,
+    /// Chunked prefill on (V1 always; V0 by default only above 32,768 tokens).
+    pub chunked_prefill: bool,
     pub card_bytes: u64,
     pub gpu_memory_utilization: f64,
     pub max_model_len: u64,
@@ -195,6 +266,13 @@ pub struct Startup {
     /// The `--gpu-memory-utilization` that starts the asked `max_model_len`, when ≤ 0.98.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub utilization_that_starts: Option<f64>,
+    /// V0: `# CPU blocks` it logs, `--swap-space` (4 GiB) over a block.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_blocks: Option<u64>,
+    /// V0 without chunked prefill, refused: the blocks with `--enable-chunked-prefill` (a
+    /// profiling run of 512 tokens), when those hold `max_model_len`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chunked_prefill_blocks: Option<u64>,
     /// vLLM's ValueError, numbers filled in, when it refuses.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -224,33 +302,57 @@ pub fn startup_with(
     dep: &Deployment,
 ) -> Startup {
     let large = card >= LARGE_CARD;
-    let mut p = Profile::of(Engine::Vllm);
+    let version = a.version.unwrap_or_default();
+    let p = Profile::of(Engine::Vllm);
     let util = a.gpu_memory_utilization.unwrap_or(p.memory_fraction);
     let max_model_len = a
         .max_model_len
         .or(spec.max_position_embeddings)
         .unwrap_or_else(|| w.total_tokens())
         .max(1);
-    // `vllm serve` (UsageContext.OPENAI_API_SERVER) defaults, engine/arg_utils.py get_batch_defaults
-    let mnbt = a
-        .max_num_batched_tokens
-        .unwrap_or(if large { 8192 } else { 2048 });
-    let seqs = a.max_num_seqs.unwrap_or(if large { 1024 } else { 256 });
+    // V0 (arg_utils.py create_engine_config): chunked prefill by default only for long contexts,
+    // and not with a sliding window, a speculative model or LoRA.
+    let v0_may_chunk = spec.sliding_window.is_none() && dep.draft.is_none() && dep.lora.is_none();
+    let v0_chunked = |len: u64| v0_may_chunk && len > V0_LONG_CONTEXT;
+    // The profiling run's tokens for a max_model_len: V1 `vllm serve` (UsageContext.
+    // OPENAI_API_SERVER) defaults, engine/arg_utils.py get_batch_defaults; V0 SchedulerConfig.
+    let mnbt_for = |len: u64| {
+        a.max_num_batched_tokens.unwrap_or(match version {
+            VllmVersion::V1 if large => 8192,
+            VllmVersion::V1 => 2048,
+            VllmVersion::V0 if v0_chunked(len) => V0_CHUNKED_BATCHED_TOKENS,
+            VllmVersion::V0 => len.max(2048),
+        })
+    };
+    let mnbt = mnbt_for(max_model_len);
+    let chunked_prefill = version == VllmVersion::V1 || v0_chunked(max_model_len);
+    let seqs = a
+        .max_num_seqs
+        .unwrap_or(if large && version == VllmVersion::V1 {
+            1024
+        } else {
+            256
+        });
     let block = match p.kv_layout {
         KvLayout::Paged { block } => block.max(1),
         _ => 16,
     };
-    p.prefill_chunk = Some(mnbt);
-    p.sampler_warmup_seqs = seqs;
-    let profiling = Workload {
-        prompt_tokens: mnbt,
-        max_new_tokens: 0,
-        batch: 1,
-        ..*w
-    };
     let d = w.weight_dtype.compute_kv_dtype().elem_bytes().as_f64();
-    let (prefill, decode) = activations(spec, &p, &profiling, d, 0);
-    let peak_activation = prefill.max(decode);
+    // The profiling run's peak: one forward of `tokens` tokens, `seqs` sequences sampled.
+    let peak_for = |tokens: u64| {
+        let mut p = Profile::of(Engine::Vllm);
+        p.prefill_chunk = Some(tokens);
+        p.sampler_warmup_seqs = seqs;
+        let profiling = Workload {
+            prompt_tokens: tokens,
+            max_new_tokens: 0,
+            batch: 1,
+            ..*w
+        };
+        let (prefill, decode) = activations(spec, &p, &profiling, d, 0);
+        prefill.max(decode)
+    };
+    let peak_activation = peak_for(mnbt);
     let all_weights = weight_bytes(spec, w.weight_dtype);
     let cpu_offload = a.cpu_offload_gb.map_or(0, offload_bytes).min(all_weights);
     let weights = all_weights - cpu_offload;
@@ -271,12 +373,15 @@ pub fn startup_with(
         .saturating_sub(cuda_graph_bytes())
         .saturating_add(graphs);
     let requested = (card as f64 * util) as u64;
-    let available = requested
-        .saturating_sub(weights)
-        .saturating_sub(adapters)
-        .saturating_sub(draft_weights)
-        .saturating_sub(peak_activation)
-        .saturating_sub(non_torch);
+    let available_with = |peak: u64| {
+        requested
+            .saturating_sub(weights)
+            .saturating_sub(adapters)
+            .saturating_sub(draft_weights)
+            .saturating_sub(peak)
+            .saturating_sub(non_torch)
+    };
+    let available = available_with(peak_activation);
     let policy = CachePolicy::of(Engine::Vllm);
     // FullAttentionSpec.max_memory_usage_bytes: whole blocks of max_model_len
     let both = |tokens: u64| {
@@ -291,22 +396,62 @@ pub fn startup_with(
     let needed = needed_for(max_model_len);
     let num_blocks = available.checked_div(block_bytes).unwrap_or(0);
     let per_request = needed.div_ceil(block_bytes.max(1)).max(1);
-    let starts = available > 0 && needed <= available;
-    // estimate_max_model_len: the largest length whose blocks fit, by bisection
-    let (mut lo, mut hi) = (0u64, max_model_len);
-    while lo < hi {
-        let mid = lo + (hi - lo).div_ceil(2);
-        if needed_for(mid) <= available {
-            lo = mid;
-        } else {
-            hi = mid - 1;
+    // V0 raise_if_cache_size_invalid: num_gpu_blocks > 0 and max_model_len ≤ block × blocks,
+    // the same as V1's whole blocks of max_model_len within the memory.
+    let starts = num_blocks > 0 && needed <= available;
+    // The largest length whose blocks fit, by bisection over [lo, hi] (estimate_max_model_len).
+    let bisect = |mut lo: u64, mut hi: u64, fits: &dyn Fn(u64) -> bool| {
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if fits(mid) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
         }
-    }
-    let largest = if available == 0 {
-        0
-    } else {
-        lo / block * block
+        lo
     };
+    let (lo, largest) = match version {
+        VllmVersion::V1 => {
+            let lo = bisect(0, max_model_len, &|len| needed_for(len) <= available);
+            (
+                lo,
+                if available == 0 {
+                    0
+                } else {
+                    lo / block * block
+                },
+            )
+        }
+        VllmVersion::V0 => {
+            // Past 32,768 the profile is the chunk's, the same for every length; at or below it
+            // the profile grows with the length, so what fits shrinks as the length grows.
+            let short = max_model_len.min(V0_LONG_CONTEXT);
+            let fits = |len: u64| {
+                let avail = available_with(peak_for(mnbt_for(len)));
+                avail >= block_bytes && needed_for(len) <= avail
+            };
+            let long = (max_model_len > V0_LONG_CONTEXT && v0_chunked(max_model_len))
+                .then(|| {
+                    bisect(V0_LONG_CONTEXT, max_model_len, &|len| {
+                        len == V0_LONG_CONTEXT || fits(len)
+                    })
+                })
+                .filter(|&len| len > V0_LONG_CONTEXT);
+            let lo = long.unwrap_or_else(|| bisect(0, short, &|len| len == 0 || fits(len)));
+            (lo, lo / block * block)
+        }
+    };
+    // V0 with --enable-chunked-prefill: a profiling run of 512 tokens.
+    let chunked_prefill_blocks = (version == VllmVersion::V0
+        && !starts
+        && !chunked_prefill
+        && a.max_num_batched_tokens.is_none())
+    .then(|| available_with(peak_for(V0_CHUNKED_BATCHED_TOKENS)))
+    .filter(|&avail| needed <= avail)
+    .and_then(|avail| avail.checked_div(block_bytes));
+    let cpu_blocks =
+        (version == VllmVersion::V0).then(|| V0_SWAP_SPACE.checked_div(block_bytes).unwrap_or(0));
     let fixed = [
         weights,
         adapters,
@@ -321,10 +466,22 @@ pub fn startup_with(
     let utilization_that_starts = (!starts && want <= MAX_SUGGESTED_UTILIZATION).then_some(want);
     let gib = |b: u64| b as f64 / GIB as f64;
     let message = (!starts).then(|| {
-        if available == 0 {
+        let none_left = match version {
+            VllmVersion::V1 => available == 0,
+            VllmVersion::V0 => num_blocks == 0,
+        };
+        if none_left {
             "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` \
              when initializing the engine."
                 .to_string()
+        } else if version == VllmVersion::V0 {
+            format!(
+                "The model's max seq len ({max_model_len}) is larger than the maximum number of \
+                 tokens that can be stored in KV cache ({}). Try increasing \
+                 `gpu_memory_utilization` or decreasing `max_model_len` when initializing the \
+                 engine.",
+                num_blocks.saturating_mul(block)
+            )
         } else {
             format!(
                 "To serve at least one request with the models's max seq len ({max_model_len}), \
@@ -338,6 +495,9 @@ pub fn startup_with(
         }
     });
     Startup {
+        version,
+        vllm: version.describe(),
+        chunked_prefill,
         card_bytes: card,
         gpu_memory_utilization: util,
         max_model_len,
@@ -361,6 +521,8 @@ pub fn startup_with(
         starts,
         largest_max_model_len: largest,
         utilization_that_starts,
+        cpu_blocks,
+        chunked_prefill_blocks,
         message,
     }
 }
@@ -533,5 +695,148 @@ mod tests {
         }
         assert_eq!(offload_bytes(1.5), 3 * GIB / 2);
         assert_eq!(cuda_graph_bytes(), GIB - 652 * crate::units::MIB);
+    }
+
+    const RTX3090: u64 = 24_576 * crate::units::MIB;
+
+    fn v0(len: u64) -> VllmArgs {
+        VllmArgs {
+            max_model_len: Some(len),
+            version: Some(VllmVersion::V0),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn v0_chunks_only_above_32768_and_profiles_the_whole_length_below() {
+        let at = |len| startup(&llama8b(), &work(), RTX3090, &v0(len));
+        // SchedulerConfig: max(max_model_len, 2048) without chunked prefill, 512 with it
+        let short = at(1000);
+        assert!(!short.chunked_prefill);
+        assert_eq!(short.max_num_batched_tokens, 2048);
+        let edge = at(32_768);
+        assert!(!edge.chunked_prefill);
+        assert_eq!(edge.max_num_batched_tokens, 32_768);
+        let long = at(32_769);
+        assert!(long.chunked_prefill);
+        assert_eq!(long.max_num_batched_tokens, 512);
+        assert_eq!(long.max_num_seqs, 256);
+        // a --max-num-batched-tokens given is kept
+        let given = startup(
+            &llama8b(),
+            &work(),
+            RTX3090,
+            &VllmArgs {
+                max_num_batched_tokens: Some(4096),
+                ..v0(20_000)
+            },
+        );
+        assert_eq!(given.max_num_batched_tokens, 4096);
+        // V1 keeps its own defaults whatever the length
+        let v1 = startup(
+            &llama8b(),
+            &work(),
+            RTX3090,
+            &VllmArgs {
+                max_model_len: Some(29_000),
+                ..Default::default()
+            },
+        );
+        assert_eq!(v1.version, VllmVersion::V1);
+        assert!(v1.chunked_prefill);
+        assert_eq!(v1.max_num_batched_tokens, 2048);
+        assert_eq!(v1.vllm, "vLLM V1 (vllm@001cabc1)");
+        assert_eq!(short.vllm, "vLLM V0 (v0.6.4)");
+    }
+
+    #[test]
+    fn v0_at_29000_refuses_and_at_35000_starts_on_a_3090() {
+        // vllm#10517: Llama-3.1-8B-Instruct, bf16, RTX 3090
+        let refused = startup(&llama8b(), &work(), RTX3090, &v0(29_000));
+        // The same arithmetic as V1 profiling 29,000 tokens over 256 sequences.
+        let same = startup(
+            &llama8b(),
+            &work(),
+            RTX3090,
+            &VllmArgs {
+                max_model_len: Some(29_000),
+                max_num_batched_tokens: Some(29_000),
+                ..Default::default()
+            },
+        );
+        assert_eq!(refused.peak_activation_bytes, same.peak_activation_bytes);
+        assert_eq!(refused.available_kv_bytes, same.available_kv_bytes);
+        assert_eq!(
+            refused.num_blocks,
+            refused.available_kv_bytes / (16 * 131_072)
+        );
+        assert!(!refused.starts);
+        assert!(refused.num_blocks * 16 < 29_000);
+        let msg = refused.message.clone().expect("V0's ValueError");
+        assert_eq!(
+            msg,
+            format!(
+                "The model's max seq len (29000) is larger than the maximum number of tokens \
+                 that can be stored in KV cache ({}). Try increasing `gpu_memory_utilization` or \
+                 decreasing `max_model_len` when initializing the engine.",
+                refused.num_blocks * 16
+            )
+        );
+        // --enable-chunked-prefill: the 512-token profile, the same KV cache as at 35,000
+        let started = startup(&llama8b(), &work(), RTX3090, &v0(35_000));
+        assert!(started.starts, "{started:?}");
+        assert!(started.num_blocks * 16 >= 35_000);
+        assert_eq!(refused.chunked_prefill_blocks, Some(started.num_blocks));
+        assert!(started.peak_activation_bytes < refused.peak_activation_bytes);
+        // # CPU blocks: --swap-space 4 GiB over a 2 MiB block
+        assert_eq!(started.cpu_blocks, Some(2048));
+        assert_eq!(same.cpu_blocks, None);
+    }
+
+    #[test]
+    fn v0_largest_length_starts_and_one_block_more_does_not() {
+        let refused = startup(&llama8b(), &work(), RTX3090, &v0(29_000));
+        let n = refused.largest_max_model_len;
+        assert!(n > 0 && n < 29_000 && n % 16 == 0, "{n}");
+        assert!(startup(&llama8b(), &work(), RTX3090, &v0(n)).starts);
+        assert!(!startup(&llama8b(), &work(), RTX3090, &v0(n + 16)).starts);
+    }
+
+    #[test]
+    fn v0_keeps_chunked_prefill_off_with_lora_or_a_draft() {
+        use crate::estimate::deployment::{Draft, Lora, Target, Targets};
+        let draft = presets::from_file("qwen2.5-0.5b-instruct");
+        let lora = Deployment {
+            lora: Some(Lora {
+                rank: 8,
+                targets: Targets::of(&[Target::Q]),
+                max_loras: 1,
+            }),
+            draft: None,
+        };
+        let spec = Deployment {
+            lora: None,
+            draft: Some(Draft {
+                spec: &draft,
+                tokens: 5,
+            }),
+        };
+        for dep in [lora, spec] {
+            let s = startup_with(&llama8b(), &work(), 80 * GIB, &v0(40_000), &dep);
+            assert!(!s.chunked_prefill);
+            assert_eq!(s.max_num_batched_tokens, 40_000);
+        }
+    }
+
+    #[test]
+    fn vllm_version_names() {
+        assert_eq!("V0".parse::<VllmVersion>().ok(), Some(VllmVersion::V0));
+        assert_eq!("v1".parse::<VllmVersion>().ok(), Some(VllmVersion::V1));
+        assert!("v2".parse::<VllmVersion>().is_err());
+        let a = VllmArgs {
+            version: Some(VllmVersion::V1),
+            ..Default::default()
+        };
+        assert_eq!(a.first_given(), Some("--vllm-version"));
     }
 }

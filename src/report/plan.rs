@@ -73,6 +73,14 @@ fn text(r: &PlanReport, style: &Style) -> String {
     if let Some(msg) = r.vllm_startup.as_ref().and_then(|s| s.message.as_deref()) {
         out.push_str(&format!("  vLLM would say: ValueError: {msg}\n"));
     }
+    if let Some(s) = &r.vllm_startup {
+        out.push_str(&format!(
+            "  Start-up of {}: chunked prefill {}, profiling run of {} tokens\n",
+            s.vllm,
+            if s.chunked_prefill { "on" } else { "off" },
+            crate::units::group(s.max_num_batched_tokens)
+        ));
+    }
     if let Some(msg) = r.sglang_startup.as_ref().and_then(|s| s.message.as_deref()) {
         out.push_str(&format!("  SGLang would say: {msg}\n"));
     }

@@ -3,7 +3,7 @@
 //! starts, more requests than the cache holds wait in its queue (or are preempted) — slower, not
 //! an out-of-memory.
 
-use crate::estimate::{Engine, VllmStartup, Workload};
+use crate::estimate::{Engine, VllmStartup, VllmVersion, Workload};
 use crate::units::{group, Bytes};
 
 use super::remedy::{Change, Remedy, RemedyBudget};
@@ -45,6 +45,24 @@ pub fn verdict(s: &VllmStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<Stri
         s.available_kv_bytes,
     );
     let mut notes = Vec::new();
+    if s.version == VllmVersion::V0 {
+        notes.push(if s.chunked_prefill {
+            format!(
+                "{}: chunked prefill on (max_model_len above 32,768 turns it on by default), so \
+                 the profiling run prefills max_num_batched_tokens = {} tokens",
+                s.vllm,
+                group(s.max_num_batched_tokens)
+            )
+        } else {
+            format!(
+                "{}: chunked prefill off (on by default only above a max_model_len of 32,768), so \
+                 the profiling run prefills max_num_batched_tokens = {} tokens at once \
+                 (max(max_model_len, 2048) unless given)",
+                s.vllm,
+                group(s.max_num_batched_tokens)
+            )
+        });
+    }
     if s.enforce_eager {
         notes.push(format!(
             "--enforce-eager: vLLM captures no CUDA graphs, so the {} the vLLM profile keeps for \
@@ -121,6 +139,20 @@ pub fn verdict(s: &VllmStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<Stri
                     .to_string(),
             ));
         }
+        if let Some(blocks) = s.chunked_prefill_blocks {
+            remedies.push(flag_remedy(
+                s,
+                Change::ChunkedPrefill(crate::estimate::vllm_startup::V0_CHUNKED_BATCHED_TOKENS),
+                format!(
+                    "keep --max-model-len {} and turn chunked prefill on: the profiling run \
+                     prefills {} tokens, the KV cache holds {} tokens",
+                    group(s.max_model_len),
+                    crate::estimate::vllm_startup::V0_CHUNKED_BATCHED_TOKENS,
+                    group(blocks.saturating_mul(s.block_size))
+                ),
+                "--enable-chunked-prefill".to_string(),
+            ));
+        }
         if let Some(u) = s.utilization_that_starts {
             remedies.push(flag_remedy(
                 s,
@@ -145,16 +177,28 @@ pub fn verdict(s: &VllmStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<Stri
         return (v, remedies, notes);
     }
     // vLLM's two start-up lines as `_report_kv_cache_config` logs them
-    // (vllm/v1/core/kv_cache_utils.py@001cabc1; V0 logged "# GPU blocks: N" instead).
-    let capacity = format!(
-        "GPU KV cache size: {} tokens · Maximum concurrency for {} tokens per request: {:.2}x \
-         ({} blocks of {})",
-        group(s.kv_tokens),
-        group(s.max_model_len),
-        s.max_concurrency,
-        group(s.num_blocks),
-        s.block_size
-    );
+    // (vllm/v1/core/kv_cache_utils.py@001cabc1); V0 logs "# GPU blocks: N, # CPU blocks: M"
+    // (vllm/executor/gpu_executor.py, vllm 0.6.4.post1).
+    let capacity = match s.version {
+        VllmVersion::V1 => format!(
+            "GPU KV cache size: {} tokens · Maximum concurrency for {} tokens per request: {:.2}x \
+             ({} blocks of {})",
+            group(s.kv_tokens),
+            group(s.max_model_len),
+            s.max_concurrency,
+            group(s.num_blocks),
+            s.block_size
+        ),
+        VllmVersion::V0 => format!(
+            "# GPU blocks: {}, # CPU blocks: {} · {} tokens of KV cache, {:.2} requests of {} \
+             tokens",
+            s.num_blocks,
+            s.cpu_blocks.unwrap_or(0),
+            group(s.kv_tokens),
+            s.max_concurrency,
+            group(s.max_model_len)
+        ),
+    };
     if w.total_tokens() > s.max_model_len {
         notes.push(format!(
             "vLLM rejects a request of {} tokens (prompt + new) with --max-model-len {}: it \
