@@ -243,6 +243,10 @@ pub struct WorkloadArgs {
     /// by the card: 4,096 under 23 GiB, 32,768 under 47 GiB, else 262,144]
     #[arg(long, help_heading = "ollama", allow_negative_numbers = true)]
     pub num_ctx: Option<i64>,
+    /// ollama: the layers it offloads to the GPU (`num_gpu`; passed as llama-server's -ngl, 0 is
+    /// the CPU alone) [default: none passed, llama-server keeps on the GPU the layers that fit]
+    #[arg(long, help_heading = "ollama", allow_negative_numbers = true)]
+    pub num_gpu: Option<i64>,
 }
 
 #[derive(Debug, Args)]
