@@ -340,7 +340,7 @@ fn a_quantized_cache_with_flash_attention_off_is_refused_by_llama_server() {
     let r = plan_with_env(&env, &["-m", "llama3.1:8b", "--vram", "8GB"]);
     assert!(
         r.stdout
-            .contains("V cache quantization requires flash_attn"),
+            .contains("quantized V cache requires flash_attn to be enabled"),
         "{}",
         r.stdout
     );

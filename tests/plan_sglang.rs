@@ -330,6 +330,12 @@ fn tp_2_on_two_4090s_gives_each_rank_the_pool_computed_by_hand() {
         "{}",
         r.stdout
     );
+    assert!(
+        r.stdout
+            .contains("on each of 2 GPUs (--tp 2, one rank's share)"),
+        "{}",
+        r.stdout
+    );
 }
 
 #[test]

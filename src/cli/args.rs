@@ -270,8 +270,8 @@ pub struct PlanArgs {
     /// Host RAM offered for offloaded layers (64GiB…) [default: this machine's MemAvailable]
     #[arg(long, allow_hyphen_values = true)]
     pub host_ram: Option<String>,
-    /// vLLM: tensor-parallel ranks (GPUs per model replica stage) [default: 1; with several
-    /// GPUs in --vram, all of them; with --nodes, --gpus-per-node]
+    /// vLLM and SGLang: tensor-parallel ranks (GPUs per model replica stage; SGLang on one node)
+    /// [default: 1; with several GPUs in --vram, all of them; with --nodes, --gpus-per-node]
     #[arg(
         long = "tensor-parallel-size",
         visible_alias = "tp",

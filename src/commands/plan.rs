@@ -307,7 +307,13 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         )
     });
     if let Some(s) = &sglang_startup {
-        let (v, remedies, said) = crate::verdict::sglang_startup::verdict(s, &w);
+        let (mut v, remedies, said) = crate::verdict::sglang_startup::verdict(s, &w);
+        if s.tp > 1 {
+            v.summary.push_str(&format!(
+                " · on each of {} GPUs (--tp {}, one rank's share)",
+                s.tp, s.tp
+            ));
+        }
         f.verdict = v;
         f.remedies = remedies;
         notes.extend(said);
@@ -1003,7 +1009,8 @@ fn ollama_launch(
         ));
     }
     // ollama passes OLLAMA_KV_CACHE_TYPE to llama-server whatever the flash attention
-    // (llm/server.go); llama.cpp refuses a quantized V cache without it.
+    // (llm/server.go); llama.cpp refuses a quantized V cache with flash attention off (`auto`
+    // turns it on for one).
     if w.llama.flash_attn == Some(false)
         && matches!(
             w.kv_dtype,
@@ -1011,9 +1018,9 @@ fn ollama_launch(
         )
     {
         notes.push(format!(
-            "a {} KV cache with flash attention off: llama-server refuses to start (\"V cache \
-             quantization requires flash_attn\"); leave OLLAMA_FLASH_ATTENTION unset or 1, or \
-             the cache in f16",
+            "a {} KV cache with flash attention off: llama-server refuses to start (\"quantized \
+             V cache requires flash_attn to be enabled\", llama.cpp src/llama-context.cpp); leave \
+             OLLAMA_FLASH_ATTENTION unset or 1, or the cache in f16",
             w.kv_dtype
         ));
     }

@@ -44,7 +44,8 @@ pub fn verdict(s: &SglangStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<St
         notes.push(format!(
             "--tp {}: one rank on each of {} GPUs of {} on one node; each rank holds 1/{} of the \
              weights ({}) and {} KV head(s) a token, {} bytes{}, and the pool is one rank's: {} tokens \
-             ({}) on each GPU (python/sglang/srt/configs/model_config.py `get_num_kv_heads`)",
+             ({}) on each GPU (python/sglang/srt/configs/model_config.py `get_num_kv_heads`); the \
+             components, the token budget and the what-if below are the whole model on one card",
             s.tp,
             s.tp,
             Bytes(s.card_bytes),
