@@ -448,3 +448,26 @@ fn num_gpu_is_ollamas_alone_and_not_negative() {
     assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
     assert!(r.stderr.contains("--num-gpu -1"), "{}", r.stderr);
 }
+
+#[test]
+fn a_family_ollama_runs_with_one_slot_ignores_num_parallel() {
+    let model = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/presets/qwen3-next-80b-a3b-instruct.json"
+    );
+    let r = plan_with_env(
+        &[("OLLAMA_NUM_PARALLEL", "4")],
+        &[
+            "-m", model, "--engine", "ollama", "--vram", "80GB", "--json",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let j = json(&r.stdout);
+    assert_eq!(j["ollama"]["num_parallel"], 1);
+    assert_eq!(j["workload"]["batch"], 1);
+    let notes = j["notes"].to_string();
+    assert!(
+        notes.contains("ollama runs qwen3_next with one slot whatever OLLAMA_NUM_PARALLEL says"),
+        "{notes}"
+    );
+}

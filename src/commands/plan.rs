@@ -955,6 +955,15 @@ fn ollama_launch(
     let num_ctx = o
         .num_ctx
         .unwrap_or_else(|| ol::default_num_ctx(vram, spec.max_position_embeddings));
+    // Some families run one slot whatever OLLAMA_NUM_PARALLEL says (server/sched.go).
+    if w.batch > 1 && ol::one_slot_only(&spec.architecture) {
+        notes.push(format!(
+            "ollama runs {} with one slot whatever OLLAMA_NUM_PARALLEL says (\"model \
+             architecture does not currently support parallel requests\"): planned with 1, not {}",
+            spec.architecture, w.batch
+        ));
+        w.batch = 1;
+    }
     let parallel = w.batch.max(1);
     let ctx = num_ctx.saturating_mul(parallel);
     let small = ol::launch(num_ctx, parallel, ol::generation_batch(0));

@@ -121,6 +121,30 @@ impl Env {
     }
 }
 
+/// The model families ollama loads with one slot whatever OLLAMA_NUM_PARALLEL says (server/sched.go
+/// `load`, ollama#4165).
+const ONE_SLOT: [&str; 11] = [
+    "mllama",
+    "qwen3vl",
+    "qwen3vlmoe",
+    "qwen35",
+    "qwen35moe",
+    "qwen3next",
+    "lfm2",
+    "lfm2moe",
+    "nemotron_h",
+    "nemotron_h_moe",
+    "nemotron_h_omni",
+];
+
+/// Whether ollama runs `architecture` (a config's `model_type` or a GGUF's architecture) with one
+/// slot: the names compared without underscores (`qwen3_next` is ollama's `qwen3next`).
+pub fn one_slot_only(architecture: &str) -> bool {
+    let plain = |s: &str| s.replace('_', "").to_ascii_lowercase();
+    let a = plain(architecture);
+    ONE_SLOT.iter().any(|f| plain(f) == a)
+}
+
 /// ollama's automatic `num_ctx` for a card of `vram` bytes (server/routes.go), capped by the
 /// model's trained context (`effectiveContext`).
 pub fn default_num_ctx(vram: u64, trained: Option<u64>) -> u64 {
@@ -205,6 +229,16 @@ mod tests {
         assert_eq!(default_num_ctx(80 * GIB, Some(131_072)), 131_072);
         assert_eq!(default_num_ctx(80 * GIB, None), 262_144);
         assert_eq!(default_num_ctx(24 * GIB, Some(8_192)), 8_192);
+    }
+
+    #[test]
+    fn some_families_get_one_slot() {
+        assert!(one_slot_only("qwen3_next"));
+        assert!(one_slot_only("qwen3next"));
+        assert!(one_slot_only("nemotron_h"));
+        assert!(one_slot_only("mllama"));
+        assert!(!one_slot_only("llama"));
+        assert!(!one_slot_only("qwen3"));
     }
 
     #[test]
