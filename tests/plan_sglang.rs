@@ -332,6 +332,15 @@ fn tp_2_on_two_4090s_gives_each_rank_the_pool_computed_by_hand() {
     );
     assert!(
         r.stdout
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .contains("· sglang · 2 GPUs: 24.0 GiB each (--tp 2)"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout
             .contains("on each of 2 GPUs (--tp 2, one rank's share)"),
         "{}",
         r.stdout
