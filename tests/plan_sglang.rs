@@ -335,7 +335,7 @@ fn tp_2_on_two_4090s_gives_each_rank_the_pool_computed_by_hand() {
             .lines()
             .next()
             .unwrap_or_default()
-            .contains("· sglang · 2 GPUs: 24.0 GiB each (--tp 2)"),
+            .contains("· sglang · 2 GPUs: 24.0 GiB each, --tp 2 (--vram)"),
         "{}",
         r.stdout
     );

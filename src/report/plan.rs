@@ -241,12 +241,7 @@ fn multi_gpu(r: &PlanReport) -> Option<(String, u64)> {
     // SGLang's --tp ranks: one card of a kind each.
     if let Some(s) = r.sglang_startup.as_ref().filter(|s| s.tp > 1) {
         return Some((
-            format!(
-                "{} GPUs: {} each (--tp {})",
-                s.tp,
-                Bytes(s.card_bytes),
-                s.tp
-            ),
+            format!("{} GPUs: {} each, --tp {}", s.tp, Bytes(s.card_bytes), s.tp),
             s.card_bytes.saturating_mul(s.tp),
         ));
     }
