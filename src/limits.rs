@@ -65,7 +65,7 @@ pub fn flag(what: &'static str, value: u64) -> Result<u64, InputError> {
         )));
     }
     let max = match what {
-        "--batch" => MAX_BATCH,
+        "--batch" | "OLLAMA_NUM_PARALLEL" => MAX_BATCH,
         "--vram" | "--host-ram" | "--fit-target" => MAX_VRAM,
         _ => MAX_TOKENS,
     };

@@ -246,3 +246,228 @@ fn ollama_and_llama_cpp_context_flags_are_not_mixed() {
     );
     assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
 }
+
+fn plan_with_env(env: &[(&str, &str)], extra: &[&str]) -> util::Run {
+    let home = temp();
+    let mut c = util::llm_oom(home.path());
+    c.arg("plan").args(extra);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("the binary runs").into()
+}
+
+#[test]
+fn ollamas_environment_sets_the_launch_and_the_report_says_so() {
+    let env = [
+        ("OLLAMA_NUM_PARALLEL", "2"),
+        ("OLLAMA_KV_CACHE_TYPE", "q8_0"),
+        ("OLLAMA_CONTEXT_LENGTH", "8192"),
+    ];
+    let r = plan_with_env(&env, &["-m", "llama3.1:8b", "--vram", "rtx4090", "--json"]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let j = json(&r.stdout);
+    // 8,192 a slot × 2 slots; the context is the user's, not ollama's automatic one.
+    assert_eq!(
+        j["ollama"]["launches"],
+        "llama-server -c 16384 -np 2 -b 1024 -ub 1024 --cache-type-k q8_0 --cache-type-v q8_0"
+    );
+    assert_eq!(j["ollama"]["num_ctx_auto"], false);
+    assert_eq!(j["workload"]["batch"], 2);
+    assert_eq!(j["components"]["kv_cache"], 16_384 * (131_072 / 64 * 34));
+    assert_eq!(
+        j["ollama"]["from_environment"],
+        serde_json::json!([
+            "OLLAMA_NUM_PARALLEL=2",
+            "OLLAMA_KV_CACHE_TYPE=q8_0",
+            "OLLAMA_CONTEXT_LENGTH=8192"
+        ])
+    );
+    let r = plan_with_env(&env, &["-m", "llama3.1:8b", "--vram", "rtx4090"]);
+    assert!(
+        r.stdout.contains("OLLAMA_NUM_PARALLEL=2 (environment)"),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn the_flags_win_over_ollamas_environment() {
+    let env = [
+        ("OLLAMA_NUM_PARALLEL", "4"),
+        ("OLLAMA_KV_CACHE_TYPE", "q4_0"),
+        ("OLLAMA_FLASH_ATTENTION", "1"),
+        ("OLLAMA_CONTEXT_LENGTH", "16384"),
+    ];
+    let r = plan_with_env(
+        &env,
+        &[
+            "-m",
+            "llama3.1:8b",
+            "--vram",
+            "8GB",
+            "--parallel",
+            "1",
+            "--kv-dtype",
+            "f16",
+            "--flash-attn",
+            "auto",
+            "--num-ctx",
+            "4096",
+            "--json",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let j = json(&r.stdout);
+    assert_eq!(
+        j["ollama"]["launches"],
+        "llama-server -c 4096 -np 1 -b 512 -ub 512"
+    );
+    assert!(
+        j["ollama"].get("from_environment").is_none(),
+        "{}",
+        j["ollama"]
+    );
+    assert!(!r.stdout.contains("(environment)"), "{}", r.stdout);
+}
+
+#[test]
+fn a_quantized_cache_with_flash_attention_off_is_refused_by_llama_server() {
+    let env = [
+        ("OLLAMA_KV_CACHE_TYPE", "q8_0"),
+        ("OLLAMA_FLASH_ATTENTION", "false"),
+    ];
+    let r = plan_with_env(&env, &["-m", "llama3.1:8b", "--vram", "8GB"]);
+    assert!(
+        r.stdout
+            .contains("quantized V cache requires flash_attn to be enabled"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("OLLAMA_FLASH_ATTENTION=0 (environment)"),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn a_bad_ollama_variable_is_one_line_naming_it() {
+    for (k, v) in [
+        ("OLLAMA_NUM_PARALLEL", "two"),
+        ("OLLAMA_KV_CACHE_TYPE", "fp8"),
+        ("OLLAMA_FLASH_ATTENTION", "yes"),
+        ("OLLAMA_CONTEXT_LENGTH", "-1"),
+    ] {
+        let r = plan_with_env(&[(k, v)], &["-m", "llama3.1:8b", "--vram", "8GB"]);
+        assert_eq!(r.code, 2, "{k}: {}{}", r.stdout, r.stderr);
+        assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+        assert!(r.stderr.contains(&format!("{k}={v}")), "{}", r.stderr);
+    }
+    // Another engine does not read ollama's environment.
+    let r = plan_with_env(
+        &[("OLLAMA_NUM_PARALLEL", "two")],
+        &["-m", "meta-llama/Llama-3.1-8B-Instruct", "--vram", "24GB"],
+    );
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+}
+
+#[test]
+fn num_gpu_is_the_layers_ollama_offloads_whether_they_fit_or_not() {
+    // -ngl 20 of llama.cpp's 33 (32 blocks and the output): the last 19 blocks and the output.
+    let r = plan(&[
+        "-m",
+        "llama3.1:8b",
+        "--vram",
+        "8GB",
+        "--num-gpu",
+        "20",
+        "--json",
+    ]);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let j = json(&r.stdout);
+    assert_eq!(j["ollama"]["num_gpu"], 20);
+    assert_eq!(j["ollama"]["layers_on_gpu"], 19);
+    assert_eq!(
+        j["ollama"]["launches"],
+        "llama-server -c 4096 -np 1 -b 512 -ub 512 -ngl 20"
+    );
+    assert!(
+        j["verdict"]["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("ollama loads 19 of 32 layers on the GPU (num_gpu 20)"),
+        "{}",
+        j["verdict"]["summary"]
+    );
+    // All layers at num_ctx 32,768 on 8 GB: llama-server does not fit, it runs out at load, and
+    // the num_gpu that loads is said.
+    let r = plan(&[
+        "-m",
+        "llama3.1:8b",
+        "--vram",
+        "8GB",
+        "--num-ctx",
+        "32768",
+        "--num-gpu",
+        "99",
+    ]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains("WOULD OOM — num_gpu 99 (-ngl 99)"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("PARAMETER num_gpu 27 loads"),
+        "{}",
+        r.stdout
+    );
+    // num_gpu 0: the CPU alone.
+    let j = json(
+        &plan(&[
+            "-m",
+            "llama3.1:8b",
+            "--vram",
+            "8GB",
+            "--num-gpu",
+            "0",
+            "--json",
+        ])
+        .stdout,
+    );
+    assert_eq!(j["ollama"]["layers_on_gpu"], 0);
+}
+
+#[test]
+fn num_gpu_is_ollamas_alone_and_not_negative() {
+    let r = plan(&["-m", "meta-llama/Llama-3.1-8B-Instruct", "--num-gpu", "10"]);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("add --engine ollama"), "{}", r.stderr);
+    let r = plan(&["-m", "llama3.1:8b", "--vram", "8GB", "--num-gpu", "-1"]);
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert!(r.stderr.contains("--num-gpu -1"), "{}", r.stderr);
+}
+
+#[test]
+fn a_family_ollama_runs_with_one_slot_ignores_num_parallel() {
+    let model = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/presets/qwen3-next-80b-a3b-instruct.json"
+    );
+    let r = plan_with_env(
+        &[("OLLAMA_NUM_PARALLEL", "4")],
+        &[
+            "-m", model, "--engine", "ollama", "--vram", "80GB", "--json",
+        ],
+    );
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let j = json(&r.stdout);
+    assert_eq!(j["ollama"]["num_parallel"], 1);
+    assert_eq!(j["workload"]["batch"], 1);
+    let notes = j["notes"].to_string();
+    assert!(
+        notes.contains("ollama runs qwen3_next with one slot whatever OLLAMA_NUM_PARALLEL says"),
+        "{notes}"
+    );
+}

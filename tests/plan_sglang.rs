@@ -212,12 +212,21 @@ fn every_sglang_flag_with_another_engine_is_refused() {
 #[test]
 fn sglang_over_several_gpus_and_out_of_range_values_are_refused() {
     refused(
-        &["--engine", "sglang", "--tp", "2"],
-        "SGLang is planned on one card; --tp 2",
+        &["--engine", "sglang", "--pp", "2"],
+        "SGLang is planned on one node with --tp",
     );
     refused(
-        &["--engine", "sglang", "--vram", "2x24GB"],
-        "SGLang is planned on one card",
+        &["--engine", "sglang", "--vram", "24GB,12GB"],
+        "SGLang's --tp ranks run on cards of one kind",
+    );
+    refused(
+        &["--engine", "sglang", "--vram", "2x24GB", "--tp", "4"],
+        "--tp 4 with 2 cards in --vram",
+    );
+    // Qwen2.5-7B's 28 attention heads do not split over 8 ranks.
+    refused(
+        &["--engine", "sglang", "--tp", "8"],
+        "--tp 8: SGLang splits the model's 28 attention heads",
     );
     for f in ["0", "1", "1.2", "-0.3"] {
         refused(
@@ -272,4 +281,87 @@ fn a_context_no_fraction_holds_gets_the_flags_that_start_together() {
         ok.stdout
     );
     assert!(ok.stdout.contains("1.00 requests of"), "{}", ok.stdout);
+}
+
+/// `profile_max_num_token` on each of 2 ranks by hand: Qwen2.5-7B in bf16, `--tp 2` over two RTX
+/// 4090s at mem_fraction_static 0.85. Each rank loads half the weights and keeps 2 of the 4 KV
+/// heads: a token costs 28 layers × 2 heads × (128 + 128) × 2 bytes = 28,672.
+#[test]
+fn tp_2_on_two_4090s_gives_each_rank_the_pool_computed_by_hand() {
+    let card: u64 = 24_564 << 20;
+    let free = card - (512 << 20);
+    let weights: u64 = 7_615_616_512; // half of 15,231,233,024 bytes
+    let reserved = (free as f64 * 0.15) as u64;
+    let pool = (free - weights - reserved) / 28_672;
+    assert_eq!(pool, 482_061);
+    for extra in [
+        &["--vram", "rtx4090", "--tp", "2"][..],
+        &["--vram", "2xrtx4090"][..],
+    ] {
+        let home = temp();
+        let mut args = vec!["plan", "-m", MODEL, "--engine", "sglang"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--mem-fraction-static", "0.85", "--json"]);
+        let r = run(home.path(), &args);
+        assert_eq!(r.code, 0, "{extra:?}: {}{}", r.stdout, r.stderr);
+        let s = &json(&r.stdout)["sglang_startup"];
+        assert_eq!(s["tp"], 2);
+        assert_eq!(s["kv_heads_per_rank"], 2);
+        assert_eq!(s["weights_bytes"], weights);
+        assert_eq!(s["cell_size"], 28_672);
+        assert_eq!(s["max_total_num_tokens"], pool);
+    }
+    let r = plan(&["--tp", "2", "--mem-fraction-static", "0.85"]);
+    assert!(
+        r.stdout.contains(&format!(
+            "max_total_num_tokens={pool}, max_running_requests=4096, context_len=32768"
+        )),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout
+            .contains("pool is one rank's: 482,061 tokens (12.9 GiB) on each GPU"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("--tp 2: one rank on each of 2 GPUs"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .contains("· sglang · 2 GPUs: 24.0 GiB each, --tp 2 (--vram)"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout
+            .contains("on each of 2 GPUs (--tp 2, one rank's share)"),
+        "{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn tp_sets_sglangs_default_fraction_and_replicates_fewer_kv_heads_than_ranks() {
+    // reserved = 512 + 2048 × 1.5 + 24 × 2 + 2 / 8 × 1024 = 3,888 MiB of 24,564: 0.842
+    let j = json(&plan(&["--tp", "2", "--json"]).stdout);
+    assert_eq!(j["sglang_startup"]["mem_fraction_static"], 0.842);
+    // 4 ranks over 4 KV heads: one each; the CUDA-graph batch of 4 ranks is 80
+    let j = json(&plan(&["--tp", "4", "--json"]).stdout);
+    let s = &j["sglang_startup"];
+    assert_eq!(
+        (
+            s["kv_heads_per_rank"].as_u64(),
+            s["kv_heads_replicated"].as_bool()
+        ),
+        (Some(1), Some(false))
+    );
+    assert_eq!(s["cuda_graph_max_bs"], 80);
+    assert_eq!(s["cell_size"], 28 * 256 * 2);
 }

@@ -35,6 +35,15 @@ pub fn llm_oom(home: &Path) -> Command {
         .env("HF_HUB_OFFLINE", "1")
         .env("NO_COLOR", "1")
         .env_remove("RUST_LOG");
+    // ollama's settings, read by `plan --engine ollama`: a test sets the ones it means.
+    for v in [
+        "OLLAMA_NUM_PARALLEL",
+        "OLLAMA_KV_CACHE_TYPE",
+        "OLLAMA_FLASH_ATTENTION",
+        "OLLAMA_CONTEXT_LENGTH",
+    ] {
+        c.env_remove(v);
+    }
     c
 }
 

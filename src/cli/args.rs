@@ -244,6 +244,10 @@ pub struct WorkloadArgs {
     /// by the card: 4,096 under 23 GiB, 32,768 under 47 GiB, else 262,144]
     #[arg(long, help_heading = "ollama", allow_negative_numbers = true)]
     pub num_ctx: Option<i64>,
+    /// ollama: the layers it offloads to the GPU (`num_gpu`; passed as llama-server's -ngl, 0 is
+    /// the CPU alone) [default: none passed, llama-server keeps on the GPU the layers that fit]
+    #[arg(long, help_heading = "ollama", allow_negative_numbers = true)]
+    pub num_gpu: Option<i64>,
 }
 
 #[derive(Debug, Args)]
@@ -267,8 +271,8 @@ pub struct PlanArgs {
     /// Host RAM offered for offloaded layers (64GiB…) [default: this machine's MemAvailable]
     #[arg(long, allow_hyphen_values = true)]
     pub host_ram: Option<String>,
-    /// vLLM: tensor-parallel ranks (GPUs per model replica stage) [default: 1; with several
-    /// GPUs in --vram, all of them; with --nodes, --gpus-per-node]
+    /// vLLM and SGLang: tensor-parallel ranks (GPUs per model replica stage; SGLang on one node)
+    /// [default: 1; with several GPUs in --vram, all of them; with --nodes, --gpus-per-node]
     #[arg(
         long = "tensor-parallel-size",
         visible_alias = "tp",

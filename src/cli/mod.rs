@@ -481,16 +481,32 @@ fn is_ollama(a: &WorkloadArgs) -> bool {
     }
 }
 
-/// ollama's knobs, refused for another engine.
+/// ollama's knobs, refused for another engine; with ollama, its environment (OLLAMA_NUM_PARALLEL,
+/// OLLAMA_KV_CACHE_TYPE, OLLAMA_FLASH_ATTENTION, OLLAMA_CONTEXT_LENGTH) where no flag says.
 fn ollama_for(
     a: &WorkloadArgs,
 ) -> Result<Option<llm_oom::estimate::ollama::OllamaArgs>, InputError> {
     let num_ctx = a.num_ctx.map(|v| positive("--num-ctx", v)).transpose()?;
+    let num_gpu = a
+        .num_gpu
+        .map(|v| {
+            u64::try_from(v).map_err(|_| {
+                InputError::Usage(format!(
+                    "--num-gpu {v}: give the layers to offload, 0 or more (leave it out for ollama's own fitting)"
+                ))
+            })
+        })
+        .transpose()?;
     if !is_ollama(a) {
         if num_ctx.is_some() {
             return Err(InputError::Usage(
                 "--num-ctx is ollama's context; add --engine ollama (for llama.cpp it is --ctx-size)"
                     .into(),
+            ));
+        }
+        if num_gpu.is_some() {
+            return Err(InputError::Usage(
+                "--num-gpu is ollama's num_gpu (llama-server's -ngl); add --engine ollama".into(),
             ));
         }
         return Ok(None);
@@ -500,7 +516,19 @@ fn ollama_for(
             "ollama sets llama-server's -c itself (num_ctx × OLLAMA_NUM_PARALLEL); give --num-ctx instead of --ctx-size".into(),
         ));
     }
-    Ok(Some(llm_oom::estimate::ollama::OllamaArgs { num_ctx }))
+    let env = llm_oom::estimate::ollama::Env::read(|k| std::env::var(k).ok())?;
+    // A flag wins over the environment; `from_env` keeps what the environment gave.
+    let from_env = llm_oom::estimate::ollama::Env {
+        num_parallel: env.num_parallel.filter(|_| a.batch.is_none()),
+        kv_cache_type: env.kv_cache_type.filter(|_| a.kv_dtype.is_none()),
+        flash_attention: env.flash_attention.filter(|_| a.flash_attn.is_none()),
+        context_length: env.context_length.filter(|_| num_ctx.is_none()),
+    };
+    Ok(Some(llm_oom::estimate::ollama::OllamaArgs {
+        num_ctx: num_ctx.or(from_env.context_length),
+        num_gpu,
+        from_env,
+    }))
 }
 
 fn is_gguf(model: &str) -> bool {
@@ -531,13 +559,21 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
         _ => devices.iter().map(|v| v.bytes).collect(),
     };
     let vram = devices.into_iter().next();
+    let ollama = ollama_for(a)?;
+    let env = ollama.map(|o| o.from_env).unwrap_or_default();
     Ok(PlanRequest {
         model,
         dtype: a.dtype.as_deref().map(str::parse).transpose()?,
-        kv_dtype: a.kv_dtype.as_deref().map(str::parse).transpose()?,
+        kv_dtype: match a.kv_dtype.as_deref() {
+            Some(k) => Some(k.parse()?),
+            None => env.kv_cache_type,
+        },
         prompt_tokens: positive("--prompt-tokens", prompt)?,
         max_new_tokens: positive("--max-new-tokens", a.max_new_tokens)?,
-        batch: positive("--batch", a.batch.unwrap_or(1))?,
+        batch: match a.batch {
+            Some(b) => positive("--batch", b)?,
+            None => env.num_parallel.unwrap_or(1),
+        },
         engine: engine_for(a)?,
         vram_read: vram
             .as_ref()
@@ -550,7 +586,7 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
         exact: false,
         vllm: Default::default(),
         sglang: Default::default(),
-        ollama: ollama_for(a)?,
+        ollama,
         python: None,
         deployment: Default::default(),
         parallel: Default::default(),
@@ -576,7 +612,11 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
                 .batch_size
                 .map(|v| positive("--batch-size", v))
                 .transpose()?,
-            flash_attn: a.flash_attn.as_deref().and_then(flash_attn_flag),
+            flash_attn: a
+                .flash_attn
+                .as_deref()
+                .and_then(flash_attn_flag)
+                .or(env.flash_attention),
             unified: false,
         },
     })

@@ -318,11 +318,35 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
                 .to_string(),
         );
     }
-    // SGLang on one card: its token pool within mem_fraction_static decides whether it starts.
-    let sglang_startup = (req.engine == Engine::Sglang && !f.replayed)
-        .then(|| crate::estimate::sglang_startup(&spec, &w, device.vram_bytes, &req.sglang));
+    // SGLang's attention splits its heads over the --tp ranks (QKVParallelLinear).
+    let tp = sglang_tp(req);
+    if req.engine == Engine::Sglang && spec.num_heads > 0 && spec.num_heads % tp != 0 {
+        return Err(InputError::Usage(format!(
+            "--tp {tp}: SGLang splits the model's {} attention heads over the ranks and {tp} does \
+             not divide them; use a divisor of {}",
+            spec.num_heads, spec.num_heads
+        ))
+        .into());
+    }
+    // SGLang on one card, or --tp ranks on one node: the token pool of a rank within
+    // mem_fraction_static decides whether it starts.
+    let sglang_startup = (req.engine == Engine::Sglang && !f.replayed).then(|| {
+        crate::estimate::sglang_startup::startup_tp(
+            &spec,
+            &w,
+            device.vram_bytes,
+            &req.sglang,
+            sglang_tp(req),
+        )
+    });
     if let Some(s) = &sglang_startup {
-        let (v, remedies, said) = crate::verdict::sglang_startup::verdict(s, &w);
+        let (mut v, remedies, said) = crate::verdict::sglang_startup::verdict(s, &w);
+        if s.tp > 1 {
+            v.summary.push_str(&format!(
+                " · on each of {} GPUs (--tp {}, one rank's share)",
+                s.tp, s.tp
+            ));
+        }
         f.verdict = v;
         f.remedies = remedies;
         notes.extend(said);
@@ -343,7 +367,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             .filter(|s| matches!(s.device, Place::Gpu(_)))
             .count()
     });
-    if placement.is_none() && req.gpus.len() > 1 {
+    if placement.is_none() && req.gpus.len() > 1 && req.engine != Engine::Sglang {
         notes.push(format!(
             "{} GPUs asked: how {} spreads a model over several GPUs is not modelled yet \
              (docs/multi-gpu.md); this plan is for one {} card",
@@ -352,7 +376,20 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             crate::units::Bytes(device.vram_bytes)
         ));
     }
-    if let Some(o) = ollama.as_mut() {
+    if let Some((o, p)) = ollama
+        .as_mut()
+        .filter(|o| o.num_gpu.is_some() && req.gpus.len() <= 1)
+        .zip(placement.as_ref())
+    {
+        crate::verdict::llama_server::ollama_num_gpu(
+            o.quant,
+            o.num_gpu.unwrap_or_default(),
+            p,
+            &mut f.verdict,
+            &mut f.remedies,
+        );
+        o.layers_on_gpu = p.runs_out.is_none().then_some(p.layers_on_gpus);
+    } else if let Some(o) = ollama.as_mut() {
         let fix = placement.as_ref().and_then(|p| p.fix.as_ref());
         crate::verdict::llama_server::ollama(
             o.quant,
@@ -442,8 +479,9 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         .and_then(|o| crate::estimate::ollama::next_lower_num_ctx(o.num_ctx))
     {
         let retry = PlanRequest {
-            ollama: Some(crate::estimate::ollama::OllamaArgs {
+            ollama: req.ollama.map(|o| crate::estimate::ollama::OllamaArgs {
                 num_ctx: Some(lower),
+                ..o
             }),
             ..req.clone()
         };
@@ -862,9 +900,15 @@ fn place(
         // Adapters and a draft are priced on the one card; the offload placement is the model's.
         return Ok(None);
     }
+    // ollama's num_gpu: llama-server offloads that many layers whether they fit or not.
+    let num_gpu = req
+        .ollama
+        .and_then(|o| o.num_gpu)
+        .filter(|_| req.engine == Engine::LlamaCpp);
     let gpus = match (req.gpus.len(), req.vram) {
         (2.., _) => req.gpus.clone(),
-        (_, Some(v)) if oom => vec![v],
+        (_, Some(v)) if oom || num_gpu.is_some() => vec![v],
+        _ if num_gpu.is_some() => vec![at.card],
         _ => return Ok(None),
     };
     let d = Devices {
@@ -885,7 +929,7 @@ fn place(
         }
         Engine::LlamaCpp => {
             let split = Split {
-                ngl: 999,
+                ngl: num_gpu.unwrap_or(999),
                 tensor_split: even_or_by_size(&d.gpus),
                 kv_offload: true,
             };
@@ -928,6 +972,12 @@ pub struct OllamaFacts {
     pub launches: String,
     /// Layers on the GPU: all of them, the `num_gpu` llama-server fits, or `None` (none fit).
     pub layers_on_gpu: Option<u64>,
+    /// `num_gpu` as set (`--num-gpu`): ollama passes `-ngl` and does not fit layers itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub num_gpu: Option<u64>,
+    /// ollama's settings read from the environment, as `NAME=value` (a flag wins over them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub from_environment: Vec<String>,
 }
 
 /// ollama's workload: the tag's quant (Q4_K_M where nothing says otherwise), an f16 cache unless
@@ -961,6 +1011,15 @@ fn ollama_launch(
     let num_ctx = o
         .num_ctx
         .unwrap_or_else(|| ol::default_num_ctx(vram, spec.max_position_embeddings));
+    // Some families run one slot whatever OLLAMA_NUM_PARALLEL says (server/sched.go).
+    if w.batch > 1 && ol::one_slot_only(&spec.architecture) {
+        notes.push(format!(
+            "ollama runs {} with one slot whatever OLLAMA_NUM_PARALLEL says (\"model \
+             architecture does not currently support parallel requests\"): planned with 1, not {}",
+            spec.architecture, w.batch
+        ));
+        w.batch = 1;
+    }
     let parallel = w.batch.max(1);
     let ctx = num_ctx.saturating_mul(parallel);
     let small = ol::launch(num_ctx, parallel, ol::generation_batch(0));
@@ -979,7 +1038,7 @@ fn ollama_launch(
         ..ol::launch(num_ctx, parallel, ub)
     };
     let launches = format!(
-        "llama-server -c {ctx} -np {parallel} -b {ub} -ub {ub}{}{}",
+        "llama-server -c {ctx} -np {parallel} -b {ub} -ub {ub}{}{}{}",
         match w.kv_dtype {
             crate::dtype::KvDtype::F16 => String::new(),
             k => format!(" --cache-type-k {k} --cache-type-v {k}"),
@@ -988,11 +1047,50 @@ fn ollama_launch(
             Some(true) => " -fa on",
             Some(false) => " -fa off",
             None => "",
-        }
+        },
+        o.num_gpu.map_or(String::new(), |n| format!(" -ngl {n}"))
     );
+    let env = o.from_env;
+    let from_environment: Vec<String> = [
+        env.num_parallel.map(|n| format!("OLLAMA_NUM_PARALLEL={n}")),
+        env.kv_cache_type
+            .map(|k| format!("OLLAMA_KV_CACHE_TYPE={k}")),
+        env.flash_attention
+            .map(|f| format!("OLLAMA_FLASH_ATTENTION={}", u8::from(f))),
+        env.context_length
+            .map(|n| format!("OLLAMA_CONTEXT_LENGTH={n}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if !from_environment.is_empty() {
+        notes.push(format!(
+            "ollama's environment: {}",
+            from_environment
+                .iter()
+                .map(|v| format!("{v} (environment)"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    // ollama passes OLLAMA_KV_CACHE_TYPE to llama-server whatever the flash attention
+    // (llm/server.go); llama.cpp refuses a quantized V cache with flash attention off (`auto`
+    // turns it on for one).
+    if w.llama.flash_attn == Some(false)
+        && matches!(
+            w.kv_dtype,
+            crate::dtype::KvDtype::Q8_0 | crate::dtype::KvDtype::Q4_0
+        )
+    {
+        notes.push(format!(
+            "a {} KV cache with flash attention off: llama-server refuses to start (\"quantized \
+             V cache requires flash_attn to be enabled\", llama.cpp src/llama-context.cpp); leave \
+             OLLAMA_FLASH_ATTENTION unset or 1, or the cache in f16",
+            w.kv_dtype
+        ));
+    }
     notes.push(format!(
-        "ollama ({}): num_ctx {}{} × OLLAMA_NUM_PARALLEL {parallel} → {launches}; -ngl is left \
-         to llama-server, which keeps on the GPU the layers that fit",
+        "ollama ({}): num_ctx {}{} × OLLAMA_NUM_PARALLEL {parallel} → {launches}; {}",
         ol::VERSION,
         crate::units::group(num_ctx),
         if o.num_ctx.is_none() {
@@ -1000,6 +1098,16 @@ fn ollama_launch(
         } else {
             ""
         },
+        match o.num_gpu {
+            Some(n) => format!(
+                "num_gpu {n} → -ngl {n}: llama-server offloads that many of its {} layers (the \
+                 {} blocks, the last ones first, and the output) and fits nothing itself",
+                spec.num_layers.saturating_add(1),
+                spec.num_layers
+            ),
+            None => "-ngl is left to llama-server, which keeps on the GPU the layers that fit"
+                .to_string(),
+        }
     ));
     if w.total_tokens() > num_ctx {
         notes.push(format!(
@@ -1025,6 +1133,8 @@ fn ollama_launch(
         num_parallel: parallel,
         launches,
         layers_on_gpu: None,
+        num_gpu: o.num_gpu,
+        from_environment,
     }
 }
 
@@ -1065,11 +1175,12 @@ fn pool_budget(
                 spec, &alt, vram, &req.vllm, deployment,
             ))
         } else {
-            Pool::sglang(&crate::estimate::sglang_startup(
+            Pool::sglang(&crate::estimate::sglang_startup::startup_tp(
                 spec,
                 &alt,
                 vram,
                 &req.sglang,
+                sglang_tp(req),
             ))
         };
         follow_what_if(row, &pool, spec.max_position_embeddings);
@@ -1095,16 +1206,37 @@ fn check_sglang(req: &PlanRequest) -> Result<()> {
         return Ok(());
     }
     let p = &req.parallel;
-    let tp = p.tensor.unwrap_or(1);
-    if tp > 1 || p.pipeline.is_some_and(|n| n > 1) || p.nodes.is_some() || req.gpus.len() > 1 {
+    if p.pipeline.is_some_and(|n| n > 1) || p.nodes.is_some() {
+        return Err(InputError::Usage(
+            "SGLang is planned on one node with --tp; --pipeline-parallel-size and --nodes are \
+             not modelled for it yet (or --engine vllm)"
+                .into(),
+        )
+        .into());
+    }
+    let tp = sglang_tp(req);
+    let cards = req.gpus.len();
+    if cards > 1 && req.gpus.iter().any(|&g| g != req.gpus[0]) {
+        return Err(InputError::Usage(
+            "SGLang's --tp ranks run on cards of one kind; give them as 2x24GiB (the smallest \
+             card, if they differ)"
+                .into(),
+        )
+        .into());
+    }
+    if cards > 1 && tp as usize != cards {
         return Err(InputError::Usage(format!(
-            "SGLang is planned on one card; --tp {tp}, --pipeline-parallel-size, --nodes and \
-             several --vram cards are not modelled for it yet (plan one card, or --engine vllm \
-             for tensor parallel)"
+            "--tp {tp} with {cards} cards in --vram: SGLang puts one rank on each GPU; give as \
+             many cards as ranks ({tp}x<card>) or one card"
         ))
         .into());
     }
     Ok(())
+}
+
+/// SGLang's `--tp`: as given, else one rank on each card of --vram.
+fn sglang_tp(req: &PlanRequest) -> u64 {
+    req.parallel.tensor.unwrap_or(req.gpus.len().max(1) as u64)
 }
 
 /// The SGLang flag that does what a vLLM flag does.

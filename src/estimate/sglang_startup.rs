@@ -19,6 +19,14 @@
 //!
 //! What `1 − mem_fraction_static` leaves is for the activations of a chunked-prefill step and the
 //! CUDA graphs; SGLang sizes nothing else from it.
+//!
+//! With `--tp N` on one node every rank runs the same arithmetic on its own GPU (the free memory
+//! is the least of the ranks', `get_available_gpu_memory(distributed=True)`): the weights are
+//! split N ways, and `cell_size` counts the rank's KV heads,
+//! `get_num_kv_heads(attention_tp_size) = max(1, kv_heads // N)` (python/sglang/srt/configs/
+//! model_config.py; replicated when there are fewer KV heads than ranks); N also enters the
+//! defaults above (`tp × pp / 8 × 1024` MiB reserved; the larger CUDA-graph batch from 4 ranks).
+//! `max_total_num_tokens` is then the pool of one rank, and every rank holds that many tokens.
 
 use serde::Serialize;
 
@@ -90,6 +98,12 @@ pub struct Startup {
     pub chunked_prefill_size: u64,
     pub cuda_graph_max_bs: u64,
     pub context_length: u64,
+    /// `--tp`: ranks on one node, one GPU each; the bytes below are one rank's.
+    pub tp: u64,
+    /// The KV heads one rank keeps (`max(1, kv_heads // tp)`).
+    pub kv_heads_per_rank: u64,
+    /// Fewer KV heads than ranks: each rank keeps a copy of one.
+    pub kv_heads_replicated: bool,
     /// `total_gpu_memory`: the card less the CUDA context.
     pub free_before_load_bytes: u64,
     pub weights_bytes: u64,
@@ -138,10 +152,15 @@ pub fn defaults_by_card(gpu_mib: u64, tp: u64) -> (u64, u64) {
     }
 }
 
-/// SGLang's default `mem_fraction_static` for a card of `gpu_mib` MiB (tp = pp = 1, no DP
-/// attention, no speculative decoding, no piecewise CUDA graphs).
-pub fn default_fraction(gpu_mib: u64, chunked_prefill_size: u64, cuda_graph_max_bs: u64) -> f64 {
-    let tp_pp = 1.0;
+/// SGLang's default `mem_fraction_static` for a card of `gpu_mib` MiB and `tp` ranks (pp = 1,
+/// no DP attention, no speculative decoding, no piecewise CUDA graphs).
+pub fn default_fraction(
+    gpu_mib: u64,
+    chunked_prefill_size: u64,
+    cuda_graph_max_bs: u64,
+    tp: u64,
+) -> f64 {
+    let tp_pp = tp.max(1) as f64;
     let mut reserved = 512.0
         + chunked_prefill_size.max(2048) as f64 * 1.5
         + cuda_graph_max_bs as f64 * 2.0
@@ -197,20 +216,42 @@ fn hybrid_swa_tokens(spec: &Spec, w: &Workload, tokens: u64, cell: u64) -> Optio
 
 /// SGLang's start-up on one card of `card` bytes for the model and dtypes of `w`.
 pub fn startup(spec: &Spec, w: &Workload, card: u64, a: &SglangArgs) -> Startup {
+    startup_tp(spec, w, card, a, 1)
+}
+
+/// The KV heads of one of `tp` ranks (model_config.py `get_num_kv_heads`).
+pub fn kv_heads_per_rank(kv_heads: u64, tp: u64) -> u64 {
+    (kv_heads / tp.max(1)).max(1)
+}
+
+/// SGLang's start-up with `tp` ranks on one node, each on a card of `card` bytes: one rank's
+/// weights, KV cell and pool.
+pub fn startup_tp(spec: &Spec, w: &Workload, card: u64, a: &SglangArgs, tp: u64) -> Startup {
+    let tp = tp.max(1);
     let gpu_mib = card / MIB;
-    let (chunk_default, cuda_graph_max_bs) = defaults_by_card(gpu_mib, 1);
+    let (chunk_default, cuda_graph_max_bs) = defaults_by_card(gpu_mib, tp);
     let chunked_prefill_size = a.chunked_prefill_size.unwrap_or(chunk_default);
     let fraction = a
         .mem_fraction_static
-        .unwrap_or_else(|| default_fraction(gpu_mib, chunked_prefill_size, cuda_graph_max_bs));
+        .unwrap_or_else(|| default_fraction(gpu_mib, chunked_prefill_size, cuda_graph_max_bs, tp));
     let context_length = a
         .context_length
         .or(spec.max_position_embeddings)
         .unwrap_or_else(|| w.total_tokens())
         .max(1);
     let free = card.saturating_sub(CUDA_CONTEXT);
-    let weights = weight_bytes(spec, w.weight_dtype);
-    let cell = kv_bytes_per_token_at(spec, w.kv_dtype, CachePolicy::of(Engine::Sglang), 0).max(1);
+    let weights = weight_bytes(spec, w.weight_dtype).div_ceil(tp);
+    let kv_heads = spec.num_kv_heads.max(1);
+    // A latent (MLA) cache is one row a token on every rank, whatever the tp.
+    let kv_heads_per_rank = if crate::placement::vllm::is_mla(spec) {
+        kv_heads
+    } else {
+        kv_heads_per_rank(kv_heads, tp).min(kv_heads)
+    };
+    let cell = (kv_bytes_per_token_at(spec, w.kv_dtype, CachePolicy::of(Engine::Sglang), 0)
+        / kv_heads
+        * kv_heads_per_rank)
+        .max(1);
     let (pool, tokens) = pool_tokens(free, weights, fraction, cell);
     let profiled_tokens = tokens;
     let hybrid = hybrid_swa_tokens(spec, w, tokens, cell);
@@ -260,6 +301,9 @@ pub fn startup(spec: &Spec, w: &Workload, card: u64, a: &SglangArgs) -> Startup 
         chunked_prefill_size,
         cuda_graph_max_bs,
         context_length,
+        tp,
+        kv_heads_per_rank,
+        kv_heads_replicated: !crate::placement::vllm::is_mla(spec) && kv_heads < tp,
         free_before_load_bytes: free,
         weights_bytes: weights,
         reserved_bytes: reserved,
@@ -313,10 +357,42 @@ mod tests {
         // 4090: chunked_prefill_size 2048, cuda_graph_max_bs 24;
         // reserved = 512 + 3072 + 48 + 128 = 3760 MiB; (24564 − 3760) / 24564 = 0.8469…
         assert_eq!(defaults_by_card(24_564, 1), (2048, 24));
-        assert_eq!(default_fraction(24_564, 2048, 24), 0.847);
+        assert_eq!(default_fraction(24_564, 2048, 24, 1), 0.847);
         // H100 80 GB: 8192 and 256; reserved = 512 + 12288 + 512 + 128 = 13440 MiB
         assert_eq!(defaults_by_card(81_559, 1), (8192, 256));
-        assert_eq!(default_fraction(81_559, 8192, 256), 0.835);
+        assert_eq!(default_fraction(81_559, 8192, 256, 1), 0.835);
+        // --tp 2 on 4090s: 128 MiB more reserved, (24564 − 3888) / 24564 = 0.8417…
+        assert_eq!(default_fraction(24_564, 2048, 24, 2), 0.842);
+        // 4 ranks: the larger CUDA-graph batch of the 20–35 GiB tier
+        assert_eq!(defaults_by_card(24_564, 4), (2048, 80));
+    }
+
+    #[test]
+    fn kv_heads_split_over_the_ranks_or_replicate() {
+        assert_eq!(kv_heads_per_rank(8, 2), 4);
+        assert_eq!(kv_heads_per_rank(4, 8), 1);
+        assert_eq!(kv_heads_per_rank(2, 4), 1);
+        assert_eq!(kv_heads_per_rank(8, 1), 8);
+    }
+
+    #[test]
+    fn tp_2_halves_the_weights_and_the_cell_per_rank() {
+        let a = SglangArgs {
+            mem_fraction_static: Some(0.85),
+            ..Default::default()
+        };
+        let one = startup(&qwen7b(), &work(), RTX4090, &a);
+        let two = startup_tp(&qwen7b(), &work(), RTX4090, &a, 2);
+        assert_eq!(two.weights_bytes, one.weights_bytes.div_ceil(2));
+        // 4 KV heads: 2 a rank
+        assert_eq!(
+            (two.kv_heads_per_rank, two.cell_size),
+            (2, 28 * 2 * 256 * 2)
+        );
+        assert!(two.max_total_num_tokens > 2 * one.max_total_num_tokens);
+        // 8 ranks over 4 KV heads: one head a rank, replicated
+        let eight = startup_tp(&qwen7b(), &work(), RTX4090, &a, 8);
+        assert_eq!(eight.cell_size, 28 * 256 * 2);
     }
 
     #[test]

@@ -152,7 +152,7 @@ pub fn pp_indices(layers: u64, stage: u64, stages: u64) -> (u64, u64) {
 }
 
 /// Multi-head latent attention: its latent projections and cache are replicated.
-fn is_mla(spec: &Spec) -> bool {
+pub fn is_mla(spec: &Spec) -> bool {
     spec.attention_groups()
         .iter()
         .any(|g| matches!(g.row, KvRow::Latent { .. }))

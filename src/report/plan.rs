@@ -250,6 +250,13 @@ fn tail(mut out: String, r: &PlanReport, style: &Style) -> String {
 
 /// With several GPUs: how the header names them (`2 GPUs: 24.0 GiB + 24.0 GiB`) and their sum.
 fn multi_gpu(r: &PlanReport) -> Option<(String, u64)> {
+    // SGLang's --tp ranks: one card of a kind each.
+    if let Some(s) = r.sglang_startup.as_ref().filter(|s| s.tp > 1) {
+        return Some((
+            format!("{} GPUs: {} each, --tp {}", s.tp, Bytes(s.card_bytes), s.tp),
+            s.card_bytes.saturating_mul(s.tp),
+        ));
+    }
     let p = r.placement.as_ref()?;
     let caps: Vec<u64> = p
         .devices

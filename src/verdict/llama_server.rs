@@ -343,3 +343,60 @@ pub fn fitted(
     v.cause = Cause::None;
     v.stage = Stage::Load;
 }
+
+/// ollama with `num_gpu` set: it passes `-ngl N` and llama-server offloads those layers whether
+/// they fit or not (llm/llama_server.go at ollama@fb307609). The verdict is that placement's: it
+/// loads with the rest of the layers on the CPU, or the GPU runs out at load. The remedies are
+/// said in ollama's knobs, a smaller `num_gpu` first where one fits.
+pub fn ollama_num_gpu(
+    quant: crate::dtype::WeightDtype,
+    num_gpu: u64,
+    p: &crate::placement::Placement,
+    v: &mut Verdict,
+    remedies: &mut Vec<Remedy>,
+) {
+    remedies.retain(|r| r.change != Change::CpuOffload);
+    let set = super::knobs::InForce {
+        gguf_quant: Some(quant.to_string()),
+        ..Default::default()
+    };
+    super::knobs::speak(remedies, super::knobs::Family::Ollama, &set);
+    let layers = p.layers_total;
+    let placed = super::placed::from_placement(p);
+    if p.runs_out.is_some() {
+        // The fitting -ngl, which is ollama's num_gpu.
+        let fewer = p
+            .fix
+            .as_ref()
+            .and_then(|f| {
+                f.load_with
+                    .split_whitespace()
+                    .skip_while(|w| *w != "-ngl")
+                    .nth(1)
+                    .and_then(|n| n.parse::<u64>().ok())
+            })
+            .filter(|&n| n < num_gpu);
+        *v = Verdict {
+            summary: format!(
+                "num_gpu {num_gpu} (-ngl {num_gpu}): {}{}",
+                placed.summary,
+                fewer.map_or(String::new(), |n| format!("; PARAMETER num_gpu {n} loads"))
+            ),
+            ..placed
+        };
+        return;
+    }
+    let on = p.layers_on_gpus;
+    *v = Verdict {
+        summary: if on >= layers {
+            format!("ollama loads all {layers} layers on the GPU (num_gpu {num_gpu})")
+        } else {
+            format!(
+                "ollama loads {on} of {layers} layers on the GPU (num_gpu {num_gpu}), the rest \
+                 run on the CPU: it answers, slower"
+            )
+        },
+        stage: Stage::Load,
+        ..placed
+    };
+}

@@ -18,9 +18,10 @@ pub const SOURCE: &str = "SGLang's token pool derived from \
 
 /// The verdict, the remedies (flags to paste) and the notes for `s`, with the workload `w`.
 pub fn verdict(s: &SglangStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<String>) {
+    let rank = if s.tp > 1 { "per rank: " } else { "" };
     let arithmetic = Evidence::bytes(
         format!(
-            "token pool = (free {} − weights {}) − free × (1 − mem_fraction_static {}{}) {} = {} \
+            "{rank}token pool = (free {} − weights {}) − free × (1 − mem_fraction_static {}{}) {} = {} \
              → rest_memory // cell_size = {} / {} bytes a token = {} tokens",
             Bytes(s.free_before_load_bytes),
             Bytes(s.weights_bytes),
@@ -38,17 +39,37 @@ pub fn verdict(s: &SglangStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<St
         ),
         s.pool_bytes,
     );
-    let mut notes = vec![
-        SOURCE.to_string(),
-        format!(
-            "SGLang keeps free × (1 − mem_fraction_static) = {} for the activations of a \
+    let mut notes = vec![SOURCE.to_string()];
+    if s.tp > 1 {
+        notes.push(format!(
+            "--tp {}: one rank on each of {} GPUs of {} on one node; each rank holds 1/{} of the \
+             weights ({}) and {} KV head(s) a token, {} bytes{}, and the pool is one rank's: {} tokens \
+             ({}) on each GPU (python/sglang/srt/configs/model_config.py `get_num_kv_heads`); the \
+             components, the token budget and the what-if below are the whole model on one card",
+            s.tp,
+            s.tp,
+            Bytes(s.card_bytes),
+            s.tp,
+            Bytes(s.weights_bytes),
+            s.kv_heads_per_rank,
+            group(s.cell_size),
+            if s.kv_heads_replicated {
+                ", the model's fewer KV heads than ranks replicated"
+            } else {
+                ""
+            },
+            group(s.max_total_num_tokens),
+            Bytes(s.pool_bytes)
+        ));
+    }
+    notes.extend([format!(
+        "SGLang keeps free × (1 − mem_fraction_static) = {} for the activations of a \
          --chunked-prefill-size {} step and the CUDA graphs of up to {} requests; it does not \
          check that they fit it",
-            Bytes(s.reserved_bytes),
-            group(s.chunked_prefill_size),
-            s.cuda_graph_max_bs
-        ),
-    ];
+        Bytes(s.reserved_bytes),
+        group(s.chunked_prefill_size),
+        s.cuda_graph_max_bs
+    )]);
     if let Some(swa) = s.swa_tokens {
         notes.push(format!(
             "hybrid sliding-window model: SGLang splits the pool's {} profiled tokens into {} \
