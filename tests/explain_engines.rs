@@ -135,3 +135,38 @@ fn a_q4_k_m_gguf_is_not_told_to_quantize_to_q4_k_m() {
     assert!(!r.to_lowercase().contains("q4_k_m.gguf q4_k_m"), "{r}");
     assert!(r.contains("Q3_K_M"), "{r}");
 }
+
+/// vLLM's "max seq len" refusals: the remedies carry the numbers the log's own figures give,
+/// through the rules `plan --engine vllm` uses (whole 16-token blocks, the smallest 0.01 step of
+/// `--gpu-memory-utilization` that adds the deficit, fp8 halving the need).
+#[test]
+fn vllm_kv_remedies_carry_the_logs_own_figures() {
+    // vllm-10517 (v0): total_gpu_memory=23.58GiB, gpu_memory_utilization=0.90,
+    // kv_cache_size=2.89GiB, # GPU blocks: 1478 (× 16 = 23,648 tokens), max seq len 29,000.
+    //   --max-model-len: 23,648 is 1,478 whole blocks → 23648.
+    //   one request: 2.89 GiB × 29,008 (1,813 blocks) / 23,648 = 3.545 GiB; deficit 0.655 GiB
+    //   (671 MiB); 0.90 + 0.655 / 23.58 = 0.9278 → 0.93.
+    //   fp8: 3.545 / 2 = 1.77 GiB of the 2.89 GiB available → fits.
+    let r = remedies(&explain_fixture("real-2026-12/vllm-10517.log"));
+    assert!(r.contains("--max-model-len 23648"), "{r}");
+    assert!(r.contains("--gpu-memory-utilization 0.93"), "{r}");
+    assert!(
+        r.contains("instead of 0.90 → 671 MiB more for the KV cache"),
+        "{r}"
+    );
+    assert!(
+        r.contains("needs 1.77 GiB of the 2.89 GiB available\""),
+        "{r}"
+    );
+    // OpenRLHF-336 (v0): # GPU blocks: 378, max seq len 8,192, KV cache 6,048 tokens = 378 × 16.
+    let r = remedies(&explain_fixture("real-2026-12c/vllm-OpenRLHF-336.log"));
+    assert!(r.contains("--max-model-len 6048"), "{r}");
+    // vllm-34076 (v1): 24.0 GiB needed, 3.18 GiB available, vLLM's estimate 34,736 (2,171
+    // blocks); fp8 halves the need to 12.0 GiB, still more than 3.18 GiB.
+    let r = remedies(&explain_fixture("real-2026-12e/vllm-vllm-34076.log"));
+    assert!(r.contains("--max-model-len 34736"), "{r}");
+    assert!(
+        r.contains("needs 12.0 GiB of the 3.18 GiB available — still too much"),
+        "{r}"
+    );
+}

@@ -286,6 +286,30 @@ fn is_zero(b: &u64) -> bool {
 /// the driver, fragmentation).
 pub const MAX_SUGGESTED_UTILIZATION: f64 = 0.98;
 
+/// The largest `--max-model-len` of whole blocks within `tokens`: vLLM hands the KV cache out in
+/// blocks of `block` tokens, so a length that fits is a multiple of the block size
+/// (`estimate_max_model_len` in vllm/v1/core/kv_cache_utils.py at the commit above).
+pub fn whole_blocks(tokens: u64, block: u64) -> u64 {
+    let block = block.max(1);
+    tokens / block * block
+}
+
+/// The KV tokens one request of `len` tokens takes: whole blocks (`FullAttentionSpec`'s
+/// `max_memory_usage_bytes`, `cdiv(max_model_len, block_size) × page size`).
+pub fn blocks_of(len: u64, block: u64) -> u64 {
+    let block = block.max(1);
+    len.div_ceil(block).saturating_mul(block)
+}
+
+/// The smallest `--gpu-memory-utilization`, in steps of 0.01, whose share of a `card` of bytes
+/// holds `bytes` (all vLLM keeps within it: weights, profiling peak, non-torch memory and one
+/// request's KV cache); `None` above [`MAX_SUGGESTED_UTILIZATION`]. `plan` passes what it
+/// computed, `explain` what the log's figures give (total × its utilization + the KV deficit).
+pub fn utilization_for(bytes: u64, card: u64) -> Option<f64> {
+    let want = (bytes as f64 / card.max(1) as f64 * 100.0).ceil() / 100.0;
+    (want <= MAX_SUGGESTED_UTILIZATION).then_some(want)
+}
+
 /// vLLM's start-up on one card of `card` bytes for the model and dtypes of `w`.
 pub fn startup(spec: &Spec, w: &Workload, card: u64, a: &VllmArgs) -> Startup {
     startup_with(spec, w, card, a, &Deployment::default())
@@ -391,7 +415,7 @@ pub fn startup_with(
             .map_or(0, |x| kv_bytes_in(x.spec, w.kv_dtype, tokens, 1, policy));
         kv_bytes_in(spec, w.kv_dtype, tokens, 1, policy).saturating_add(draft)
     };
-    let needed_for = |len: u64| both(len.div_ceil(block).saturating_mul(block));
+    let needed_for = |len: u64| both(blocks_of(len, block));
     let block_bytes = both(block);
     let needed = needed_for(max_model_len);
     let num_blocks = available.checked_div(block_bytes).unwrap_or(0);
@@ -419,7 +443,7 @@ pub fn startup_with(
                 if available == 0 {
                     0
                 } else {
-                    lo / block * block
+                    whole_blocks(lo, block)
                 },
             )
         }
@@ -439,7 +463,7 @@ pub fn startup_with(
                 })
                 .filter(|&len| len > V0_LONG_CONTEXT);
             let lo = long.unwrap_or_else(|| bisect(0, short, &|len| len == 0 || fits(len)));
-            (lo, lo / block * block)
+            (lo, whole_blocks(lo, block))
         }
     };
     // V0 with --enable-chunked-prefill: a profiling run of 512 tokens.
@@ -462,8 +486,7 @@ pub fn startup_with(
     ]
     .into_iter()
     .fold(0u64, u64::saturating_add);
-    let want = (fixed as f64 / card.max(1) as f64 * 100.0).ceil() / 100.0;
-    let utilization_that_starts = (!starts && want <= MAX_SUGGESTED_UTILIZATION).then_some(want);
+    let utilization_that_starts = utilization_for(fixed, card).filter(|_| !starts);
     let gib = |b: u64| b as f64 / GIB as f64;
     let message = (!starts).then(|| {
         let none_left = match version {
@@ -652,6 +675,19 @@ mod tests {
             );
             assert!(s.starts);
         }
+    }
+
+    #[test]
+    fn whole_blocks_and_the_smallest_utilization_step() {
+        assert_eq!(whole_blocks(23_650, 16), 23_648);
+        assert_eq!(whole_blocks(15, 16), 0);
+        assert_eq!(blocks_of(29_000, 16), 29_008);
+        assert_eq!(blocks_of(29_008, 16), 29_008);
+        // 0.9278 of the card → 0.93; exactly 0.5 stays 0.5; above 0.98 is not suggested.
+        assert_eq!(utilization_for(9_278, 10_000), Some(0.93));
+        assert_eq!(utilization_for(5_000, 10_000), Some(0.5));
+        assert_eq!(utilization_for(9_801, 10_000), None);
+        assert_eq!(utilization_for(1, 0), None);
     }
 
     #[test]

@@ -194,6 +194,9 @@ pub struct Context {
     /// `totalMemory: 10.92GiB freeMemory: 10.76GiB`) — (line of the free figure, total, free).
     /// What was not free then was held by other processes.
     pub free_at_start: Option<(usize, u64, u64)>,
+    /// vLLM's own figures for its KV cache, as its start-up lines state them.
+    #[serde(skip)]
+    pub vllm: VllmFigures,
     /// Lines where creating a CUDA context failed (`cuCtxCreate`, `cuDevicePrimaryCtxRetain`):
     /// a context needs a few hundred MiB before any tensor exists.
     pub context_create_lines: Vec<usize>,
@@ -222,6 +225,109 @@ pub struct Context {
     /// steps went forward and back (a log viewer that shows the newest line first).
     #[serde(skip)]
     pub clock: Clock,
+}
+
+/// What vLLM's start-up lines say about its KV cache, each the last value seen: the figures its
+/// start-up check (`_check_enough_kv_cache_memory`) works from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct VllmFigures {
+    /// `gpu_memory_utilization` (the engine's config, "non-default args", `--gpu-memory-utilization`).
+    pub utilization: Option<f64>,
+    /// `GPU KV cache size: N tokens` (v1).
+    pub kv_tokens: Option<u64>,
+    /// `# GPU blocks: N` (v0): the KV tokens are N × the block size.
+    pub gpu_blocks: Option<u64>,
+    /// `block_size=N` / `'block_size': N` / `--block-size N`; vLLM's default is 16.
+    pub block_size: Option<u64>,
+    /// `Available KV cache memory: X GiB` (v1), `kv_cache_size=X GiB` (v0's profiling results).
+    pub available_kv: Option<u64>,
+    /// The card's total: `total_gpu_memory=X GiB` (v0's profiling results), PyTorch's
+    /// `total capacity of X GiB` / `X GiB total capacity`.
+    pub total: Option<u64>,
+}
+
+impl VllmFigures {
+    /// The block size the log states, else vLLM's default (16).
+    pub fn block(&self) -> u64 {
+        self.block_size.filter(|&b| b > 0).unwrap_or(16)
+    }
+
+    /// The KV cache's tokens: stated, else the v0 blocks × the block size.
+    pub fn tokens(&self) -> Option<u64> {
+        self.kv_tokens
+            .or_else(|| self.gpu_blocks.map(|n| n.saturating_mul(self.block())))
+    }
+}
+
+fn vllm_figures(line: &str, v: &mut VllmFigures) {
+    static UTIL: OnceLock<Regex> = OnceLock::new();
+    static TOKENS: OnceLock<Regex> = OnceLock::new();
+    static BLOCKS: OnceLock<Regex> = OnceLock::new();
+    static BLOCK: OnceLock<Regex> = OnceLock::new();
+    static AVAIL: OnceLock<Regex> = OnceLock::new();
+    static TOTAL: OnceLock<Regex> = OnceLock::new();
+    if !(line.contains("tilization")
+        || line.contains("KV cache")
+        || line.contains("GPU blocks")
+        || line.contains("lock_size")
+        || line.contains("block-size")
+        || line.contains("kv_cache_size")
+        || line.contains("total"))
+    {
+        return;
+    }
+    let util = re(
+        &UTIL,
+        r#"gpu[_-]memory[_-]utilization['"]?\s*[=: ]\s*['"]?(0?\.\d+|1(?:\.0+)?)\b"#,
+    );
+    if let Some(u) = util.captures(line).and_then(|c| c.get(1)) {
+        v.utilization = u
+            .as_str()
+            .parse::<f64>()
+            .ok()
+            .filter(|u| *u > 0.0 && *u <= 1.0);
+    }
+    let tokens = re(&TOKENS, r"GPU KV cache size: ([\d,]+) tokens");
+    if let Some(n) = tokens.captures(line).and_then(|c| cap_u64(&c, 1)) {
+        v.kv_tokens = Some(n);
+    }
+    let blocks = re(&BLOCKS, r"# GPU blocks: (\d+)");
+    if let Some(n) = blocks.captures(line).and_then(|c| cap_u64(&c, 1)) {
+        v.gpu_blocks = Some(n);
+    }
+    let block = re(
+        &BLOCK,
+        r#"(?:block_size['"]?\s*[=:]|--block-size)\s*(\d+)\b"#,
+    );
+    if let Some(n) = block.captures(line).and_then(|c| cap_u64(&c, 1)) {
+        v.block_size = Some(n).filter(|&b| b > 0);
+    }
+    let avail = re(
+        &AVAIL,
+        r"(?:Available KV cache memory: |kv_cache_size=)([\d.]+) ?(GiB|MiB|GB)",
+    );
+    if let Some(b) = avail
+        .captures(line)
+        .and_then(|c| size(c.get(1)?.as_str(), c.get(2)?.as_str()))
+    {
+        v.available_kv = Some(b);
+    }
+    let total = re(
+        &TOTAL,
+        r"(?:total_gpu_memory=|total capacity of )([\d.]+) ?(GiB|MiB|GB)|([\d.]+) ?(GiB|MiB|GB) total capacity",
+    );
+    if let Some(c) = total.captures(line) {
+        let b = match (c.get(1), c.get(2)) {
+            (Some(n), Some(u)) => size(n.as_str(), u.as_str()),
+            _ => c
+                .get(3)
+                .zip(c.get(4))
+                .and_then(|(n, u)| size(n.as_str(), u.as_str())),
+        };
+        if let Some(b) = b.filter(|&b| b > 0) {
+            v.total = Some(b);
+        }
+    }
 }
 
 /// The lines' timestamps in order, per format (ISO `2024-02-02 21:44:03`, vLLM's `INFO 02-03
@@ -353,6 +459,7 @@ pub fn mark(line: &str, n: usize, ctx: &mut Context) {
         ctx.steps_done.push(n);
     }
     workload(line, n, ctx);
+    vllm_figures(line, &mut ctx.vllm);
     device_at_start(line, n, ctx);
     if line.contains("caching_allocator_warmup") {
         ctx.one_piece_load_lines.push(n);
@@ -995,6 +1102,42 @@ fn model(line: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_vllms_kv_figures() {
+        let mut v = VllmFigures::default();
+        for l in [
+            // vllm-10517's profiling line (v0)
+            "Memory profiling results: total_gpu_memory=23.58GiB initial_memory_usage=15.34GiB peak_torch_memory=17.98GiB memory_usage_post_profile=15.35GiB non_torch_memory=0.35GiB kv_cache_size=2.89GiB gpu_memory_utilization=0.90",
+            "# GPU blocks: 1478, # CPU blocks: 2048",
+        ] {
+            vllm_figures(l, &mut v);
+        }
+        assert_eq!(v.utilization, Some(0.9));
+        assert_eq!(v.total, size("23.58", "GiB"));
+        assert_eq!(v.available_kv, size("2.89", "GiB"));
+        assert_eq!((v.block(), v.tokens()), (16, Some(23_648)));
+        let mut v = VllmFigures::default();
+        for l in [
+            "(EngineCore_DP0 pid=1) INFO 09-02 [arg_utils.py:1] non-default args: {'model': 'x', 'block_size': 32, 'gpu_memory_utilization': 0.85}",
+            "(EngineCore_DP0 pid=1) INFO 09-02 [gpu_worker.py:276] Available KV cache memory: 2.51 GiB",
+            "(EngineCore_DP0 pid=1) INFO 09-02 [kv_cache_utils.py:1] GPU KV cache size: 20,544 tokens",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which 1.00 GiB is free.",
+            // vLLM's advice names the flag without a value: not a utilization
+            "Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
+        ] {
+            vllm_figures(l, &mut v);
+        }
+        assert_eq!(v.utilization, Some(0.85));
+        assert_eq!(v.block(), 32);
+        assert_eq!(v.tokens(), Some(20_544));
+        assert_eq!(v.available_kv, size("2.51", "GiB"));
+        assert_eq!(v.total, size("23.65", "GiB"));
+        // A negative share is no figure (the no-blocks rule reads it).
+        let mut v = VllmFigures::default();
+        vllm_figures("Available KV cache memory: -2.77 GiB", &mut v);
+        assert_eq!(v.available_kv, None);
+    }
 
     #[test]
     fn reads_what_the_weights_took() {

@@ -374,7 +374,10 @@ fn decide(a: &mut Ask) -> Decision {
         } => vllm_kv(
             a,
             *max_seq_len,
-            estimated_max_len.or(*kv_tokens),
+            VllmFit {
+                kv_tokens: *kv_tokens,
+                estimated_max_len: *estimated_max_len,
+            },
             needed.zip(*available),
         ),
         Event::VllmNoCacheBlocks => vllm_no_blocks(a),

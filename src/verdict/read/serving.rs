@@ -3,6 +3,7 @@
 //! transformers' dispatch check (E87), and the catalogue of every engine's wording (E72).
 
 use super::*;
+use crate::estimate::vllm_startup as startup_rules;
 
 /// An engine's own message, from the catalogue of what its source prints (rule E72): the part
 /// the code path says ran out, at the stage it prints it, with the figures the message gives.
@@ -70,19 +71,44 @@ pub(super) fn catalogued(a: &mut Ask, c: &Catalogued) -> Decision {
     )
 }
 
+/// vLLM refused to start: one request of `max_model_len` tokens needs more KV cache than is left.
+/// The remedies carry the log's own figures, through the rules `plan --engine vllm` uses
+/// (`estimate::vllm_startup`): `--max-model-len` the whole blocks the KV cache holds, and
+/// `--gpu-memory-utilization` the smallest 0.01 step that adds the deficit to what the card's
+/// share holds now (with the card's total and the utilization stated); fp8 halves the need.
+/// What vLLM's message says fits: the KV cache's tokens (v0), or its own estimate of the largest
+/// `max_model_len` (v1's bisection, already whole blocks).
+pub(super) struct VllmFit {
+    pub kv_tokens: Option<u64>,
+    pub estimated_max_len: Option<u64>,
+}
+
 pub(super) fn vllm_kv(
     a: &mut Ask,
     max_seq_len: Option<u64>,
-    fit: Option<u64>,
+    said: VllmFit,
     bytes: Option<(u64, u64)>,
 ) -> Decision {
-    let f = a.f;
+    let (f, ctx) = (a.f, a.ctx);
+    let v = &ctx.vllm;
+    let block = v.block();
+    let max_len = max_seq_len.or(ctx.workload.max_model_len);
+    let fit = said.estimated_max_len.or(said.kv_tokens);
+    let tokens = said.kv_tokens.or_else(|| v.tokens()).filter(|&t| t > 0);
+    // The bytes of one request and of the KV cache: the v1 message's, else the v0 cache's size
+    // over its tokens, times the request's whole blocks.
+    let kv = bytes.or_else(|| {
+        let (avail, t, len) = (v.available_kv?, tokens?, max_len?);
+        let need =
+            u128::from(avail) * u128::from(startup_rules::blocks_of(len, block)) / u128::from(t);
+        Some((u64::try_from(need).ok()?, avail))
+    });
     let mut e = vec![ev(f, format!(
         "vLLM reserves KV cache for max_model_len = {} tokens; the memory left after weights and activations holds {}",
         max_seq_len.map_or("?".into(), group),
         fit.map_or("fewer".into(), |n| format!("{} tokens", group(n)))
     ))];
-    if let Some((n, av)) = bytes {
+    if let Some((n, av)) = kv {
         let text = format!(
             "one request at max_model_len needs {} of KV cache, {} is available",
             Bytes(n),
@@ -90,11 +116,69 @@ pub(super) fn vllm_kv(
         );
         e.push(ev_bytes(f, text, n));
     }
-    if let Some(n) = fit {
-        a.remedy(Change::ReduceContext(n), Engine::Vllm, None);
+    if let Some((line, w, _)) = ctx.weights_loaded {
+        e.push(Evidence {
+            text: format!("the model's weights took {}", Bytes(w)),
+            bytes: Some(w),
+            line: Some(line),
+        });
     }
-    a.remedy(Change::RaiseUtilization(95), Engine::Vllm, None);
+    // vLLM's estimate as it is; KV tokens rounded down to whole blocks, as `plan` does.
+    let largest = said
+        .estimated_max_len
+        .or_else(|| tokens.map(|t| startup_rules::whole_blocks(t, block)));
+    if let Some(len) = largest {
+        if len > 0 {
+            a.remedy(Change::ReduceContext(len), Engine::Vllm, None);
+            if let Some(r) = a.remedies.last_mut() {
+                r.action = match said.estimated_max_len {
+                    Some(_) => format!(
+                        "size the context for {} tokens → vLLM's own estimate of the longest request its KV cache holds",
+                        group(len)
+                    ),
+                    None => format!(
+                        "size the context for {} tokens → the KV cache's tokens in whole {block}-token blocks: one request fits",
+                        group(len)
+                    ),
+                };
+            }
+        }
+    }
+    let share = v.total.zip(v.utilization);
+    match (kv, share) {
+        (Some((need, avail)), Some((total, now))) => {
+            let deficit = need.saturating_sub(avail);
+            let requested = (total as f64 * now) as u64;
+            let want = startup_rules::utilization_for(requested.saturating_add(deficit), total);
+            if let Some(u) = want.filter(|&u| u > now) {
+                a.remedy(
+                    Change::RaiseUtilization((u * 100.0).round() as u64),
+                    Engine::Vllm,
+                    None,
+                );
+                if let Some(r) = a.remedies.last_mut() {
+                    r.action = format!(
+                        "let vLLM use {u:.2} of the {} card instead of {now:.2} → {} more for the KV cache, one request of max_model_len fits",
+                        Bytes(total),
+                        Bytes(deficit)
+                    );
+                    r.saves_bytes = Some(-(i64::try_from(deficit).unwrap_or(i64::MAX)));
+                }
+            }
+        }
+        _ => a.remedy(Change::RaiseUtilization(95), Engine::Vllm, None),
+    }
     a.remedy(Change::QuantizeKv(KvDtype::Fp8), Engine::Vllm, None);
+    if let (Some(r), Some((need, avail))) = (a.remedies.last_mut(), kv) {
+        let half = need / 2;
+        r.action = format!(
+            "store the KV cache in fp8 → one request of max_model_len needs {} of the {} available{}",
+            Bytes(half),
+            Bytes(avail),
+            if half <= avail { "" } else { " — still too much" }
+        );
+        r.saves_bytes = Some(i64::try_from(need - half).unwrap_or(i64::MAX));
+    }
     Decision::new(
         Code::E1,
         Cause::KvCache,

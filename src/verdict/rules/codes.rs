@@ -90,7 +90,7 @@ codes! {
         r#"Otherwise `unknown`, with what would decide it."#
         r#"mygirlgpt-11, peft-simplellm-46, metal-pytorch-152351"#;
     E1 Engines
-        r#"vLLM's max seq len larger than the KV cache (v0 tokens, v1 bytes; wrapped lines rejoined) → `kv_cache`."#
+        r#"vLLM's max seq len larger than the KV cache (v0 tokens, v1 bytes; wrapped lines rejoined) → `kv_cache`; the remedies' `--max-model-len` and `--gpu-memory-utilization` computed from the log's figures as `plan --engine vllm` does (docs/engines.md)."#
         r#"qwen3-295, subgraphrag-19, vllmv1-27508, vllmv1-xpu-cookbook-4"#;
     E2 Engines
         r#"vLLM's free memory at start-up below gpu_memory_utilization → `other_process`."#
