@@ -483,3 +483,23 @@ fn v0_over_several_gpus_says_it_is_not_modelled() {
     let r = run(home.path(), &args[..args.len() - 2]);
     assert!(!r.stdout.contains("--vllm-version"), "{}", r.stdout);
 }
+
+/// gpt-oss-120b on one H100 at defaults: vLLM's Marlin MXFP4 MoE pads the experts (2880 → 2944
+/// wide, 2880 → 3072 hidden), so the weights it holds are 65.9 GiB, not the checkpoint's 60.8 —
+/// vLLM reports "Model loading took 64.4–66.0 GiB" and does not start (vllm#23278, vllm#33155).
+#[test]
+fn gpt_oss_120b_on_one_h100_holds_padded_mxfp4_experts_and_refuses_to_start() {
+    let home = temp();
+    let model = concat!(env!("CARGO_MANIFEST_DIR"), "/presets/gpt-oss-120b.json");
+    let r = run(
+        home.path(),
+        &["plan", "-m", model, "--engine", "vllm", "--vram", "h100"],
+    );
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("weights 65.9 GiB"), "{}", r.stdout);
+    assert!(r.stdout.contains("✗ vLLM REFUSES TO START"), "{}", r.stdout);
+    assert!(r.stdout.contains("max seq len (131072)"), "{}", r.stdout);
+    // The same checkpoint in transformers holds what is stored.
+    let t = run(home.path(), &["plan", "-m", model, "--vram", "h100"]);
+    assert!(t.stdout.contains("weights 60.8 GiB"), "{}", t.stdout);
+}

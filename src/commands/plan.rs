@@ -522,9 +522,10 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             note: profile.calibration_note(),
             server: ollama.as_ref().map(|_| "ollama"),
         },
-        // The model's bytes (a GGUF's tensor table); the estimate's `weights` is what of them sits on
-        // the GPU (llama.cpp keeps the input embedding in host memory).
-        weights_bytes: crate::estimate::weight_bytes(&spec, w.weight_dtype),
+        // The model's bytes (a GGUF's tensor table) as the engine lays them out (vLLM pads MXFP4
+        // experts); the estimate's `weights` is what of them sits on the GPU (llama.cpp keeps the
+        // input embedding in host memory).
+        weights_bytes: crate::estimate::engine_weight_bytes(&spec, w.weight_dtype, req.engine),
         weights_from: WeightsFrom::of(&spec, w.weight_dtype, derived.is_some()),
         kv_cache_bytes_per_token: kv_bytes_per_token_at(
             &spec,

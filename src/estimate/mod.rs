@@ -29,7 +29,7 @@ pub use vllm_startup::{
     startup as vllm_startup, startup_with as vllm_startup_with, KvCacheDtype as VllmKvCacheDtype,
     Startup as VllmStartup, VllmArgs, VllmVersion,
 };
-pub use weights::weight_bytes;
+pub use weights::{engine_weight_bytes, weight_bytes};
 
 use crate::dtype::{KvDtype, WeightDtype};
 use crate::model::Spec;
@@ -134,7 +134,7 @@ pub fn estimate_with_decode(spec: &Spec, w: &Workload, vram: u64, decode_extra: 
         return llamacpp::estimate(spec, w, vram);
     }
     let p = Profile::of(w.engine);
-    let weights = weight_bytes(spec, w.weight_dtype);
+    let weights = engine_weight_bytes(spec, w.weight_dtype, w.engine);
     let d = w.weight_dtype.compute_kv_dtype().elem_bytes().as_f64();
 
     let kv_tokens = |tokens: u64| match p.kv_layout {

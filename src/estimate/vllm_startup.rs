@@ -31,7 +31,9 @@ use serde::Serialize;
 
 use super::deployment::{self, Deployment};
 use super::Workload;
-use super::{activations, kv_bytes_in, weight_bytes, CachePolicy, Engine, KvLayout, Profile};
+use super::{
+    activations, engine_weight_bytes, kv_bytes_in, CachePolicy, Engine, KvLayout, Profile,
+};
 use crate::dtype::{KvDtype, WeightDtype};
 use crate::error::InputError;
 use crate::model::Spec;
@@ -377,7 +379,7 @@ pub fn startup_with(
         prefill.max(decode)
     };
     let peak_activation = peak_for(mnbt);
-    let all_weights = weight_bytes(spec, w.weight_dtype);
+    let all_weights = engine_weight_bytes(spec, w.weight_dtype, Engine::Vllm);
     let cpu_offload = a.cpu_offload_gb.map_or(0, offload_bytes).min(all_weights);
     let weights = all_weights - cpu_offload;
     let adapters = dep.lora.as_ref().map_or(0, |l| {

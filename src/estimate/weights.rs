@@ -4,6 +4,7 @@
 
 use std::num::Saturating;
 
+use super::Engine;
 use crate::dtype::{ElemBytes, Fp8Scale, GgmlType, GgufMix, WeightDtype};
 use crate::model::{Role, Spec, TensorGroup};
 
@@ -26,6 +27,52 @@ pub fn weight_bytes(spec: &Spec, dtype: WeightDtype) -> u64 {
         .iter()
         .map(|t| group_bytes(spec, t, dtype))
         .fold(0, u64::saturating_add)
+}
+
+/// The weights as `engine` holds them on the GPU: the checkpoint's bytes, plus what vLLM's MXFP4
+/// MoE adds by padding the routed experts for its kernel. On CUDA cards below Blackwell (compute
+/// capability 8.x and 9.0, FlashInfer's MXFP4 path off by default) vLLM takes the Marlin backend,
+/// whose `create_weights` rounds each partition's expert width up to a multiple of 128 and the
+/// hidden size to a multiple of 256, and allocates w13/w2 (and their e8m0 scales) at those shapes
+/// (vllm 0.11.0, PyPI sdist: vllm/model_executor/layers/quantization/mxfp4.py `get_mxfp4_backend`,
+/// `Mxfp4MoEMethod.create_weights`; utils/marlin_utils_fp4.py `prepare_moe_fp4_layer_for_marlin`
+/// repacks them at the same size). `spec` is one rank's, so the width is the partition's.
+pub fn engine_weight_bytes(spec: &Spec, dtype: WeightDtype, engine: Engine) -> u64 {
+    let bytes = weight_bytes(spec, dtype);
+    if engine != Engine::Vllm || dtype != WeightDtype::Mxfp4 {
+        return bytes;
+    }
+    let padding = spec
+        .tensors()
+        .iter()
+        .filter_map(|t| marlin_mxfp4_padded(t).map(|p| (t, p)))
+        .map(|(t, p)| group_bytes(spec, &p, dtype).saturating_sub(group_bytes(spec, t, dtype)))
+        .fold(0, u64::saturating_add);
+    bytes.saturating_add(padding)
+}
+
+/// Marlin's MXFP4 MoE: `n % 256 == 0` and `k % 128 == 0` per GEMM, so the expert width
+/// (intermediate_size_per_partition) rounds up to 128 and the hidden size to 256.
+fn marlin_mxfp4_padded(t: &TensorGroup) -> Option<TensorGroup> {
+    const INTER: u64 = 128;
+    const HIDDEN: u64 = 256;
+    let up = |n: u64, m: u64| n.div_ceil(m).saturating_mul(m);
+    if !t.routed {
+        return None;
+    }
+    let mut p = *t;
+    match t.role {
+        Role::MlpGate | Role::MlpUp => {
+            p.rows = up(t.rows, INTER);
+            p.cols = up(t.cols, HIDDEN);
+        }
+        Role::MlpDown => {
+            p.rows = up(t.rows, HIDDEN);
+            p.cols = up(t.cols, INTER);
+        }
+        _ => return None,
+    }
+    Some(p)
 }
 
 type S = Saturating<u64>;
@@ -177,6 +224,42 @@ mod tests {
     fn preset(id: &str) -> Spec {
         let (id, json) = presets::find(id).unwrap();
         presets::load(id, json).unwrap()
+    }
+
+    #[test]
+    fn vllm_pads_gpt_oss_mxfp4_experts_for_marlin() {
+        let spec = preset("gpt-oss-120b");
+        let stored = weight_bytes(&spec, WeightDtype::Mxfp4);
+        let held = engine_weight_bytes(&spec, WeightDtype::Mxfp4, Engine::Vllm);
+        // gate and up [2880 → 2944, 2880 → 3072], down [2880 → 3072, 2880 → 2944]: each of the
+        // 36 × 128 expert matrices grows from 2880² to 2944 × 3072 values at 17/32 byte each.
+        let per_matrix =
+            (2944 * 3072 / 2 + 2944 * 3072 / 32) - (2880 * 2880 / 2 + 2880 * 2880 / 32);
+        assert_eq!(held - stored, 3 * 36 * 128 * per_matrix);
+        assert_eq!(held - stored, 5_504_827_392);
+        // vLLM's "Model loading took 64.4–66.0 GiB" on one H100 (vllm#23278, vllm#33155).
+        let gib = held as f64 / (1u64 << 30) as f64;
+        assert!((64.4..=66.0).contains(&gib), "{gib}");
+        // Other engines, and vLLM with the experts in another format, hold what is stored.
+        assert_eq!(
+            engine_weight_bytes(&spec, WeightDtype::Mxfp4, Engine::Transformers),
+            stored
+        );
+        assert_eq!(
+            engine_weight_bytes(&spec, WeightDtype::Bf16, Engine::Vllm),
+            weight_bytes(&spec, WeightDtype::Bf16)
+        );
+    }
+
+    #[test]
+    fn vllm_pads_each_tensor_parallel_partition_of_the_experts() {
+        // At TP 2 each rank's expert width is 1440, which Marlin rounds up to 1536.
+        let spec = crate::placement::vllm::rank_spec(&preset("gpt-oss-120b"), 2, true);
+        let stored = weight_bytes(&spec, WeightDtype::Mxfp4);
+        let held = engine_weight_bytes(&spec, WeightDtype::Mxfp4, Engine::Vllm);
+        let m = |n: u64| n / 2 + n / 32;
+        let per_matrix = m(1536 * 3072) - m(1440 * 2880);
+        assert_eq!(held - stored, 3 * 36 * 128 * per_matrix);
     }
 
     #[test]
