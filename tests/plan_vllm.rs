@@ -503,3 +503,35 @@ fn gpt_oss_120b_on_one_h100_holds_padded_mxfp4_experts_and_refuses_to_start() {
     let t = run(home.path(), &["plan", "-m", model, "--vram", "h100"]);
     assert!(t.stdout.contains("weights 60.8 GiB"), "{}", t.stdout);
 }
+
+/// An FP8 checkpoint's `ignored_layers` (what vLLM's `Fp8Config` reads) keeps those modules in
+/// bf16: Qwen3-235B-A22B in FP8 blocks at TP 4 holds 56.7 GiB a rank with its attention kept in
+/// bf16, 55.1 GiB with everything but embeddings, norms and router in fp8.
+#[test]
+fn fp8_ignored_layers_are_priced_bf16_per_rank_at_tp4() {
+    let home = temp();
+    let rank0 = |variant: &str| {
+        let model = format!(
+            "{}/tests/fixtures/fp8-ignored/{variant}/config.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let r = run(
+            home.path(),
+            &[
+                "plan", "-m", &model, "--engine", "vllm", "--vram", "4xh100", "--tp", "4",
+            ],
+        );
+        assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+        r.stdout
+            .lines()
+            .find(|l| l.contains("cuda:0"))
+            .unwrap_or_else(|| panic!("no cuda:0 row:\n{}", r.stdout))
+            .to_string()
+    };
+    let plain = rank0("plain");
+    let ignored = rank0("ignored");
+    assert!(plain.contains("┆ 55.1 GiB ┆"), "{plain}");
+    assert!(plain.contains("┆ 11.7 GiB ┆"), "{plain}");
+    assert!(ignored.contains("┆ 56.7 GiB ┆"), "{ignored}");
+    assert!(ignored.contains("┆ 10.2 GiB ┆"), "{ignored}");
+}

@@ -226,6 +226,30 @@ mod tests {
         presets::load(id, json).unwrap()
     }
 
+    fn fixture(name: &str) -> Spec {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/fp8-ignored")
+            .join(name)
+            .join("config.json");
+        let text = std::fs::read_to_string(&path).unwrap();
+        crate::model::config::parse_config(&text, &path, name).unwrap()
+    }
+
+    #[test]
+    fn fp8_ignored_layers_price_the_attention_in_bf16_per_rank() {
+        // Qwen3-235B-A22B in FP8 blocks of 128 × 128 at TP 4; `ignored_layers` keeps self_attn in
+        // bf16. One rank's attention: q and o 2048 × 4096 (16 × 32 blocks), k and v one KV head,
+        // 128 × 4096 (1 × 32 blocks). bf16 costs one more byte a weight, less the blocks' f32 scale.
+        let rank = |name: &str| {
+            let spec = crate::placement::vllm::rank_spec(&fixture(name), 4, true);
+            weight_bytes(&spec, spec.native_dtype)
+        };
+        let qo = 2048 * 4096 - 4 * 16 * 32;
+        let kv = 128 * 4096 - 4 * 32;
+        assert_eq!(rank("ignored") - rank("plain"), 94 * (2 * qo + 2 * kv));
+        assert_eq!(rank("ignored") - rank("plain"), 1_675_215_360);
+    }
+
     #[test]
     fn vllm_pads_gpt_oss_mxfp4_experts_for_marlin() {
         let spec = preset("gpt-oss-120b");

@@ -209,12 +209,16 @@ fn compressed_tensors(q: &Obj) -> Option<WeightDtype> {
     }
 }
 
-/// The roles named by `modules_to_not_convert`, `ignore`, `llm_int8_skip_modules` or
-/// `exclude_modules`. A pattern that names no role llm-oom tracks (one layer, say) is reported.
+/// The roles named by `modules_to_not_convert`, `ignored_layers`, `ignore`,
+/// `llm_int8_skip_modules` or `exclude_modules`. `ignored_layers` is what vLLM's `Fp8Config`
+/// reads first (falling back to `modules_to_not_convert`; vllm 0.11.0, PyPI sdist,
+/// vllm/model_executor/layers/quantization/fp8.py `Fp8Config.from_config`), and transformers'
+/// `FineGrainedFP8Config` takes it as `modules_to_not_convert`. A pattern that names no role llm-oom tracks (one layer, say) is reported.
 fn keep_dense(q: &Obj, notes: &mut Vec<String>) -> Vec<Role> {
     let mut roles = Vec::new();
     for key in [
         "modules_to_not_convert",
+        "ignored_layers",
         "ignore",
         "llm_int8_skip_modules",
         "exclude_modules",
@@ -249,7 +253,27 @@ fn roles_of(pattern: &str) -> Vec<Role> {
         out.push(Role::Embedding);
     }
     if p.contains("self_attn") || p.ends_with(".attn") || p.contains("attention") {
-        out.extend([Role::AttnQ, Role::AttnK, Role::AttnV, Role::AttnO]);
+        // A pattern naming one projection (MiMo's `model.layers.N.self_attn.o_proj`) keeps that
+        // one; else the whole attention.
+        let named: Vec<Role> = if p.contains("qkv_proj") {
+            vec![Role::AttnQ, Role::AttnK, Role::AttnV]
+        } else {
+            [
+                ("q_proj", Role::AttnQ),
+                ("k_proj", Role::AttnK),
+                ("v_proj", Role::AttnV),
+                ("o_proj", Role::AttnO),
+            ]
+            .into_iter()
+            .filter(|(name, _)| p.contains(name))
+            .map(|(_, r)| r)
+            .collect()
+        };
+        if named.is_empty() {
+            out.extend([Role::AttnQ, Role::AttnK, Role::AttnV, Role::AttnO]);
+        } else {
+            out.extend(named);
+        }
     }
     if p.contains("router")
         || p.ends_with("mlp.gate")
@@ -312,7 +336,38 @@ mod tests {
         assert_eq!(roles_of("re:.*shared_experts.*"), mlp);
         assert_eq!(roles_of(r"re:.*mlp\.(gate|up|gate_up|down)_proj.*"), mlp);
         assert!(roles_of("re:.*self_attn.*").contains(&Role::AttnK));
+        // One projection keeps that projection.
+        assert_eq!(roles_of("model.layers.0.self_attn.o_proj"), [Role::AttnO]);
+        assert_eq!(
+            roles_of("re:.*self_attn.qkv_proj"),
+            [Role::AttnQ, Role::AttnK, Role::AttnV]
+        );
         // One layer's module names no role apart.
         assert!(roles_of("model.layers.0.mlp.experts.3.up_proj").is_empty());
+    }
+
+    #[test]
+    fn vllms_ignored_layers_keep_attention_embeddings_and_router_dense() {
+        let mut notes = Vec::new();
+        let q = obj(r#"{"quant_method": "fp8", "weight_block_size": [128, 128],
+                "ignored_layers": ["lm_head", "model.embed_tokens", "re:.*self_attn.*",
+                                   "re:.*mlp.gate$"]}"#);
+        let roles = keep_dense(&q, &mut notes);
+        for r in [
+            Role::LmHead,
+            Role::Embedding,
+            Role::AttnQ,
+            Role::AttnK,
+            Role::AttnV,
+            Role::AttnO,
+            Role::Router,
+        ] {
+            assert!(roles.contains(&r), "{r:?} in {roles:?}");
+        }
+        assert!(!roles.contains(&Role::MlpUp), "{roles:?}");
+        assert!(notes.is_empty(), "{notes:?}");
+        // Without the list nothing is kept apart.
+        let plain = obj(r#"{"quant_method": "fp8", "weight_block_size": [128, 128]}"#);
+        assert!(keep_dense(&plain, &mut notes).is_empty());
     }
 }
