@@ -48,6 +48,7 @@ pub fn parse_config(text: &str, path: &Path, name: &str) -> Result<Spec, InputEr
         path,
     };
     let mut spec = reader.spec(name)?;
+    spec.images = super::images::read(&outer);
     if let Some((vision, depth)) = super::families::vision::qwen(&reader)? {
         let params = vision
             .iter()
@@ -420,6 +421,7 @@ impl Reader<'_> {
             layout: None,
             keep_dense,
             vision: Vec::new(),
+            images: None,
         })
     }
 
@@ -468,6 +470,7 @@ impl Reader<'_> {
             layout: Some(b.layout),
             keep_dense,
             vision: Vec::new(),
+            images: None,
         })
     }
 
