@@ -611,12 +611,6 @@ const FAMILIES: &[(&str, Family)] = &[
     ("qwen3", Family::Qwen3),
     ("qwen2_moe", Family::QwenMoe),
     ("qwen3_moe", Family::QwenMoe),
-    // Qwen2-VL / Qwen2.5-VL: the language model is qwen2's (top level in the published configs,
-    // `text_config` in transformers 5's); the vision tower is not counted.
-    ("qwen2_vl", Family::Qwen2),
-    ("qwen2_vl_text", Family::Qwen2),
-    ("qwen2_5_vl", Family::Qwen2),
-    ("qwen2_5_vl_text", Family::Qwen2),
     // Qwen3-VL: the language model in `text_config` is qwen3's / qwen3_moe's; the vision tower
     // is `families::vision`.
     ("qwen3_vl", Family::Qwen3),
@@ -644,6 +638,12 @@ const FAMILIES: &[(&str, Family)] = &[
     ("qwen3_5_moe_text", Family::Layout(Kind::Qwen35)),
     ("granitemoehybrid", Family::Layout(Kind::GraniteHybrid)),
     ("falcon_h1", Family::Layout(Kind::FalconH1)),
+    // Qwen2-VL / Qwen2.5-VL: the language model is qwen2's (top level in the published configs,
+    // `text_config` in transformers 5's); the vision tower is not counted.
+    ("qwen2_vl", Family::Qwen2),
+    ("qwen2_vl_text", Family::Qwen2),
+    ("qwen2_5_vl", Family::Qwen2),
+    ("qwen2_5_vl_text", Family::Qwen2),
 ];
 
 impl Family {
