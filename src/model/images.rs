@@ -221,19 +221,19 @@ pub fn smart_resize(
 ) -> (u64, u64) {
     let factor = factor.max(1);
     let (h, w) = (height.max(1), width.max(1));
-    let h_bar = round_half_even(h, factor) * factor;
-    let w_bar = round_half_even(w, factor) * factor;
+    let h_bar = round_half_even(h, factor).saturating_mul(factor);
+    let w_bar = round_half_even(w, factor).saturating_mul(factor);
     let (hf, wf, ff) = (h as f64, w as f64, factor as f64);
-    if h_bar * w_bar > max_pixels {
+    if h_bar.saturating_mul(w_bar) > max_pixels {
         let beta = (hf * wf / max_pixels as f64).sqrt();
-        let h_bar = factor.max(((hf / beta / ff).floor() as u64) * factor);
-        let w_bar = factor.max(((wf / beta / ff).floor() as u64) * factor);
+        let h_bar = factor.max(((hf / beta / ff).floor() as u64).saturating_mul(factor));
+        let w_bar = factor.max(((wf / beta / ff).floor() as u64).saturating_mul(factor));
         (h_bar, w_bar)
-    } else if h_bar * w_bar < min_pixels {
+    } else if h_bar.saturating_mul(w_bar) < min_pixels {
         let beta = (min_pixels as f64 / (hf * wf)).sqrt();
         (
-            ((hf * beta / ff).ceil() as u64) * factor,
-            ((wf * beta / ff).ceil() as u64) * factor,
+            ((hf * beta / ff).ceil() as u64).saturating_mul(factor),
+            ((wf * beta / ff).ceil() as u64).saturating_mul(factor),
         )
     } else {
         (h_bar, w_bar)
@@ -269,12 +269,12 @@ impl ImageInput {
                     // The most tokens the processor gives one image: max_pixels / factor², as a
                     // (factor·a) × (factor·b) image with a·b at most that.
                     None => {
-                        let cells = max_pixels / (factor * factor);
+                        let cells = max_pixels / factor.saturating_mul(factor);
                         let a = (1..=cells.isqrt().max(1))
                             .rev()
                             .find(|a| cells % a == 0)
                             .unwrap_or(1);
-                        (a * factor, (cells / a) * factor)
+                        (a.saturating_mul(factor), (cells / a).saturating_mul(factor))
                     }
                 };
                 let p = patch.max(1);
@@ -427,6 +427,24 @@ mod tests {
         let v: Value =
             serde_json::from_str(include_str!("../../presets/qwen2.5-7b-instruct.json")).unwrap();
         assert!(read(v.as_object().unwrap()).is_none());
+    }
+
+    #[test]
+    fn outlandish_configs_do_not_overflow() {
+        let huge = config(
+            r#"{"model_type":"qwen2_5_vl","vision_config":{"patch_size":1048576,"spatial_merge_size":1048576,"hidden_size":1048576,"intermediate_size":1048576,"num_heads":1048576}}"#,
+        );
+        for size in [None, Some((MAX_SIDE, MAX_SIDE)), Some((1, 200))] {
+            let c = huge.cost(size);
+            let _ = huge.encoder_bytes(&c, MAX_IMAGES * 1024, 4, true);
+        }
+        let g = config(
+            r#"{"model_type":"gemma3","vision_config":{"image_size":1048576,"patch_size":1,"num_attention_heads":1048576}}"#,
+        );
+        assert_eq!(
+            g.encoder_bytes(&g.cost(None), MAX_IMAGES, 4, true),
+            u64::MAX
+        );
     }
 
     #[test]
