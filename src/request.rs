@@ -155,6 +155,10 @@ pub struct DeploymentRequest {
     pub draft_model: Option<String>,
     /// `--num-speculative-tokens` [default: the engine's].
     pub speculative_tokens: Option<u64>,
+    /// `plan --images`: images in each request's prompt (0: none).
+    pub images: u64,
+    /// `--image-size` as (height, width) [default: the model's native size].
+    pub image_size: Option<(u64, u64)>,
 }
 
 impl DeploymentRequest {

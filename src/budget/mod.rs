@@ -108,6 +108,8 @@ pub struct Planner<'a> {
     runs: Runs,
     /// What sits beside the model on the card: LoRA adapters, a draft model.
     pub deployment: crate::estimate::deployment::Deployment<'a>,
+    /// The images in each prompt (`plan --images`): their encoder's activations.
+    pub images: Option<crate::model::images::ImageLoad>,
 }
 
 /// Past this many new tokens a replay is long (~3,000 events per token of a 7B): the allocator
@@ -123,6 +125,7 @@ impl<'a> Planner<'a> {
             measured: None,
             pool: false,
             deployment: Default::default(),
+            images: None,
             runs: Runs::default(),
         }
     }
@@ -146,6 +149,11 @@ impl<'a> Planner<'a> {
         deployment: crate::estimate::deployment::Deployment<'a>,
     ) -> Planner<'a> {
         Planner { deployment, ..self }
+    }
+
+    /// The same planner pricing the prompt's images.
+    pub fn with_images(self, images: Option<crate::model::images::ImageLoad>) -> Planner<'a> {
+        Planner { images, ..self }
     }
 
     /// The traced sequence for this workload, when the allocator model answers it.
@@ -211,6 +219,10 @@ impl<'a> Planner<'a> {
             None => crate::estimate::estimate_with_decode(self.spec, w, self.vram, extra),
         };
         crate::estimate::deployment::add(&mut e, self.spec, w, &self.deployment);
+        if let Some(images) = &self.images {
+            e.vision_encoder = images.encoder_bytes(w);
+            e.total = e.total.saturating_add(e.vision_encoder);
+        }
         e
     }
 

@@ -335,6 +335,14 @@ pub struct PlanArgs {
     /// card, 2,048 under 35 GiB]
     #[arg(long, allow_negative_numbers = true)]
     pub chunked_prefill_size: Option<i64>,
+    /// Images in each request's prompt (vision-language models, transformers): their tokens
+    /// join the prompt and the vision encoder's activations are priced
+    #[arg(long, allow_negative_numbers = true)]
+    pub images: Option<i64>,
+    /// The images' size, width x height in pixels (1024x768) [default: the model's native size;
+    /// Qwen-VL: the largest its processor keeps]
+    #[arg(long, requires = "images")]
+    pub image_size: Option<String>,
     /// LoRA adapters of this rank beside the model (vLLM: --max-lora-rank); training's optimizer
     /// state is not priced
     #[arg(long, allow_negative_numbers = true)]

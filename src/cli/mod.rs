@@ -357,6 +357,17 @@ fn deployment(a: &args::PlanArgs) -> Result<llm_oom::request::DeploymentRequest,
             .num_speculative_tokens
             .map(|k| within("--num-speculative-tokens", k, 1024))
             .transpose()?,
+        images: a
+            .images
+            .map(|n| within("--images", n, llm_oom::model::images::MAX_IMAGES))
+            .transpose()?
+            .unwrap_or(0),
+        image_size: a
+            .image_size
+            .as_deref()
+            .map(llm_oom::model::images::parse_size)
+            .transpose()
+            .map_err(InputError::Usage)?,
     })
 }
 

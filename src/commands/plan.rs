@@ -84,7 +84,27 @@ pub struct PlanReport {
     /// With `--lora-rank` or `--draft-model`: what runs beside the model, as planned.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deployment: Option<DeploymentFacts>,
+    /// With `--images`: the images' tokens and the encoder's input.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub images: Option<ImagesFacts>,
     pub notes: Vec<String>,
+}
+
+/// The images each prompt carries (`plan --images`), as the model's processor turns them into
+/// tokens.
+#[derive(Debug, Clone, Serialize)]
+pub struct ImagesFacts {
+    /// Images per request.
+    pub images: u64,
+    pub model_type: &'static str,
+    /// One image's size after the processor resizes it.
+    pub height: u64,
+    pub width: u64,
+    pub tokens_per_image: u64,
+    /// What the images add to each prompt (`workload.prompt_tokens` includes it).
+    pub prompt_tokens_added: u64,
+    /// The positions the vision encoder attends over, per image.
+    pub encoder_positions_per_image: u64,
 }
 
 /// The adapters and the draft model a plan priced.
@@ -225,6 +245,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         }
         w.kv_dtype = kv;
     }
+    let images = image_load(req, &spec, &mut w, &mut notes)?;
     notes.extend(past_context(&spec, &w));
     if spec.gguf.is_some() && !matches!(req.engine, Engine::LlamaCpp | Engine::Candle) {
         notes.push(format!(
@@ -254,7 +275,9 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         }),
     };
     notes.extend(deployment_notes(&spec, &w, &deployment));
-    let planner = Planner::new(&spec, device.vram_bytes).with_deployment(deployment);
+    let planner = Planner::new(&spec, device.vram_bytes)
+        .with_deployment(deployment)
+        .with_images(images);
     let planner = if req.exact {
         planner.with_pool()
     } else {
@@ -545,8 +568,93 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         llama_server,
         derived,
         deployment: DeploymentFacts::of(&spec, req.engine, &deployment),
+        images: images.map(|l| ImagesFacts {
+            images: l.per_request,
+            model_type: l.input.model_type,
+            height: l.cost.height,
+            width: l.cost.width,
+            tokens_per_image: l.cost.tokens,
+            prompt_tokens_added: l.tokens(),
+            encoder_positions_per_image: l.cost.encoder_positions,
+        }),
         notes,
     })
+}
+
+/// `plan --images`: the prompt grows by the images' tokens (the model's processor rule), and the
+/// planner prices the vision encoder's activations. One line and exit 2 for a text-only model, a
+/// family whose rule is not known, or an engine other than transformers.
+fn image_load(
+    req: &PlanRequest,
+    spec: &crate::model::Spec,
+    w: &mut Workload,
+    notes: &mut Vec<String>,
+) -> Result<Option<crate::model::images::ImageLoad>> {
+    let n = req.deployment.images;
+    if n == 0 {
+        return Ok(None);
+    }
+    let Some(input) = spec.images else {
+        let why = if spec.vision.is_empty() && !spec.notes.iter().any(|s| s.contains("vision")) {
+            "is a text-only model"
+        } else {
+            "is multimodal, but its image rule is not known (Gemma-3, Qwen2-VL, Qwen2.5-VL and LLaVA are)"
+        };
+        return Err(InputError::Usage(format!(
+            "--images: {} {why}; leave --images out",
+            spec.name
+        ))
+        .into());
+    };
+    if !matches!(req.engine, Engine::Transformers | Engine::TransformersEager) {
+        return Err(InputError::Usage(format!(
+            "--images is planned for transformers (its processor and vision encoder); {} sizes \
+             its encoder cache otherwise: leave --images out or add --engine transformers",
+            req.engine
+        ))
+        .into());
+    }
+    if req.exact {
+        return Err(InputError::Usage(
+            "--images is not in --exact's replayed sequence; leave one of them out".into(),
+        )
+        .into());
+    }
+    let cost = input.cost(req.deployment.image_size);
+    let load = crate::model::images::ImageLoad {
+        input,
+        cost,
+        per_request: n,
+    };
+    let text = w.prompt_tokens;
+    w.prompt_tokens = text.saturating_add(load.tokens());
+    crate::limits::flag("--images", w.prompt_tokens)?;
+    let size = match (input.rule, req.deployment.image_size) {
+        (crate::model::images::TokenRule::Dynamic { .. }, None) => {
+            "the largest the processor keeps, ".to_string()
+        }
+        (crate::model::images::TokenRule::Fixed { .. }, Some(_)) => {
+            "resized by the processor to ".to_string()
+        }
+        _ => String::new(),
+    };
+    notes.push(format!(
+        "--images {n}: each image is {size}{}x{} px, {} tokens ({}); the prompt is {} text + {} \
+         image tokens = {} tokens",
+        cost.width,
+        cost.height,
+        crate::units::group(cost.tokens),
+        match input.rule {
+            crate::model::images::TokenRule::Fixed { .. } =>
+                "a fixed count per image, as the processor expands it",
+            crate::model::images::TokenRule::Dynamic { .. } =>
+                "smart_resize to multiples of patch × merge, then one token per merged patch",
+        },
+        crate::units::group(text),
+        crate::units::group(load.tokens()),
+        crate::units::group(w.prompt_tokens)
+    ));
+    Ok(Some(load))
 }
 
 /// The model as `--model` names it; with `--python`, also as transformers builds it on the meta

@@ -90,6 +90,11 @@ pub struct Estimate {
     /// The draft model's KV cache for the same tokens and sequences.
     #[serde(skip_serializing_if = "is_zero")]
     pub draft_kv_cache: u64,
+    /// The vision encoder's activations for the prompt's images (`plan --images`), counted beside
+    /// the prefill's: the tower runs in the same first forward and PyTorch's caching allocator
+    /// keeps its blocks.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub vision_encoder: u64,
     pub total: u64,
     pub peak_phase: Phase,
 }
@@ -209,6 +214,7 @@ pub fn estimate_with_decode(spec: &Spec, w: &Workload, vram: u64, decode_extra: 
         adapters: 0,
         draft_weights: 0,
         draft_kv_cache: 0,
+        vision_encoder: 0,
         total: [kv_cache, activations, allocator, runtime, margin]
             .into_iter()
             .fold(weights, u64::saturating_add),

@@ -48,6 +48,7 @@ pub fn parse_config(text: &str, path: &Path, name: &str) -> Result<Spec, InputEr
         path,
     };
     let mut spec = reader.spec(name)?;
+    spec.images = super::images::read(&outer);
     if let Some((vision, depth)) = super::families::vision::qwen(&reader)? {
         let params = vision
             .iter()
@@ -420,6 +421,7 @@ impl Reader<'_> {
             layout: None,
             keep_dense,
             vision: Vec::new(),
+            images: None,
         })
     }
 
@@ -468,6 +470,7 @@ impl Reader<'_> {
             layout: Some(b.layout),
             keep_dense,
             vision: Vec::new(),
+            images: None,
         })
     }
 
@@ -635,6 +638,12 @@ const FAMILIES: &[(&str, Family)] = &[
     ("qwen3_5_moe_text", Family::Layout(Kind::Qwen35)),
     ("granitemoehybrid", Family::Layout(Kind::GraniteHybrid)),
     ("falcon_h1", Family::Layout(Kind::FalconH1)),
+    // Qwen2-VL / Qwen2.5-VL: the language model is qwen2's (top level in the published configs,
+    // `text_config` in transformers 5's); the vision tower is not counted.
+    ("qwen2_vl", Family::Qwen2),
+    ("qwen2_vl_text", Family::Qwen2),
+    ("qwen2_5_vl", Family::Qwen2),
+    ("qwen2_5_vl_text", Family::Qwen2),
 ];
 
 impl Family {

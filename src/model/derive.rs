@@ -455,6 +455,7 @@ impl Derived {
             layout: Some(layout),
             keep_dense: base.keep_dense,
             vision: Vec::new(),
+            images: None,
         })
     }
 }

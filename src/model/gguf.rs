@@ -335,6 +335,7 @@ fn spec_from_content(c: &Content, path: &Path, name: &str) -> Result<Spec, Input
         layout: None,
         keep_dense: Vec::new(),
         vision: Vec::new(),
+        images: None,
     })
 }
 

@@ -7,6 +7,7 @@ pub mod facts;
 pub mod families;
 pub mod gguf;
 pub mod guard;
+pub mod images;
 pub mod layout;
 pub mod ollama_tags;
 pub mod presets;

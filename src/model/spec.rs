@@ -64,6 +64,10 @@ pub struct Spec {
     /// counted by `tensors()` after the language model's.
     #[serde(skip)]
     pub vision: Vec<TensorGroup>,
+    /// What an image costs a vision-language model (`plan --images`): its token rule and its
+    /// encoder's shape; `None` for a text-only model or a family whose rule is not known.
+    #[serde(skip)]
+    pub images: Option<super::images::ImageInput>,
 }
 
 /// Facts that change a model's outputs but not its memory.

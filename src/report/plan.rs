@@ -140,6 +140,7 @@ fn text(r: &PlanReport, style: &Style) -> String {
         ("LoRA adapters", c.adapters),
         ("draft weights", c.draft_weights),
         ("draft KV cache", c.draft_kv_cache),
+        ("vision encoder", c.vision_encoder),
     ]
     .into_iter()
     .filter(|&(name, b)| b > 0 || !deployment_row(name))
@@ -332,6 +333,7 @@ fn markdown(r: &PlanReport) -> String {
         ("LoRA adapters", c.adapters),
         ("draft weights", c.draft_weights),
         ("draft KV cache", c.draft_kv_cache),
+        ("vision encoder", c.vision_encoder),
         ("**total**", c.total),
     ]
     .into_iter()
@@ -397,5 +399,8 @@ fn markdown(r: &PlanReport) -> String {
 
 /// The rows a plan shows only when the deployment has them (adapters, a draft).
 fn deployment_row(name: &str) -> bool {
-    matches!(name, "LoRA adapters" | "draft weights" | "draft KV cache")
+    matches!(
+        name,
+        "LoRA adapters" | "draft weights" | "draft KV cache" | "vision encoder"
+    )
 }

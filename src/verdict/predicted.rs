@@ -63,6 +63,7 @@ pub fn verdict(planner: &Planner, w: &Workload, est: &Estimate) -> Verdict {
         ("LoRA adapters", est.adapters),
         ("draft model's weights", est.draft_weights),
         ("draft model's KV cache", est.draft_kv_cache),
+        ("vision encoder's activations", est.vision_encoder),
     ] {
         if bytes > 0 {
             evidence.push(Evidence::bytes(format!("{what}: {}", Bytes(bytes)), bytes));

@@ -1,0 +1,457 @@
+//! What an image costs a vision-language model in transformers: the tokens it adds to the prompt
+//! (each model's processor rule) and the vision encoder's activations while it is encoded.
+//!
+//! The rules, from transformers 5.17.0:
+//! - Gemma-3 (`models/gemma3/processing_gemma3.py`, `Gemma3Processor`): every image becomes
+//!   `image_seq_length` image tokens (the config's `mm_tokens_per_image`, 256), whatever its
+//!   size: `Gemma3ImageProcessor` resizes it to the SigLIP's `image_size` (896), whose
+//!   (896/14)² = 4,096 patches are pooled to 256. The `<start_of_image>` / `<end_of_image>` and
+//!   blank lines around them are the prompt's own text, not counted here.
+//! - Qwen2-VL / Qwen2.5-VL (`models/qwen2_vl/image_processing_qwen2_vl.py`, `smart_resize`):
+//!   the image is resized to multiples of patch × merge (14 × 2 = 28), its pixels kept within
+//!   `min_pixels` 56 × 56 and `max_pixels` 28 × 28 × 1280; it then has (H/14)·(W/14) patches,
+//!   merged 2 × 2 into (H/28)·(W/28) tokens.
+//! - LLaVA (`models/llava/processing_llava.py`): (image_size / patch_size)² tokens, 576 for
+//!   336/14 (the CLS token is dropped by the `default` feature select strategy).
+//!
+//! The encoder (`models/siglip/modeling_siglip.py`, `models/qwen2_5_vl/modeling_qwen2_5_vl.py`,
+//! `models/clip/modeling_clip.py`): a ViT over the image's patches. Its largest moment is one
+//! block's attention (the residual stream, q, k, v and, in eager, the score matrix heads × S × S
+//! in the compute dtype beside its float32 softmax) or its MLP (the residual stream, the normed
+//! input and two intermediate-wide tensors). SigLIP and CLIP run the images as one batch, so
+//! eager holds every image's scores at once; Qwen2.5-VL's attention splits the patches by
+//! `cu_seqlens` and attends one image (or window) at a time.
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+/// How a model turns an image into prompt tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "rule")]
+pub enum TokenRule {
+    /// The same tokens for every image (Gemma-3, LLaVA): the processor resizes to one size.
+    Fixed { tokens: u64 },
+    /// Qwen2-VL's `smart_resize`: tokens follow the image's size.
+    Dynamic {
+        patch: u64,
+        merge: u64,
+        min_pixels: u64,
+        max_pixels: u64,
+    },
+}
+
+/// A vision-language model's image input: its token rule and its encoder's shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ImageInput {
+    /// `gemma3`, `qwen2_5_vl`, `qwen2_vl`, `llava`.
+    pub model_type: &'static str,
+    pub rule: TokenRule,
+    /// The size the processor resizes to (fixed rules); `None` for a dynamic rule.
+    pub native: Option<(u64, u64)>,
+    pub patch: u64,
+    pub hidden: u64,
+    pub heads: u64,
+    pub intermediate: u64,
+    /// Extra positions beside the patches (CLIP's CLS token).
+    pub extra_positions: u64,
+    /// Every image's attention at once (SigLIP, CLIP), or one image at a time (Qwen).
+    pub batched_attention: bool,
+}
+
+/// One image as the processor sees it: its size after resizing, its patches and its tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ImageCost {
+    pub height: u64,
+    pub width: u64,
+    /// Positions the encoder attends over (patches, plus CLIP's CLS).
+    pub encoder_positions: u64,
+    /// Tokens the image adds to the language model's prompt.
+    pub tokens: u64,
+}
+
+/// `--images` as planned: the model's rule, one image's cost and the images per request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageLoad {
+    pub input: ImageInput,
+    pub cost: ImageCost,
+    pub per_request: u64,
+}
+
+impl ImageLoad {
+    /// Tokens the images add to each prompt.
+    pub fn tokens(&self) -> u64 {
+        self.per_request.saturating_mul(self.cost.tokens)
+    }
+
+    /// The encoder's peak for `w`: transformers encodes every sequence's images in the prefill's
+    /// first forward; eager holds the score matrix.
+    pub fn encoder_bytes(&self, w: &crate::estimate::Workload) -> u64 {
+        use crate::estimate::Engine;
+        let eager = w.engine == Engine::TransformersEager;
+        let d = w
+            .weight_dtype
+            .compute_kv_dtype()
+            .elem_bytes()
+            .as_f64()
+            .ceil() as u64;
+        self.input.encoder_bytes(
+            &self.cost,
+            self.per_request.saturating_mul(w.batch),
+            d.max(1),
+            eager,
+        )
+    }
+}
+
+/// The most images `--images` takes per request.
+pub const MAX_IMAGES: u64 = 4096;
+
+/// The largest side `--image-size` takes.
+pub const MAX_SIDE: u64 = 1 << 16;
+
+fn field(v: &Map<String, Value>, key: &str, default: u64) -> u64 {
+    v.get(key)
+        .and_then(Value::as_u64)
+        .filter(|&n| n > 0 && n <= 1 << 20)
+        .unwrap_or(default)
+}
+
+/// The image input of a config.json's top level, for the families whose rule is known;
+/// `None` for a text-only model or a family not covered.
+pub fn read(outer: &Map<String, Value>) -> Option<ImageInput> {
+    let model_type = outer.get("model_type").and_then(Value::as_str)?;
+    let empty = Map::new();
+    let v = match outer.get("vision_config") {
+        Some(Value::Object(o)) => o,
+        _ => &empty,
+    };
+    match model_type {
+        // Gemma3Config / SiglipVisionConfig as Gemma-3 ships it.
+        "gemma3" => {
+            let size = field(v, "image_size", 896);
+            Some(ImageInput {
+                model_type: "gemma3",
+                rule: TokenRule::Fixed {
+                    tokens: field(outer, "mm_tokens_per_image", 256),
+                },
+                native: Some((size, size)),
+                patch: field(v, "patch_size", 14),
+                hidden: field(v, "hidden_size", 1152),
+                heads: field(v, "num_attention_heads", 16),
+                intermediate: field(v, "intermediate_size", 4304),
+                extra_positions: 0,
+                batched_attention: true,
+            })
+        }
+        // Qwen2_5_VLVisionConfig (hidden_size 1280 in the published configs; the class default
+        // is 3584) and Qwen2-VL's (embed_dim, mlp_ratio 4).
+        "qwen2_5_vl" | "qwen2_vl" => {
+            let qwen2 = model_type == "qwen2_vl";
+            let hidden = if qwen2 {
+                field(v, "embed_dim", 1280)
+            } else {
+                field(v, "hidden_size", 1280)
+            };
+            let intermediate = if qwen2 {
+                hidden.saturating_mul(field(v, "mlp_ratio", 4))
+            } else {
+                field(v, "intermediate_size", 3420)
+            };
+            let patch = field(v, "patch_size", 14);
+            let merge = field(v, "spatial_merge_size", 2);
+            Some(ImageInput {
+                model_type: if qwen2 { "qwen2_vl" } else { "qwen2_5_vl" },
+                rule: TokenRule::Dynamic {
+                    patch,
+                    merge,
+                    min_pixels: 56 * 56,
+                    max_pixels: 28 * 28 * 1280,
+                },
+                native: None,
+                patch,
+                hidden,
+                heads: field(v, "num_heads", 16),
+                intermediate,
+                extra_positions: 0,
+                batched_attention: false,
+            })
+        }
+        // LlavaConfig's CLIPVisionConfig (336/14 for llava-1.5).
+        "llava" => {
+            let size = field(v, "image_size", 336);
+            let patch = field(v, "patch_size", 14);
+            let side = size / patch.max(1);
+            Some(ImageInput {
+                model_type: "llava",
+                rule: TokenRule::Fixed {
+                    tokens: side.saturating_mul(side),
+                },
+                native: Some((size, size)),
+                patch,
+                hidden: field(v, "hidden_size", 1024),
+                heads: field(v, "num_attention_heads", 16),
+                intermediate: field(v, "intermediate_size", 4096),
+                extra_positions: 1,
+                batched_attention: true,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Python's `round(n / d)` for integers: half to even, as `smart_resize` rounds.
+fn round_half_even(n: u64, d: u64) -> u64 {
+    let (q, r) = (n / d, n % d);
+    match (2 * r).cmp(&d) {
+        std::cmp::Ordering::Greater => q + 1,
+        std::cmp::Ordering::Equal => q + (q & 1),
+        std::cmp::Ordering::Less => q,
+    }
+}
+
+/// transformers' `smart_resize` (`models/qwen2_vl/image_processing_qwen2_vl.py`, 5.17.0):
+/// (height, width) resized to multiples of `factor` with min_pixels ≤ H·W ≤ max_pixels.
+/// `height` and `width` are 1..=`MAX_SIDE`.
+pub fn smart_resize(
+    height: u64,
+    width: u64,
+    factor: u64,
+    min_pixels: u64,
+    max_pixels: u64,
+) -> (u64, u64) {
+    let factor = factor.max(1);
+    let (h, w) = (height.max(1), width.max(1));
+    let h_bar = round_half_even(h, factor).saturating_mul(factor);
+    let w_bar = round_half_even(w, factor).saturating_mul(factor);
+    let (hf, wf, ff) = (h as f64, w as f64, factor as f64);
+    if h_bar.saturating_mul(w_bar) > max_pixels {
+        let beta = (hf * wf / max_pixels as f64).sqrt();
+        let h_bar = factor.max(((hf / beta / ff).floor() as u64).saturating_mul(factor));
+        let w_bar = factor.max(((wf / beta / ff).floor() as u64).saturating_mul(factor));
+        (h_bar, w_bar)
+    } else if h_bar.saturating_mul(w_bar) < min_pixels {
+        let beta = (min_pixels as f64 / (hf * wf)).sqrt();
+        (
+            ((hf * beta / ff).ceil() as u64).saturating_mul(factor),
+            ((wf * beta / ff).ceil() as u64).saturating_mul(factor),
+        )
+    } else {
+        (h_bar, w_bar)
+    }
+}
+
+impl ImageInput {
+    /// One image of `size` (height, width; `None`: the native size, or for a dynamic rule the
+    /// largest image the processor keeps, `max_pixels`).
+    pub fn cost(&self, size: Option<(u64, u64)>) -> ImageCost {
+        match self.rule {
+            TokenRule::Fixed { tokens } => {
+                let (h, w) = self.native.unwrap_or((0, 0));
+                let p = self.patch.max(1);
+                ImageCost {
+                    height: h,
+                    width: w,
+                    encoder_positions: (h / p)
+                        .saturating_mul(w / p)
+                        .saturating_add(self.extra_positions),
+                    tokens,
+                }
+            }
+            TokenRule::Dynamic {
+                patch,
+                merge,
+                min_pixels,
+                max_pixels,
+            } => {
+                let factor = patch.saturating_mul(merge).max(1);
+                let (h, w) = match size {
+                    Some((h, w)) => smart_resize(h, w, factor, min_pixels, max_pixels),
+                    // The most tokens the processor gives one image: max_pixels / factor², as a
+                    // (factor·a) × (factor·b) image with a·b at most that.
+                    None => {
+                        let cells = max_pixels / factor.saturating_mul(factor);
+                        let a = (1..=cells.isqrt().max(1))
+                            .rev()
+                            .find(|a| cells % a == 0)
+                            .unwrap_or(1);
+                        (a.saturating_mul(factor), (cells / a).saturating_mul(factor))
+                    }
+                };
+                let p = patch.max(1);
+                let m = merge.max(1);
+                ImageCost {
+                    height: h,
+                    width: w,
+                    encoder_positions: (h / p).saturating_mul(w / p),
+                    tokens: (h / p / m).saturating_mul(w / p / m),
+                }
+            }
+        }
+    }
+
+    /// The vision encoder's peak transient bytes for `images` images of `cost` at once, in a
+    /// compute dtype of `d` bytes; `eager` holds the attention's score matrix.
+    pub fn encoder_bytes(&self, cost: &ImageCost, images: u64, d: u64, eager: bool) -> u64 {
+        let s = cost.encoder_positions;
+        let stream = images.saturating_mul(s).saturating_mul(self.hidden);
+        let scores = if eager {
+            let at_once = if self.batched_attention { images } else { 1 };
+            // the scores in the compute dtype and their float32 softmax
+            at_once
+                .saturating_mul(self.heads)
+                .saturating_mul(s.saturating_mul(s))
+                .saturating_mul(d.saturating_add(4))
+        } else {
+            0
+        };
+        let attention = stream
+            .saturating_mul(4)
+            .saturating_mul(d)
+            .saturating_add(scores);
+        let mlp = stream.saturating_mul(2).saturating_mul(d).saturating_add(
+            images
+                .saturating_mul(s)
+                .saturating_mul(self.intermediate)
+                .saturating_mul(2)
+                .saturating_mul(d),
+        );
+        attention.max(mlp)
+    }
+}
+
+/// `--image-size WxH` (width × height, as image tools say it): (height, width).
+pub fn parse_size(s: &str) -> Result<(u64, u64), String> {
+    let bad = || {
+        format!(
+            "--image-size {s}: give width x height in pixels, e.g. 1024x768 (each 1 to {MAX_SIDE})"
+        )
+    };
+    let (w, h) = s.trim().split_once(['x', 'X', '×']).ok_or_else(bad)?;
+    let side = |t: &str| {
+        t.trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|&n| (1..=MAX_SIDE).contains(&n))
+    };
+    match (side(w), side(h)) {
+        (Some(w), Some(h)) if w.max(h) / w.min(h) <= 200 => Ok((h, w)),
+        (Some(_), Some(_)) => Err(format!(
+            "--image-size {s}: the processor refuses an aspect ratio past 200:1"
+        )),
+        _ => Err(bad()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str) -> ImageInput {
+        let v: Value = serde_json::from_str(text).unwrap();
+        read(v.as_object().unwrap()).unwrap()
+    }
+
+    fn gemma3() -> ImageInput {
+        config(include_str!("../../presets/gemma-3-27b-it.json"))
+    }
+
+    fn qwen25() -> ImageInput {
+        config(
+            r#"{"model_type":"qwen2_5_vl","vision_config":{"hidden_size":1280,"intermediate_size":3420,"num_heads":16,"patch_size":14,"spatial_merge_size":2,"out_hidden_size":3584}}"#,
+        )
+    }
+
+    #[test]
+    fn gemma3_gives_256_tokens_an_image_whatever_its_size() {
+        let g = gemma3();
+        let c = g.cost(Some((1024, 1024)));
+        assert_eq!(c.tokens, 256);
+        // 4 images: 4 × 256 = 1,024 prompt tokens
+        assert_eq!(4 * c.tokens, 1024);
+        // SigLIP at 896 px, 14 px patches: 64 × 64 = 4,096 positions
+        assert_eq!(c.encoder_positions, 4096);
+        assert_eq!((c.height, c.width), (896, 896));
+    }
+
+    #[test]
+    fn qwen_resizes_as_smart_resize_does() {
+        // 1024 / 28 = 36.57 → 37 → 1036; 1036² = 1,073,296 > 1,003,520 (28·28·1280), so
+        // beta = sqrt(1024² / 1,003,520) = 1.02220, 1024 / 1.02220 / 28 = 35.78 → 35 → 980.
+        assert_eq!(smart_resize(1024, 1024, 28, 3136, 1_003_520), (980, 980));
+        let c = qwen25().cost(Some((1024, 1024)));
+        // 980 / 14 = 70 patches a side, 4,900 patches; merged 2 × 2: 35 × 35 = 1,225 tokens
+        assert_eq!((c.encoder_positions, c.tokens), (4900, 1225));
+        // 448 × 448 stays (16 × 16 tokens); 10 × 10 grows to min_pixels: 56 × 56, 4 tokens
+        assert_eq!(qwen25().cost(Some((448, 448))).tokens, 256);
+        assert_eq!(smart_resize(10, 10, 28, 3136, 1_003_520), (56, 56));
+        // half to even: 42 / 28 = 1.5 → 2, 14 / 28 = 0.5 → 0 (then min_pixels lifts it)
+        assert_eq!(round_half_even(42, 28), 2);
+        assert_eq!(round_half_even(14, 28), 0);
+        // no size: the most the processor keeps, 1,280 tokens
+        let most = qwen25().cost(None);
+        assert_eq!(most.tokens, 1280);
+        assert!(most.height * most.width <= 1_003_520);
+    }
+
+    #[test]
+    fn llava_gives_576_tokens() {
+        let l = config(
+            r#"{"model_type":"llava","vision_config":{"image_size":336,"patch_size":14,"hidden_size":1024}}"#,
+        );
+        let c = l.cost(None);
+        assert_eq!((c.tokens, c.encoder_positions), (576, 577));
+    }
+
+    #[test]
+    fn eager_holds_every_siglip_images_scores() {
+        let g = gemma3();
+        let c = g.cost(None);
+        // 4 images × 16 heads × 4096² × (2 + 4) bytes = 6 GiB
+        let eager = g.encoder_bytes(&c, 4, 2, true);
+        assert_eq!(eager, 4 * 4096 * 1152 * 4 * 2 + 4 * 16 * 4096 * 4096 * 6);
+        // SDPA: the MLP's 4 × 4096 × 4304 × 2 intermediate tensors
+        let sdpa = g.encoder_bytes(&c, 4, 2, false);
+        assert_eq!(sdpa, 4 * 4096 * 1152 * 2 * 2 + 4 * 4096 * 4304 * 2 * 2);
+        // Qwen attends one image at a time: 2 images of 4,900 patches, one image's scores
+        let q = qwen25();
+        let qc = q.cost(Some((1024, 1024)));
+        assert_eq!(
+            q.encoder_bytes(&qc, 2, 2, true),
+            2 * 4900 * 1280 * 4 * 2 + 16 * 4900 * 4900 * 6
+        );
+        assert_eq!(q.encoder_bytes(&qc, 2, 2, true), 2_405_312_000);
+    }
+
+    #[test]
+    fn text_models_have_no_image_input() {
+        let v: Value =
+            serde_json::from_str(include_str!("../../presets/qwen2.5-7b-instruct.json")).unwrap();
+        assert!(read(v.as_object().unwrap()).is_none());
+    }
+
+    #[test]
+    fn outlandish_configs_do_not_overflow() {
+        let huge = config(
+            r#"{"model_type":"qwen2_5_vl","vision_config":{"patch_size":1048576,"spatial_merge_size":1048576,"hidden_size":1048576,"intermediate_size":1048576,"num_heads":1048576}}"#,
+        );
+        for size in [None, Some((MAX_SIDE, MAX_SIDE)), Some((1, 200))] {
+            let c = huge.cost(size);
+            let _ = huge.encoder_bytes(&c, MAX_IMAGES * 1024, 4, true);
+        }
+        let g = config(
+            r#"{"model_type":"gemma3","vision_config":{"image_size":1048576,"patch_size":1,"num_attention_heads":1048576}}"#,
+        );
+        assert_eq!(
+            g.encoder_bytes(&g.cost(None), MAX_IMAGES, 4, true),
+            u64::MAX
+        );
+    }
+
+    #[test]
+    fn image_size_is_width_by_height() {
+        assert_eq!(parse_size("1024x768"), Ok((768, 1024)));
+        assert!(parse_size("0x5").is_err());
+        assert!(parse_size("big").is_err());
+        assert!(parse_size("1x1000").is_err());
+    }
+}

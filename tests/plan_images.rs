@@ -1,0 +1,255 @@
+//! `plan --images`: the images' tokens join the prompt by the model's processor rule, and the
+//! vision encoder's activations are their own component, in the table, the JSON and the total.
+
+mod util;
+
+use util::{json, run, temp, write};
+
+const GEMMA3: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/presets/gemma-3-27b-it.json");
+const TEXT_ONLY: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/presets/qwen2.5-7b-instruct.json"
+);
+
+/// Qwen/Qwen2.5-VL-7B-Instruct's config.json (its language model is qwen2's).
+const QWEN25_VL: &str = r#"{"architectures":["Qwen2_5_VLForConditionalGeneration"],"hidden_act":"silu",
+"hidden_size":3584,"intermediate_size":18944,"max_position_embeddings":128000,"max_window_layers":28,
+"model_type":"qwen2_5_vl","num_attention_heads":28,"num_hidden_layers":28,"num_key_value_heads":4,
+"rms_norm_eps":1e-06,"rope_theta":1000000.0,"sliding_window":32768,"tie_word_embeddings":false,
+"torch_dtype":"bfloat16","use_sliding_window":false,"vocab_size":152064,
+"rope_scaling":{"type":"mrope","mrope_section":[16,24,24]},
+"vision_config":{"depth":32,"hidden_act":"silu","hidden_size":1280,"intermediate_size":3420,
+"num_heads":16,"in_chans":3,"out_hidden_size":3584,"patch_size":14,"spatial_merge_size":2,
+"spatial_patch_size":14,"window_size":112,"fullatt_block_indexes":[7,15,23,31],
+"tokens_per_second":2,"temporal_patch_size":2}}"#;
+
+#[test]
+fn gemma3_four_images_add_1024_tokens_and_a_vision_encoder_row() {
+    let home = temp();
+    let args = ["plan", "-m", GEMMA3, "--images", "4", "--vram", "24GB"];
+    let r = run(home.path(), &args);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout
+            .contains("Workload  3,072 prompt + 256 new tokens × 1 sequence"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains("│ vision encoder ┆  341 MiB"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains(
+            "--images 4: each image is 896x896 px, 256 tokens (a fixed count per image, as the \
+             processor expands it); the prompt is 2,048 text + 1,024 image tokens = 3,072 tokens"
+        ),
+        "{}",
+        r.stdout
+    );
+
+    let mut with_json = args.to_vec();
+    with_json.push("--json");
+    let j = json(&run(home.path(), &with_json).stdout);
+    assert_eq!(j["workload"]["prompt_tokens"], 3072);
+    assert_eq!(j["images"]["images"], 4);
+    assert_eq!(j["images"]["tokens_per_image"], 256);
+    assert_eq!(j["images"]["prompt_tokens_added"], 1024);
+    assert_eq!(j["images"]["encoder_positions_per_image"], 4096);
+    // SDPA: 4 images × 4,096 patches × (1,152 × 2 + 4,304 × 2) bf16 values
+    let encoder = 4 * 4096 * (1152 * 2 + 4304 * 2) * 2;
+    assert_eq!(j["components"]["vision_encoder"], encoder);
+    let c = &j["components"];
+    let parts = [
+        "weights",
+        "kv_cache",
+        "activations",
+        "allocator",
+        "runtime",
+        "margin",
+        "vision_encoder",
+    ]
+    .iter()
+    .map(|k| c[k].as_u64().unwrap())
+    .sum::<u64>();
+    assert_eq!(c["total"].as_u64().unwrap(), parts);
+
+    // Without --images: the same plan has no vision row and 2,048 prompt tokens.
+    let plain = json(
+        &run(
+            home.path(),
+            &["plan", "-m", GEMMA3, "--vram", "24GB", "--json"],
+        )
+        .stdout,
+    );
+    assert_eq!(plain["workload"]["prompt_tokens"], 2048);
+    assert!(plain["components"].get("vision_encoder").is_none());
+    assert!(plain.get("images").is_none());
+}
+
+#[test]
+fn qwen25_vl_resizes_1024_square_to_980_and_eager_holds_one_images_scores() {
+    let home = temp();
+    let cfg = write(&home.path().join("qwen25vl/config.json"), QWEN25_VL);
+    let cfg = cfg.to_str().unwrap();
+    let base = [
+        "plan",
+        "-m",
+        cfg,
+        "--images",
+        "2",
+        "--image-size",
+        "1024x1024",
+        "--vram",
+        "80GB",
+        "--json",
+    ];
+    let sdpa = json(&run(home.path(), &base).stdout);
+    // smart_resize: 1024 → 980 (35 × 28); 70 × 70 patches, 35 × 35 = 1,225 tokens an image
+    assert_eq!(sdpa["images"]["height"], 980);
+    assert_eq!(sdpa["images"]["tokens_per_image"], 1225);
+    assert_eq!(sdpa["workload"]["prompt_tokens"], 2048 + 2 * 1225);
+    // the MLP: 2 × 4,900 patches × (1,280 × 2 + 3,420 × 2) bf16 values
+    assert_eq!(sdpa["components"]["vision_encoder"], 184_240_000u64);
+
+    let mut eager_args = base.to_vec();
+    eager_args.extend(["--engine", "transformers-eager"]);
+    let eager = json(&run(home.path(), &eager_args).stdout);
+    // 16 heads × 4,900² scores of one image in bf16 beside their f32 softmax, with the
+    // residual, q, k and v of both images
+    assert_eq!(
+        eager["components"]["vision_encoder"],
+        16u64 * 4900 * 4900 * 6 + 2 * 4900 * 1280 * 4 * 2
+    );
+}
+
+#[test]
+fn images_on_a_text_only_model_is_one_line_and_exit_2() {
+    let home = temp();
+    let r = run(
+        home.path(),
+        &["plan", "-m", TEXT_ONLY, "--images", "1", "--vram", "24GB"],
+    );
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+    assert!(r.stderr.contains("is a text-only model"), "{}", r.stderr);
+}
+
+#[test]
+fn bad_image_flags_are_one_line_and_exit_2() {
+    let home = temp();
+    for (extra, says) in [
+        (&["--images", "0"][..], "--images"),
+        (
+            &["--images", "1", "--image-size", "big"][..],
+            "--image-size big",
+        ),
+        (
+            &["--images", "1", "--engine", "vllm"][..],
+            "planned for transformers",
+        ),
+    ] {
+        let mut args = vec!["plan", "-m", GEMMA3, "--vram", "24GB"];
+        args.extend_from_slice(extra);
+        let r = run(home.path(), &args);
+        assert_eq!(r.code, 2, "{extra:?}: {}{}", r.stdout, r.stderr);
+        assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+        assert!(r.stderr.contains(says), "{extra:?}: {}", r.stderr);
+    }
+}
+
+/// The sizes the real processor is asked about: (height, width).
+const SIZES: &[(u64, u64)] = &[
+    (1024, 1024),
+    (768, 1024),
+    (10, 10),
+    (3000, 4000),
+    (42, 1000),
+    (1080, 1920),
+    (14, 2800),
+];
+
+/// transformers' own `smart_resize` (its source, read from the installed
+/// `models/qwen2_vl/image_processing_qwen2_vl.py` and run as it is: importing the module needs
+/// torchvision) and Gemma3Config's `mm_tokens_per_image`, for the sizes above.
+const REFERENCE: &str = r#"
+import ast, json, math, os, sys
+import transformers
+from transformers.models.gemma3.configuration_gemma3 import Gemma3Config
+path = os.path.join(os.path.dirname(transformers.__file__), "models", "qwen2_vl", "image_processing_qwen2_vl.py")
+tree = ast.parse(open(path).read())
+fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "smart_resize")
+scope = {"math": math}
+exec(compile(ast.Module(body=[fn], type_ignores=[]), path, "exec"), scope)
+sizes = json.loads(sys.argv[1])
+out = []
+for h, w in sizes:
+    rh, rw = scope["smart_resize"](h, w, factor=28, min_pixels=56 * 56, max_pixels=28 * 28 * 1280)
+    out.append([rh, rw, (rh // 14 // 2) * (rw // 14 // 2)])
+print(json.dumps({"qwen": out, "gemma3": Gemma3Config().mm_tokens_per_image, "version": transformers.__version__}))
+"#;
+
+#[test]
+fn tokens_equal_what_transformers_computes() {
+    let Some(py) = std::env::var_os("LLM_OOM_TEST_PYTHON") else {
+        eprintln!("LLM_OOM_TEST_PYTHON unset: skipped");
+        return;
+    };
+    let sizes = serde_json::to_string(SIZES).unwrap();
+    let out = std::process::Command::new(py)
+        .args(["-c", REFERENCE, &sizes])
+        .output()
+        .expect("the interpreter runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reference = json(&String::from_utf8_lossy(&out.stdout));
+    let home = temp();
+    let cfg = write(&home.path().join("qwen25vl/config.json"), QWEN25_VL);
+    let cfg = cfg.to_str().unwrap();
+    for (i, (h, w)) in SIZES.iter().enumerate() {
+        let size = format!("{w}x{h}");
+        let j = json(
+            &run(
+                home.path(),
+                &[
+                    "plan",
+                    "-m",
+                    cfg,
+                    "--images",
+                    "1",
+                    "--image-size",
+                    &size,
+                    "--vram",
+                    "80GB",
+                    "--json",
+                ],
+            )
+            .stdout,
+        );
+        let want = &reference["qwen"][i];
+        assert_eq!(
+            (
+                &j["images"]["height"],
+                &j["images"]["width"],
+                &j["images"]["tokens_per_image"]
+            ),
+            (&want[0], &want[1], &want[2]),
+            "{size} (transformers {})",
+            reference["version"]
+        );
+    }
+    let g = json(
+        &run(
+            home.path(),
+            &[
+                "plan", "-m", GEMMA3, "--images", "1", "--vram", "80GB", "--json",
+            ],
+        )
+        .stdout,
+    );
+    assert_eq!(g["images"]["tokens_per_image"], reference["gemma3"]);
+}
