@@ -157,6 +157,7 @@ pub(super) fn read(r: &Reader, variant: Variant) -> Result<Built, InputError> {
             shared_inter,
         )?,
         layout: Layout {
+            mtp: None,
             tensors,
             attention: vec![AttentionGroup {
                 layers: full,
