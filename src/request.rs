@@ -155,11 +155,13 @@ pub struct DeploymentRequest {
     pub draft_model: Option<String>,
     /// `--num-speculative-tokens` [default: the engine's].
     pub speculative_tokens: Option<u64>,
+    /// `--mtp`: the model's own multi-token-prediction layers as the draft.
+    pub mtp: bool,
 }
 
 impl DeploymentRequest {
     pub fn is_empty(&self) -> bool {
-        self.lora.is_none() && self.draft_model.is_none()
+        self.lora.is_none() && self.draft_model.is_none() && !self.mtp
     }
 }
 
