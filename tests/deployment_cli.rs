@@ -502,3 +502,32 @@ fn mtp_is_refused_where_it_cannot_be_planned() {
         }
     }
 }
+
+#[test]
+fn qwen3_6s_mtp_module_is_one_full_attention_layer_and_its_fc() {
+    let config = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/configs-2026/qwen3.6-27b/config.json"
+    );
+    let home = temp();
+    let r = run(
+        home.path(),
+        &[
+            "plan", "--json", "-m", config, "--engine", "vllm", "--vram", "h200", "--mtp",
+        ],
+    );
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    let v = json(&r.stdout);
+    // hidden 5,120; q 24 × 256 (doubled by the output gate), k and v 4 × 256, o; q and k norms
+    // of 256; two norms; MLP 3 × 5,120 × 17,408; then pre_fc_norm_embedding,
+    // pre_fc_norm_hidden, norm and fc (10,240 → 5,120).
+    let (h, q, kv) = (5_120u64, 24 * 256u64, 4 * 256u64);
+    let hand =
+        2 * q * h + 2 * kv * h + h * q + 2 * 256 + 2 * h + 3 * h * 17_408 + 3 * h + 2 * h * h;
+    assert_eq!(hand, 424_699_392);
+    assert_eq!(v["model"]["mtp"]["parameters"], hand);
+    assert_eq!(c(&v, "draft_weights"), hand * 2);
+    // One full-attention layer: K and V of 4 heads × 256, 2 bytes, 2,304 tokens.
+    assert_eq!(c(&v, "draft_kv_cache"), 2 * kv * 2 * 2_304);
+    adds_up(&v);
+}

@@ -869,8 +869,8 @@ fn deployment_notes(
         notes.push(format!(
             "--mtp: vLLM --speculative-config '{{\"method\": \"mtp\", \"num_speculative_tokens\": \
              {}}}' loads the checkpoint's {} multi-token-prediction layer(s), {} parameters in \
-             the model's dtype (their embed_tokens and shared_head.head are the model's, shared \
-             by the proposer), and their KV in the same blocks as the model's",
+             the model's dtype (the embedding and head are the model's, shared by the proposer), \
+             and their KV in the same blocks as the model's",
             x.tokens,
             x.spec.num_layers,
             crate::units::group(x.spec.parameters())
