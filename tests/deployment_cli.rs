@@ -531,3 +531,30 @@ fn qwen3_6s_mtp_module_is_one_full_attention_layer_and_its_fc() {
     assert_eq!(c(&v, "draft_kv_cache"), 2 * kv * 2 * 2_304);
     adds_up(&v);
 }
+
+#[test]
+fn mtp_layers_no_family_builds_are_said_and_not_priced() {
+    let dir = temp();
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(TARGET).unwrap()).unwrap();
+    v["num_nextn_predict_layers"] = 1.into();
+    let model = write(&dir.path().join("with-nextn/config.json"), &v.to_string());
+    let m = model.to_str().unwrap();
+    let home = temp();
+    let r = run(home.path(), &["plan", "--json", "-m", m, "--vram", "h200"]);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    let notes = json(&r.stdout)["notes"].to_string();
+    assert!(
+        notes.contains("declares 1 multi-token-prediction layer(s) (`num_nextn_predict_layers`)"),
+        "{notes}"
+    );
+    let r = run(
+        home.path(),
+        &[
+            "plan", "-m", m, "--vram", "h200", "--engine", "vllm", "--mtp",
+        ],
+    );
+    assert_eq!(r.code, 2, "{}", r.stdout);
+    assert!(r
+        .stderr
+        .contains("has no multi-token-prediction layers llm-oom sizes"));
+}

@@ -212,8 +212,9 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         ),
         None if req.deployment.mtp => Some(spec.mtp_draft().ok_or_else(|| {
             InputError::Usage(format!(
-                "--mtp: {} has no multi-token-prediction layers (its config sets no \
-                 num_nextn_predict_layers); give --draft-model for a separate draft",
+                "--mtp: {} has no multi-token-prediction layers llm-oom sizes (DeepSeek-V2/V3's \
+                 num_nextn_predict_layers, Qwen3.5's mtp_num_hidden_layers); give --draft-model \
+                 for a separate draft",
                 spec.name
             ))
         })?),
