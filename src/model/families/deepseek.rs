@@ -104,9 +104,11 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
             let mtp_sparse = sparse_all.saturating_sub(sparse).min(n);
             let mut m = Tensors::default();
             shape.layers(r, &mut m, n - mtp_sparse, mtp_sparse)?;
-            // enorm, hnorm, shared_head.norm; eh_proj (2·hidden → hidden).
+            // enorm, hnorm, shared_head.norm; eh_proj (2·hidden → hidden), which V3's FP8
+            // checkpoint stores in BF16 and vLLM builds as a plain nn.Linear (deepseek_mtp.py):
+            // 16 bits whatever the trunk's quantization, as a head is.
             m.vector(h, mul(r, "num_nextn_predict_layers", n, 3)?);
-            m.add(Role::AttnO, h, mul(r, "hidden_size", h, 2)?, n);
+            m.add(Role::LmHead, h, mul(r, "hidden_size", h, 2)?, n);
             let mtp = Mtp {
                 layers: n,
                 sparse_layers: mtp_sparse,
@@ -254,6 +256,14 @@ mod tests {
         assert_eq!(draft.num_layers, 1);
         assert_eq!(draft.parameters(), m.parameters());
         assert_eq!(draft.full_attention_layers(), 1);
+        // eh_proj stays in 16 bits beside the FP8 layer: 2 bytes a weight.
+        let eh = m
+            .tensors
+            .iter()
+            .find(|t| (t.rows, t.cols) == (h, 2 * h))
+            .unwrap();
+        let fp8 = crate::estimate::weights::group_bytes(&draft, eh, spec.native_dtype);
+        assert_eq!(fp8, 2 * h * 2 * h);
     }
 
     #[test]

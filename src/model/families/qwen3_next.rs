@@ -173,7 +173,8 @@ pub(super) fn read(r: &Reader, variant: Variant) -> Result<Built, InputError> {
                 }
             }
             m.vector(h, 3);
-            m.add(Role::AttnO, h, mul(r, "hidden_size", h, 2)?, 1);
+            // fc: unquantized in vLLM's qwen3_5_mtp.py, priced in 16 bits as a head is.
+            m.add(Role::LmHead, h, mul(r, "hidden_size", h, 2)?, 1);
             let mtp = Mtp {
                 layers: n,
                 sparse_layers: ms,
