@@ -455,6 +455,22 @@ fn vllm_takes_the_mtp_weights_from_the_cache_and_its_blocks_hold_both() {
     assert!(with["notes"]
         .to_string()
         .contains("num_speculative_tokens\\\": 3"));
+    // Two MTP layers: K = 3 is neither at most 2 nor a multiple of 2.
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&model).unwrap()).unwrap();
+    v["num_nextn_predict_layers"] = 2.into();
+    let two = write(&dir.path().join("two-mtp/config.json"), &v.to_string());
+    let mut args = work.to_vec();
+    args[3] = two.to_str().unwrap();
+    for (k, refused) in [("3", true), ("4", false)] {
+        let r = run(
+            home.path(),
+            &[&args[..], &["--mtp", "--num-speculative-tokens", k]].concat(),
+        );
+        assert_eq!(r.code == 2, refused, "{k}: {}", r.stderr);
+        if refused {
+            assert!(r.stderr.contains("a multiple of 2"), "{}", r.stderr);
+        }
+    }
     adds_up(&with);
 }
 

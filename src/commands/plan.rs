@@ -220,6 +220,22 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         })?),
         None => None,
     };
+    // vLLM runs the MTP layers in turn: a K past their number must be a multiple of it
+    // (vllm/config/speculative.py: "must be divisible by n_predict").
+    if let (true, Some(d), Some(k)) = (
+        req.deployment.mtp,
+        draft.as_ref(),
+        req.deployment.speculative_tokens,
+    ) {
+        let n = d.num_layers.max(1);
+        if k > n && k % n != 0 {
+            return Err(InputError::Usage(format!(
+                "--num-speculative-tokens {k}: vLLM reuses the {n} MTP layers in turn and needs \
+                 at most {n} tokens or a multiple of {n}"
+            ))
+            .into());
+        }
+    }
     let mut notes = spec.notes.clone();
     let mut w = req.workload(&spec);
     // vLLM's --kv-cache-dtype sets the KV dtype; --kv-dtype beside it must say the same.
