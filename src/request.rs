@@ -159,11 +159,13 @@ pub struct DeploymentRequest {
     pub images: u64,
     /// `--image-size` as (height, width) [default: the model's native size].
     pub image_size: Option<(u64, u64)>,
+    /// `--mtp`: the model's own multi-token-prediction layers as the draft.
+    pub mtp: bool,
 }
 
 impl DeploymentRequest {
     pub fn is_empty(&self) -> bool {
-        self.lora.is_none() && self.draft_model.is_none()
+        self.lora.is_none() && self.draft_model.is_none() && !self.mtp
     }
 }
 

@@ -356,3 +356,221 @@ fn vllm_refuses_to_start_when_the_slots_take_the_cache_and_merging_starts_it() {
     assert!(evidence.contains("LoRA slots 10.0 GiB"), "{evidence}");
     assert_eq!(with["remedies"][0]["change"]["kind"], "merge_adapters");
 }
+
+const DEEPSEEK_V3: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/presets/deepseek-v3.json");
+
+/// DeepSeek-V3's config with 4 layers and 16 experts: its shapes, small enough for one card.
+fn small_deepseek(dir: &std::path::Path) -> PathBuf {
+    let mut v: Value =
+        serde_json::from_str(&std::fs::read_to_string(DEEPSEEK_V3).unwrap()).unwrap();
+    v["num_hidden_layers"] = 4.into();
+    v["n_routed_experts"] = 16.into();
+    v["n_group"] = 1.into();
+    v["topk_group"] = 1.into();
+    write(&dir.join("small-v3/config.json"), &v.to_string())
+}
+
+/// One MTP layer of DeepSeek-V3's shape with `experts` routed experts, by hand: MLA attention
+/// (q_a 1,536 × 7,168 and its norm, q_b 128 × 192 × 1,536, kv_a 576 × 7,168 and the 512 norm,
+/// kv_b 128 × 256 × 512, o 7,168 × 16,384), two norms, the router and its bias, the experts and
+/// the shared expert of 2,048, then enorm, hnorm, shared_head.norm and eh_proj (14,336 → 7,168).
+fn mtp_params(experts: u64) -> u64 {
+    let h = 7_168;
+    let attention =
+        1_536 * h + 1_536 + 128 * 192 * 1_536 + 576 * h + 512 + 128 * 256 * 512 + h * 128 * 128;
+    let moe = experts * h + experts + experts * 3 * h * 2_048 + 3 * h * 2_048;
+    attention + 2 * h + moe + 3 * h + 2 * h * h
+}
+
+#[test]
+fn mtp_prices_the_checkpoints_own_layer_as_the_draft() {
+    let home = temp();
+    let base = ["plan", "--json", "-m", DEEPSEEK_V3, "--engine", "vllm"];
+    let work = ["--vram", "h200", "--dtype", "bf16"];
+    let r = run(home.path(), &[&base[..], &work, &["--mtp"]].concat());
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    let v = json(&r.stdout);
+    assert_eq!(mtp_params(256), 11_610_068_224);
+    assert_eq!(v["model"]["mtp"]["layers"], 1);
+    assert_eq!(v["model"]["mtp"]["parameters"], mtp_params(256));
+    assert_eq!(c(&v, "draft_weights"), mtp_params(256) * 2);
+    // One MLA layer's latent, 512 + 64 elements of 2 bytes, for 2,304 tokens (whole blocks).
+    assert_eq!(c(&v, "draft_kv_cache"), 576 * 2 * 2_304);
+    adds_up(&v);
+    let notes = v["notes"].to_string();
+    assert!(
+        notes.contains(r#"\"method\": \"mtp\", \"num_speculative_tokens\": 1"#),
+        "{notes}"
+    );
+    // The model's own count leaves the layer out, with or without --mtp, and says so.
+    let home = temp();
+    let r = run(home.path(), &[&base[..1], &base[2..], &work].concat());
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    assert!(
+        r.stdout
+            .contains("61 layers (+ 1 MTP layer, 11.61 B params, not counted)"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("+ 1 multi-token-prediction layer(s)"));
+}
+
+#[test]
+fn vllm_takes_the_mtp_weights_from_the_cache_and_its_blocks_hold_both() {
+    let dir = temp();
+    let model = small_deepseek(dir.path());
+    let m = model.to_str().unwrap();
+    let work = [
+        "plan",
+        "--json",
+        "-m",
+        m,
+        "--engine",
+        "vllm",
+        "--vram",
+        "80GiB",
+        "--dtype",
+        "bf16",
+        "--max-model-len",
+        "16384",
+    ];
+    let home = temp();
+    let alone = json(&run(home.path(), &work).stdout);
+    let with = json(
+        &run(
+            home.path(),
+            &[&work[..], &["--mtp", "--num-speculative-tokens", "3"]].concat(),
+        )
+        .stdout,
+    );
+    let s = |v: &Value, k: &str| v["vllm_startup"][k].as_u64().unwrap_or(0);
+    assert_eq!(with["model"]["mtp"]["parameters"], mtp_params(16));
+    assert_eq!(s(&with, "draft_weights_bytes"), mtp_params(16) * 2);
+    assert_eq!(
+        s(&alone, "available_kv_bytes") - s(&with, "available_kv_bytes"),
+        mtp_params(16) * 2
+    );
+    // 4 trunk layers and the MTP layer, 576 elements of 2 bytes each, per token.
+    assert_eq!(s(&with, "needed_kv_bytes"), 16_384 * 5 * 576 * 2);
+    assert!(with["notes"]
+        .to_string()
+        .contains("num_speculative_tokens\\\": 3"));
+    // Two MTP layers: K = 3 is neither at most 2 nor a multiple of 2.
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&model).unwrap()).unwrap();
+    v["num_nextn_predict_layers"] = 2.into();
+    let two = write(&dir.path().join("two-mtp/config.json"), &v.to_string());
+    let mut args = work.to_vec();
+    args[3] = two.to_str().unwrap();
+    for (k, refused) in [("3", true), ("4", false)] {
+        let r = run(
+            home.path(),
+            &[&args[..], &["--mtp", "--num-speculative-tokens", k]].concat(),
+        );
+        assert_eq!(r.code == 2, refused, "{k}: {}", r.stderr);
+        if refused {
+            assert!(r.stderr.contains("a multiple of 2"), "{}", r.stderr);
+        }
+    }
+    adds_up(&with);
+}
+
+#[test]
+fn mtp_is_refused_where_it_cannot_be_planned() {
+    let dir = temp();
+    let draft = draft_config(dir.path());
+    let d = draft.to_str().unwrap();
+    for (model, args, says) in [
+        (
+            TARGET,
+            vec!["--engine", "vllm", "--mtp"],
+            "has no multi-token-prediction layers",
+        ),
+        (
+            DEEPSEEK_V3,
+            vec!["--mtp"],
+            "--mtp: transformers does not load the multi-token-prediction layers",
+        ),
+        (
+            DEEPSEEK_V3,
+            vec!["--engine", "llama.cpp", "--mtp"],
+            "--mtp: the MTP draft is priced for vLLM",
+        ),
+        (
+            DEEPSEEK_V3,
+            vec!["--mtp", "--draft-model", d],
+            "--draft-model",
+        ),
+        (
+            DEEPSEEK_V3,
+            vec!["--engine", "vllm", "--mtp", "--tp", "2"],
+            "--mtp: planned on one card",
+        ),
+    ] {
+        let home = temp();
+        let r = run(
+            home.path(),
+            &[&["plan", "-m", model, "--vram", "h200"][..], &args].concat(),
+        );
+        assert_eq!(r.code, 2, "{args:?}: {}{}", r.stdout, r.stderr);
+        assert!(r.stderr.contains(says), "{args:?}: {}", r.stderr);
+        if says.starts_with("--mtp") || says.starts_with("has no") {
+            assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+        }
+    }
+}
+
+#[test]
+fn qwen3_6s_mtp_module_is_one_full_attention_layer_and_its_fc() {
+    let config = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/configs-2026/qwen3.6-27b/config.json"
+    );
+    let home = temp();
+    let r = run(
+        home.path(),
+        &[
+            "plan", "--json", "-m", config, "--engine", "vllm", "--vram", "h200", "--mtp",
+        ],
+    );
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    let v = json(&r.stdout);
+    // hidden 5,120; q 24 × 256 (doubled by the output gate), k and v 4 × 256, o; q and k norms
+    // of 256; two norms; MLP 3 × 5,120 × 17,408; then pre_fc_norm_embedding,
+    // pre_fc_norm_hidden, norm and fc (10,240 → 5,120).
+    let (h, q, kv) = (5_120u64, 24 * 256u64, 4 * 256u64);
+    let hand =
+        2 * q * h + 2 * kv * h + h * q + 2 * 256 + 2 * h + 3 * h * 17_408 + 3 * h + 2 * h * h;
+    assert_eq!(hand, 424_699_392);
+    assert_eq!(v["model"]["mtp"]["parameters"], hand);
+    assert_eq!(c(&v, "draft_weights"), hand * 2);
+    // One full-attention layer: K and V of 4 heads × 256, 2 bytes, 2,304 tokens.
+    assert_eq!(c(&v, "draft_kv_cache"), 2 * kv * 2 * 2_304);
+    adds_up(&v);
+}
+
+#[test]
+fn mtp_layers_no_family_builds_are_said_and_not_priced() {
+    let dir = temp();
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(TARGET).unwrap()).unwrap();
+    v["num_nextn_predict_layers"] = 1.into();
+    let model = write(&dir.path().join("with-nextn/config.json"), &v.to_string());
+    let m = model.to_str().unwrap();
+    let home = temp();
+    let r = run(home.path(), &["plan", "--json", "-m", m, "--vram", "h200"]);
+    assert!(r.code == 0 || r.code == 1, "{}", r.stderr);
+    let notes = json(&r.stdout)["notes"].to_string();
+    assert!(
+        notes.contains("declares 1 multi-token-prediction layer(s) (`num_nextn_predict_layers`)"),
+        "{notes}"
+    );
+    let r = run(
+        home.path(),
+        &[
+            "plan", "-m", m, "--vram", "h200", "--engine", "vllm", "--mtp",
+        ],
+    );
+    assert_eq!(r.code, 2, "{}", r.stdout);
+    assert!(r
+        .stderr
+        .contains("has no multi-token-prediction layers llm-oom sizes"));
+}

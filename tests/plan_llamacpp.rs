@@ -16,8 +16,13 @@ const Q6_K: u32 = 14;
 /// Llama-3.1-8B's tensor table as a Q4_K_M GGUF holds it (Q6_K for V, the FFN down projection
 /// and the output, as llama-quantize's Q4_K_M mix does for half of them; here for all).
 fn write_llama_8b_q4km(dir: &Path) -> PathBuf {
-    let meta: Vec<(String, u64)> = [
-        ("llama.block_count", 32u64),
+    write_llama_8b_with_nextn(dir, 0)
+}
+
+/// The same with `nextn` multi-token-prediction blocks after the 32 (`block_count` counts them).
+fn write_llama_8b_with_nextn(dir: &Path, nextn: u64) -> PathBuf {
+    let mut meta: Vec<(String, u64)> = [
+        ("llama.block_count", 32 + nextn),
         ("llama.embedding_length", 4096),
         ("llama.feed_forward_length", 14336),
         ("llama.attention.head_count", 32),
@@ -29,12 +34,15 @@ fn write_llama_8b_q4km(dir: &Path) -> PathBuf {
     .iter()
     .map(|(k, v)| (k.to_string(), *v))
     .collect();
+    if nextn > 0 {
+        meta.push(("llama.nextn_predict_layers".into(), nextn));
+    }
     let mut t: Vec<(String, Vec<u64>, u32)> = vec![
         ("token_embd.weight".into(), vec![4096, 128_256], Q4_K),
         ("output_norm.weight".into(), vec![4096], F32),
         ("output.weight".into(), vec![4096, 128_256], Q6_K),
     ];
-    for i in 0..32 {
+    for i in 0..32 + nextn {
         let b = |n: &str| format!("blk.{i}.{n}.weight");
         t.push((b("attn_norm"), vec![4096], F32));
         t.push((b("attn_q"), vec![4096, 4096], Q4_K));
@@ -46,7 +54,7 @@ fn write_llama_8b_q4km(dir: &Path) -> PathBuf {
         t.push((b("ffn_up"), vec![4096, 14336], Q4_K));
         t.push((b("ffn_down"), vec![14336, 4096], Q6_K));
     }
-    let path = dir.join("Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf");
+    let path = dir.join(format!("Meta-Llama-3.1-8B-Instruct-Q4_K_M-{nextn}.gguf"));
     std::fs::write(&path, gguf_header(&meta, &t)).unwrap();
     path
 }
@@ -403,4 +411,25 @@ fn fit_flags_belong_to_llama_server() {
         assert_eq!(r.code, 2, "{args:?}: {}{}", r.stdout, r.stderr);
         assert!(r.stderr.contains(says), "{args:?}: {}", r.stderr);
     }
+}
+
+#[test]
+fn nextn_blocks_are_left_out_of_the_weights_and_the_cache_as_llama_cpp_skips_them() {
+    let dir = temp();
+    let plain = write_llama_8b_q4km(dir.path());
+    let mtp = write_llama_8b_with_nextn(dir.path(), 1);
+    let a = json(&plan(dir.path(), &plain, &["--json"]).stdout);
+    let r = plan(dir.path(), &mtp, &["--json"]);
+    let b = json(&r.stdout);
+    for k in ["weights", "kv_cache"] {
+        assert_eq!(a["components"][k], b["components"][k], "{k}");
+    }
+    assert_eq!(a["model"]["layers"], 32);
+    assert_eq!(b["model"]["layers"], 32);
+    assert_eq!(a["model"]["parameters"], b["model"]["parameters"]);
+    let notes = b["notes"].to_string();
+    assert!(
+        notes.contains("+ 1 multi-token-prediction (nextn) block(s) in the GGUF"),
+        "{notes}"
+    );
 }

@@ -375,9 +375,14 @@ pub struct PlanArgs {
     #[arg(long)]
     pub draft_model: Option<String>,
     /// Tokens the draft proposes per step [default: transformers 20 (num_assistant_tokens),
-    /// vLLM 5, llama.cpp 16 (--draft-max)]
-    #[arg(long, requires = "draft_model", allow_negative_numbers = true)]
+    /// vLLM 5, llama.cpp 16 (--draft-max); with --mtp, the model's MTP layers (vLLM's n_predict)]
+    #[arg(long, allow_negative_numbers = true)]
     pub num_speculative_tokens: Option<i64>,
+    /// Speculative decoding with the model's own multi-token-prediction layers as the draft
+    /// (vLLM --speculative-config '{"method": "mtp"}', SGLang --speculative-algorithm NEXTN):
+    /// their weights and KV cache priced beside the model's
+    #[arg(long, conflicts_with = "draft_model")]
+    pub mtp: bool,
 }
 
 #[derive(Debug, Args)]

@@ -350,7 +350,13 @@ fn deployment(a: &args::PlanArgs) -> Result<llm_oom::request::DeploymentRequest,
             })
         }
     };
+    if a.num_speculative_tokens.is_some() && a.draft_model.is_none() && !a.mtp {
+        return Err(InputError::Usage(
+            "--num-speculative-tokens needs a draft; add --draft-model or --mtp".to_string(),
+        ));
+    }
     Ok(llm_oom::request::DeploymentRequest {
+        mtp: a.mtp,
         lora,
         draft_model: a.draft_model.clone(),
         speculative_tokens: a

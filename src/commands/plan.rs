@@ -230,8 +230,32 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
                 .map_err(|e| InputError::Usage(format!("--draft-model {m}: {e}")))?
                 .spec,
         ),
+        None if req.deployment.mtp => Some(spec.mtp_draft().ok_or_else(|| {
+            InputError::Usage(format!(
+                "--mtp: {} has no multi-token-prediction layers llm-oom sizes (DeepSeek-V2/V3's \
+                 num_nextn_predict_layers, Qwen3.5's mtp_num_hidden_layers); give --draft-model \
+                 for a separate draft",
+                spec.name
+            ))
+        })?),
         None => None,
     };
+    // vLLM runs the MTP layers in turn: a K past their number must be a multiple of it
+    // (vllm/config/speculative.py: "must be divisible by n_predict").
+    if let (true, Some(d), Some(k)) = (
+        req.deployment.mtp,
+        draft.as_ref(),
+        req.deployment.speculative_tokens,
+    ) {
+        let n = d.num_layers.max(1);
+        if k > n && k % n != 0 {
+            return Err(InputError::Usage(format!(
+                "--num-speculative-tokens {k}: vLLM reuses the {n} MTP layers in turn and needs \
+                 at most {n} tokens or a multiple of {n}"
+            ))
+            .into());
+        }
+    }
     let mut notes = spec.notes.clone();
     let mut w = req.workload(&spec);
     // vLLM's --kv-cache-dtype sets the KV dtype; --kv-dtype beside it must say the same.
@@ -268,13 +292,16 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         lora: req.deployment.lora,
         draft: draft.as_ref().map(|d| Draft {
             spec: d,
-            tokens: req
-                .deployment
-                .speculative_tokens
-                .unwrap_or_else(|| speculative_tokens(req.engine)),
+            tokens: req.deployment.speculative_tokens.unwrap_or_else(|| {
+                if req.deployment.mtp {
+                    d.num_layers
+                } else {
+                    speculative_tokens(req.engine)
+                }
+            }),
         }),
     };
-    notes.extend(deployment_notes(&spec, &w, &deployment));
+    notes.extend(deployment_notes(&spec, &w, &deployment, req.deployment.mtp));
     let planner = Planner::new(&spec, device.vram_bytes)
         .with_deployment(deployment)
         .with_images(images);
@@ -854,10 +881,11 @@ fn check_deployment(req: &PlanRequest) -> Result<()> {
     if d.is_empty() {
         return Ok(());
     }
-    let what = match (d.lora.is_some(), d.draft_model.is_some()) {
-        (true, true) => "--lora-rank and --draft-model",
-        (true, false) => "--lora-rank",
-        _ => "--draft-model",
+    let draft = if d.mtp { "--mtp" } else { "--draft-model" };
+    let what = match (d.lora.is_some(), d.draft_model.is_some() || d.mtp) {
+        (true, true) => format!("--lora-rank and {draft}"),
+        (true, false) => "--lora-rank".to_string(),
+        _ => draft.to_string(),
     };
     let refuse = |why: String| Err(InputError::Usage(format!("{what}: {why}")).into());
     if req.gpus.len() > 1 || req.parallel.is_set() {
@@ -878,6 +906,26 @@ fn check_deployment(req: &PlanRequest) -> Result<()> {
             req.engine
         ));
     }
+    if d.mtp {
+        match req.engine {
+            Engine::Vllm => {}
+            Engine::Transformers | Engine::TransformersEager => {
+                return refuse(
+                    "transformers does not load the multi-token-prediction layers \
+                     (_keys_to_ignore_on_load_unexpected) and cannot draft with them; give \
+                     --engine vllm"
+                        .to_string(),
+                )
+            }
+            _ => {
+                return refuse(format!(
+                    "the MTP draft is priced for vLLM (--speculative-config method mtp); this \
+                     plan is for {}",
+                    req.engine
+                ))
+            }
+        }
+    }
     if d.draft_model.is_some()
         && req.batch > 1
         && matches!(req.engine, Engine::Transformers | Engine::TransformersEager)
@@ -892,7 +940,12 @@ fn check_deployment(req: &PlanRequest) -> Result<()> {
 }
 
 /// What the plan of adapters and a draft assumes, said once.
-fn deployment_notes(spec: &crate::model::Spec, w: &Workload, d: &Deployment) -> Vec<String> {
+fn deployment_notes(
+    spec: &crate::model::Spec,
+    w: &Workload,
+    d: &Deployment,
+    mtp: bool,
+) -> Vec<String> {
     use crate::estimate::deployment::{adapter_elem_bytes, adapter_parameters, wrapped, Target};
     let mut notes = Vec::new();
     if let Some(l) = &d.lora {
@@ -937,6 +990,18 @@ fn deployment_notes(spec: &crate::model::Spec, w: &Workload, d: &Deployment) -> 
                     .to_string(),
             );
         }
+    }
+    if let (Some(x), true) = (&d.draft, mtp) {
+        notes.push(format!(
+            "--mtp: vLLM --speculative-config '{{\"method\": \"mtp\", \"num_speculative_tokens\": \
+             {}}}' loads the checkpoint's {} multi-token-prediction layer(s), {} parameters in \
+             the model's dtype (the embedding and head are the model's, shared by the proposer), \
+             and their KV in the same blocks as the model's",
+            x.tokens,
+            x.spec.num_layers,
+            crate::units::group(x.spec.parameters())
+        ));
+        return notes;
     }
     if let Some(x) = &d.draft {
         let how = match w.engine {

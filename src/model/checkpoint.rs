@@ -78,7 +78,7 @@ impl CheckpointWeights {
         );
         if self.skipped_tensors > 0 {
             s.push_str(&format!(
-                "; {} tensors ({} bytes) of layers past num_hidden_layers are not loaded and not counted",
+                "; {} tensors ({} bytes) of layers past num_hidden_layers and of mtp.* (multi-token prediction) are not loaded and not counted",
                 self.skipped_tensors, self.skipped_bytes
             ));
         }
@@ -279,7 +279,10 @@ fn total(
                 )
             })?;
         for e in parse_header(file, json, *data_len)? {
-            if layer_index(&e.name).is_some_and(|i| i >= layers) {
+            // Layers past the model (DeepSeek-V3's `model.layers.61`) and Qwen3-Next / Qwen3.5's
+            // `mtp.*`: multi-token-prediction modules transformers does not load
+            // (`_keys_to_ignore_on_load_unexpected`) and vLLM only as a draft.
+            if e.name.starts_with("mtp.") || layer_index(&e.name).is_some_and(|i| i >= layers) {
                 skipped += 1;
                 skipped_bytes = skipped_bytes.saturating_add(e.bytes);
                 continue;
@@ -593,12 +596,14 @@ mod tests {
             r#"{"__metadata__":{"format":"pt"},
             "model.layers.0.w":{"dtype":"F8_E4M3","shape":[4,4],"data_offsets":[0,16]},
             "model.layers.0.w_scale":{"dtype":"F32","shape":[1],"data_offsets":[16,20]},
-            "model.layers.2.w":{"dtype":"BF16","shape":[4],"data_offsets":[20,28]}}"#,
+            "model.layers.2.w":{"dtype":"BF16","shape":[4],"data_offsets":[20,28]},
+            "mtp.layers.0.w":{"dtype":"BF16","shape":[2],"data_offsets":[28,32]},
+            "mtp.fc.weight":{"dtype":"BF16","shape":[2],"data_offsets":[32,36]}}"#,
         );
         let w = total(&[("a".into(), h, None)], 2, HeaderSource::Files).unwrap();
         assert_eq!(w.total_bytes, 20);
         assert_eq!(w.tensor_count, 2);
-        assert_eq!((w.skipped_tensors, w.skipped_bytes), (1, 8));
+        assert_eq!((w.skipped_tensors, w.skipped_bytes), (3, 16));
         assert_eq!(w.by_dtype[0], ("F8_E4M3".to_string(), 16));
     }
 

@@ -60,6 +60,24 @@ pub fn parse_config(text: &str, path: &Path, name: &str) -> Result<Spec, InputEr
         ));
         spec.vision = vision;
     }
+    // Multi-token-prediction layers a config declares but its family does not build (GLM-4.5's
+    // `num_nextn_predict_layers`, MiniMax's `num_mtp_modules`) are said, not silently left out.
+    if spec.mtp().is_none() {
+        for key in [
+            "num_nextn_predict_layers",
+            "mtp_num_hidden_layers",
+            "num_mtp_modules",
+        ] {
+            if let Some(n) = reader.opt_u64(&[key]).ok().flatten().filter(|n| *n > 0) {
+                spec.notes.push(format!(
+                    "the config declares {n} multi-token-prediction layer(s) (`{key}`): not counted \
+                     (transformers does not load them, vLLM only as a speculative draft) and not \
+                     priced by --mtp for this architecture"
+                ));
+                break;
+            }
+        }
+    }
     // A vision tower no family counts (Kimi-K2.5's MoonViT, Gemma-3's SigLIP) is said, not
     // silently left out.
     let tower = outer.get("vision_config").is_some_and(Value::is_object);

@@ -377,6 +377,7 @@ impl Derived {
             tensors,
             attention,
             state,
+            mtp: None,
         })
     }
 

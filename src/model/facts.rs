@@ -22,6 +22,16 @@ pub struct ModelFacts {
     pub sliding_layers: u64,
     pub experts: Option<u64>,
     pub native_dtype: WeightDtype,
+    /// The checkpoint's multi-token-prediction layers, not in `parameters` or `layers`: no engine
+    /// loads them with the model (`plan --mtp` prices them as the draft).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mtp: Option<MtpFacts>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct MtpFacts {
+    pub layers: u64,
+    pub parameters: u64,
 }
 
 pub fn facts(spec: &Spec, source: ModelSource) -> ModelFacts {
@@ -41,5 +51,9 @@ pub fn facts(spec: &Spec, source: ModelSource) -> ModelFacts {
         sliding_layers: spec.sliding_layers,
         experts: spec.experts.as_ref().map(|e| e.count),
         native_dtype: spec.native_dtype,
+        mtp: spec.mtp().map(|m| MtpFacts {
+            layers: m.layers,
+            parameters: m.parameters(),
+        }),
     }
 }

@@ -193,7 +193,14 @@ fn spec_from_content(c: &Content, path: &Path, name: &str) -> Result<Spec, Input
     };
 
     let hidden = need("embedding_length")?;
-    let layers = need("block_count")?;
+    let all_layers = need("block_count")?;
+    // `block_count` includes the multi-token-prediction (`nextn`) blocks; llama.cpp b11312 skips
+    // their tensors unless MTP is on (`TENSOR_SKIP` without `load_mtp`, src/models/deepseek2.cpp,
+    // glm4-moe.cpp, qwen35.cpp) and the main context caches only the trunk (`n_layer()`).
+    let nextn = num("nextn_predict_layers")?
+        .unwrap_or(0)
+        .min(all_layers.saturating_sub(1));
+    let layers = all_layers - nextn;
     let heads = need("attention.head_count")?;
     let kv_heads = num("attention.head_count_kv")?
         .filter(|n| *n > 0)
@@ -241,12 +248,18 @@ fn spec_from_content(c: &Content, path: &Path, name: &str) -> Result<Spec, Input
     let mut by_type: BTreeMap<String, u64> = BTreeMap::new();
     let (mut total, mut params) = (0u64, 0u64);
     let (mut widened_elements, mut widened_file_bytes) = (0u64, 0u64);
+    let (mut nextn_bytes, mut nextn_params) = (0u64, 0u64);
     for (name, info) in &c.tensor_infos {
         let elems = elements(path, name, info.shape.dims())?;
         let block = (info.ggml_dtype.block_size() as u64).max(1);
         let bytes = elems
             .div_ceil(block)
             .saturating_mul(info.ggml_dtype.type_size() as u64);
+        if nextn > 0 && block_index(name).is_some_and(|i| i >= layers) {
+            nextn_bytes = nextn_bytes.saturating_add(bytes);
+            nextn_params = nextn_params.saturating_add(elems);
+            continue;
+        }
         let wide = matches!(
             info.ggml_dtype,
             GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16
@@ -331,7 +344,16 @@ fn spec_from_content(c: &Content, path: &Path, name: &str) -> Result<Spec, Input
             widened_elements,
             widened_file_bytes,
         }),
-        notes: Vec::new(),
+        notes: if nextn > 0 {
+            vec![format!(
+                "+ {nextn} multi-token-prediction (nextn) block(s) in the GGUF ({} parameters, {} \
+                 bytes), not counted: llama.cpp loads them only with MTP on (load_mtp)",
+                crate::units::group(nextn_params),
+                crate::units::group(nextn_bytes)
+            )]
+        } else {
+            Vec::new()
+        },
         layout: None,
         keep_dense: Vec::new(),
         vision: Vec::new(),
@@ -408,4 +430,11 @@ fn file_type_name(n: u64) -> String {
         other => return format!("type {other}"),
     }
     .to_string()
+}
+
+/// The block a GGUF tensor belongs to (`blk.12.ffn_up.weight` → 12).
+fn block_index(name: &str) -> Option<u64> {
+    let rest = name.strip_prefix("blk.")?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }

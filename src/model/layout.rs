@@ -15,6 +15,34 @@ pub struct Layout {
     pub tensors: Vec<TensorGroup>,
     pub attention: Vec<AttentionGroup>,
     pub state: Vec<StateGroup>,
+    /// The checkpoint's multi-token-prediction modules, kept apart from `tensors`: no engine loads
+    /// them with the model (see `Mtp`).
+    #[serde(skip)]
+    pub mtp: Option<Mtp>,
+}
+
+/// Multi-token-prediction modules (DeepSeek-V3's `model.layers.61`, `num_nextn_predict_layers`):
+/// each one decoder layer of the model's last layer's shape plus `enorm`, `hnorm` (hidden each),
+/// `eh_proj` (2·hidden → hidden) and `shared_head.norm`. Their `embed_tokens` and
+/// `shared_head.head` copy the model's and are shared with it when they run as a draft, so they
+/// are not counted. transformers skips them (`_keys_to_ignore_on_load_unexpected`); vLLM and
+/// SGLang load them only as the draft of speculative decoding.
+#[derive(Debug, Clone, Default)]
+pub struct Mtp {
+    pub layers: u64,
+    /// Of `layers`, those with routed experts.
+    pub sparse_layers: u64,
+    pub tensors: Vec<TensorGroup>,
+    pub attention: Vec<AttentionGroup>,
+}
+
+impl Mtp {
+    pub fn parameters(&self) -> u64 {
+        self.tensors
+            .iter()
+            .map(TensorGroup::params)
+            .fold(0, u64::saturating_add)
+    }
 }
 
 /// `layers` attention layers that cache the same row per token.

@@ -282,6 +282,38 @@ impl Spec {
         t
     }
 
+    /// The checkpoint's multi-token-prediction modules, when its family builds them.
+    pub fn mtp(&self) -> Option<&super::layout::Mtp> {
+        self.layout.as_ref().and_then(|l| l.mtp.as_ref())
+    }
+
+    /// The multi-token-prediction modules as a draft model of their own: their layers and cache,
+    /// no embedding or head (the draft shares the model's), in the model's dtype.
+    pub fn mtp_draft(&self) -> Option<Spec> {
+        let m = self.mtp()?.clone();
+        let mut d = self.clone();
+        d.name = format!("{} (MTP)", self.name);
+        d.num_layers = m.layers;
+        d.sliding_layers = 0;
+        d.experts = self.experts.as_ref().and_then(|e| {
+            (m.sparse_layers > 0).then_some(Experts {
+                sparse_layers: m.sparse_layers,
+                ..e.clone()
+            })
+        });
+        d.gguf = None;
+        d.checkpoint = None;
+        d.vision = Vec::new();
+        d.notes = Vec::new();
+        d.layout = Some(super::layout::Layout {
+            tensors: m.tensors,
+            attention: m.attention,
+            state: Vec::new(),
+            mtp: None,
+        });
+        Some(d)
+    }
+
     pub fn parameters(&self) -> u64 {
         match &self.gguf {
             Some(g) => g.parameters,

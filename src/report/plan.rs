@@ -86,10 +86,11 @@ fn text(r: &PlanReport, style: &Style) -> String {
     }
     out.push('\n');
     out.push_str(&format!(
-        "Model     {} · {:.2} B params · {} layers · {} heads / {} KV heads × {} · vocab {}{}\n",
+        "Model     {} · {:.2} B params · {} layers{} · {} heads / {} KV heads × {} · vocab {}{}\n",
         m.architecture,
         m.parameters as f64 / 1e9,
         m.layers,
+        mtp_clause(m),
         m.heads,
         m.kv_heads,
         m.head_dim,
@@ -287,17 +288,31 @@ fn multi_gpu(r: &PlanReport) -> Option<(String, u64)> {
     ))
 }
 
+/// ` (+ 1 MTP layer, 11.61 B params, not counted)` for a checkpoint with multi-token-prediction
+/// layers the count leaves out.
+fn mtp_clause(m: &crate::model::facts::ModelFacts) -> String {
+    m.mtp.map_or(String::new(), |x| {
+        format!(
+            " (+ {} MTP layer{}, {:.2} B params, not counted)",
+            x.layers,
+            if x.layers == 1 { "" } else { "s" },
+            x.parameters as f64 / 1e9
+        )
+    })
+}
+
 fn markdown(r: &PlanReport) -> String {
     let mut out = String::new();
     let (m, w, c) = (&r.model, &r.workload, &r.components);
     verdict_block(&mut out, &format!("llm-oom plan · {}", m.name), &r.verdict);
     out.push_str("| | |\n|---|---|\n");
     out.push_str(&format!(
-        "| model | `{}` ({}, {:.2} B params, {} layers, {} / {} KV heads × {}) |\n",
+        "| model | `{}` ({}, {:.2} B params, {} layers{}, {} / {} KV heads × {}) |\n",
         m.name,
         m.architecture,
         m.parameters as f64 / 1e9,
         m.layers,
+        mtp_clause(m),
         m.heads,
         m.kv_heads,
         m.head_dim

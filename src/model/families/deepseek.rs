@@ -8,13 +8,15 @@
 //! MLP: a dense MLP of `intermediate_size` in the first `first_k_dense_replace` layers (and those
 //! off `moe_layer_freq`), else a router over `n_routed_experts` experts of `moe_intermediate_size`
 //! plus one shared MLP of `n_shared_experts × moe_intermediate_size`. Every expert is resident.
-//! The multi-token-prediction layer (`num_nextn_predict_layers`) is not loaded by transformers
-//! (`_keys_to_ignore_on_load_unexpected`) and is not counted.
+//! The multi-token-prediction layers (`num_nextn_predict_layers`, `model.layers.61` in V3) are
+//! built apart (`Layout::mtp`): transformers 5.17 does not load them
+//! (modeling_deepseek_v3.py: `_keys_to_ignore_on_load_unexpected = [r"model\.layers\.61.*"]`),
+//! so the model's count leaves them out and `plan --mtp` prices them as the draft.
 
 use super::{add, common, embeddings, finish, moe, mul, Built};
 use crate::error::InputError;
 use crate::model::config::Reader;
-use crate::model::layout::{layers_where, AttentionGroup, KvRow, Layout, Tensors};
+use crate::model::layout::{layers_where, AttentionGroup, KvRow, Layout, Mtp, Tensors};
 use crate::model::spec::Role;
 
 pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
@@ -55,61 +57,73 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     };
 
     let shared_inter = mul(r, "n_shared_experts", shared, moe_inter)?;
+    let shape = Shape {
+        h,
+        heads,
+        kv_lora,
+        q_lora,
+        nope,
+        rope,
+        v_dim,
+        qk_head,
+        bias,
+        inter,
+        routed,
+        moe_inter,
+        shared_inter,
+    };
     let mut t = Tensors::default();
     embeddings(&mut t, vocab, h, tie);
-    let q_out = mul(r, "num_attention_heads", heads, qk_head)?;
-    match q_lora {
-        Some(q) => {
-            t.add(Role::AttnQ, q, h, layers);
-            t.vector(q, layers);
-            t.add(Role::AttnQ, q_out, q, layers);
-            if bias {
-                t.vector(q, layers);
-            }
-        }
-        None => t.add(Role::AttnQ, q_out, h, layers),
-    }
-    let kv_a = add(r, "kv_lora_rank", kv_lora, rope)?;
-    t.add(Role::AttnK, kv_a, h, layers);
-    t.vector(kv_lora, layers);
-    let kv_b = mul(
-        r,
-        "num_attention_heads",
-        heads,
-        add(r, "v_head_dim", nope, v_dim)?,
-    )?;
-    t.add(Role::AttnV, kv_b, kv_lora, layers);
-    let o_in = mul(r, "num_attention_heads", heads, v_dim)?;
-    t.add(Role::AttnO, h, o_in, layers);
-    if bias {
-        t.vector(kv_a, layers);
-        t.vector(h, layers);
-    }
-    t.vector(h, layers.saturating_mul(2));
-    t.gated_mlp(h, inter, dense, false);
-    if sparse > 0 {
-        t.add(Role::Router, routed, h, sparse);
-        // V3's router keeps its `e_score_correction_bias` in the checkpoint.
-        if r.str("model_type") != Some("deepseek_v2") {
-            t.vector(routed, sparse);
-        }
-        let experts = mul(r, "n_routed_experts", routed, sparse)?;
-        t.gated_mlp(h, moe_inter, experts, true);
-        t.gated_mlp(h, shared_inter, sparse, false);
-    }
+    shape.layers(r, &mut t, dense, sparse)?;
     let tensors = finish(r, "n_routed_experts", t)?;
 
     let full_k = mul(r, "num_attention_heads", heads, qk_head)?;
+    let o_in = mul(r, "num_attention_heads", heads, v_dim)?;
     let row = KvRow::Latent {
         kv_lora_rank: kv_lora,
         rope_dim: rope,
         full_k,
         full_v: o_in,
     };
+    let attention = |layers| AttentionGroup {
+        layers,
+        window: None,
+        row,
+    };
     let mut notes = Vec::new();
-    if r.opt_u64(&["num_nextn_predict_layers"])?.unwrap_or(0) > 0 {
-        notes.push("the checkpoint's multi-token-prediction layer is not counted: transformers does not load it, and vLLM only for speculative decoding".into());
-    }
+    let mtp = match r.opt_u64(&["num_nextn_predict_layers"])?.unwrap_or(0) {
+        0 => None,
+        n => {
+            // Layers past `num_hidden_layers`: routed experts where the trunk's rule puts them.
+            let all = add(r, "num_nextn_predict_layers", layers, n)?;
+            let sparse_all = if routed == 0 {
+                0
+            } else {
+                layers_where(all, freq, 0) - layers_where(first_dense.min(all), freq, 0)
+            };
+            let mtp_sparse = sparse_all.saturating_sub(sparse).min(n);
+            let mut m = Tensors::default();
+            shape.layers(r, &mut m, n - mtp_sparse, mtp_sparse)?;
+            // enorm, hnorm, shared_head.norm; eh_proj (2·hidden → hidden), which V3's FP8
+            // checkpoint stores in BF16 and vLLM builds as a plain nn.Linear (deepseek_mtp.py):
+            // 16 bits whatever the trunk's quantization, as a head is.
+            m.vector(h, mul(r, "num_nextn_predict_layers", n, 3)?);
+            m.add(Role::LmHead, h, mul(r, "hidden_size", h, 2)?, n);
+            let mtp = Mtp {
+                layers: n,
+                sparse_layers: mtp_sparse,
+                tensors: finish(r, "num_nextn_predict_layers", m)?,
+                attention: vec![attention(n)],
+            };
+            notes.push(format!(
+                "+ {n} multi-token-prediction layer(s) in the checkpoint ({} parameters beside the \
+                 shared embedding and head), not counted: transformers does not load them, vLLM \
+                 and SGLang only as the draft of speculative decoding (--mtp prices them)",
+                crate::units::group(mtp.parameters())
+            ));
+            Some(mtp)
+        }
+    };
     Ok(Built {
         hidden: h,
         intermediate: inter,
@@ -129,15 +143,133 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
             shared_inter,
         )?,
         layout: Layout {
+            mtp,
             tensors,
-            attention: vec![AttentionGroup {
-                layers,
-                window: None,
-                row,
-            }],
+            attention: vec![attention(layers)],
             state: Vec::new(),
         },
         notes,
         ..Built::default()
     })
+}
+
+/// One decoder layer's sizes, for the trunk's layers and the multi-token-prediction layer alike.
+struct Shape {
+    h: u64,
+    heads: u64,
+    kv_lora: u64,
+    q_lora: Option<u64>,
+    nope: u64,
+    rope: u64,
+    v_dim: u64,
+    qk_head: u64,
+    bias: bool,
+    inter: u64,
+    routed: u64,
+    moe_inter: u64,
+    shared_inter: u64,
+}
+
+impl Shape {
+    /// `dense` layers with the dense MLP and `sparse` with the experts.
+    fn layers(
+        &self,
+        r: &Reader,
+        t: &mut Tensors,
+        dense: u64,
+        sparse: u64,
+    ) -> Result<(), InputError> {
+        let h = self.h;
+        let layers = add(r, "num_hidden_layers", dense, sparse)?;
+        let q_out = mul(r, "num_attention_heads", self.heads, self.qk_head)?;
+        match self.q_lora {
+            Some(q) => {
+                t.add(Role::AttnQ, q, h, layers);
+                t.vector(q, layers);
+                t.add(Role::AttnQ, q_out, q, layers);
+                if self.bias {
+                    t.vector(q, layers);
+                }
+            }
+            None => t.add(Role::AttnQ, q_out, h, layers),
+        }
+        let kv_a = add(r, "kv_lora_rank", self.kv_lora, self.rope)?;
+        t.add(Role::AttnK, kv_a, h, layers);
+        t.vector(self.kv_lora, layers);
+        let kv_b = mul(
+            r,
+            "num_attention_heads",
+            self.heads,
+            add(r, "v_head_dim", self.nope, self.v_dim)?,
+        )?;
+        t.add(Role::AttnV, kv_b, self.kv_lora, layers);
+        let o_in = mul(r, "num_attention_heads", self.heads, self.v_dim)?;
+        t.add(Role::AttnO, h, o_in, layers);
+        if self.bias {
+            t.vector(kv_a, layers);
+            t.vector(h, layers);
+        }
+        t.vector(h, layers.saturating_mul(2));
+        t.gated_mlp(h, self.inter, dense, false);
+        if sparse > 0 {
+            t.add(Role::Router, self.routed, h, sparse);
+            // V3's router keeps its `e_score_correction_bias` in the checkpoint.
+            if r.str("model_type") != Some("deepseek_v2") {
+                t.vector(self.routed, sparse);
+            }
+            let experts = mul(r, "n_routed_experts", self.routed, sparse)?;
+            t.gated_mlp(h, self.moe_inter, experts, true);
+            t.gated_mlp(h, self.shared_inter, sparse, false);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::model::presets;
+
+    #[test]
+    fn deepseek_v3_mtp_layer_is_one_moe_layer_and_its_projection() {
+        let (id, json) = presets::find("deepseek-ai/DeepSeek-V3").unwrap();
+        let spec = presets::load(id, json).unwrap();
+        let m = spec.mtp().unwrap();
+        assert_eq!((m.layers, m.sparse_layers), (1, 1));
+        // By hand, from config.json: hidden 7168, 128 heads, q_lora 1536, kv_lora 512,
+        // qk 128 + 64, v 128, 256 experts and 1 shared of 2048.
+        let h: u64 = 7168;
+        let attention = 1536 * h + 1536 // q_a_proj, q_a_layernorm
+            + 128 * 192 * 1536 // q_b_proj
+            + 576 * h + 512 // kv_a_proj_with_mqa, kv_a_layernorm
+            + 128 * 256 * 512 // kv_b_proj
+            + h * 128 * 128; // o_proj
+        let moe = 256 * h + 256 // gate, e_score_correction_bias
+            + 256 * 3 * h * 2048 // routed experts
+            + 3 * h * 2048; // shared expert
+        let layer = attention + 2 * h + moe; // + input and post-attention norms
+        let mtp = 3 * h + 2 * h * h; // enorm, hnorm, shared_head.norm; eh_proj
+        assert_eq!(m.parameters(), layer + mtp);
+        assert_eq!(m.parameters(), 11_610_068_224);
+        // The trunk is unchanged: 61 layers, the MTP layer not among them.
+        assert_eq!(spec.num_layers, 61);
+        let draft = spec.mtp_draft().unwrap();
+        assert_eq!(draft.num_layers, 1);
+        assert_eq!(draft.parameters(), m.parameters());
+        assert_eq!(draft.full_attention_layers(), 1);
+        // eh_proj stays in 16 bits beside the FP8 layer: 2 bytes a weight.
+        let eh = m
+            .tensors
+            .iter()
+            .find(|t| (t.rows, t.cols) == (h, 2 * h))
+            .unwrap();
+        let fp8 = crate::estimate::weights::group_bytes(&draft, eh, spec.native_dtype);
+        assert_eq!(fp8, 2 * h * 2 * h);
+    }
+
+    #[test]
+    fn a_config_without_nextn_layers_has_no_mtp() {
+        let (id, json) = presets::find("deepseek-ai/DeepSeek-V2-Lite").unwrap();
+        let spec = presets::load(id, json).unwrap();
+        assert!(spec.mtp().is_none() && spec.mtp_draft().is_none());
+    }
 }

@@ -57,6 +57,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
         vocab,
         tie,
         layout: Layout {
+            mtp: None,
             tensors,
             attention: vec![AttentionGroup {
                 layers,

@@ -78,6 +78,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
             0,
         )?,
         layout: Layout {
+            mtp: None,
             tensors,
             attention,
             state: Vec::new(),

@@ -90,6 +90,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
             shared_intermediate_size: shared,
         }),
         layout: Layout {
+            mtp: None,
             tensors,
             attention: vec![AttentionGroup {
                 layers: attention,

@@ -92,6 +92,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
         tie,
         experts: moe(r, &["num_experts_per_tok"], 2, experts, inter, sparse, 0)?,
         layout: Layout {
+            mtp: None,
             tensors,
             attention: vec![AttentionGroup {
                 layers: attention,

@@ -120,6 +120,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
             inter,
         )?,
         layout: Layout {
+            mtp: None,
             tensors,
             attention,
             state: Vec::new(),

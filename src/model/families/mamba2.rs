@@ -131,6 +131,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
         vocab,
         tie,
         layout: Layout {
+            mtp: None,
             tensors,
             attention: Vec::new(),
             state: vec![mixer.state(r, layers)?],

@@ -52,6 +52,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
         sliding_layers: if window.is_some() { layers } else { 0 },
         experts: moe(r, &["num_experts_per_tok"], 2, experts, inter, layers, 0)?,
         layout: Layout {
+            mtp: None,
             tensors,
             attention: vec![AttentionGroup {
                 layers,

@@ -16,7 +16,9 @@
 use super::{add, common, embeddings, finish, gqa_row, layer_types, moe, mul, Built, Gqa, Kind};
 use crate::error::InputError;
 use crate::model::config::Reader;
-use crate::model::layout::{every_nth, sparse_every, AttentionGroup, Layout, StateGroup, Tensors};
+use crate::model::layout::{
+    every_nth, sparse_every, AttentionGroup, Layout, Mtp, StateGroup, Tensors,
+};
 use crate::model::spec::Role;
 use serde_json::Value;
 
@@ -137,6 +139,61 @@ pub(super) fn read(r: &Reader, variant: Variant) -> Result<Built, InputError> {
         t.add(Role::Router, 1, h, sparse);
     }
     let tensors = finish(r, "num_experts", t)?;
+    let row = gqa_row(r, kv_heads, head_dim)?;
+
+    // Qwen3.5's `mtp_num_hidden_layers` (`mtp.*` in the checkpoint): full-attention layers of the
+    // trunk's MLP kind, then `fc` (2·hidden → hidden), `pre_fc_norm_embedding`,
+    // `pre_fc_norm_hidden` and `norm` once for the module (vLLM's qwen3_5_mtp.py); the embedding
+    // and head are the model's.
+    let mut notes = Vec::new();
+    let mtp = match r.opt_u64(&["mtp_num_hidden_layers"])?.unwrap_or(0) {
+        0 => None,
+        n => {
+            let ms = if sparse > 0 { n } else { 0 };
+            let mut m = Tensors::default();
+            Gqa::uniform(h, heads, kv_heads, head_dim, bias).add(r, &mut m, n)?;
+            m.add(
+                Role::AttnQ,
+                mul(r, "num_attention_heads", heads, head_dim)?,
+                h,
+                n,
+            );
+            if bias {
+                m.vector(heads.saturating_mul(head_dim), n);
+            }
+            m.vector(head_dim, mul(r, "mtp_num_hidden_layers", n, 2)?);
+            m.vector(h, mul(r, "mtp_num_hidden_layers", n, 2)?);
+            m.gated_mlp(h, inter, n - ms, false);
+            if ms > 0 {
+                m.add(Role::Router, experts, h, ms);
+                m.gated_mlp(h, moe_inter, mul(r, "num_experts", experts, ms)?, true);
+                if shared_inter > 0 {
+                    m.gated_mlp(h, shared_inter, ms, false);
+                    m.add(Role::Router, 1, h, ms);
+                }
+            }
+            m.vector(h, 3);
+            // fc: unquantized in vLLM's qwen3_5_mtp.py, priced in 16 bits as a head is.
+            m.add(Role::LmHead, h, mul(r, "hidden_size", h, 2)?, 1);
+            let mtp = Mtp {
+                layers: n,
+                sparse_layers: ms,
+                tensors: finish(r, "mtp_num_hidden_layers", m)?,
+                attention: vec![AttentionGroup {
+                    layers: n,
+                    window: None,
+                    row,
+                }],
+            };
+            notes.push(format!(
+                "+ {n} multi-token-prediction layer(s) in the checkpoint ({} parameters beside the \
+                 shared embedding and head), not counted: transformers does not load them, vLLM \
+                 and SGLang only as the draft of speculative decoding (--mtp prices them)",
+                crate::units::group(mtp.parameters())
+            ));
+            Some(mtp)
+        }
+    };
 
     Ok(Built {
         hidden: h,
@@ -156,12 +213,14 @@ pub(super) fn read(r: &Reader, variant: Variant) -> Result<Built, InputError> {
             sparse,
             shared_inter,
         )?,
+        notes,
         layout: Layout {
+            mtp,
             tensors,
             attention: vec![AttentionGroup {
                 layers: full,
                 window: None,
-                row: gqa_row(r, kv_heads, head_dim)?,
+                row,
             }]
             .into_iter()
             .filter(|g| g.layers > 0)
