@@ -15,7 +15,11 @@ python3 -m venv "$WORK/user"
 CMD="$WORK/user/bin/llm-oom"
 echo "wheel: $(basename "$WHEEL"), $(du -k "$WHEEL" | cut -f1) KiB; installed command: $(du -k "$CMD" | cut -f1) KiB"
 "$CMD" --version
-"$CMD" plan --model mistralai/Mistral-7B-Instruct-v0.2 --vram 24GB -p 8000 -n 1000 -b 4 | head -n 3
+# plan's exit code is its verdict (0 fits, 1 would run out); 2 and above would be a failure.
+rc=0
+"$CMD" plan --model mistralai/Mistral-7B-Instruct-v0.2 --vram 24GB -p 8000 -n 1000 -b 4 > "$WORK/plan.txt" || rc=$?
+head -n 3 "$WORK/plan.txt"
+[ "$rc" -le 1 ] || { echo "plan from the wheel exited $rc" >&2; exit 1; }
 rc=0
 echo 'torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 23.52 GiB of which 1.00 GiB is free.' |
   "$CMD" explain - --json > "$WORK/explain.json" || rc=$?
