@@ -58,6 +58,20 @@ pub struct BudgetRow {
     pub limited_by: Limit,
 }
 
+impl BudgetRow {
+    /// The row of `c` requests of `t` tokens each, split at the workload's prompt : new ratio.
+    pub fn at(c: u64, t: u64, limited_by: Limit, w: &Workload) -> BudgetRow {
+        let (p, n) = if t == 0 { (0, 0) } else { split_at_ratio(w, t) };
+        BudgetRow {
+            concurrency: c,
+            max_total_tokens: t,
+            prompt_tokens: p,
+            new_tokens: n,
+            limited_by,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Limit {
@@ -302,14 +316,7 @@ impl<'a> Planner<'a> {
         let limit = self.context_limit();
         let row = |c: u64| {
             let (t, by) = self.max_total(w, c);
-            let (p, n) = if t == 0 { (0, 0) } else { split_at_ratio(w, t) };
-            BudgetRow {
-                concurrency: c,
-                max_total_tokens: t,
-                prompt_tokens: p,
-                new_tokens: n,
-                limited_by: by,
-            }
+            BudgetRow::at(c, t, by, w)
         };
         // Each row of the allocator model bisects ~20 replays of tens of milliseconds: one
         // thread per row.

@@ -6,7 +6,7 @@
 //! memory. This is the same arithmetic as the engine's own "maximum concurrency" line, so the
 //! table and the verdict above it say one thing.
 
-use super::{split_at_ratio, Budget, BudgetRow, Limit, WhatIf, CONCURRENCY_ROWS};
+use super::{Budget, BudgetRow, Limit, WhatIf, CONCURRENCY_ROWS};
 use crate::estimate::Workload;
 
 /// A KV pool: its tokens, the unit a request takes them in, the longest request it admits and
@@ -81,14 +81,7 @@ pub fn follow(b: &mut Budget, pool: &Pool, w: &Workload) {
         .iter()
         .map(|&c| {
             let (t, by) = pool.per_request(c);
-            let (p, n) = if t == 0 { (0, 0) } else { split_at_ratio(w, t) };
-            BudgetRow {
-                concurrency: c,
-                max_total_tokens: t,
-                prompt_tokens: p,
-                new_tokens: n,
-                limited_by: by,
-            }
+            BudgetRow::at(c, t, by, w)
         })
         .collect();
     let (t, _) = pool.per_request(w.batch);

@@ -164,6 +164,17 @@ pub fn offload(fix: &Fix, layers: u64, est: &Estimate, vram: u64) -> Remedy {
     r
 }
 
+/// The remedies in ollama's knobs, with the quant tag in force and no `-ngl` of llama-server's
+/// (ollama fits the layers itself, or takes `num_gpu`).
+fn in_ollamas_knobs(quant: crate::dtype::WeightDtype, remedies: &mut Vec<Remedy>) {
+    remedies.retain(|r| r.change != Change::CpuOffload);
+    let set = super::knobs::InForce {
+        gguf_quant: Some(quant.to_string()),
+        ..Default::default()
+    };
+    super::knobs::speak(remedies, super::knobs::Family::Ollama, &set);
+}
+
 /// ollama's verdict over llama-server's: where every layer fits, the verdict stands; where only
 /// some do, llama-server keeps `fix`'s layers on the GPU and runs the rest on the CPU — it loads
 /// and answers, slower (ollama logs "offloaded N/M layers to GPU"); where none fit, it runs out.
@@ -175,12 +186,7 @@ pub fn ollama(
     v: &mut Verdict,
     remedies: &mut Vec<Remedy>,
 ) {
-    remedies.retain(|r| r.change != Change::CpuOffload);
-    let set = super::knobs::InForce {
-        gguf_quant: Some(quant.to_string()),
-        ..Default::default()
-    };
-    super::knobs::speak(remedies, super::knobs::Family::Ollama, &set);
+    in_ollamas_knobs(quant, remedies);
     if v.cause == Cause::None {
         v.summary = format!(
             "ollama loads all {layers} layers on the GPU · {}",
@@ -355,12 +361,7 @@ pub fn ollama_num_gpu(
     v: &mut Verdict,
     remedies: &mut Vec<Remedy>,
 ) {
-    remedies.retain(|r| r.change != Change::CpuOffload);
-    let set = super::knobs::InForce {
-        gguf_quant: Some(quant.to_string()),
-        ..Default::default()
-    };
-    super::knobs::speak(remedies, super::knobs::Family::Ollama, &set);
+    in_ollamas_knobs(quant, remedies);
     let layers = p.layers_total;
     let placed = super::placed::from_placement(p);
     if p.runs_out.is_some() {
