@@ -559,6 +559,23 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         f.remedies = remedies;
         across_gpus.clear();
     }
+    // V0's refusal of the flags: more GPUs do not change them.
+    if vllm_startup
+        .as_ref()
+        .is_some_and(|s| s.config_error.is_some())
+    {
+        across_gpus.clear();
+    }
+    if req.engine == Engine::Vllm
+        && req.vllm.enable_chunked_prefill.is_some()
+        && req.vllm.version != Some(crate::estimate::VllmVersion::V0)
+    {
+        notes.push(
+            "--enable-chunked-prefill / --no-enable-chunked-prefill are read for vLLM V0 \
+             (--vllm-version v0); V1 is planned with chunked prefill on"
+                .to_string(),
+        );
+    }
     let mut budget = planner.budget(&w);
     let mut quantization = planner.quantization_what_if(&w);
     pool_budget(
