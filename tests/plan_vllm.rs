@@ -574,6 +574,12 @@ fn v0_chunked_prefill_flags_set_the_profiling_run() {
         "{}",
         r.stdout
     );
+    assert!(
+        r.stdout
+            .contains("chunked prefill on as given (--enable-chunked-prefill)"),
+        "{}",
+        r.stdout
+    );
     let r = on_3090(
         &[
             &v0[..],

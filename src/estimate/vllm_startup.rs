@@ -235,6 +235,9 @@ pub struct Startup {
     pub vllm: &'static str,
     /// Chunked prefill on (V1 always; V0 by default only above 32,768 tokens).
     pub chunked_prefill: bool,
+    /// V0: `--enable-chunked-prefill` or `--no-enable-chunked-prefill` set it, not the default.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub chunked_prefill_given: bool,
     pub card_bytes: u64,
     pub gpu_memory_utilization: f64,
     pub max_model_len: u64,
@@ -617,6 +620,7 @@ fn startup_at(
         version,
         vllm: version.describe(),
         chunked_prefill,
+        chunked_prefill_given: version == VllmVersion::V0 && a.enable_chunked_prefill.is_some(),
         card_bytes: card,
         gpu_memory_utilization: util,
         max_model_len,

@@ -45,7 +45,21 @@ pub fn verdict(s: &VllmStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<Stri
         s.available_kv_bytes,
     );
     let mut notes = Vec::new();
-    if s.version == VllmVersion::V0 {
+    if s.version == VllmVersion::V0 && s.chunked_prefill_given {
+        notes.push(format!(
+            "{}: chunked prefill {} as given (--{}enable-chunked-prefill), so the profiling run \
+             prefills max_num_batched_tokens = {} tokens{}",
+            s.vllm,
+            if s.chunked_prefill { "on" } else { "off" },
+            if s.chunked_prefill { "" } else { "no-" },
+            group(s.max_num_batched_tokens),
+            if s.chunked_prefill {
+                ""
+            } else {
+                " at once (max(max_model_len, 2048) unless given)"
+            }
+        ));
+    } else if s.version == VllmVersion::V0 {
         notes.push(if s.chunked_prefill {
             format!(
                 "{}: chunked prefill on (max_model_len above 32,768 turns it on by default), so \
