@@ -433,3 +433,71 @@ fn nextn_blocks_are_left_out_of_the_weights_and_the_cache_as_llama_cpp_skips_the
         "{notes}"
     );
 }
+
+#[test]
+fn a_quantized_v_cache_with_flash_attention_off_is_refused_with_both_ways_out_priced() {
+    let home = temp();
+    let m = write_llama_8b_q4km(home.path());
+    let args = ["--ctx-size", "8192", "--kv-dtype", "q8_0"];
+    let at = |extra: &[&str]| plan(home.path(), &m, &[&args[..], extra].concat());
+    let r = at(&["--flash-attn", "off"]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains("llama.cpp REFUSES TO START"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains(
+            "llama.cpp would say: llama_init_from_model: quantized V cache requires flash_attn \
+             to be enabled"
+        ),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(
+        remedy(&r.stdout, "-fa").as_deref(),
+        Some("on"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(
+        remedy(&r.stdout, "-ctv").as_deref(),
+        Some("f16"),
+        "{}",
+        r.stdout
+    );
+    // -fa on: the plan with flash attention on, which llama.cpp loads (and `auto` turns it on).
+    let j = json(&at(&["--flash-attn", "off", "--json"]).stdout);
+    let peak = |how: &str| {
+        j["remedies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["how"] == how)
+            .unwrap_or_else(|| panic!("no {how}: {j}"))["new_budget"]["peak_bytes"]
+            .as_u64()
+            .unwrap()
+    };
+    let on = at(&["--flash-attn", "on", "--json"]);
+    assert_eq!(on.code, 0, "{}{}", on.stdout, on.stderr);
+    assert_eq!(
+        json(&on.stdout)["components"]["total"].as_u64().unwrap(),
+        peak("-fa on")
+    );
+    assert_eq!(at(&[]).code, 0);
+    // -ctv f16: K stays q8_0, V in f16 — half-way from the q8_0 cache to the f16 one.
+    let q8 = j["components"]["total"].as_u64().unwrap();
+    let f16 = json(
+        &plan(
+            home.path(),
+            &m,
+            &["--ctx-size", "8192", "--flash-attn", "off", "--json"],
+        )
+        .stdout,
+    )["components"]["total"]
+        .as_u64()
+        .unwrap();
+    assert!(f16 > q8, "{f16} {q8}");
+    assert_eq!(peak("-ctv f16"), q8 + (f16 - q8) / 2);
+}

@@ -213,11 +213,17 @@ fn ollamas_cache_type_flash_attention_and_num_batch_reach_the_launch() {
         "256",
         "--json",
     ]);
-    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    // ollama passes both as they are (llm/llama_server.go): llama-server refuses the q8_0 V
+    // cache with flash attention off.
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
     let j = json(&r.stdout);
     assert_eq!(
         j["ollama"]["launches"],
         "llama-server -c 4096 -np 1 -b 256 -ub 256 --cache-type-k q8_0 --cache-type-v q8_0 -fa off"
+    );
+    assert_eq!(
+        j["llama_refuses"],
+        "llama_init_from_model: quantized V cache requires flash_attn to be enabled"
     );
     // q8_0: 34 bytes per 32 values, half the f16 cache and a little more.
     assert_eq!(j["components"]["kv_cache"], 4096 * (131_072 / 64 * 34));
@@ -338,9 +344,22 @@ fn a_quantized_cache_with_flash_attention_off_is_refused_by_llama_server() {
         ("OLLAMA_FLASH_ATTENTION", "false"),
     ];
     let r = plan_with_env(&env, &["-m", "llama3.1:8b", "--vram", "8GB"]);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
     assert!(
+        r.stdout.contains("llama.cpp REFUSES TO START"),
+        "{}",
         r.stdout
-            .contains("quantized V cache requires flash_attn to be enabled"),
+    );
+    assert!(
+        r.stdout.contains("OLLAMA_FLASH_ATTENTION=1"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout.contains(
+            "llama.cpp would say: llama_init_from_model: quantized V cache requires flash_attn \
+             to be enabled"
+        ),
         "{}",
         r.stdout
     );

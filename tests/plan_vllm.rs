@@ -535,3 +535,154 @@ fn fp8_ignored_layers_are_priced_bf16_per_rank_at_tp4() {
     assert!(ignored.contains("┆ 56.7 GiB ┆"), "{ignored}");
     assert!(ignored.contains("┆ 10.2 GiB ┆"), "{ignored}");
 }
+
+/// The remedies' flags, as pasted under each.
+fn remedy_flags(out: &str) -> Vec<Vec<String>> {
+    let lines: Vec<&str> = out.lines().collect();
+    let start = lines
+        .iter()
+        .position(|l| l.starts_with("Remedies"))
+        .unwrap_or(lines.len());
+    lines[start..]
+        .iter()
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .map(|l| l.trim())
+        .filter(|l| l.starts_with("--"))
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect()
+}
+
+/// `--enable-chunked-prefill` is V0's flag: the 29,000 tokens vllm#10517 refused start with a
+/// profiling run of 512 tokens, the remedy the refusal offers; `--no-enable-chunked-prefill`
+/// turns V0's default off above 32,768.
+#[test]
+fn v0_chunked_prefill_flags_set_the_profiling_run() {
+    let v0 = ["--vllm-version", "v0"];
+    let r = on_3090(
+        &[
+            &v0[..],
+            &["--max-model-len", "29000", "--enable-chunked-prefill"],
+        ]
+        .concat(),
+    );
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains(
+            "Start-up of vLLM V0 (v0.6.4): chunked prefill on, profiling run of 512 tokens"
+        ),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout
+            .contains("chunked prefill on as given (--enable-chunked-prefill)"),
+        "{}",
+        r.stdout
+    );
+    let r = on_3090(
+        &[
+            &v0[..],
+            &["--max-model-len", "35000", "--no-enable-chunked-prefill"],
+        ]
+        .concat(),
+    );
+    assert!(
+        r.stdout.contains(
+            "Start-up of vLLM V0 (v0.6.4): chunked prefill off, profiling run of 35,000 tokens"
+        ),
+        "{}",
+        r.stdout
+    );
+    let r = on_3090(
+        &[
+            &v0[..],
+            &["--enable-chunked-prefill", "--no-enable-chunked-prefill"],
+        ]
+        .concat(),
+    );
+    assert_eq!(r.code, 2, "{}{}", r.stdout, r.stderr);
+}
+
+/// V0's SchedulerConfig._verify_args: without chunked prefill, max_num_batched_tokens below
+/// max_model_len is refused before anything loads; each remedy's flags pass it and start.
+#[test]
+fn v0_refuses_batched_tokens_below_max_model_len_without_chunked_prefill() {
+    let given = [
+        "--vllm-version",
+        "v0",
+        "--max-model-len",
+        "8192",
+        "--max-num-batched-tokens",
+        "4096",
+    ];
+    let r = on_3090(&given);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("✗ vLLM REFUSES TO START"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains(
+            "  vLLM would say: ValueError: max_num_batched_tokens (4096) is smaller than \
+             max_model_len (8192). This effectively limits the maximum sequence length to \
+             max_num_batched_tokens and makes vLLM reject longer sequences. Please increase \
+             max_num_batched_tokens or decrease max_model_len.\n"
+        ),
+        "{}",
+        r.stdout
+    );
+    assert!(!r.stdout.contains("--tensor-parallel-size"), "{}", r.stdout);
+    let flags = remedy_flags(&r.stdout);
+    assert_eq!(
+        flags,
+        [
+            vec!["--enable-chunked-prefill"],
+            vec!["--max-num-batched-tokens", "8192"],
+            vec!["--max-model-len", "4096"],
+        ],
+        "{}",
+        r.stdout
+    );
+    for f in flags {
+        // The remedy's flag in place of the one given.
+        let mut args: Vec<&str> = Vec::new();
+        for pair in given.chunks(2) {
+            if pair[0] != f[0] {
+                args.extend_from_slice(pair);
+            }
+        }
+        args.extend(f.iter().map(String::as_str));
+        let r = on_3090(&args);
+        assert_eq!(r.code, 0, "{f:?}: {}{}", r.stdout, r.stderr);
+    }
+    // V1 always chunks: the same flags start.
+    assert_eq!(on_3090(&given[2..]).code, 0);
+}
+
+/// V0 refuses max_num_batched_tokens below max_num_seqs (256 by default), chunked or not.
+#[test]
+fn v0_refuses_batched_tokens_below_max_num_seqs() {
+    let given = [
+        "--vllm-version",
+        "v0",
+        "--max-model-len",
+        "8192",
+        "--max-num-batched-tokens",
+        "128",
+        "--enable-chunked-prefill",
+    ];
+    let r = on_3090(&given);
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains(
+            "  vLLM would say: ValueError: max_num_batched_tokens (128) must be greater than or \
+             equal to max_num_seqs (256).\n"
+        ),
+        "{}",
+        r.stdout
+    );
+    let args: Vec<&str> = given
+        .iter()
+        .copied()
+        .chain(["--max-num-seqs", "128"])
+        .collect();
+    assert_eq!(on_3090(&args).code, 0);
+}

@@ -321,6 +321,14 @@ pub struct PlanArgs {
     /// tokens, else a profiling run of the whole max_model_len) [default: v1]
     #[arg(long)]
     pub vllm_version: Option<String>,
+    /// vLLM V0: chunked prefill on (a profiling run of 512 tokens, or --max-num-batched-tokens)
+    /// [default: on only above a max_model_len of 32,768]
+    #[arg(long, conflicts_with = "no_enable_chunked_prefill")]
+    pub enable_chunked_prefill: bool,
+    /// vLLM V0: chunked prefill off (V0's --enable-chunked-prefill=False): the profiling run
+    /// prefills max_num_batched_tokens, at least max_model_len
+    #[arg(long)]
+    pub no_enable_chunked_prefill: bool,
     /// SGLang: share of the free memory for the weights and the token pool, above 0 and below 1
     /// [default: SGLang's by card, 0.847 on a 24 GB card]
     #[arg(long, allow_negative_numbers = true)]

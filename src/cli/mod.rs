@@ -94,6 +94,14 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
                 enforce_eager: args.enforce_eager,
                 cpu_offload_gb: args.cpu_offload_gb,
                 version: args.vllm_version.as_deref().map(str::parse).transpose()?,
+                enable_chunked_prefill: match (
+                    args.enable_chunked_prefill,
+                    args.no_enable_chunked_prefill,
+                ) {
+                    (true, _) => Some(true),
+                    (_, true) => Some(false),
+                    _ => None,
+                },
             };
             req.sglang = llm_oom::estimate::SglangArgs {
                 mem_fraction_static: args.mem_fraction_static,

@@ -77,6 +77,9 @@ pub struct PlanReport {
     /// SGLang on one card: its token pool (`max_total_num_tokens`) and whether it starts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sglang_startup: Option<crate::estimate::SglangStartup>,
+    /// llama.cpp's own refusal to start (`verdict::llama_refusal`): what it logs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub llama_refuses: Option<&'static str>,
     /// With `--python`: the model as transformers built it on the meta device (its version, the
     /// class, parameters by role and dtype), the source of this plan's parameters and cache.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -546,6 +549,33 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         ));
         return Ok(r);
     }
+    // llama.cpp refuses a quantized V cache with flash attention off, whatever the memory.
+    let llama_refuses = crate::verdict::llama_refusal::refuses(&w)
+        .then_some(crate::verdict::llama_refusal::MESSAGE);
+    if llama_refuses.is_some() {
+        let (v, remedies) =
+            crate::verdict::llama_refusal::verdict(&planner, &w, &f.estimate, ollama.is_some());
+        f.verdict = v;
+        f.remedies = remedies;
+        across_gpus.clear();
+    }
+    // V0's refusal of the flags: more GPUs do not change them.
+    if vllm_startup
+        .as_ref()
+        .is_some_and(|s| s.config_error.is_some())
+    {
+        across_gpus.clear();
+    }
+    if req.engine == Engine::Vllm
+        && req.vllm.enable_chunked_prefill.is_some()
+        && req.vllm.version != Some(crate::estimate::VllmVersion::V0)
+    {
+        notes.push(
+            "--enable-chunked-prefill / --no-enable-chunked-prefill are read for vLLM V0 \
+             (--vllm-version v0); V1 is planned with chunked prefill on"
+                .to_string(),
+        );
+    }
     let mut budget = planner.budget(&w);
     let mut quantization = planner.quantization_what_if(&w);
     pool_budget(
@@ -591,6 +621,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         across_gpus,
         vllm_startup,
         sglang_startup,
+        llama_refuses,
         ollama,
         llama_server,
         derived,
@@ -1245,22 +1276,6 @@ fn ollama_launch(
                 .map(|v| format!("{v} (environment)"))
                 .collect::<Vec<_>>()
                 .join(", ")
-        ));
-    }
-    // ollama passes OLLAMA_KV_CACHE_TYPE to llama-server whatever the flash attention
-    // (llm/server.go); llama.cpp refuses a quantized V cache with flash attention off (`auto`
-    // turns it on for one).
-    if w.llama.flash_attn == Some(false)
-        && matches!(
-            w.kv_dtype,
-            crate::dtype::KvDtype::Q8_0 | crate::dtype::KvDtype::Q4_0
-        )
-    {
-        notes.push(format!(
-            "a {} KV cache with flash attention off: llama-server refuses to start (\"quantized \
-             V cache requires flash_attn to be enabled\", llama.cpp src/llama-context.cpp); leave \
-             OLLAMA_FLASH_ATTENTION unset or 1, or the cache in f16",
-            w.kv_dtype
         ));
     }
     notes.push(format!(

@@ -57,6 +57,9 @@ pub struct VllmArgs {
     pub cpu_offload_gb: Option<f64>,
     /// `--vllm-version`: which vLLM's start-up (`None` = V1).
     pub version: Option<VllmVersion>,
+    /// `--enable-chunked-prefill` (`Some(true)`) or `--no-enable-chunked-prefill` (`Some(false)`),
+    /// read by V0 (`None`: V0's default, on only above [`V0_LONG_CONTEXT`]); V1 always chunks.
+    pub enable_chunked_prefill: Option<bool>,
 }
 
 /// The vLLM whose start-up plan models.
@@ -190,6 +193,10 @@ impl VllmArgs {
             Some("--cpu-offload-gb")
         } else if self.version.is_some() {
             Some("--vllm-version")
+        } else if self.enable_chunked_prefill == Some(true) {
+            Some("--enable-chunked-prefill")
+        } else if self.enable_chunked_prefill == Some(false) {
+            Some("--no-enable-chunked-prefill")
         } else {
             None
         }
@@ -228,6 +235,9 @@ pub struct Startup {
     pub vllm: &'static str,
     /// Chunked prefill on (V1 always; V0 by default only above 32,768 tokens).
     pub chunked_prefill: bool,
+    /// V0: `--enable-chunked-prefill` or `--no-enable-chunked-prefill` set it, not the default.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub chunked_prefill_given: bool,
     pub card_bytes: u64,
     pub gpu_memory_utilization: f64,
     pub max_model_len: u64,
@@ -275,6 +285,13 @@ pub struct Startup {
     /// profiling run of 512 tokens), when those hold `max_model_len`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chunked_prefill_blocks: Option<u64>,
+    /// V0's refusal of the flags themselves (`SchedulerConfig._verify_args`), before the memory
+    /// is looked at: its `ValueError` message.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config_error: Option<String>,
+    /// With `config_error`: the flags that pass the check, each priced.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub config_fixes: Vec<ConfigFix>,
     /// vLLM's ValueError, numbers filled in, when it refuses.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -327,6 +344,18 @@ pub fn startup_with(
     a: &VllmArgs,
     dep: &Deployment,
 ) -> Startup {
+    startup_at(spec, w, card, a, dep, true)
+}
+
+/// [`startup_with`]; `fixes`: price the flags that pass V0's config check when it refuses.
+fn startup_at(
+    spec: &Spec,
+    w: &Workload,
+    card: u64,
+    a: &VllmArgs,
+    dep: &Deployment,
+    fixes: bool,
+) -> Startup {
     let large = card >= LARGE_CARD;
     let version = a.version.unwrap_or_default();
     let p = Profile::of(Engine::Vllm);
@@ -339,7 +368,11 @@ pub fn startup_with(
     // V0 (arg_utils.py create_engine_config): chunked prefill by default only for long contexts,
     // and not with a sliding window, a speculative model or LoRA.
     let v0_may_chunk = spec.sliding_window.is_none() && dep.draft.is_none() && dep.lora.is_none();
-    let v0_chunked = |len: u64| v0_may_chunk && len > V0_LONG_CONTEXT;
+    // --enable-chunked-prefill given either way wins (EngineArgs.enable_chunked_prefill set).
+    let v0_chunked = |len: u64| {
+        a.enable_chunked_prefill
+            .unwrap_or(v0_may_chunk && len > V0_LONG_CONTEXT)
+    };
     // The profiling run's tokens for a max_model_len: V1 `vllm serve` (UsageContext.
     // OPENAI_API_SERVER) defaults, engine/arg_utils.py get_batch_defaults; V0 SchedulerConfig.
     let mnbt_for = |len: u64| {
@@ -422,9 +455,13 @@ pub fn startup_with(
     let needed = needed_for(max_model_len);
     let num_blocks = available.checked_div(block_bytes).unwrap_or(0);
     let per_request = needed.div_ceil(block_bytes.max(1)).max(1);
+    // V0's SchedulerConfig._verify_args refuses the flags before anything loads.
+    let config_error = (version == VllmVersion::V0)
+        .then(|| v0_config_error(mnbt, max_model_len, seqs, chunked_prefill))
+        .flatten();
     // V0 raise_if_cache_size_invalid: num_gpu_blocks > 0 and max_model_len ≤ block × blocks,
     // the same as V1's whole blocks of max_model_len within the memory.
-    let starts = num_blocks > 0 && needed <= available;
+    let starts = config_error.is_none() && num_blocks > 0 && needed <= available;
     // The largest length whose blocks fit, by bisection over [lo, hi] (estimate_max_model_len).
     let bisect = |mut lo: u64, mut hi: u64, fits: &dyn Fn(u64) -> bool| {
         while lo < hi {
@@ -471,6 +508,7 @@ pub fn startup_with(
     // V0 with --enable-chunked-prefill: a profiling run of 512 tokens.
     let chunked_prefill_blocks = (version == VllmVersion::V0
         && !starts
+        && config_error.is_none()
         && !chunked_prefill
         && a.max_num_batched_tokens.is_none())
     .then(|| available_with(peak_for(V0_CHUNKED_BATCHED_TOKENS)))
@@ -488,27 +526,85 @@ pub fn startup_with(
     ]
     .into_iter()
     .fold(0u64, u64::saturating_add);
-    let utilization_that_starts = utilization_for(fixed, card).filter(|_| !starts);
+    let utilization_that_starts =
+        utilization_for(fixed, card).filter(|_| !starts && config_error.is_none());
     let gib = |b: u64| b as f64 / GIB as f64;
-    let message = (!starts).then(|| {
-        let none_left = match version {
-            VllmVersion::V1 => available == 0,
-            VllmVersion::V0 => num_blocks == 0,
-        };
-        if none_left {
-            "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` \
+    // The flags that pass the check, each with vLLM's start-up under it.
+    let config_fixes = if fixes && config_error.is_some() {
+        let mut tries: Vec<(String, VllmArgs)> = Vec::new();
+        if mnbt < max_model_len && !chunked_prefill {
+            tries.push((
+                "--enable-chunked-prefill".into(),
+                VllmArgs {
+                    enable_chunked_prefill: Some(true),
+                    ..*a
+                },
+            ));
+            tries.push((
+                format!("--max-num-batched-tokens {}", max_model_len.max(seqs)),
+                VllmArgs {
+                    max_num_batched_tokens: Some(max_model_len.max(seqs)),
+                    ..*a
+                },
+            ));
+            tries.push((
+                format!("--max-model-len {mnbt}"),
+                VllmArgs {
+                    max_model_len: Some(mnbt),
+                    ..*a
+                },
+            ));
+        } else {
+            tries.push((
+                format!("--max-num-seqs {mnbt}"),
+                VllmArgs {
+                    max_num_seqs: Some(mnbt),
+                    ..*a
+                },
+            ));
+            tries.push((
+                format!("--max-num-batched-tokens {seqs}"),
+                VllmArgs {
+                    max_num_batched_tokens: Some(seqs),
+                    ..*a
+                },
+            ));
+        }
+        tries
+            .into_iter()
+            .map(|(how, alt)| {
+                let s = startup_at(spec, w, card, &alt, dep, false);
+                ConfigFix {
+                    how,
+                    starts: s.starts,
+                    kv_tokens: s.kv_tokens,
+                    max_num_batched_tokens: s.max_num_batched_tokens,
+                }
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let message = config_error.clone().or_else(|| {
+        (!starts).then(|| {
+            let none_left = match version {
+                VllmVersion::V1 => available == 0,
+                VllmVersion::V0 => num_blocks == 0,
+            };
+            if none_left {
+                "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` \
              when initializing the engine."
-                .to_string()
-        } else if version == VllmVersion::V0 {
-            format!(
+                    .to_string()
+            } else if version == VllmVersion::V0 {
+                format!(
                 "The model's max seq len ({max_model_len}) is larger than the maximum number of \
                  tokens that can be stored in KV cache ({}). Try increasing \
                  `gpu_memory_utilization` or decreasing `max_model_len` when initializing the \
                  engine.",
                 num_blocks.saturating_mul(block)
             )
-        } else {
-            format!(
+            } else {
+                format!(
                 "To serve at least one request with the models's max seq len ({max_model_len}), \
                  ({:.2} GiB KV cache is needed, which is larger than the available KV cache memory \
                  ({:.2} GiB). Based on the available memory, the estimated maximum model length is \
@@ -517,12 +613,14 @@ pub fn startup_with(
                 gib(needed),
                 gib(available)
             )
-        }
+            }
+        })
     });
     Startup {
         version,
         vllm: version.describe(),
         chunked_prefill,
+        chunked_prefill_given: version == VllmVersion::V0 && a.enable_chunked_prefill.is_some(),
         card_bytes: card,
         gpu_memory_utilization: util,
         max_model_len,
@@ -548,7 +646,47 @@ pub fn startup_with(
         utilization_that_starts,
         cpu_blocks,
         chunked_prefill_blocks,
+        config_error,
+        config_fixes,
         message,
+    }
+}
+
+/// A flag that passes V0's config check, and vLLM's start-up with it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ConfigFix {
+    /// The flag, as pasted.
+    pub how: String,
+    pub starts: bool,
+    /// Its KV cache, in tokens.
+    pub kv_tokens: u64,
+    /// Its profiling run's tokens.
+    pub max_num_batched_tokens: u64,
+}
+
+/// V0's `SchedulerConfig._verify_args` (vllm/config.py@v0.6.4.post1): without chunked prefill
+/// `max_num_batched_tokens` below `max_model_len` is refused, and below `max_num_seqs` always;
+/// its `ValueError` message, numbers filled in.
+pub fn v0_config_error(
+    max_num_batched_tokens: u64,
+    max_model_len: u64,
+    max_num_seqs: u64,
+    chunked_prefill: bool,
+) -> Option<String> {
+    if max_num_batched_tokens < max_model_len && !chunked_prefill {
+        Some(format!(
+            "max_num_batched_tokens ({max_num_batched_tokens}) is smaller than max_model_len \
+             ({max_model_len}). This effectively limits the maximum sequence length to \
+             max_num_batched_tokens and makes vLLM reject longer sequences. Please increase \
+             max_num_batched_tokens or decrease max_model_len."
+        ))
+    } else if max_num_batched_tokens < max_num_seqs {
+        Some(format!(
+            "max_num_batched_tokens ({max_num_batched_tokens}) must be greater than or equal to \
+             max_num_seqs ({max_num_seqs})."
+        ))
+    } else {
+        None
     }
 }
 
@@ -736,6 +874,58 @@ mod tests {
     }
 
     const RTX3090: u64 = 24_576 * crate::units::MIB;
+
+    #[test]
+    fn v0_config_check_is_schedulerconfigs() {
+        // _verify_args@v0.6.4.post1: below max_model_len only without chunked prefill; below
+        // max_num_seqs always; equal passes.
+        assert!(v0_config_error(4096, 8192, 256, false).is_some_and(|m| m
+            .starts_with("max_num_batched_tokens (4096) is smaller than max_model_len (8192).")));
+        assert_eq!(v0_config_error(4096, 8192, 256, true), None);
+        assert_eq!(v0_config_error(8192, 8192, 256, false), None);
+        assert_eq!(
+            v0_config_error(128, 8192, 256, true).as_deref(),
+            Some(
+                "max_num_batched_tokens (128) must be greater than or equal to max_num_seqs (256)."
+            )
+        );
+        assert_eq!(v0_config_error(256, 256, 256, false), None);
+        // The flag turns V0's default either way, and V1 does not read it.
+        let on = startup(
+            &llama8b(),
+            &work(),
+            24 * GIB,
+            &VllmArgs {
+                enable_chunked_prefill: Some(true),
+                ..v0(8192)
+            },
+        );
+        assert!(on.chunked_prefill && on.config_error.is_none());
+        assert_eq!(on.max_num_batched_tokens, V0_CHUNKED_BATCHED_TOKENS);
+        let off = startup(
+            &llama8b(),
+            &work(),
+            80 * GIB,
+            &VllmArgs {
+                enable_chunked_prefill: Some(false),
+                ..v0(40_000)
+            },
+        );
+        assert!(!off.chunked_prefill);
+        assert_eq!(off.max_num_batched_tokens, 40_000);
+        let refused = startup(
+            &llama8b(),
+            &work(),
+            80 * GIB,
+            &VllmArgs {
+                max_num_batched_tokens: Some(4096),
+                ..v0(8192)
+            },
+        );
+        assert!(!refused.starts && refused.message == refused.config_error);
+        assert_eq!(refused.config_fixes.len(), 3);
+        assert!(refused.config_fixes.iter().all(|f| f.starts));
+    }
 
     fn v0(len: u64) -> VllmArgs {
         VllmArgs {

@@ -52,6 +52,8 @@ fn text(r: &PlanReport, style: &Style) -> String {
         "vLLM REFUSES TO START"
     } else if r.sglang_startup.as_ref().is_some_and(|s| !s.starts) {
         "SGLang REFUSES TO START"
+    } else if r.llama_refuses.is_some() {
+        "llama.cpp REFUSES TO START"
     } else {
         "WOULD OOM"
     };
@@ -83,6 +85,9 @@ fn text(r: &PlanReport, style: &Style) -> String {
     }
     if let Some(msg) = r.sglang_startup.as_ref().and_then(|s| s.message.as_deref()) {
         out.push_str(&format!("  SGLang would say: {msg}\n"));
+    }
+    if let Some(msg) = r.llama_refuses {
+        out.push_str(&format!("  llama.cpp would say: {msg}\n"));
     }
     out.push('\n');
     out.push_str(&format!(

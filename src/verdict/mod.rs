@@ -3,6 +3,7 @@
 //! and the remedies with their price (`remedy`, `pricing`).
 
 pub mod knobs;
+pub mod llama_refusal;
 pub mod llama_server;
 pub mod measured;
 pub mod placed;

@@ -45,7 +45,21 @@ pub fn verdict(s: &VllmStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<Stri
         s.available_kv_bytes,
     );
     let mut notes = Vec::new();
-    if s.version == VllmVersion::V0 {
+    if s.version == VllmVersion::V0 && s.chunked_prefill_given {
+        notes.push(format!(
+            "{}: chunked prefill {} as given (--{}enable-chunked-prefill), so the profiling run \
+             prefills max_num_batched_tokens = {} tokens{}",
+            s.vllm,
+            if s.chunked_prefill { "on" } else { "off" },
+            if s.chunked_prefill { "" } else { "no-" },
+            group(s.max_num_batched_tokens),
+            if s.chunked_prefill {
+                ""
+            } else {
+                " at once (max(max_model_len, 2048) unless given)"
+            }
+        ));
+    } else if s.version == VllmVersion::V0 {
         notes.push(if s.chunked_prefill {
             format!(
                 "{}: chunked prefill on (max_model_len above 32,768 turns it on by default), so \
@@ -79,6 +93,86 @@ pub fn verdict(s: &VllmStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<Stri
             Bytes(s.cpu_offload_bytes),
             s.cpu_offload_bytes as f64 / 25e9
         ));
+    }
+    if let Some(msg) = &s.config_error {
+        let remedies = s
+            .config_fixes
+            .iter()
+            .map(|fix| {
+                let change = if fix.how.starts_with("--enable-chunked-prefill") {
+                    Change::ChunkedPrefill(fix.max_num_batched_tokens)
+                } else if fix.how.starts_with("--max-model-len") {
+                    Change::ReduceContext(fix.max_num_batched_tokens)
+                } else if fix.how.starts_with("--max-num-seqs") {
+                    Change::LimitConcurrency(0)
+                } else {
+                    Change::ChunkedPrefill(0)
+                };
+                let action = format!(
+                    "{}: a profiling run of {} tokens",
+                    fix.how,
+                    group(fix.max_num_batched_tokens)
+                );
+                if fix.starts {
+                    let mut r = flag_remedy(s, change, action, fix.how.clone());
+                    r.action = format!(
+                        "{} with {} tokens of KV cache",
+                        r.action,
+                        group(fix.kv_tokens)
+                    );
+                    r
+                } else {
+                    let mut r = flag_remedy(s, change, action, fix.how.clone());
+                    r.action = r.action.replacen(
+                        "→ vLLM starts",
+                        "→ passes this check, then the KV cache is short — still too much",
+                        1,
+                    );
+                    if let Some(b) = r.new_budget.as_mut() {
+                        b.fits = false;
+                    }
+                    r
+                }
+            })
+            .collect::<Vec<_>>();
+        let mut remedies = remedies;
+        remedies.sort_by_key(|r| !r.fits());
+        let v = Verdict {
+            rule: None,
+            cause: if s.max_num_batched_tokens < s.max_model_len && !s.chunked_prefill {
+                Cause::KvCache
+            } else {
+                Cause::Concurrency
+            },
+            stage: Stage::Load,
+            confidence: 0.95,
+            summary: format!(
+                "the scheduler of {} refuses the flags before the model loads: max_num_batched_tokens {}",
+                s.vllm,
+                if s.max_num_batched_tokens < s.max_model_len && !s.chunked_prefill {
+                    format!(
+                        "{} below max_model_len {} without chunked prefill",
+                        group(s.max_num_batched_tokens),
+                        group(s.max_model_len)
+                    )
+                } else {
+                    format!(
+                        "{} below max_num_seqs {}",
+                        group(s.max_num_batched_tokens),
+                        s.max_num_seqs
+                    )
+                }
+            ),
+            evidence: vec![
+                Evidence::text(format!("vLLM: ValueError: {msg}")),
+                Evidence::text(
+                    "vllm/config.py SchedulerConfig._verify_args@v0.6.4.post1, raised when the \
+                     engine's config is built, before the weights load",
+                ),
+            ],
+            contributing: Vec::new(),
+        };
+        return (v, remedies, notes);
     }
     if !s.starts {
         let cause = if s.available_kv_bytes == 0
