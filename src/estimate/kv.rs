@@ -255,4 +255,37 @@ mod tests {
         assert_eq!(kv_bytes(&g, KvDtype::Bf16, 8192, 1, false), per * 42 * 8192);
         assert_eq!(kv_bytes(&g, KvDtype::Bf16, 1000, 1, true), per * 42 * 1000);
     }
+
+    #[test]
+    fn a_dsa_row_adds_the_indexer_key_as_each_engine_keeps_it() {
+        let row = KvRow::Latent {
+            kv_lora_rank: 512,
+            rope_dim: 64,
+            full_k: 128 * 192,
+            full_v: 128 * 128,
+            index_dim: 128,
+        };
+        let bf16 = KvDtype::Bf16;
+        let vllm = CachePolicy::of(Engine::Vllm);
+        let tf = CachePolicy::of(Engine::Transformers);
+        // vLLM: the bf16 latent, then 128 fp8 bytes and one f32 scale.
+        assert_eq!(row_bytes(row, bf16, vllm), 576 * 2 + 128 + 4);
+        // Its indexer row does not follow --kv-cache-dtype.
+        assert_eq!(row_bytes(row, KvDtype::Fp8, vllm), 576 + 132);
+        // transformers: the key in the cache dtype beside the latent.
+        assert_eq!(row_bytes(row, bf16, tf), (576 + 128) * 2);
+        assert_eq!(
+            row_bytes(row, bf16, CachePolicy::KEEP_ALL),
+            (128 * 192 + 128 * 128 + 128) * 2
+        );
+        // Plain MLA is unchanged.
+        let mla = KvRow::Latent {
+            kv_lora_rank: 512,
+            rope_dim: 64,
+            full_k: 128 * 192,
+            full_v: 128 * 128,
+            index_dim: 0,
+        };
+        assert_eq!(row_bytes(mla, bf16, vllm), 576 * 2);
+    }
 }

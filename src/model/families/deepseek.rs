@@ -402,4 +402,84 @@ mod tests {
         let spec = presets::load(id, json).unwrap();
         assert!(spec.mtp().is_none() && spec.mtp_draft().is_none());
     }
+
+    fn glm(edit: impl FnOnce(&mut serde_json::Value)) -> Result<crate::model::Spec, String> {
+        let text = include_str!("../../../tests/fixtures/configs-2026/glm-5.1/config.json");
+        let mut v: serde_json::Value = serde_json::from_str(text).unwrap();
+        edit(&mut v);
+        crate::model::config::parse_config(
+            &v.to_string(),
+            std::path::Path::new("config.json"),
+            "glm",
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    fn index_dims(spec: &crate::model::Spec) -> Vec<(u64, u64)> {
+        spec.attention_groups()
+            .iter()
+            .map(|g| match g.row {
+                crate::model::layout::KvRow::Latent { index_dim, .. } => (g.layers, index_dim),
+                crate::model::layout::KvRow::Heads { .. } => (g.layers, u64::MAX),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_glm_5_layer_runs_an_indexer_without_a_schedule() {
+        let spec = glm(|_| {}).unwrap();
+        assert_eq!(index_dims(&spec), vec![(78, 128)]);
+        // DeepSeek-V3 has no indexer: its rows carry no indexer key.
+        let (id, json) = presets::find("deepseek-ai/DeepSeek-V3").unwrap();
+        assert_eq!(index_dims(&presets::load(id, json).unwrap()), vec![(61, 0)]);
+    }
+
+    #[test]
+    fn a_topk_schedule_leaves_the_shared_layers_without_an_indexer() {
+        let all = glm(|_| {}).unwrap();
+        // freq 3, offset 2 (configuration_glm_moe_dsa.py): layers 0 and 1, then every third
+        // after them (max(i − 1, 0) % 3 == 0: 4, 7, … 76): 2 + 76 / 3 = 27 of 78.
+        let spec = glm(|v| v["index_topk_freq"] = 3.into()).unwrap();
+        let full: Vec<u64> = (0..78u64)
+            .filter(|i| (i + 1).saturating_sub(2) % 3 == 0)
+            .collect();
+        assert_eq!(full.len(), 27);
+        assert_eq!(index_dims(&spec), vec![(27, 128), (51, 0)]);
+        let indexer = 32 * 128 * 2048 + 128 * 6144 + 2 * 128 + 32 * 6144;
+        assert_eq!(all.parameters() - spec.parameters(), 51 * indexer);
+        // The MTP layer keeps its indexer.
+        assert_eq!(
+            all.mtp().unwrap().parameters(),
+            spec.mtp().unwrap().parameters()
+        );
+
+        // The same schedule spelled out.
+        let types: Vec<&str> = (0..78u64)
+            .map(|i| if full.contains(&i) { "full" } else { "shared" })
+            .collect();
+        let listed = glm(|v| v["indexer_types"] = types.into()).unwrap();
+        assert_eq!(index_dims(&listed), index_dims(&spec));
+        assert_eq!(listed.parameters(), spec.parameters());
+    }
+
+    #[test]
+    fn a_bad_indexer_schedule_is_refused_with_its_field() {
+        let e = glm(|v| v["indexer_types"] = vec!["full"; 3].into()).unwrap_err();
+        assert!(
+            e.contains("indexer_types") && e.contains("3 entries for 78 layers"),
+            "{e}"
+        );
+        let e = glm(|v| v["indexer_types"] = vec!["sparse"; 78].into()).unwrap_err();
+        assert!(
+            e.contains("indexer_types") && e.contains("\"full\" or \"shared\""),
+            "{e}"
+        );
+        let e = glm(|v| {
+            v.as_object_mut().unwrap().remove("index_head_dim");
+            v["model_type"] = "deepseek_v3".into();
+            v["index_n_heads"] = 32.into();
+        })
+        .unwrap_err();
+        assert!(e.contains("index_head_dim"), "{e}");
+    }
 }
