@@ -196,6 +196,8 @@ impl Profile {
             // for each layer's attention. Measured by tests/transformers_cache.rs through the real
             // generate(): 576 bf16 elements per token per layer at V2-Lite's widths.
             mla_cache: MlaCache::Latent,
+            // DeepSeek sparse attention: the latent and the indexer's key, as 5.25 caches them
+            // (`kv::DsaCache::Index`; 5.17 cached the expanded heads).
             dsa_cache: DsaCache::Index,
             expands_mla: true,
             conv_state_full_kernel: true,
