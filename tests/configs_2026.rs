@@ -39,7 +39,9 @@ const CONFIGS: &[Config] = &[
         "deepseek-v3.2",
         "deepseek_v32",
         "deepseek_v32",
-        Offline::Refused,
+        Offline::Family {
+            vision_left_out: false,
+        },
         true,
     ),
     (
@@ -53,7 +55,9 @@ const CONFIGS: &[Config] = &[
         "glm-5.1",
         "glm_moe_dsa",
         "glm_moe_dsa",
-        Offline::Refused,
+        Offline::Family {
+            vision_left_out: false,
+        },
         true,
     ),
     // Sliding layers of 16 KV heads × 256, every sixth layer global with 4 KV heads × 512 whose
@@ -211,6 +215,111 @@ fn kimi_k2_5_sizes_its_int4_experts_as_the_checkpoint_stores_them() {
     assert!((553.0..554.3).contains(&gib), "{gib}");
 }
 
+/// Plans `name` offline with `engine`: (parameters, the MTP layer's parameters, KV bytes per
+/// token).
+fn dsa_counts(name: &str, engine: &str) -> (u64, u64, u64) {
+    let out = plan(name, &["--engine".as_ref(), engine.as_ref()]);
+    let v = json(&String::from_utf8_lossy(&out.stdout));
+    assert!(v["notes"].to_string().contains("lightning indexer"), "{v}");
+    (
+        v["model"]["parameters"].as_u64().unwrap(),
+        v["model"]["mtp"]["parameters"].as_u64().unwrap(),
+        v["kv_cache_bytes_per_token"].as_u64().unwrap(),
+    )
+}
+
+/// DeepSeek-V3.2 is DeepSeek-V3 with DSA's lightning indexer in every layer, the MTP layer's
+/// included. The checkpoint's 685,396,921,376 (manifest.json) counts every tensor of its 163
+/// files: the trunk, the MTP layer, and two things the model does not hold as parameters — the
+/// MTP layer's own copies of the embedding and head (`model.layers.61.embed_tokens`,
+/// `model.layers.61.shared_head.head`, which vLLM's DeepSeekMTP shares with the trunk) and the
+/// FP32 `weight_scale_inv` of each FP8 weight, 128×128 blocks (45,932 FP8 tensors, 41,591,584
+/// scale elements by the checkpoint's header audit). Both are worked out here by hand.
+#[test]
+fn deepseek_v3_2_counts_its_checkpoint_with_the_mtp_layer() {
+    let (params, mtp, kv) = dsa_counts("deepseek-v3.2", "vllm");
+    let (h, vocab, layers): (u64, u64, u64) = (7168, 129_280, 61);
+    let attention = 1536 * h + 1536 // q_a_proj, q_a_layernorm
+        + 128 * 192 * 1536 // q_b_proj
+        + 576 * h + 512 // kv_a_proj_with_mqa, kv_a_layernorm
+        + 128 * 256 * 512 // kv_b_proj
+        + h * 128 * 128; // o_proj
+    let indexer = 64 * 128 * 1536 // wq_b: q_lora_rank → 64 heads × 128
+        + 128 * h // wk
+        + 2 * 128 // k_norm, a LayerNorm: weight and bias
+        + 64 * h; // weights_proj
+    assert_eq!(indexer, 13_959_424);
+    let dense = attention + indexer + 2 * h + 3 * h * 18_432;
+    let sparse = attention + indexer + 2 * h
+        + 256 * h + 256 // gate, e_score_correction_bias
+        + 256 * 3 * h * 2048 // routed experts
+        + 3 * h * 2048; // shared expert
+    let trunk = 2 * vocab * h + h + 3 * dense + 58 * sparse;
+    assert_eq!(params, trunk);
+    assert_eq!(params, 671_877_944_064);
+    let mtp_layer = sparse + 3 * h + 2 * h * h; // enorm, hnorm, shared_head.norm; eh_proj
+    assert_eq!(mtp, mtp_layer);
+    assert_eq!(mtp, 11_624_027_648);
+
+    // One f32 scale per 128×128 block of each FP8 weight: attention and indexer projections in
+    // all 62 layers, the 3 dense MLPs, 256 + 1 experts' three projections in 59 MoE layers.
+    let blocks = |rows: u64, cols: u64| rows.div_ceil(128) * cols.div_ceil(128);
+    let attention_scales = blocks(1536, h)
+        + blocks(128 * 192, 1536)
+        + blocks(576, h)
+        + blocks(128 * 256, 512)
+        + blocks(h, 128 * 128)
+        + blocks(64 * 128, 1536)
+        + blocks(128, h);
+    let expert_scales = 2 * blocks(2048, h) + blocks(h, 2048);
+    let scales = 62 * attention_scales + 3 * 3 * blocks(18_432, h) + 59 * 257 * expert_scales;
+    assert_eq!(scales, 41_591_584);
+    let mtp_embedding_and_head = 2 * vocab * h;
+    assert_eq!(
+        params + mtp + mtp_embedding_and_head + scales,
+        685_396_921_376
+    );
+
+    // KV per token and layer: the MLA latent (512 + 64) in bf16 and the indexer key, which vLLM
+    // keeps as 128 fp8 bytes and one f32 scale: 1,152 + 132 bytes.
+    assert_eq!(kv, layers * ((512 + 64) * 2 + 128 + 4));
+    assert_eq!(kv, 78_324);
+    // transformers keeps the indexer key in the cache's dtype: 1,152 + 256.
+    assert_eq!(dsa_counts("deepseek-v3.2", "transformers").2, 61 * 1408);
+}
+
+/// GLM-5.1: 78 layers of MLA (q_lora_rank 2048, 64 heads of 192 + 64, values of 256) with the
+/// indexer (32 heads of 128) in every layer (no `index_topk_freq`: every layer runs its own),
+/// 3 dense layers, then 256 experts and a shared one. The checkpoint is bf16, its MTP layer
+/// shares the embedding and head: its 753,864,139,008 are the trunk and the MTP layer exactly.
+#[test]
+fn glm_5_1_counts_its_checkpoint_with_the_mtp_layer() {
+    let (params, mtp, kv) = dsa_counts("glm-5.1", "vllm");
+    let (h, vocab, layers): (u64, u64, u64) = (6144, 154_880, 78);
+    let attention = 2048 * h + 2048 // q_a_proj, q_a_layernorm
+        + 64 * 256 * 2048 // q_b_proj: 64 heads × (192 + 64)
+        + 576 * h + 512 // kv_a_proj_with_mqa, kv_a_layernorm
+        + 64 * (192 + 256) * 512 // kv_b_proj
+        + h * 64 * 256; // o_proj
+    let indexer = 32 * 128 * 2048 + 128 * h + 2 * 128 + 32 * h;
+    assert_eq!(indexer, 9_371_904);
+    let dense = attention + indexer + 2 * h + 3 * h * 12_288;
+    let sparse = attention + indexer + 2 * h
+        + 256 * h + 256 // gate, e_score_correction_bias
+        + 256 * 3 * h * 2048 // routed experts
+        + 3 * h * 2048; // shared expert
+    let trunk = 2 * vocab * h + h + 3 * dense + 75 * sparse;
+    assert_eq!(params, trunk);
+    assert_eq!(params, 743_911_218_432);
+    assert_eq!(mtp, sparse + 3 * h + 2 * h * h);
+    assert_eq!(mtp, 9_952_920_576);
+    assert_eq!(params + mtp, 753_864_139_008);
+
+    assert_eq!(kv, layers * ((512 + 64) * 2 + 128 + 4));
+    assert_eq!(kv, 100_152);
+    assert_eq!(dsa_counts("glm-5.1", "transformers").2, 78 * 1408);
+}
+
 /// What the embedded script reports for a config under `py`: its parameters, vision parameters
 /// and KV bytes per token in bf16 (keys and values, or the MLA latent, of every layer that keeps
 /// its own; none for a layer that reuses another's or keeps only a recurrent state).
@@ -232,8 +341,10 @@ fn script_counts(py: &Path, config: &Path) -> (u64, u64, u64) {
             if l["shared_kv"] == true {
                 0
             } else if l["mla"].is_object() {
+                // The latent, and a DSA layer's indexer key.
                 2 * (l["mla"]["kv_lora_rank"].as_u64().unwrap()
-                    + l["mla"]["rope_dim"].as_u64().unwrap())
+                    + l["mla"]["rope_dim"].as_u64().unwrap()
+                    + l["mla"]["index_dim"].as_u64().unwrap_or(0))
             } else {
                 2 * (l["k"].as_u64().unwrap_or(0) + l["v"].as_u64().unwrap_or(0))
             }

@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use serde::Serialize;
 
-use super::kv::MlaCache;
+use super::kv::{DsaCache, MlaCache};
 use crate::error::InputError;
 use crate::units::{GIB, MIB};
 
@@ -131,6 +131,8 @@ pub struct Profile {
     pub caps_sliding_window: bool,
     /// What a multi-head latent attention layer caches per token (see `kv::MlaCache`).
     pub mla_cache: MlaCache,
+    /// What a DeepSeek-sparse-attention layer caches per token (see `kv::DsaCache`).
+    pub dsa_cache: DsaCache,
     /// The latent is decompressed to every head's K and V over the whole context in each
     /// layer's attention (transformers' `expand_kv`): one layer's worth is alive at a time.
     pub expands_mla: bool,
@@ -194,6 +196,9 @@ impl Profile {
             // for each layer's attention. Measured by tests/transformers_cache.rs through the real
             // generate(): 576 bf16 elements per token per layer at V2-Lite's widths.
             mla_cache: MlaCache::Latent,
+            // DeepSeek sparse attention: the latent and the indexer's key, as 5.25 caches them
+            // (`kv::DsaCache::Index`; 5.17 cached the expanded heads).
+            dsa_cache: DsaCache::Index,
             expands_mla: true,
             conv_state_full_kernel: true,
             recurrent_state_f32: false,
@@ -219,6 +224,7 @@ impl Profile {
                 caps_sliding_window: true,
                 // the MLA attention backends cache the latent (kv_lora_rank + rope) per token
                 mla_cache: MlaCache::Latent,
+                dsa_cache: DsaCache::Fp8Index,
                 expands_mla: false,
                 conv_state_full_kernel: false,
                 ..transformers
@@ -238,6 +244,7 @@ impl Profile {
                 activation_slack: 0.0,
                 caps_sliding_window: true,
                 mla_cache: MlaCache::Latent,
+                dsa_cache: DsaCache::Fp8Index,
                 expands_mla: false,
                 conv_state_full_kernel: false,
                 ..transformers

@@ -28,12 +28,35 @@ pub enum MlaCache {
     LatentKv,
 }
 
+/// What an engine keeps of a DeepSeek-sparse-attention layer (DeepSeek-V3.2, GLM-5): MLA plus
+/// the lightning indexer's one key of `index_head_dim` per token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DsaCache {
+    /// vLLM (vllm-project/vllm@002d6073, vllm/model_executor/models/deepseek_v2.py,
+    /// `Indexer.__init__`: `DeepseekV32IndexerCache(head_dim=head_dim + head_dim //
+    /// quant_block_size * 4, dtype=torch.uint8)`, "fp8 naive cache ... value in fp8 and scale in
+    /// fp32 per quant_block_size element", quant_block_size 128): the MLA row as `MlaCache` says,
+    /// plus `index_head_dim` bytes and 4 bytes a 128-element block, whatever the KV dtype.
+    /// SGLang is taken to keep the same row (not read from its source).
+    Fp8Index,
+    /// The MLA row as `MlaCache` says plus the indexer key in the cache's dtype. transformers
+    /// 5.25 (modeling_deepseek_v32.py / modeling_glm_moe_dsa.py: `cache.update(k_pass, k_rot)`
+    /// then `expand_kv`; the key through `cache.update_indexer`, which cache_utils.py's
+    /// `DynamicIndexedLayer` grows by concatenation). transformers 5.17 cached the expanded K/V
+    /// of every head instead ("Sparse-attention models cache the expanded K/V, not the
+    /// compressed latents"); llm-oom follows the newer release. Also the row for engines whose
+    /// DSA cache llm-oom has not read (llama.cpp, llm-oom's runtime).
+    Index,
+}
+
 /// How an engine caches each kind of layer (from its `Profile`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct CachePolicy {
     /// Sliding-window and chunked layers keep at most their window.
     pub trims_windows: bool,
     pub mla: MlaCache,
+    pub dsa: DsaCache,
     /// Conv-state columns per channel: the whole kernel (transformers' caches) or kernel − 1
     /// (vLLM's and llama.cpp's).
     pub conv_full_kernel: bool,
@@ -47,6 +70,7 @@ impl CachePolicy {
         CachePolicy {
             trims_windows: p.caps_sliding_window,
             mla: p.mla_cache,
+            dsa: p.dsa_cache,
             conv_full_kernel: p.conv_state_full_kernel,
             state_f32: p.recurrent_state_f32,
         }
@@ -56,13 +80,17 @@ impl CachePolicy {
     pub const KEEP_ALL: CachePolicy = CachePolicy {
         trims_windows: false,
         mla: MlaCache::Full,
+        dsa: DsaCache::Index,
         conv_full_kernel: true,
         state_f32: false,
     };
 }
 
-/// Bytes one layer of `group` caches per token under `mla`.
-fn row_bytes(row: KvRow, kv: KvDtype, mla: MlaCache) -> u64 {
+/// The DSA indexer's quantization block in vLLM (`Indexer.quant_block_size`).
+const INDEX_QUANT_BLOCK: u64 = 128;
+
+/// Bytes one layer of `group` caches per token under `policy`.
+fn row_bytes(row: KvRow, kv: KvDtype, policy: CachePolicy) -> u64 {
     let e = kv.elem_bytes();
     match row {
         KvRow::Heads { k, v } => e.of(k).saturating_add(e.of(v)),
@@ -71,13 +99,25 @@ fn row_bytes(row: KvRow, kv: KvDtype, mla: MlaCache) -> u64 {
             rope_dim,
             full_k,
             full_v,
-        } => match mla {
-            MlaCache::Full => e.of(full_k).saturating_add(e.of(full_v)),
-            MlaCache::Latent => e.of(kv_lora_rank.saturating_add(rope_dim)),
-            MlaCache::LatentKv => e
-                .of(kv_lora_rank.saturating_add(rope_dim))
-                .saturating_add(e.of(kv_lora_rank)),
-        },
+            index_dim,
+        } => {
+            let mla = match policy.mla {
+                MlaCache::Full => e.of(full_k).saturating_add(e.of(full_v)),
+                MlaCache::Latent => e.of(kv_lora_rank.saturating_add(rope_dim)),
+                MlaCache::LatentKv => e
+                    .of(kv_lora_rank.saturating_add(rope_dim))
+                    .saturating_add(e.of(kv_lora_rank)),
+            };
+            if index_dim == 0 {
+                return mla;
+            }
+            match policy.dsa {
+                DsaCache::Fp8Index => mla
+                    .saturating_add(index_dim)
+                    .saturating_add(index_dim / INDEX_QUANT_BLOCK * 4),
+                DsaCache::Index => mla.saturating_add(e.of(index_dim)),
+            }
+        }
     }
 }
 
@@ -96,7 +136,7 @@ pub fn kv_bytes_per_token_at(spec: &Spec, kv: KvDtype, policy: CachePolicy, cont
     spec.attention_groups()
         .iter()
         .filter(|g| held(g, context.saturating_add(1), policy) > held(g, context, policy))
-        .map(|g| g.layers.saturating_mul(row_bytes(g.row, kv, policy.mla)))
+        .map(|g| g.layers.saturating_mul(row_bytes(g.row, kv, policy)))
         .fold(0, u64::saturating_add)
 }
 
@@ -155,7 +195,7 @@ pub fn kv_bytes_in_cells(
         .iter()
         .map(|g| {
             g.layers
-                .saturating_mul(row_bytes(g.row, kv, policy.mla))
+                .saturating_mul(row_bytes(g.row, kv, policy))
                 .saturating_mul(cells(g.window))
         })
         .fold(0, u64::saturating_add);
@@ -214,5 +254,38 @@ mod tests {
         // transformers' generate() keeps every token (measured on the H200).
         assert_eq!(kv_bytes(&g, KvDtype::Bf16, 8192, 1, false), per * 42 * 8192);
         assert_eq!(kv_bytes(&g, KvDtype::Bf16, 1000, 1, true), per * 42 * 1000);
+    }
+
+    #[test]
+    fn a_dsa_row_adds_the_indexer_key_as_each_engine_keeps_it() {
+        let row = KvRow::Latent {
+            kv_lora_rank: 512,
+            rope_dim: 64,
+            full_k: 128 * 192,
+            full_v: 128 * 128,
+            index_dim: 128,
+        };
+        let bf16 = KvDtype::Bf16;
+        let vllm = CachePolicy::of(Engine::Vllm);
+        let tf = CachePolicy::of(Engine::Transformers);
+        // vLLM: the bf16 latent, then 128 fp8 bytes and one f32 scale.
+        assert_eq!(row_bytes(row, bf16, vllm), 576 * 2 + 128 + 4);
+        // Its indexer row does not follow --kv-cache-dtype.
+        assert_eq!(row_bytes(row, KvDtype::Fp8, vllm), 576 + 132);
+        // transformers: the key in the cache dtype beside the latent.
+        assert_eq!(row_bytes(row, bf16, tf), (576 + 128) * 2);
+        assert_eq!(
+            row_bytes(row, bf16, CachePolicy::KEEP_ALL),
+            (128 * 192 + 128 * 128 + 128) * 2
+        );
+        // Plain MLA is unchanged.
+        let mla = KvRow::Latent {
+            kv_lora_rank: 512,
+            rope_dim: 64,
+            full_k: 128 * 192,
+            full_v: 128 * 128,
+            index_dim: 0,
+        };
+        assert_eq!(row_bytes(mla, bf16, vllm), 576 * 2);
     }
 }

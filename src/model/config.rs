@@ -642,6 +642,8 @@ const FAMILIES: &[(&str, Family)] = &[
     ("phi3", Family::Phi3),
     ("deepseek_v2", Family::Layout(Kind::Deepseek)),
     ("deepseek_v3", Family::Layout(Kind::Deepseek)),
+    ("deepseek_v32", Family::Layout(Kind::Deepseek)),
+    ("glm_moe_dsa", Family::Layout(Kind::Deepseek)),
     ("kimi_k2", Family::Layout(Kind::Deepseek)),
     ("llama4", Family::Layout(Kind::Llama4)),
     ("llama4_text", Family::Layout(Kind::Llama4)),

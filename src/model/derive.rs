@@ -134,6 +134,9 @@ pub struct Mla {
     pub rope_dim: u64,
     pub full_k: u64,
     pub full_v: u64,
+    /// The DSA indexer's key per token (`indexer.head_dim`), absent for plain MLA.
+    #[serde(default, skip_serializing_if = "crate::model::layout::is_zero")]
+    pub index_dim: u64,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, Serialize)]
@@ -340,6 +343,7 @@ impl Derived {
                     rope_dim: m.rope_dim,
                     full_k: m.full_k,
                     full_v: m.full_v,
+                    index_dim: m.index_dim,
                 }),
                 (None, Some(k), Some(v)) => Some(KvRow::Heads { k, v }),
                 _ => None,

@@ -97,14 +97,17 @@ def kv_of(attn, text):
         heads = int(getattr(text, "num_attention_heads"))
         rope = int(getattr(text, "qk_rope_head_dim"))
         nope = int(getattr(text, "qk_nope_head_dim"))
-        return {
-            "mla": {
-                "kv_lora_rank": int(getattr(text, "kv_lora_rank")),
-                "rope_dim": rope,
-                "full_k": heads * (nope + rope),
-                "full_v": heads * int(getattr(text, "v_head_dim")),
-            }
+        mla = {
+            "kv_lora_rank": int(getattr(text, "kv_lora_rank")),
+            "rope_dim": rope,
+            "full_k": heads * (nope + rope),
+            "full_v": heads * int(getattr(text, "v_head_dim")),
         }
+        # DeepSeek sparse attention: the indexer caches one key of `head_dim` per token.
+        indexer = getattr(attn, "indexer", None)
+        if indexer is not None:
+            mla["index_dim"] = int(indexer.head_dim)
+        return {"mla": mla}
     # Gemma-4's full-attention layers set `v_proj = None`: their keys are their values.
     if getattr(attn, "k_proj", None) is not None and getattr(attn, "v_proj", None) is not None:
         return {"k": out_features(attn.k_proj), "v": out_features(attn.v_proj)}

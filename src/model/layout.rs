@@ -71,7 +71,15 @@ pub enum KvRow {
         /// num_heads × (qk_nope_head_dim + qk_rope_head_dim) and num_heads × v_head_dim.
         full_k: u64,
         full_v: u64,
+        /// DeepSeek sparse attention (DeepSeek-V3.2, GLM-5): the lightning indexer's key,
+        /// `index_head_dim` elements per token beside the latent; 0 for plain MLA.
+        #[serde(skip_serializing_if = "is_zero")]
+        index_dim: u64,
     },
+}
+
+pub(crate) fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// `layers` recurrent layers (Mamba, Mamba-2, Gated DeltaNet): per sequence a convolution state

@@ -12,6 +12,15 @@
 //! built apart (`Layout::mtp`): transformers 5.17 does not load them
 //! (modeling_deepseek_v3.py: `_keys_to_ignore_on_load_unexpected = [r"model\.layers\.61.*"]`),
 //! so the model's count leaves them out and `plan --mtp` prices them as the draft.
+//!
+//! DeepSeek sparse attention (`deepseek_v32`: DeepSeek-V3.2; `glm_moe_dsa`: GLM-5, GLM-5.1) is
+//! this MLA plus a lightning indexer in the layer, after transformers 5.17's
+//! modeling_deepseek_v32.py / modeling_glm_moe_dsa.py (`DeepseekV32Indexer.__init__`): `wq_b`
+//! (q_lora_rank → index_n_heads × index_head_dim), `wk` (hidden → index_head_dim), `k_norm`
+//! (a LayerNorm of index_head_dim, weight and bias), `weights_proj` (hidden → index_n_heads).
+//! GLM-MoE-DSA may share one layer's top-k with the next (`indexer_types` "shared", or the
+//! `index_topk_freq` / `index_skip_topk_offset` schedule of configuration_glm_moe_dsa.py): such a
+//! layer has no indexer. The multi-token-prediction layer has one (the checkpoints store it).
 
 use super::{add, common, embeddings, finish, moe, mul, Built};
 use crate::error::InputError;
@@ -57,6 +66,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     };
 
     let shared_inter = mul(r, "n_shared_experts", shared, moe_inter)?;
+    let index = indexer(r)?;
     let shape = Shape {
         h,
         heads,
@@ -71,26 +81,48 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
         routed,
         moe_inter,
         shared_inter,
+        index,
+    };
+    let indexed = match index {
+        Some(_) => indexed_layers(r, layers)?,
+        None => 0,
     };
     let mut t = Tensors::default();
     embeddings(&mut t, vocab, h, tie);
     shape.layers(r, &mut t, dense, sparse)?;
+    shape.indexers(r, &mut t, indexed)?;
     let tensors = finish(r, "n_routed_experts", t)?;
 
     let full_k = mul(r, "num_attention_heads", heads, qk_head)?;
     let o_in = mul(r, "num_attention_heads", heads, v_dim)?;
-    let row = KvRow::Latent {
+    let row = |index_dim| KvRow::Latent {
         kv_lora_rank: kv_lora,
         rope_dim: rope,
         full_k,
         full_v: o_in,
+        index_dim,
     };
+    let index_dim = index.map_or(0, |i| i.dim);
     let attention = |layers| AttentionGroup {
         layers,
         window: None,
-        row,
+        row: row(index_dim),
+    };
+    // Layers that reuse another layer's top-k: plain MLA rows.
+    let unindexed = |layers| AttentionGroup {
+        layers,
+        window: None,
+        row: row(0),
     };
     let mut notes = Vec::new();
+    if let Some(i) = index {
+        notes.push(format!(
+            "DeepSeek sparse attention: a lightning indexer ({} heads of {}) in {indexed} of \
+             {layers} layers, whose key ({} per token and layer) is cached beside the MLA cache: \
+             vLLM keeps it in fp8 with an f32 scale per 128, transformers in the cache dtype",
+            i.heads, i.dim, i.dim
+        ));
+    }
     let mtp = match r.opt_u64(&["num_nextn_predict_layers"])?.unwrap_or(0) {
         0 => None,
         n => {
@@ -104,6 +136,9 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
             let mtp_sparse = sparse_all.saturating_sub(sparse).min(n);
             let mut m = Tensors::default();
             shape.layers(r, &mut m, n - mtp_sparse, mtp_sparse)?;
+            if index.is_some() {
+                shape.indexers(r, &mut m, n)?;
+            }
             // enorm, hnorm, shared_head.norm; eh_proj (2·hidden → hidden), which V3's FP8
             // checkpoint stores in BF16 and vLLM builds as a plain nn.Linear (deepseek_mtp.py):
             // 16 bits whatever the trunk's quantization, as a head is.
@@ -145,7 +180,13 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
         layout: Layout {
             mtp,
             tensors,
-            attention: vec![attention(layers)],
+            attention: match index {
+                None => vec![attention(layers)],
+                Some(_) => [attention(indexed), unindexed(layers - indexed)]
+                    .into_iter()
+                    .filter(|g| g.layers > 0)
+                    .collect(),
+            },
             state: Vec::new(),
         },
         notes,
@@ -168,6 +209,80 @@ struct Shape {
     routed: u64,
     moe_inter: u64,
     shared_inter: u64,
+    index: Option<Indexer>,
+}
+
+/// The lightning indexer's sizes (`index_n_heads`, `index_head_dim`) and the q_lora_rank its
+/// `wq_b` reads.
+#[derive(Debug, Clone, Copy)]
+struct Indexer {
+    heads: u64,
+    dim: u64,
+    q_lora: u64,
+}
+
+/// The indexer of a DeepSeek-sparse-attention config (one with `index_n_heads`), else `None`.
+fn indexer(r: &Reader) -> Result<Option<Indexer>, InputError> {
+    let dsa = matches!(r.str("model_type"), Some("deepseek_v32" | "glm_moe_dsa"));
+    if !dsa && r.get("index_n_heads").is_none() {
+        return Ok(None);
+    }
+    Ok(Some(Indexer {
+        heads: r.u64(&["index_n_heads"])?,
+        dim: r.u64(&["index_head_dim"])?,
+        // `wq_b` reads the query latent: DSA has no q_lora_rank-less form.
+        q_lora: r.u64(&["q_lora_rank"])?,
+    }))
+}
+
+/// How many of the `layers` run their own indexer: `indexer_types` ("full" / "shared"), else
+/// `index_topk_pattern` ("F" / "S"), else the `index_topk_freq` / `index_skip_topk_offset`
+/// schedule — layer i is full when max(i − offset + 1, 0) is a multiple of freq
+/// (configuration_glm_moe_dsa.py `__post_init__`); every layer when none is set.
+fn indexed_layers(r: &Reader, layers: u64) -> Result<u64, InputError> {
+    let listed = |key: &str, full: &str, shared: &str| -> Result<Option<u64>, InputError> {
+        let Some(v) = r.get(key) else {
+            return Ok(None);
+        };
+        let items: Vec<String> = match v {
+            serde_json::Value::String(s) => s.chars().map(String::from).collect(),
+            serde_json::Value::Array(a) => a
+                .iter()
+                .map(|x| x.as_str().map(String::from))
+                .collect::<Option<_>>()
+                .ok_or_else(|| r.bad(key, v, "expected a list of strings"))?,
+            _ => return Err(r.bad(key, v, "expected a list of strings")),
+        };
+        if items.len() as u64 != layers {
+            return Err(r.bad(
+                key,
+                v,
+                &format!("has {} entries for {layers} layers", items.len()),
+            ));
+        }
+        let mut n = 0;
+        for i in &items {
+            if i == full {
+                n += 1;
+            } else if i != shared {
+                return Err(r.bad(
+                    key,
+                    v,
+                    &format!("entries must be \"{full}\" or \"{shared}\""),
+                ));
+            }
+        }
+        Ok(Some(n))
+    };
+    if let Some(n) = listed("indexer_types", "full", "shared")? {
+        return Ok(n);
+    }
+    if let Some(n) = listed("index_topk_pattern", "F", "S")? {
+        return Ok(n);
+    }
+    let freq = r.opt_u64(&["index_topk_freq"])?.unwrap_or(1).max(1);
+    let offset = r.opt_u64(&["index_skip_topk_offset"])?.unwrap_or(2);
+    Ok(layers.min(offset) + layers.saturating_sub(offset) / freq)
 }
 
 impl Shape {
@@ -223,6 +338,21 @@ impl Shape {
         }
         Ok(())
     }
+
+    /// The lightning indexer of `layers` layers (none without DSA).
+    fn indexers(&self, r: &Reader, t: &mut Tensors, layers: u64) -> Result<(), InputError> {
+        let Some(i) = self.index else {
+            return Ok(());
+        };
+        let q = mul(r, "index_n_heads", i.heads, i.dim)?;
+        t.add(Role::AttnQ, q, i.q_lora, layers); // wq_b
+        t.add(Role::AttnK, i.dim, self.h, layers); // wk
+        t.vector(i.dim, layers.saturating_mul(2)); // k_norm weight and bias
+                                                   // weights_proj: BF16 in the FP8 checkpoint, kept in fp32 by transformers
+                                                   // (`_keep_in_fp32_modules`), unquantized in vLLM (`quant_config=None`): like a router.
+        t.add(Role::Router, i.heads, self.h, layers);
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -271,5 +401,85 @@ mod tests {
         let (id, json) = presets::find("deepseek-ai/DeepSeek-V2-Lite").unwrap();
         let spec = presets::load(id, json).unwrap();
         assert!(spec.mtp().is_none() && spec.mtp_draft().is_none());
+    }
+
+    fn glm(edit: impl FnOnce(&mut serde_json::Value)) -> Result<crate::model::Spec, String> {
+        let text = include_str!("../../../tests/fixtures/configs-2026/glm-5.1/config.json");
+        let mut v: serde_json::Value = serde_json::from_str(text).unwrap();
+        edit(&mut v);
+        crate::model::config::parse_config(
+            &v.to_string(),
+            std::path::Path::new("config.json"),
+            "glm",
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    fn index_dims(spec: &crate::model::Spec) -> Vec<(u64, u64)> {
+        spec.attention_groups()
+            .iter()
+            .map(|g| match g.row {
+                crate::model::layout::KvRow::Latent { index_dim, .. } => (g.layers, index_dim),
+                crate::model::layout::KvRow::Heads { .. } => (g.layers, u64::MAX),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_glm_5_layer_runs_an_indexer_without_a_schedule() {
+        let spec = glm(|_| {}).unwrap();
+        assert_eq!(index_dims(&spec), vec![(78, 128)]);
+        // DeepSeek-V3 has no indexer: its rows carry no indexer key.
+        let (id, json) = presets::find("deepseek-ai/DeepSeek-V3").unwrap();
+        assert_eq!(index_dims(&presets::load(id, json).unwrap()), vec![(61, 0)]);
+    }
+
+    #[test]
+    fn a_topk_schedule_leaves_the_shared_layers_without_an_indexer() {
+        let all = glm(|_| {}).unwrap();
+        // freq 3, offset 2 (configuration_glm_moe_dsa.py): layers 0 and 1, then every third
+        // after them (max(i − 1, 0) % 3 == 0: 4, 7, … 76): 2 + 76 / 3 = 27 of 78.
+        let spec = glm(|v| v["index_topk_freq"] = 3.into()).unwrap();
+        let full: Vec<u64> = (0..78u64)
+            .filter(|i| (i + 1).saturating_sub(2) % 3 == 0)
+            .collect();
+        assert_eq!(full.len(), 27);
+        assert_eq!(index_dims(&spec), vec![(27, 128), (51, 0)]);
+        let indexer = 32 * 128 * 2048 + 128 * 6144 + 2 * 128 + 32 * 6144;
+        assert_eq!(all.parameters() - spec.parameters(), 51 * indexer);
+        // The MTP layer keeps its indexer.
+        assert_eq!(
+            all.mtp().unwrap().parameters(),
+            spec.mtp().unwrap().parameters()
+        );
+
+        // The same schedule spelled out.
+        let types: Vec<&str> = (0..78u64)
+            .map(|i| if full.contains(&i) { "full" } else { "shared" })
+            .collect();
+        let listed = glm(|v| v["indexer_types"] = types.into()).unwrap();
+        assert_eq!(index_dims(&listed), index_dims(&spec));
+        assert_eq!(listed.parameters(), spec.parameters());
+    }
+
+    #[test]
+    fn a_bad_indexer_schedule_is_refused_with_its_field() {
+        let e = glm(|v| v["indexer_types"] = vec!["full"; 3].into()).unwrap_err();
+        assert!(
+            e.contains("indexer_types") && e.contains("3 entries for 78 layers"),
+            "{e}"
+        );
+        let e = glm(|v| v["indexer_types"] = vec!["sparse"; 78].into()).unwrap_err();
+        assert!(
+            e.contains("indexer_types") && e.contains("\"full\" or \"shared\""),
+            "{e}"
+        );
+        let e = glm(|v| {
+            v.as_object_mut().unwrap().remove("index_head_dim");
+            v["model_type"] = "deepseek_v3".into();
+            v["index_n_heads"] = 32.into();
+        })
+        .unwrap_err();
+        assert!(e.contains("index_head_dim"), "{e}");
     }
 }

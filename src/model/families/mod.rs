@@ -24,7 +24,9 @@ use crate::error::InputError;
 /// The families read into a `Layout`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
-    /// deepseek_v2, deepseek_v3 (also DeepSeek-R1 and Kimi-K2): MLA + shared/routed experts.
+    /// deepseek_v2, deepseek_v3 (also DeepSeek-R1 and Kimi-K2): MLA + shared/routed experts;
+    /// deepseek_v32 (DeepSeek-V3.2) and glm_moe_dsa (GLM-5): the same with DeepSeek sparse
+    /// attention's lightning indexer.
     Deepseek,
     /// llama4 / llama4_text: chunked local attention, NoPE global layers, interleaved MoE.
     Llama4,
@@ -63,6 +65,13 @@ impl Kind {
                 "moe_layer_freq",
                 "moe_intermediate_size",
                 "num_experts_per_tok",
+                "index_n_heads",
+                "index_head_dim",
+                "index_topk",
+                "indexer_types",
+                "index_topk_freq",
+                "index_skip_topk_offset",
+                "index_topk_pattern",
             ],
             Kind::Llama4 => &[
                 "num_local_experts",
@@ -133,6 +142,7 @@ impl Kind {
             Kind::GptOss => &["sliding_attention", "full_attention"],
             Kind::Qwen3Next | Kind::Qwen35 => &["linear_attention", "full_attention"],
             Kind::GraniteHybrid => &["mamba", "attention"],
+            Kind::Deepseek => &["deepseek_sparse_attention"],
             _ => &[],
         }
     }
@@ -201,6 +211,22 @@ pub fn defaults(model_type: &str) -> Map<String, Value> {
             "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
             "qk_nope_head_dim": 128, "v_head_dim": 128, "n_shared_experts": 1,
             "first_k_dense_replace": 3, "moe_layer_freq": 1, "num_experts_per_tok": 8,
+            "tie_word_embeddings": false
+        }),
+        // DeepseekV32Config (transformers 5.17, configuration_deepseek_v32.py).
+        "deepseek_v32" => json!({
+            "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+            "qk_nope_head_dim": 128, "v_head_dim": 128, "n_shared_experts": 1,
+            "first_k_dense_replace": 3, "num_experts_per_tok": 8, "index_topk": 2048,
+            "index_head_dim": 128, "index_n_heads": 64, "n_routed_experts": 256,
+            "tie_word_embeddings": false
+        }),
+        // GlmMoeDsaConfig (configuration_glm_moe_dsa.py).
+        "glm_moe_dsa" => json!({
+            "q_lora_rank": 2048, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+            "qk_nope_head_dim": 192, "v_head_dim": 256, "first_k_dense_replace": 3,
+            "n_shared_experts": 1, "n_routed_experts": 256, "num_experts_per_tok": 8,
+            "index_topk": 2048, "index_head_dim": 128, "index_n_heads": 32,
             "tie_word_embeddings": false
         }),
         // DeepseekV2Config.
