@@ -298,3 +298,39 @@ fn qwen(r: &Reader) -> Result<Option<(Vec<TensorGroup>, u64)>, InputError> {
         depth,
     )))
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::model::presets::load;
+
+    fn tower(json: &str) -> u64 {
+        let spec = load("t", json).expect("it parses");
+        spec.vision.iter().map(|t| t.params()).sum()
+    }
+
+    const GEMMA3_TEXT: &str = r#""model_type":"gemma3","text_config":{"hidden_size":5376,
+        "intermediate_size":21504,"model_type":"gemma3_text","num_attention_heads":32,
+        "num_hidden_layers":62,"num_key_value_heads":16,"head_dim":128}"#;
+
+    /// transformers 5.17 on the meta device: the Gemma-3-27B text config with no vision_config
+    /// (SiglipVisionConfig's defaults, pooling head included) holds 97,013,760 vision parameters;
+    /// the 27B tower with `vision_use_head` left out, 438,298,688.
+    #[test]
+    fn gemma3_takes_siglips_defaults_and_its_pooling_head() {
+        assert_eq!(tower(&format!("{{{GEMMA3_TEXT}}}")), 97_013_760);
+        let v = r#""vision_config":{"hidden_size":1152,"image_size":896,"intermediate_size":4304,
+            "num_attention_heads":16,"num_hidden_layers":27,"patch_size":14}"#;
+        assert_eq!(tower(&format!("{{{GEMMA3_TEXT},{v}}}")), 438_298_688);
+    }
+
+    #[test]
+    fn a_bad_vision_field_names_itself() {
+        let v = r#""vision_config":{"patch_size":[14,14]}"#;
+        let e = load("t", &format!("{{{GEMMA3_TEXT},{v}}}")).unwrap_err();
+        assert!(e.to_string().contains("vision_config.patch_size"), "{e}");
+        let v = r#""vision_config":{"embed_dim":1048576,"mlp_ratio":1048576}"#;
+        let q = r#""model_type":"qwen2_vl","hidden_size":64,"intermediate_size":128,
+            "num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100"#;
+        assert!(load("t", &format!("{{{q},{v}}}")).is_err());
+    }
+}
