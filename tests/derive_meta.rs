@@ -87,6 +87,39 @@ fn every_hand_written_family_counts_what_transformers_builds() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
+/// The multimodal configs whose vision tower (and projector) a hand-written family counts:
+/// Gemma-3's SigLIP, Qwen2-VL's and Qwen2.5-VL's ViT. The plan's parameters are transformers'
+/// whole model, tower included.
+#[test]
+fn every_counted_vision_tower_is_what_transformers_builds() {
+    let Some(py) = python() else {
+        eprintln!("LLM_OOM_TEST_PYTHON unset: skipped");
+        return;
+    };
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut wrong = Vec::new();
+    for path in [
+        "presets/gemma-3-27b-it.json",
+        "tests/fixtures/vision/qwen2-vl-7b-instruct.json",
+        "tests/fixtures/vision/qwen2.5-vl-7b-instruct.json",
+    ] {
+        let text = std::fs::read_to_string(root.join(path)).expect("the fixture");
+        let hand = presets::load(path, &text).expect("it parses");
+        let d = derive_text(&py, &text, TIMEOUT).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert!(!hand.vision.is_empty(), "{path}: no vision tower counted");
+        let vision: u64 = hand.vision.iter().map(|t| t.params()).sum();
+        let got = (hand.parameters(), vision);
+        let want = (d.parameters, d.parameters - d.text_parameters());
+        if got != want {
+            wrong.push(format!(
+                "{path} ({}): hand (params, vision) {got:?}, transformers {want:?}",
+                d.class
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
 /// starcoder2 (transformers 5.17 knows it; llm-oom has no family): LayerNorm with biases, an
 /// ungated MLP with biases, sliding-window attention in every layer.
 const STARCODER2: &str = r#"{"architectures":["Starcoder2ForCausalLM"],"model_type":"starcoder2",

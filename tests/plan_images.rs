@@ -253,3 +253,65 @@ fn tokens_equal_what_transformers_computes() {
     );
     assert_eq!(g["images"]["tokens_per_image"], reference["gemma3"]);
 }
+
+/// The vision tower's weights are their own row, apart from the encoder's activations: Gemma-3's
+/// SigLIP and projector, 423,060,336 bf16 parameters, with or without --images; the JSON keeps
+/// them inside `weights` (the components still sum to the total) and names them `vision_tower`.
+#[test]
+fn the_vision_tower_is_its_own_row_beside_the_encoders_activations() {
+    let home = temp();
+    let tower = 423_060_336u64 * 2;
+    let plain = run(home.path(), &["plan", "-m", GEMMA3, "--vram", "80GiB"]);
+    assert_eq!(plain.code, 0, "{}{}", plain.stdout, plain.stderr);
+    assert!(
+        plain.stdout.contains("│ vision tower ┆  807 MiB"),
+        "{}",
+        plain.stdout
+    );
+    assert!(!plain.stdout.contains("vision encoder"), "{}", plain.stdout);
+    let with = run(
+        home.path(),
+        &["plan", "-m", GEMMA3, "--vram", "80GiB", "--images", "1"],
+    );
+    assert!(
+        with.stdout.contains("│ vision tower   ┆  807 MiB"),
+        "{}",
+        with.stdout
+    );
+    assert!(with.stdout.contains("│ vision encoder"), "{}", with.stdout);
+
+    let j = json(
+        &run(
+            home.path(),
+            &["plan", "-m", GEMMA3, "--vram", "80GiB", "--json"],
+        )
+        .stdout,
+    );
+    let c = &j["components"];
+    assert_eq!(c["vision_tower"], tower);
+    assert!(c["weights"].as_u64().unwrap() > tower);
+    assert!(c.get("vision_encoder").is_none());
+    let parts = [
+        "weights",
+        "kv_cache",
+        "activations",
+        "allocator",
+        "runtime",
+        "margin",
+    ]
+    .iter()
+    .map(|k| c[k].as_u64().unwrap())
+    .sum::<u64>();
+    assert_eq!(c["total"].as_u64().unwrap(), parts);
+
+    // A text-only model has no such row.
+    let text = run(
+        home.path(),
+        &["plan", "-m", TEXT_ONLY, "--vram", "80GiB", "--json"],
+    );
+    assert!(json(&text.stdout)["components"]
+        .get("vision_tower")
+        .is_none());
+    let text = run(home.path(), &["plan", "-m", TEXT_ONLY, "--vram", "80GiB"]);
+    assert!(!text.stdout.contains("vision tower"), "{}", text.stdout);
+}

@@ -39,6 +39,7 @@ pub fn estimate(spec: &Spec, w: &Workload, vram: u64) -> Estimate {
         adapters: 0,
         draft_weights: 0,
         draft_kv_cache: 0,
+        vision_tower: super::weights::vision_bytes(spec, w.weight_dtype).min(weights),
         vision_encoder: 0,
         total: [kv, activations, runtime, margin]
             .into_iter()

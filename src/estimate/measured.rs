@@ -111,6 +111,7 @@ impl MeasuredModel {
             adapters: 0,
             draft_weights: 0,
             draft_kv_cache: 0,
+            vision_tower: 0,
             vision_encoder: 0,
             total: [kv_full, activations, allocator, self.base, margin]
                 .into_iter()

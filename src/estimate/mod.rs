@@ -90,6 +90,12 @@ pub struct Estimate {
     /// The draft model's KV cache for the same tokens and sequences.
     #[serde(skip_serializing_if = "is_zero")]
     pub draft_kv_cache: u64,
+    /// Of `weights`, the vision tower's (a multimodal checkpoint's `vision_config` and its
+    /// projector): reports give it its own row beside the language model's weights; `weights`
+    /// keeps it, so the components still sum to `total`. Not the encoder's activations
+    /// (`vision_encoder`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub vision_tower: u64,
     /// The vision encoder's activations for the prompt's images (`plan --images`), counted beside
     /// the prefill's: the tower runs in the same first forward and PyTorch's caching allocator
     /// keeps its blocks.
@@ -214,6 +220,7 @@ pub fn estimate_with_decode(spec: &Spec, w: &Workload, vram: u64, decode_extra: 
         adapters: 0,
         draft_weights: 0,
         draft_kv_cache: 0,
+        vision_tower: weights::vision_bytes(spec, w.weight_dtype).min(weights),
         vision_encoder: 0,
         total: [kv_cache, activations, allocator, runtime, margin]
             .into_iter()

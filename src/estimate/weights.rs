@@ -29,6 +29,20 @@ pub fn weight_bytes(spec: &Spec, dtype: WeightDtype) -> u64 {
         .fold(0, u64::saturating_add)
 }
 
+/// The vision tower's share of the weights in `dtype`: its tensors are `Role::Vision`, whether a
+/// family counted them (`spec.vision`) or transformers built them (`plan --python`'s layout),
+/// kept at the checkpoint's dense precision (llama.cpp's mmproj in f16).
+pub fn vision_bytes(spec: &Spec, dtype: WeightDtype) -> u64 {
+    if spec.vision.is_empty() && spec.layout.is_none() {
+        return 0;
+    }
+    spec.tensors()
+        .iter()
+        .filter(|t| t.role == Role::Vision)
+        .map(|t| group_bytes(spec, t, dtype))
+        .fold(0, u64::saturating_add)
+}
+
 /// The weights as `engine` holds them on the GPU: the checkpoint's bytes, plus what vLLM's MXFP4
 /// MoE adds by padding the routed experts for its kernel. On CUDA cards below Blackwell (compute
 /// capability 8.x and 9.0, FlashInfer's MXFP4 path off by default) vLLM takes the Marlin backend,

@@ -49,13 +49,13 @@ pub fn parse_config(text: &str, path: &Path, name: &str) -> Result<Spec, InputEr
     };
     let mut spec = reader.spec(name)?;
     spec.images = super::images::read(&outer);
-    if let Some((vision, depth)) = super::families::vision::qwen(&reader)? {
+    if let Some((vision, depth)) = super::families::vision::tower(&reader, spec.hidden_size)? {
         let params = vision
             .iter()
             .map(super::spec::TensorGroup::params)
             .fold(0, u64::saturating_add);
         spec.notes.push(format!(
-            "the vision tower ({depth} layers, {} parameters) is counted in the weights; what an image costs while it is encoded is not",
+            "the vision tower ({depth} layers, {} parameters) is counted in the weights, on its own row; `--images` prices what an image costs while it is encoded",
             crate::units::group(params)
         ));
         spec.vision = vision;
@@ -659,7 +659,7 @@ const FAMILIES: &[(&str, Family)] = &[
     ("granitemoehybrid", Family::Layout(Kind::GraniteHybrid)),
     ("falcon_h1", Family::Layout(Kind::FalconH1)),
     // Qwen2-VL / Qwen2.5-VL: the language model is qwen2's (top level in the published configs,
-    // `text_config` in transformers 5's); the vision tower is not counted.
+    // `text_config` in transformers 5's); the vision tower is `families::vision`.
     ("qwen2_vl", Family::Qwen2),
     ("qwen2_vl_text", Family::Qwen2),
     ("qwen2_5_vl", Family::Qwen2),

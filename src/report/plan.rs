@@ -137,7 +137,8 @@ fn text(r: &PlanReport, style: &Style) -> String {
     let mut t = table(&["component", "bytes", "share"], 1);
     let of = gpus.as_ref().map_or(r.device.vram_bytes, |g| g.1);
     for (name, b) in [
-        ("weights", c.weights),
+        ("weights", c.weights.saturating_sub(c.vision_tower)),
+        ("vision tower", c.vision_tower),
         ("KV cache", c.kv_cache),
         ("activations", c.activations),
         ("allocator", c.allocator),
@@ -344,7 +345,8 @@ fn markdown(r: &PlanReport) -> String {
         "#### Where the memory goes\n\n| component | bytes | share of card |\n|---|--:|--:|\n",
     );
     for (name, b) in [
-        ("weights", c.weights),
+        ("weights", c.weights.saturating_sub(c.vision_tower)),
+        ("vision tower", c.vision_tower),
         ("KV cache", c.kv_cache),
         ("activations", c.activations),
         ("allocator", c.allocator),
@@ -421,6 +423,6 @@ fn markdown(r: &PlanReport) -> String {
 fn deployment_row(name: &str) -> bool {
     matches!(
         name,
-        "LoRA adapters" | "draft weights" | "draft KV cache" | "vision encoder"
+        "LoRA adapters" | "draft weights" | "draft KV cache" | "vision tower" | "vision encoder"
     )
 }

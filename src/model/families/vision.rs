@@ -6,6 +6,11 @@
 //! hidden·merge² → hidden·merge² → `out_hidden_size`), and Qwen3-VL's DeepStack mergers, one per
 //! `deepstack_visual_indexes` entry (the same, their LayerNorm over hidden·merge²). Qwen3.5's
 //! vision config has no DeepStack.
+//!
+//! Also the towers of Gemma-3 (transformers 5.17 `SiglipVisionModel` with Gemma-3's
+//! `Gemma3MultiModalProjector`), Qwen2-VL (`Qwen2VisionTransformerPretrainedModel`) and
+//! Qwen2.5-VL (`Qwen2_5_VisionTransformerPretrainedModel`), each held to transformers' own
+//! parameter count by tests/derive_meta.rs.
 
 use serde_json::{Map, Value};
 
@@ -29,10 +34,187 @@ pub(crate) fn is_wrapper(model_type: &str) -> bool {
     deepstack_default(model_type).is_some()
 }
 
+/// The vision tower's tensors and its depth for the wrapper the config's top level names
+/// (Qwen3-VL, Qwen3.5, Gemma-3, Qwen2-VL, Qwen2.5-VL); `None` for a text-only config.
+/// `text_hidden` is the language model's width (Gemma-3's projector maps into it).
+pub(crate) fn tower(
+    r: &Reader,
+    text_hidden: u64,
+) -> Result<Option<(Vec<TensorGroup>, u64)>, InputError> {
+    match r.outer.get("model_type").and_then(Value::as_str) {
+        Some("gemma3") => siglip_gemma3(r, text_hidden).map(Some),
+        Some("qwen2_vl") => qwen2(r, false).map(Some),
+        Some("qwen2_5_vl") => qwen2(r, true).map(Some),
+        _ => qwen(r),
+    }
+}
+
+/// The config's `vision_config` (empty when it has none: transformers then builds the tower
+/// from its vision config class's defaults).
+fn vision_config<'a>(
+    r: &'a Reader,
+    empty: &'a Map<String, Value>,
+) -> Result<&'a Map<String, Value>, InputError> {
+    match r.outer.get("vision_config") {
+        Some(Value::Object(o)) => Ok(o),
+        None | Some(Value::Null) => Ok(empty),
+        Some(other) => Err(r.bad("vision_config", other, "expected an object")),
+    }
+}
+
+/// `vision_config.key` as a positive integer, or `default` when absent.
+fn field(r: &Reader, v: &Map<String, Value>, key: &str, default: u64) -> Result<u64, InputError> {
+    let name = format!("vision_config.{key}");
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(x) => match x.as_u64() {
+            Some(n) if n > 0 && n <= 1 << 20 => Ok(n),
+            _ => Err(r.bad(&name, x, "expected an integer from 1 to 1,048,576")),
+        },
+    }
+}
+
+fn vision(rows: u64, cols: u64, count: u64) -> TensorGroup {
+    TensorGroup {
+        role: Role::Vision,
+        rows,
+        cols,
+        count,
+        routed: false,
+    }
+}
+
+/// Gemma-3's SigLIP tower (transformers 5.17 `SiglipVisionModel`, `SiglipVisionConfig`
+/// defaults where the config is silent): a Conv2d patch embedding with bias, learned position
+/// embeddings ((image_size / patch_size)²), `num_hidden_layers` encoder layers (LayerNorms,
+/// q/k/v/out projections and a fc1/fc2 MLP, all with bias), the post LayerNorm, the attention
+/// pooling head unless `vision_use_head` is false, then `Gemma3MultiModalProjector`'s
+/// `mm_input_projection_weight` [vision hidden, text hidden] and `mm_soft_emb_norm`.
+fn siglip_gemma3(r: &Reader, text_hidden: u64) -> Result<(Vec<TensorGroup>, u64), InputError> {
+    let empty = Map::new();
+    let v = vision_config(r, &empty)?;
+    let h = field(r, v, "hidden_size", 768)?;
+    let inter = field(r, v, "intermediate_size", 3072)?;
+    let depth = field(r, v, "num_hidden_layers", 12)?;
+    let channels = field(r, v, "num_channels", 3)?;
+    let image = field(r, v, "image_size", 224)?;
+    let patch = field(r, v, "patch_size", 16)?;
+    let head = v
+        .get("vision_use_head")
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    let f = "vision_config.hidden_size";
+    let side = image / patch;
+    let positions = mul(r, f, side, side)?;
+    let kernel = mul(r, f, channels, mul(r, f, patch, patch)?)?;
+    let mut t = vec![
+        vision(h, kernel, 1),
+        vision(1, h, 1),
+        vision(positions, h, 1),
+        // per layer: q, k, v, out and their biases, two LayerNorms (weight and bias each)
+        vision(h, h, mul(r, f, depth, 4)?),
+        vision(1, h, mul(r, f, depth, 8)?),
+        vision(inter, h, depth),
+        vision(1, inter, depth),
+        vision(h, inter, depth),
+        vision(1, h, depth),
+        // the post LayerNorm
+        vision(1, h, 2),
+        // the projector: mm_input_projection_weight and mm_soft_emb_norm
+        vision(h, text_hidden, 1),
+        vision(1, h, 1),
+    ];
+    if head {
+        // SiglipMultiheadAttentionPoolingHead: the probe, in_proj (3h × h) and its bias,
+        // out_proj and its bias, a LayerNorm, and a fc1/fc2 MLP with biases.
+        t.extend([
+            vision(1, h, 1),
+            vision(h, h, 4),
+            vision(1, h, 4),
+            vision(1, h, 2),
+            vision(inter, h, 1),
+            vision(1, inter, 1),
+            vision(h, inter, 1),
+            vision(1, h, 1),
+        ]);
+    }
+    Ok((
+        t.into_iter()
+            .filter(|t| t.count > 0 && t.rows > 0)
+            .collect(),
+        depth,
+    ))
+}
+
+/// Qwen2-VL's and Qwen2.5-VL's tower (transformers 5.17 `Qwen2VisionTransformerPretrainedModel`
+/// and `Qwen2_5_VisionTransformerPretrainedModel`): a Conv3d patch embedding without bias
+/// (`in_channels` × `temporal_patch_size` × `patch_size`² → width), `depth` blocks of two norms,
+/// a fused qkv and proj with bias and an MLP with biases, then the patch merger (a norm over the
+/// width, width·merge² → width·merge² → output, with biases). Qwen2-VL: width `embed_dim`,
+/// LayerNorms with bias, a fc1/fc2 MLP of `embed_dim · mlp_ratio`, output `hidden_size`.
+/// Qwen2.5-VL: width `hidden_size`, RMSNorms, a gate/up/down MLP of `intermediate_size`, output
+/// `out_hidden_size`.
+fn qwen2(r: &Reader, v25: bool) -> Result<(Vec<TensorGroup>, u64), InputError> {
+    let empty = Map::new();
+    let v = vision_config(r, &empty)?;
+    let f = "vision_config.hidden_size";
+    let (h, inter, out) = if v25 {
+        (
+            field(r, v, "hidden_size", 3584)?,
+            field(r, v, "intermediate_size", 3420)?,
+            field(r, v, "out_hidden_size", 3584)?,
+        )
+    } else {
+        let e = field(r, v, "embed_dim", 1280)?;
+        let ratio = field(r, v, "mlp_ratio", 4)?;
+        (
+            e,
+            mul(r, "vision_config.mlp_ratio", e, ratio)?,
+            field(r, v, "hidden_size", 3584)?,
+        )
+    };
+    let depth = field(r, v, "depth", 32)?;
+    let channels = field(r, v, "in_channels", 3)?;
+    let patch = field(r, v, "patch_size", 14)?;
+    let temporal = field(r, v, "temporal_patch_size", 2)?;
+    let merge = field(r, v, "spatial_merge_size", 2)?;
+    let merged = mul(r, f, h, mul(r, f, merge, merge)?)?;
+    let kernel = mul(
+        r,
+        f,
+        mul(r, f, channels, temporal)?,
+        mul(r, f, patch, patch)?,
+    )?;
+    let qkv = mul(r, f, h, 3)?;
+    // a LayerNorm has a weight and a bias, an RMSNorm a weight
+    let norm = if v25 { 1 } else { 2 };
+    let mlp_mats = if v25 { 2 } else { 1 };
+    let t = vec![
+        vision(h, kernel, 1),
+        vision(1, h, mul(r, f, depth, 2 * norm)?),
+        vision(qkv, h, depth),
+        vision(1, qkv, depth),
+        vision(h, h, depth),
+        vision(1, h, depth),
+        // gate and up (fc1 for Qwen2-VL) with their biases, then down (fc2) with its bias
+        vision(inter, h, mul(r, f, depth, mlp_mats)?),
+        vision(1, inter, mul(r, f, depth, mlp_mats)?),
+        vision(h, inter, depth),
+        vision(1, h, depth),
+        // the merger: its norm, then two linear layers with biases
+        vision(1, h, norm),
+        vision(merged, merged, 1),
+        vision(1, merged, 1),
+        vision(out, merged, 1),
+        vision(1, out, 1),
+    ];
+    Ok((t, depth))
+}
+
 /// The vision tower's tensors and its depth, when the config's top level is a Qwen3-VL or
 /// Qwen3.5 wrapper (transformers builds the tower from `vision_config`, or from its defaults
 /// when the config has none); `None` for a text-only config.
-pub(crate) fn qwen(r: &Reader) -> Result<Option<(Vec<TensorGroup>, u64)>, InputError> {
+fn qwen(r: &Reader) -> Result<Option<(Vec<TensorGroup>, u64)>, InputError> {
     let outer_type = r.outer.get("model_type").and_then(Value::as_str);
     let Some(deepstack) = outer_type.and_then(deepstack_default) else {
         return Ok(None);
@@ -115,4 +297,40 @@ pub(crate) fn qwen(r: &Reader) -> Result<Option<(Vec<TensorGroup>, u64)>, InputE
         t.into_iter().filter(|t| t.count > 0).collect(),
         depth,
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::model::presets::load;
+
+    fn tower(json: &str) -> u64 {
+        let spec = load("t", json).expect("it parses");
+        spec.vision.iter().map(|t| t.params()).sum()
+    }
+
+    const GEMMA3_TEXT: &str = r#""model_type":"gemma3","text_config":{"hidden_size":5376,
+        "intermediate_size":21504,"model_type":"gemma3_text","num_attention_heads":32,
+        "num_hidden_layers":62,"num_key_value_heads":16,"head_dim":128}"#;
+
+    /// transformers 5.17 on the meta device: the Gemma-3-27B text config with no vision_config
+    /// (SiglipVisionConfig's defaults, pooling head included) holds 97,013,760 vision parameters;
+    /// the 27B tower with `vision_use_head` left out, 438,298,688.
+    #[test]
+    fn gemma3_takes_siglips_defaults_and_its_pooling_head() {
+        assert_eq!(tower(&format!("{{{GEMMA3_TEXT}}}")), 97_013_760);
+        let v = r#""vision_config":{"hidden_size":1152,"image_size":896,"intermediate_size":4304,
+            "num_attention_heads":16,"num_hidden_layers":27,"patch_size":14}"#;
+        assert_eq!(tower(&format!("{{{GEMMA3_TEXT},{v}}}")), 438_298_688);
+    }
+
+    #[test]
+    fn a_bad_vision_field_names_itself() {
+        let v = r#""vision_config":{"patch_size":[14,14]}"#;
+        let e = load("t", &format!("{{{GEMMA3_TEXT},{v}}}")).unwrap_err();
+        assert!(e.to_string().contains("vision_config.patch_size"), "{e}");
+        let v = r#""vision_config":{"embed_dim":1048576,"mlp_ratio":1048576}"#;
+        let q = r#""model_type":"qwen2_vl","hidden_size":64,"intermediate_size":128,
+            "num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100"#;
+        assert!(load("t", &format!("{{{q},{v}}}")).is_err());
+    }
 }
