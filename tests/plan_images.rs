@@ -6,6 +6,11 @@ mod util;
 use util::{json, run, temp, write};
 
 const GEMMA3: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/presets/gemma-3-27b-it.json");
+const QWEN3_VL: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/presets/qwen3-vl-30b-a3b-instruct.json"
+);
+const QWEN35: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/presets/qwen3.5-35b-a3b.json");
 const TEXT_ONLY: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/presets/qwen2.5-7b-instruct.json"
@@ -125,6 +130,65 @@ fn qwen25_vl_resizes_1024_square_to_980_and_eager_holds_one_images_scores() {
 }
 
 #[test]
+fn qwen3_vl_keeps_1024_square_and_gives_1024_tokens() {
+    let home = temp();
+    let base = [
+        "plan",
+        "-m",
+        QWEN3_VL,
+        "--images",
+        "2",
+        "--image-size",
+        "1024x1024",
+        "--vram",
+        "80GB",
+        "--json",
+    ];
+    let r = run(home.path(), &base);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    let sdpa = json(&r.stdout);
+    // smart_resize with factor 16 × 2 = 32: 1024 stays; 64 × 64 patches, 32 × 32 = 1,024 tokens
+    assert_eq!(sdpa["images"]["height"], 1024);
+    assert_eq!(sdpa["images"]["width"], 1024);
+    assert_eq!(sdpa["images"]["tokens_per_image"], 1024);
+    assert_eq!(sdpa["images"]["encoder_positions_per_image"], 4096);
+    assert_eq!(sdpa["workload"]["prompt_tokens"], 2048 + 2 * 1024);
+    // the MLP, 2 × 4,096 patches × (1,152 × 2 + 4,304 × 2) bf16 values, beside the DeepStack
+    // features, 2 × 1,024 tokens × 3 × 2,048 bf16 values
+    let deepstack = 2u64 * 1024 * 3 * 2048 * 2;
+    assert_eq!(
+        sdpa["components"]["vision_encoder"],
+        2u64 * 4096 * 10_912 * 2 + deepstack
+    );
+    assert_eq!(sdpa["components"]["vision_encoder"], 203_948_032u64);
+
+    let mut eager_args = base.to_vec();
+    eager_args.extend(["--engine", "transformers-eager"]);
+    let eager = json(&run(home.path(), &eager_args).stdout);
+    // one image's 16 × 4,096² scores in bf16 beside their f32 softmax, with both images'
+    // residual, q, k and v
+    assert_eq!(
+        eager["components"]["vision_encoder"],
+        16u64 * 4096 * 4096 * 6 + 2 * 4096 * 1152 * 4 * 2 + deepstack
+    );
+
+    // Qwen3.5 has the same processor and tower; without --image-size, the largest image the
+    // processor keeps: 4096 × 4096, 16,384 tokens.
+    let r = run(
+        home.path(),
+        &["plan", "-m", QWEN35, "--images", "1", "--vram", "80GB"],
+    );
+    assert!(
+        r.stdout.contains(
+            "--images 1: each image is the largest the processor keeps, 4096x4096 px, 16,384 tokens"
+        ),
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
+}
+
+#[test]
 fn images_on_a_text_only_model_is_one_line_and_exit_2() {
     let home = temp();
     let r = run(
@@ -168,6 +232,9 @@ const SIZES: &[(u64, u64)] = &[
     (42, 1000),
     (1080, 1920),
     (14, 2800),
+    (8000, 8000),
+    (3000, 4000),
+    (100, 20000),
 ];
 
 /// transformers' own `smart_resize` (its source, read from the installed
@@ -187,7 +254,13 @@ out = []
 for h, w in sizes:
     rh, rw = scope["smart_resize"](h, w, factor=28, min_pixels=56 * 56, max_pixels=28 * 28 * 1280)
     out.append([rh, rw, (rh // 14 // 2) * (rw // 14 // 2)])
-print(json.dumps({"qwen": out, "gemma3": Gemma3Config().mm_tokens_per_image, "version": transformers.__version__}))
+# Qwen3-VL / Qwen3.5: Qwen2VLImageProcessor with the published preprocessor_config.json's
+# patch_size 16, merge_size 2 and size 65,536 ..= 16,777,216.
+out3 = []
+for h, w in sizes:
+    rh, rw = scope["smart_resize"](h, w, factor=32, min_pixels=65536, max_pixels=16777216)
+    out3.append([rh, rw, (rh // 16 // 2) * (rw // 16 // 2)])
+print(json.dumps({"qwen": out, "qwen3": out3, "gemma3": Gemma3Config().mm_tokens_per_image, "version": transformers.__version__}))
 "#;
 
 #[test]
@@ -239,6 +312,38 @@ fn tokens_equal_what_transformers_computes() {
             ),
             (&want[0], &want[1], &want[2]),
             "{size} (transformers {})",
+            reference["version"]
+        );
+    }
+    for (i, (h, w)) in SIZES.iter().enumerate() {
+        let size = format!("{w}x{h}");
+        let j = json(
+            &run(
+                home.path(),
+                &[
+                    "plan",
+                    "-m",
+                    QWEN3_VL,
+                    "--images",
+                    "1",
+                    "--image-size",
+                    &size,
+                    "--vram",
+                    "80GB",
+                    "--json",
+                ],
+            )
+            .stdout,
+        );
+        let want = &reference["qwen3"][i];
+        assert_eq!(
+            (
+                &j["images"]["height"],
+                &j["images"]["width"],
+                &j["images"]["tokens_per_image"]
+            ),
+            (&want[0], &want[1], &want[2]),
+            "Qwen3-VL {size} (transformers {})",
             reference["version"]
         );
     }

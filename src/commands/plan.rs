@@ -656,7 +656,7 @@ fn image_load(
         let why = if spec.vision.is_empty() && !spec.notes.iter().any(|s| s.contains("vision")) {
             "is a text-only model"
         } else {
-            "is multimodal, but its image rule is not known (Gemma-3, Qwen2-VL, Qwen2.5-VL and LLaVA are)"
+            "is multimodal, but its image rule is not known (Gemma-3, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5 and LLaVA are)"
         };
         return Err(InputError::Usage(format!(
             "--images: {} {why}; leave --images out",

@@ -11,6 +11,11 @@
 //!   the image is resized to multiples of patch × merge (14 × 2 = 28), its pixels kept within
 //!   `min_pixels` 56 × 56 and `max_pixels` 28 × 28 × 1280; it then has (H/14)·(W/14) patches,
 //!   merged 2 × 2 into (H/28)·(W/28) tokens.
+//! - Qwen3-VL / Qwen3.5 (`models/qwen3_vl/processing_qwen3_vl.py`, `Qwen3VLProcessor`, whose
+//!   image processor `models/auto/image_processing_auto.py` maps to `Qwen2VLImageProcessor`):
+//!   the same `smart_resize` with the published `preprocessor_config.json`'s patch_size 16,
+//!   merge_size 2 (factor 32) and `size` shortest_edge 65,536 (256²) / longest_edge 16,777,216
+//!   (4096²); (H/16)·(W/16) patches, (H/32)·(W/32) tokens.
 //! - LLaVA (`models/llava/processing_llava.py`): (image_size / patch_size)² tokens, 576 for
 //!   336/14 (the CLS token is dropped by the `default` feature select strategy).
 //!
@@ -20,7 +25,11 @@
 //! in the compute dtype beside its float32 softmax) or its MLP (the residual stream, the normed
 //! input and two intermediate-wide tensors). SigLIP and CLIP run the images as one batch, so
 //! eager holds every image's scores at once; Qwen2.5-VL's attention splits the patches by
-//! `cu_seqlens` and attends one image (or window) at a time.
+//! `cu_seqlens` and attends one image (or window) at a time, and so does Qwen3-VL's
+//! (`models/qwen3_vl/modeling_qwen3_vl.py`, `Qwen3VLVisionAttention`; its MLP is fc1, act, fc2;
+//! Qwen3.5's `Qwen3_5VisionModel` is the same model). Qwen3-VL's DeepStack features (one merged
+//! tensor per `deepstack_visual_indexes` entry, tokens × out_hidden_size) are kept beside the
+//! blocks after the last index, so they join both the attention and the MLP moment.
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -43,7 +52,8 @@ pub enum TokenRule {
 /// A vision-language model's image input: its token rule and its encoder's shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ImageInput {
-    /// `gemma3`, `qwen2_5_vl`, `qwen2_vl`, `llava`.
+    /// `gemma3`, `qwen2_5_vl`, `qwen2_vl`, `qwen3_vl`, `qwen3_vl_moe`, `qwen3_5`, `qwen3_5_moe`,
+    /// `llava`.
     pub model_type: &'static str,
     pub rule: TokenRule,
     /// The size the processor resizes to (fixed rules); `None` for a dynamic rule.
@@ -56,6 +66,9 @@ pub struct ImageInput {
     pub extra_positions: u64,
     /// Every image's attention at once (SigLIP, CLIP), or one image at a time (Qwen).
     pub batched_attention: bool,
+    /// Values a token the encoder keeps beside its later blocks: Qwen3-VL's DeepStack features,
+    /// one `out_hidden_size` vector a token for each `deepstack_visual_indexes` entry.
+    pub held_per_token: u64,
 }
 
 /// One image as the processor sees it: its size after resizing, its patches and its tokens.
@@ -141,6 +154,7 @@ pub fn read(outer: &Map<String, Value>) -> Option<ImageInput> {
                 intermediate: field(v, "intermediate_size", 4304),
                 extra_positions: 0,
                 batched_attention: true,
+                held_per_token: 0,
             })
         }
         // Qwen2_5_VLVisionConfig (hidden_size 1280 in the published configs; the class default
@@ -174,6 +188,41 @@ pub fn read(outer: &Map<String, Value>) -> Option<ImageInput> {
                 intermediate,
                 extra_positions: 0,
                 batched_attention: false,
+                held_per_token: 0,
+            })
+        }
+        // Qwen3VLVisionConfig / Qwen3_5VisionConfig (hidden_size 1152, intermediate_size 4304,
+        // num_heads 16, patch_size 16, spatial_merge_size 2), and the processor's size as the
+        // published preprocessor_config.json sets it (the class defaults are Qwen2-VL's).
+        "qwen3_vl" | "qwen3_vl_moe" | "qwen3_5" | "qwen3_5_moe" => {
+            let patch = field(v, "patch_size", 16);
+            let merge = field(v, "spatial_merge_size", 2);
+            // the class default is (8, 16, 24); Qwen3.5's configs set [].
+            let deepstack = match v.get("deepstack_visual_indexes") {
+                Some(Value::Array(a)) => a.len() as u64,
+                _ => 3,
+            };
+            Some(ImageInput {
+                model_type: match model_type {
+                    "qwen3_vl" => "qwen3_vl",
+                    "qwen3_vl_moe" => "qwen3_vl_moe",
+                    "qwen3_5" => "qwen3_5",
+                    _ => "qwen3_5_moe",
+                },
+                rule: TokenRule::Dynamic {
+                    patch,
+                    merge,
+                    min_pixels: 256 * 256,
+                    max_pixels: 4096 * 4096,
+                },
+                native: None,
+                patch,
+                hidden: field(v, "hidden_size", 1152),
+                heads: field(v, "num_heads", 16),
+                intermediate: field(v, "intermediate_size", 4304),
+                extra_positions: 0,
+                batched_attention: false,
+                held_per_token: deepstack.saturating_mul(field(v, "out_hidden_size", 3584)),
             })
         }
         // LlavaConfig's CLIPVisionConfig (336/14 for llava-1.5).
@@ -193,6 +242,7 @@ pub fn read(outer: &Map<String, Value>) -> Option<ImageInput> {
                 intermediate: field(v, "intermediate_size", 4096),
                 extra_positions: 1,
                 batched_attention: true,
+                held_per_token: 0,
             })
         }
         _ => None,
@@ -315,7 +365,11 @@ impl ImageInput {
                 .saturating_mul(2)
                 .saturating_mul(d),
         );
-        attention.max(mlp)
+        let held = images
+            .saturating_mul(cost.tokens)
+            .saturating_mul(self.held_per_token)
+            .saturating_mul(d);
+        attention.max(mlp).saturating_add(held)
     }
 }
 
@@ -391,6 +445,74 @@ mod tests {
         let most = qwen25().cost(None);
         assert_eq!(most.tokens, 1280);
         assert!(most.height * most.width <= 1_003_520);
+    }
+
+    fn qwen3_vl() -> ImageInput {
+        config(include_str!("../../presets/qwen3-vl-30b-a3b-instruct.json"))
+    }
+
+    #[test]
+    fn qwen3_resizes_to_multiples_of_32_within_256_and_4096_squared() {
+        // 1024 / 32 = 32 exactly → 1024; 1024² = 1,048,576 is within 65,536 ..= 16,777,216, so
+        // it stays: 64 × 64 = 4,096 patches of 16 px, merged 2 × 2: 32 × 32 = 1,024 tokens.
+        assert_eq!(
+            smart_resize(1024, 1024, 32, 65_536, 16_777_216),
+            (1024, 1024)
+        );
+        let q = qwen3_vl();
+        assert_eq!(q.model_type, "qwen3_vl_moe");
+        let c = q.cost(Some((1024, 1024)));
+        assert_eq!((c.height, c.width), (1024, 1024));
+        assert_eq!((c.encoder_positions, c.tokens), (4096, 1024));
+        // 3000 × 4000: 3000 / 32 = 93.75 → 94 → 3008, 4000 / 32 = 125 → 4000; 12,032,000 px
+        // pass: 188 × 250 = 47,000 patches, 94 × 125 = 11,750 tokens.
+        let c = q.cost(Some((3000, 4000)));
+        assert_eq!((c.height, c.width), (3008, 4000));
+        assert_eq!((c.encoder_positions, c.tokens), (47_000, 11_750));
+        // 10 × 10: 10 / 32 rounds to 0, under min_pixels; beta = √(65,536 / 100) = 25.6 and
+        // ⌈10 × 25.6 / 32⌉ × 32 = 256: 8 × 8 = 64 tokens.
+        let c = q.cost(Some((10, 10)));
+        assert_eq!((c.height, c.width, c.tokens), (256, 256, 64));
+        // 8000 × 8000: 8000 / 32 = 250 → 8000, 64,000,000 px > 16,777,216; beta = √(8000² /
+        // 4096²) = 1.953125, ⌊8000 / 1.953125 / 32⌋ × 32 = 4096.
+        assert_eq!(q.cost(Some((8000, 8000))).height, 4096);
+        // no size: the most the processor keeps, 16,777,216 / 32² = 16,384 tokens, 4096 × 4096.
+        let most = q.cost(None);
+        assert_eq!((most.height, most.width, most.tokens), (4096, 4096, 16_384));
+        // Qwen3.5 / Qwen3.6 have the same tower and processor.
+        let q36 = config(include_str!(
+            "../../tests/fixtures/configs-2026/qwen3.6-27b/config.json"
+        ));
+        assert_eq!(q36.model_type, "qwen3_5");
+        assert_eq!(q36.cost(Some((1024, 1024))), q.cost(Some((1024, 1024))));
+        let q35 = config(include_str!("../../presets/qwen3.5-35b-a3b.json"));
+        assert_eq!(q35.model_type, "qwen3_5_moe");
+    }
+
+    #[test]
+    fn qwen3_attends_one_image_at_a_time() {
+        let q = qwen3_vl();
+        let c = q.cost(Some((1024, 1024)));
+        // DeepStack: 3 indexes × 2,048 (out_hidden_size) values for each of 2 × 1,024 tokens
+        assert_eq!(q.held_per_token, 3 * 2048);
+        let deepstack = 2 * 1024 * 3 * 2048 * 2;
+        // SDPA: the MLP, 2 images × 4,096 patches × (1,152 × 2 + 4,304 × 2) bf16 values
+        assert_eq!(
+            q.encoder_bytes(&c, 2, 2, false),
+            2 * 4096 * 10_912 * 2 + deepstack
+        );
+        assert_eq!(q.encoder_bytes(&c, 2, 2, false), 203_948_032);
+        // eager: both images' residual, q, k, v beside one image's 16 × 4,096² scores (bf16 and
+        // their f32 softmax)
+        assert_eq!(
+            q.encoder_bytes(&c, 2, 2, true),
+            2 * 4096 * 1152 * 4 * 2 + 16 * 4096 * 4096 * 6 + deepstack
+        );
+        assert_eq!(q.encoder_bytes(&c, 2, 2, true), 1_711_276_032);
+        // Qwen3.5 has no DeepStack mergers
+        let q35 = config(include_str!("../../presets/qwen3.5-35b-a3b.json"));
+        assert_eq!(q35.held_per_token, 0);
+        assert_eq!(q35.encoder_bytes(&c, 2, 2, false), 178_782_208);
     }
 
     #[test]
