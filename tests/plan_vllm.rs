@@ -486,7 +486,10 @@ fn v0_over_several_gpus_says_it_is_not_modelled() {
 
 /// gpt-oss-120b on one H100 at defaults: vLLM's Marlin MXFP4 MoE pads the experts (2880 → 2944
 /// wide, 2880 → 3072 hidden), so the weights it holds are 65.9 GiB, not the checkpoint's 60.8 —
-/// vLLM reports "Model loading took 64.4–66.0 GiB" and does not start (vllm#23278, vllm#33155).
+/// vLLM reports "Model loading took 64.4–66.0 GiB" — and the profiling run (8,192 tokens through
+/// the fused MoE caches, the sampler warmed with 1,024 × 201,088 logits) leaves nothing for the
+/// KV cache: vLLM logs "Available KV cache memory: -2.14 GiB" (vllm#23278, vllm#33155). At
+/// `--gpu-memory-utilization 0.95` it still refuses 131,072 tokens (vllm#27508).
 #[test]
 fn gpt_oss_120b_on_one_h100_holds_padded_mxfp4_experts_and_refuses_to_start() {
     let home = temp();
@@ -498,6 +501,27 @@ fn gpt_oss_120b_on_one_h100_holds_padded_mxfp4_experts_and_refuses_to_start() {
     assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("weights 65.9 GiB"), "{}", r.stdout);
     assert!(r.stdout.contains("✗ vLLM REFUSES TO START"), "{}", r.stdout);
+    assert!(
+        r.stdout
+            .contains("No available memory for the cache blocks"),
+        "{}",
+        r.stdout
+    );
+    let r = run(
+        home.path(),
+        &[
+            "plan",
+            "-m",
+            model,
+            "--engine",
+            "vllm",
+            "--vram",
+            "h100",
+            "--gpu-memory-utilization",
+            "0.95",
+        ],
+    );
+    assert_eq!(r.code, 1, "{}{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("max seq len (131072)"), "{}", r.stdout);
     // The same checkpoint in transformers holds what is stored.
     let t = run(home.path(), &["plan", "-m", model, "--vram", "h100"]);

@@ -329,6 +329,38 @@ pub fn utilization_for(bytes: u64, card: u64) -> Option<f64> {
     (want <= MAX_SUGGESTED_UTILIZATION).then_some(want)
 }
 
+/// Tokens `fused_experts` works on at once (envs.py `VLLM_FUSED_MOE_CHUNK_SIZE`, default 32768).
+const FUSED_MOE_CHUNK: u64 = 32768;
+
+/// The fused MoE kernels' intermediate caches for one forward of `tokens` tokens, in the
+/// activations' dtype (`d` bytes): M × topk × (I + max(2I, H)) values, M the tokens up to the
+/// chunk. Both the Triton path (fused_moe.py `fused_experts_impl`: `cache13` of
+/// M·topk·max(N, K) with N = 2I, `intermediate_cache2` of M·topk·N/2) and Marlin's, which takes
+/// MXFP4 and other weight-only experts below Blackwell (fused_marlin_moe.py `fused_marlin_moe`:
+/// `intermediate_cache13` of M·topk·max(2N, K), `intermediate_cache2` of M·topk·N with N = I)
+/// allocate this (vllm 0.11.0, PyPI sdist, vllm/model_executor/layers/fused_moe/). 0 for a
+/// model without routed experts.
+pub fn fused_moe_cache_bytes(spec: &Spec, tokens: u64, d: f64) -> u64 {
+    let Some(e) = spec.experts.as_ref().filter(|e| e.sparse_layers > 0) else {
+        return 0;
+    };
+    let m = tokens.min(FUSED_MOE_CHUNK) as f64;
+    let i = e.intermediate_size as f64;
+    let per_row = i + (2.0 * i).max(spec.hidden_size as f64);
+    (m * e.active as f64 * per_row * d) as u64
+}
+
+/// vLLM's sampler warm-up at its peak: `_dummy_sampler_run` (v1/worker/gpu_model_runner.py)
+/// keeps the `seqs` × `vocab` logits in the model's dtype (`d` bytes) while the sampler
+/// (v1/sample/sampler.py `forward`) copies them to fp32 and, with top-k and top-p both set and
+/// FlashInfer absent (the PyPI wheel's default; v1/sample/ops/topk_topp_sampler.py
+/// `forward_native`), `apply_top_k_top_p` holds the sorted fp32 logits, their int64 indices, the
+/// top-k and top-p bool masks, the fp32 softmax and the scattered fp32 result at once:
+/// d + 4 + 4 + 8 + 1 + 1 + 4 + 4 = d + 26 bytes a logit (vllm 0.11.0, PyPI sdist).
+pub fn sampler_warmup_bytes(seqs: u64, vocab: u64, d: f64) -> u64 {
+    (seqs as f64 * vocab as f64 * (d + 26.0)) as u64
+}
+
 /// vLLM's start-up on one card of `card` bytes for the model and dtypes of `w`.
 pub fn startup(spec: &Spec, w: &Workload, card: u64, a: &VllmArgs) -> Startup {
     startup_with(spec, w, card, a, &Deployment::default())
@@ -401,15 +433,24 @@ fn startup_at(
     let peak_for = |tokens: u64| {
         let mut p = Profile::of(Engine::Vllm);
         p.prefill_chunk = Some(tokens);
-        p.sampler_warmup_seqs = seqs;
         let profiling = Workload {
             prompt_tokens: tokens,
             max_new_tokens: 0,
             batch: 1,
             ..*w
         };
+        // V1: the forward alone, then the fused MoE caches and the sampler warm-up as vLLM's
+        // code allocates them; V0 keeps the profile's logits of `seqs` rows.
+        let v1 = version == VllmVersion::V1;
+        p.sampler_warmup_seqs = if v1 { 0 } else { seqs };
         let (prefill, decode) = activations(spec, &p, &profiling, d, 0);
-        prefill.max(decode)
+        let forward = prefill.max(decode);
+        if !v1 {
+            return forward;
+        }
+        forward
+            .saturating_add(fused_moe_cache_bytes(spec, tokens, d))
+            .saturating_add(sampler_warmup_bytes(seqs, spec.vocab_size, d))
     };
     let peak_activation = peak_for(mnbt);
     let all_weights = engine_weight_bytes(spec, w.weight_dtype, Engine::Vllm);
@@ -749,6 +790,51 @@ mod tests {
     }
 
     #[test]
+    fn the_sampler_warm_up_and_the_fused_moe_caches_are_vllms_allocations() {
+        // bf16 logits held by the caller, then fp32 copy, sorted values, int64 indices, two bool
+        // masks, softmax and the scattered result: 28 bytes a logit.
+        assert_eq!(
+            sampler_warmup_bytes(1024, 201_088, 2.0),
+            1024 * 201_088 * 28
+        );
+        assert_eq!(sampler_warmup_bytes(256, 128_256, 2.0), 256 * 128_256 * 28);
+        // gpt-oss-120b: 8,192 tokens × top-4 × (2880 + max(5760, 2880)) bf16 values.
+        let oss = presets::from_file("gpt-oss-120b");
+        assert_eq!(
+            fused_moe_cache_bytes(&oss, 8192, 2.0),
+            8192 * 4 * (2880 + 5760) * 2
+        );
+        // Chunked at 32,768 tokens; nothing for a dense model.
+        assert_eq!(
+            fused_moe_cache_bytes(&oss, 65_536, 2.0),
+            fused_moe_cache_bytes(&oss, 32_768, 2.0)
+        );
+        assert_eq!(fused_moe_cache_bytes(&llama8b(), 8192, 2.0), 0);
+    }
+
+    #[test]
+    fn gpt_oss_120b_profiling_peak_leaves_no_kv_cache_on_an_h100() {
+        // vllm#23278: "Available KV cache memory: -2.14 GiB" at 0.9; vllm#27508 refuses 131,072
+        // at 0.95.
+        let oss = presets::from_file("gpt-oss-120b");
+        let w = Workload {
+            weight_dtype: WeightDtype::Mxfp4,
+            ..work()
+        };
+        let h100 = 85_520_809_984;
+        let s = startup(&oss, &w, h100, &VllmArgs::default());
+        assert!(!s.starts);
+        assert_eq!(s.available_kv_bytes, 0);
+        let a = VllmArgs {
+            gpu_memory_utilization: Some(0.95),
+            ..VllmArgs::default()
+        };
+        let s = startup(&oss, &w, h100, &a);
+        assert!(!s.starts);
+        assert!(s.available_kv_bytes > 0 && s.available_kv_bytes < s.needed_kv_bytes);
+    }
+
+    #[test]
     fn vllm_formula_by_hand() {
         let s = startup(&llama8b(), &work(), CARD, &VllmArgs::default());
         // available_kv = total × util − weights − peak_activation − non_torch
@@ -981,8 +1067,10 @@ mod tests {
     fn v0_at_29000_refuses_and_at_35000_starts_on_a_3090() {
         // vllm#10517: Llama-3.1-8B-Instruct, bf16, RTX 3090
         let refused = startup(&llama8b(), &work(), RTX3090, &v0(29_000));
-        // The same arithmetic as V1 profiling 29,000 tokens over 256 sequences.
-        let same = startup(
+        // V1 profiling 29,000 tokens over 256 sequences runs the same forward; it prices the
+        // sampler warm-up from V1's sampler (28 bytes a logit) where V0 keeps 8 bytes a logit of
+        // the 256 rows.
+        let v1 = startup(
             &llama8b(),
             &work(),
             RTX3090,
@@ -992,8 +1080,14 @@ mod tests {
                 ..Default::default()
             },
         );
-        assert_eq!(refused.peak_activation_bytes, same.peak_activation_bytes);
-        assert_eq!(refused.available_kv_bytes, same.available_kv_bytes);
+        let vocab = llama8b().vocab_size;
+        let sampler = sampler_warmup_bytes(256, vocab, 2.0) - 255 * vocab * 8;
+        assert!(
+            (v1.peak_activation_bytes - refused.peak_activation_bytes).abs_diff(sampler) <= 2,
+            "{} {}",
+            v1.peak_activation_bytes,
+            refused.peak_activation_bytes
+        );
         assert_eq!(
             refused.num_blocks,
             refused.available_kv_bytes / (16 * 131_072)
@@ -1018,7 +1112,7 @@ mod tests {
         assert!(started.peak_activation_bytes < refused.peak_activation_bytes);
         // # CPU blocks: --swap-space 4 GiB over a 2 MiB block
         assert_eq!(started.cpu_blocks, Some(2048));
-        assert_eq!(same.cpu_blocks, None);
+        assert_eq!(v1.cpu_blocks, None);
     }
 
     #[test]
