@@ -310,3 +310,57 @@ fn partial_offload_is_replayed_through_llama_cpps_placement() {
     }
     assert_eq!(n, 3, "the three -ngl 16 runs");
 }
+
+/// llama.cpp's own `--fit` (on by default, context unset) under a cap, as recorded on the H200
+/// (b11312's llama-completion: one sequence): plan with `-c 0 -np 1` on the memory the ballast
+/// left picks the context llama.cpp picked, to the token, and keeps the trained context where
+/// llama.cpp changed nothing.
+#[test]
+fn llama_cpps_own_fit_is_replayed_to_the_token() {
+    let home = temp();
+    let mut n = 0;
+    for rec in records().iter().filter(|r| r["kind"] == "fit") {
+        let tag = rec["tag"].as_str().unwrap_or("?");
+        let gguf = format!("{}-Q4_K_M.gguf", tag.split(':').next().unwrap_or("?"));
+        let (config, dtype) = model_of(&gguf);
+        let free = rec["device_free"].as_u64().expect("device_free");
+        // llama.cpp's chosen context: its `llama_context: n_ctx = N` line
+        let chosen: u64 = rec["fit_lines"]
+            .as_array()
+            .expect("fit_lines")
+            .iter()
+            .filter_map(Value::as_str)
+            .find_map(|l| l.split("llama_context: n_ctx                 = ").nth(1))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("n_ctx line");
+        let vram = format!("{free}B");
+        let args = [
+            "plan",
+            "--model",
+            &config,
+            "--engine",
+            "llama.cpp",
+            "--dtype",
+            dtype,
+            "-p",
+            "1",
+            "-n",
+            "1",
+            "-c",
+            "0",
+            "-np",
+            "1",
+            "--vram",
+            &vram,
+            "--json",
+        ];
+        let r = run(home.path(), &args);
+        let j = json(&r.stdout);
+        let n_ctx = j["llama_server"]["n_ctx"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{tag}: {j}"));
+        assert_eq!(n_ctx, chosen, "{tag}: plan's --fit context");
+        n += 1;
+    }
+    assert_eq!(n, 2, "the two --fit records");
+}

@@ -18,7 +18,9 @@
 //!   a context the user set (`-c N`) is never changed.
 //!
 //! "Free" is what the driver reports once the backend is up, so the CUDA context is not in it:
-//! here the card less `runtime_at_start` (the CUDA context and cuBLAS as measured on the H200).
+//! here the card less `RUNTIME_AT_FIT`, what llama.cpp's process held when it measured (the
+//! H200 records of docs/calibration/llamacpp-h200-2026-12-01.jsonl: 524 MiB, before cuBLAS and the
+//! CUDA pool grow it to the run's `llamacpp::runtime`).
 
 use serde::Serialize;
 
@@ -106,16 +108,15 @@ pub struct Fitted {
     pub layers_on_gpu: Option<u64>,
 }
 
-/// The CUDA context and cuBLAS already on the card when llama-server reads the free memory.
-pub fn runtime_at_start(spec: &Spec, w: &Workload) -> u64 {
-    let with_fa = Workload {
-        llama: llamacpp::LlamaCppArgs {
-            flash_attn: Some(true),
-            ..w.llama
-        },
-        ..*w
-    };
-    llamacpp::runtime(spec, &with_fa)
+/// What llama.cpp's process holds on the card when `--fit` reads the free memory: the CUDA
+/// context with the backend up, nothing of cuBLAS or the CUDA pool yet. Both `--fit` runs recorded
+/// on the H200 (b11312, docs/calibration/llamacpp-h200-2026-12-01.jsonl) printed 7,667 MiB free
+/// where the ballast had left 8,191.1 MiB: 524 MiB, whatever the model.
+pub const RUNTIME_AT_FIT: u64 = 524 << 20;
+
+/// The card's memory llama-server counts as free when it fits (`vram` less `RUNTIME_AT_FIT`).
+pub fn free_at_fit(vram: u64) -> u64 {
+    vram.saturating_sub(RUNTIME_AT_FIT)
 }
 
 /// llama.cpp's projected device use at `w`: the model, the context (KV) and compute buffers.
@@ -156,7 +157,7 @@ pub fn fit(spec: &Spec, w: &Workload, vram: u64, a: &ServerArgs) -> (Workload, F
         w.llama.ctx_size.unwrap_or(n_ctx_max)
     };
     let start = at(start_ctx);
-    let free = vram.saturating_sub(runtime_at_start(spec, &start));
+    let free = free_at_fit(vram);
     let used_start = projected(spec, &start);
     let done = |n_ctx: u64, outcome: Outcome, used: u64| {
         (
