@@ -3,6 +3,7 @@
 //! the estimate (which carries the safety margin).
 
 pub mod card;
+pub mod long_lived;
 pub mod pool;
 
 use std::collections::HashMap;

@@ -587,6 +587,10 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         (vllm_startup.as_ref(), sglang_startup.as_ref()),
         (&mut budget, &mut quantization),
     );
+    notes.extend(crate::budget::long_lived::note(
+        w.engine,
+        budget.max_prompt_tokens,
+    ));
     let profile = Profile::of(req.engine);
     Ok(PlanReport {
         command: "plan",

@@ -460,6 +460,17 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
     }];
     timings.append(&mut session.timings);
     let children = finish(session, &mut prep.notes);
+    let budget = priced.then(|| {
+        corrected_budget
+            .filter(|_| transformers)
+            .unwrap_or_else(|| planner.budget(&prep.workload))
+    });
+    if let Some(b) = &budget {
+        prep.notes.extend(crate::budget::long_lived::note(
+            prep.workload.engine,
+            b.max_prompt_tokens,
+        ));
+    }
     for t in &timings {
         tracing::info!(
             seconds = format!("{:.2}", t.seconds),
@@ -485,11 +496,7 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
         stages: m.stages,
         weights_bytes: m.weights_tensors,
         kv_cache_bytes_per_token: kv_bytes_per_token(&prep.spec, prep.dtype.kv()),
-        budget: priced.then(|| {
-            corrected_budget
-                .filter(|_| transformers)
-                .unwrap_or_else(|| planner.budget(&prep.workload))
-        }),
+        budget,
         measured,
         limits,
         verification,
@@ -603,6 +610,10 @@ fn predicted(
     }
     prep.notes
         .insert(0, format!("predicted, not measured: {why}"));
+    prep.notes.extend(crate::budget::long_lived::note(
+        prep.workload.engine,
+        budget.max_prompt_tokens,
+    ));
     let hello = Hello {
         pid: 0,
         device: req.device,
