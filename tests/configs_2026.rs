@@ -84,7 +84,9 @@ const CONFIGS: &[Config] = &[
         "minimax-m2.7",
         "minimax_m2",
         "minimax_m2",
-        Offline::Refused,
+        Offline::Family {
+            vision_left_out: false,
+        },
         true,
     ),
     // Mamba-2 layers, MoE layers and six attention layers, pattern `MEMEM*E…`.

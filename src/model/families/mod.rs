@@ -10,6 +10,7 @@ mod granite_hybrid;
 mod jamba;
 mod llama4;
 mod mamba2;
+mod minimax_m2;
 mod phimoe;
 mod qwen3_next;
 pub(crate) mod vision;
@@ -47,6 +48,9 @@ pub(crate) enum Kind {
     GraniteHybrid,
     /// falcon_h1: attention and Mamba-2 side by side in every layer.
     FalconH1,
+    /// minimax_m2 (MiniMax-M2.x): full GQA attention with whole-width q/k norms, experts with a
+    /// sigmoid router and its correction bias in every layer.
+    MiniMaxM2,
 }
 
 impl Kind {
@@ -132,6 +136,7 @@ impl Kind {
                 "layer_types",
             ],
             Kind::FalconH1 => &["mamba_", "ssm_", "attn_layer_indices"],
+            Kind::MiniMaxM2 => &["num_local_experts", "num_experts", "num_experts_per_tok"],
         }
     }
 
@@ -189,6 +194,7 @@ pub(crate) fn read(kind: Kind, r: &Reader) -> Result<Built, InputError> {
         }
         Kind::GraniteHybrid => granite_hybrid::read(r),
         Kind::FalconH1 => falcon_h1::read(r),
+        Kind::MiniMaxM2 => minimax_m2::read(r),
     }
 }
 
@@ -308,6 +314,14 @@ pub fn defaults(model_type: &str) -> Map<String, Value> {
             "mamba_rms_norm": false, "projectors_bias": false, "attention_bias": false,
             "mamba_d_ssm": 1024,
             "mlp_bias": false, "tie_word_embeddings": false
+        }),
+        // MiniMaxM2Config (configuration_minimax_m2.py, transformers 5.25): head_dim 128 and 8
+        // KV heads whatever the hidden size. Its 256 `num_local_experts` is the reader's own
+        // fallback, after the `num_experts` alias.
+        "minimax_m2" => json!({
+            "vocab_size": 200_064, "hidden_size": 3072, "intermediate_size": 1536,
+            "num_hidden_layers": 62, "num_attention_heads": 48, "num_key_value_heads": 8,
+            "head_dim": 128, "num_experts_per_tok": 8, "tie_word_embeddings": false
         }),
         _ => json!({}),
     };
