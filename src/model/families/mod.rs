@@ -10,6 +10,7 @@ mod granite_hybrid;
 mod jamba;
 mod llama4;
 mod mamba2;
+mod nemotron_h;
 mod phimoe;
 mod qwen3_next;
 pub(crate) mod vision;
@@ -47,6 +48,9 @@ pub(crate) enum Kind {
     GraniteHybrid,
     /// falcon_h1: attention and Mamba-2 side by side in every layer.
     FalconH1,
+    /// nemotron_h (Nemotron-H, Nemotron-3): one Mamba-2, MoE, attention or MLP block per layer,
+    /// by `hybrid_override_pattern` / `layers_block_type`.
+    NemotronH,
 }
 
 impl Kind {
@@ -132,6 +136,22 @@ impl Kind {
                 "layer_types",
             ],
             Kind::FalconH1 => &["mamba_", "ssm_", "attn_layer_indices"],
+            // `mamba_ssm_cache_dtype` and `n_shared_experts` are read by nothing in transformers
+            // 5.25's modeling_nemotron_h.py; `num_local_experts` is its alias of
+            // `n_routed_experts`.
+            Kind::NemotronH => &[
+                "hybrid_override_pattern",
+                "layers_block_type",
+                "layer_types",
+                "mamba_",
+                "ssm_state_size",
+                "conv_kernel",
+                "n_routed_experts",
+                "num_local_experts",
+                "n_shared_experts",
+                "num_experts_per_tok",
+                "moe_intermediate_size",
+            ],
         }
     }
 
@@ -143,6 +163,7 @@ impl Kind {
             Kind::Qwen3Next | Kind::Qwen35 => &["linear_attention", "full_attention"],
             Kind::GraniteHybrid => &["mamba", "attention"],
             Kind::Deepseek => &["deepseek_sparse_attention"],
+            Kind::NemotronH => &["linear_attention", "full_attention", "moe", "mlp"],
             _ => &[],
         }
     }
@@ -189,6 +210,7 @@ pub(crate) fn read(kind: Kind, r: &Reader) -> Result<Built, InputError> {
         }
         Kind::GraniteHybrid => granite_hybrid::read(r),
         Kind::FalconH1 => falcon_h1::read(r),
+        Kind::NemotronH => nemotron_h::read(r),
     }
 }
 
@@ -308,6 +330,17 @@ pub fn defaults(model_type: &str) -> Map<String, Value> {
             "mamba_rms_norm": false, "projectors_bias": false, "attention_bias": false,
             "mamba_d_ssm": 1024,
             "mlp_bias": false, "tie_word_embeddings": false
+        }),
+        // NemotronHConfig (transformers 5.25): with neither `layers_block_type` nor
+        // `hybrid_override_pattern`, its four default layers are read by `nemotron_h`.
+        "nemotron_h" => json!({
+            "vocab_size": 131_072, "hidden_size": 4096, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 21_504,
+            "ssm_state_size": 128, "mamba_num_heads": 128, "mamba_head_dim": 64, "n_groups": 8,
+            "conv_kernel": 4, "use_conv_bias": true, "use_bias": false, "mlp_bias": false,
+            "n_routed_experts": 8, "moe_intermediate_size": 7688,
+            "moe_shared_expert_intermediate_size": 7688, "num_experts_per_tok": 2,
+            "tie_word_embeddings": false
         }),
         _ => json!({}),
     };
