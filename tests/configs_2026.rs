@@ -94,7 +94,9 @@ const CONFIGS: &[Config] = &[
         "nemotron-3-nano-30b-a3b",
         "nemotron_h",
         "nemotron_h",
-        Offline::Refused,
+        Offline::Family {
+            vision_left_out: false,
+        },
         true,
     ),
     (

@@ -659,6 +659,7 @@ const FAMILIES: &[(&str, Family)] = &[
     ("granitemoehybrid", Family::Layout(Kind::GraniteHybrid)),
     ("falcon_h1", Family::Layout(Kind::FalconH1)),
     ("minimax_m2", Family::Layout(Kind::MiniMaxM2)),
+    ("nemotron_h", Family::Layout(Kind::NemotronH)),
     // Qwen2-VL / Qwen2.5-VL: the language model is qwen2's (top level in the published configs,
     // `text_config` in transformers 5's); the vision tower is `families::vision`.
     ("qwen2_vl", Family::Qwen2),

@@ -11,6 +11,7 @@ mod jamba;
 mod llama4;
 mod mamba2;
 mod minimax_m2;
+mod nemotron_h;
 mod phimoe;
 mod qwen3_next;
 pub(crate) mod vision;
@@ -51,6 +52,9 @@ pub(crate) enum Kind {
     /// minimax_m2 (MiniMax-M2.x): full GQA attention with whole-width q/k norms, experts with a
     /// sigmoid router and its correction bias in every layer.
     MiniMaxM2,
+    /// nemotron_h (Nemotron-H, Nemotron-3): one Mamba-2, MoE, attention or MLP block per layer,
+    /// by `hybrid_override_pattern` / `layers_block_type`.
+    NemotronH,
 }
 
 impl Kind {
@@ -137,6 +141,22 @@ impl Kind {
             ],
             Kind::FalconH1 => &["mamba_", "ssm_", "attn_layer_indices"],
             Kind::MiniMaxM2 => &["num_local_experts", "num_experts", "num_experts_per_tok"],
+            // `mamba_ssm_cache_dtype` and `n_shared_experts` are read by nothing in transformers
+            // 5.25's modeling_nemotron_h.py; `num_local_experts` is its alias of
+            // `n_routed_experts`.
+            Kind::NemotronH => &[
+                "hybrid_override_pattern",
+                "layers_block_type",
+                "layer_types",
+                "mamba_",
+                "ssm_state_size",
+                "conv_kernel",
+                "n_routed_experts",
+                "num_local_experts",
+                "n_shared_experts",
+                "num_experts_per_tok",
+                "moe_intermediate_size",
+            ],
         }
     }
 
@@ -148,6 +168,7 @@ impl Kind {
             Kind::Qwen3Next | Kind::Qwen35 => &["linear_attention", "full_attention"],
             Kind::GraniteHybrid => &["mamba", "attention"],
             Kind::Deepseek => &["deepseek_sparse_attention"],
+            Kind::NemotronH => &["linear_attention", "full_attention", "moe", "mlp"],
             _ => &[],
         }
     }
@@ -195,6 +216,7 @@ pub(crate) fn read(kind: Kind, r: &Reader) -> Result<Built, InputError> {
         Kind::GraniteHybrid => granite_hybrid::read(r),
         Kind::FalconH1 => falcon_h1::read(r),
         Kind::MiniMaxM2 => minimax_m2::read(r),
+        Kind::NemotronH => nemotron_h::read(r),
     }
 }
 
@@ -322,6 +344,17 @@ pub fn defaults(model_type: &str) -> Map<String, Value> {
             "vocab_size": 200_064, "hidden_size": 3072, "intermediate_size": 1536,
             "num_hidden_layers": 62, "num_attention_heads": 48, "num_key_value_heads": 8,
             "head_dim": 128, "num_experts_per_tok": 8, "tie_word_embeddings": false
+        }),
+        // NemotronHConfig (transformers 5.25): with neither `layers_block_type` nor
+        // `hybrid_override_pattern`, its four default layers are read by `nemotron_h`.
+        "nemotron_h" => json!({
+            "vocab_size": 131_072, "hidden_size": 4096, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 21_504,
+            "ssm_state_size": 128, "mamba_num_heads": 128, "mamba_head_dim": 64, "n_groups": 8,
+            "conv_kernel": 4, "use_conv_bias": true, "use_bias": false, "mlp_bias": false,
+            "n_routed_experts": 8, "moe_intermediate_size": 7688,
+            "moe_shared_expert_intermediate_size": 7688, "num_experts_per_tok": 2,
+            "tie_word_embeddings": false
         }),
         _ => json!({}),
     };
