@@ -767,13 +767,12 @@ pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
 /// parameters (gemma-54: 1000.50 MiB in, 1000.50 MiB out, no temporaries) decide nothing.
 fn xla_buffer_assignment(lines: &[String], i: usize, c: &mut Catalogued) {
     static STAT: OnceLock<Regex> = OnceLock::new();
-    let stat = super::parse::re(
-        &STAT,
-        &format!(
+    let stat = super::parse::re_built(&STAT, || {
+        format!(
             r"^\s*(parameter|maybe_live_out|preallocated temp|total) allocation:\s*{}",
             super::parse::SIZE
-        ),
-    );
+        )
+    });
     let (mut param, mut out, mut temp, mut total) = (None, None, None, None);
     for l in lines.iter().skip(i + 1).take(12) {
         if let Some(m) = stat.captures(l) {

@@ -2,18 +2,23 @@
 //! on it), TGI, TensorRT-LLM, SGLang, exllamav2, candle / mistral.rs, Apple Metal and MLX, ROCm,
 //! other accelerators, and the host side (the OOM killer, Ray, ollama, Kubernetes, exit 137).
 
-use std::sync::OnceLock;
+use std::sync::{LazyLock, OnceLock};
 
+use aho_corasick::{AhoCorasick, AhoCorasickKind};
 use regex::Regex;
 
 use super::parse::{
-    cap_size, cap_u64, re, size, Event, Finding, LlamaBuffer, Scan, TorchOom, SIZE,
+    cap_size, cap_u64, re, re_built, size, Event, Finding, LlamaBuffer, Scan, TorchOom, SIZE,
 };
 
 type Reader = fn(&[String], usize, &mut Scan) -> bool;
 
-/// Offer line `i` to every reader in turn; true when one took it.
+/// Offer line `i` to every reader in turn; true when one took it. A line without any reader's
+/// words is no engine's message and skips them all (most lines of a long log).
 pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
+    if !may_be_engine_message(lines, i) {
+        return false;
+    }
     const READERS: &[Reader] = &[
         vllm_kv,
         vllm_other,
@@ -30,6 +35,121 @@ pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
         batch_finder,
     ];
     READERS.iter().any(|r| r(lines, i, st))
+}
+
+/// Words of which every reader below needs one on the line before it can take it: each
+/// reader's literals and a literal part of each of its regexes. Matched without regard to ASCII
+/// case, which covers the case-insensitive patterns (`is_exit_137`, SGLang's negative pool) and
+/// only lets a few more lines through to the readers themselves.
+const ENGINE_WORDS: &[&str] = &[
+    // vllm_kv, vllm_other
+    "max seq len",
+    "No available memory for the cache blocks",
+    "Available KV cache memory: -",
+    "Free memory on device",
+    "Available memory on node",
+    "warming up sampler with",
+    // llama_alloc, llama_followup
+    "MiB on device",
+    "failed to allocate",
+    "larger than buffer maximum",
+    "Device memory allocation of size",
+    "unable to allocate",
+    // tgi_trt
+    "Not enough memory to handle",
+    "Out of available cache blocks",
+    "component could not be created",
+    "[TensorRT-LLM]",
+    "tllmBuffers",
+    "tensorrt_llm/",
+    // turbomind
+    "[TM][ERROR]",
+    "turbomind",
+    // sglang_exllama
+    "max_total_num_tokens",
+    "#tokens",
+    "available_kv",
+    "kv_size",
+    "profiled value",
+    "leave no GPU memory for the KV cache",
+    "Not enough memory. Please try to increase --mem-fraction-static",
+    "No space left for only one request",
+    "Decode out of memory happened",
+    "alloc_req_slots runs out of memory",
+    "Some modules are dispatched on the CPU or the disk",
+    "Insufficient VRAM",
+    // apple (and its message wrapped after "which is", below)
+    "Attempting to allocate",
+    "kIOGPUCommandBufferCallbackErrorOutOfMemory",
+    "failed with status 5",
+    "Insufficient Memory",
+    "buffer is nil",
+    // accelerators
+    "Not enough space to allocate",
+    "hipErrorOutOfMemory",
+    "Allocation on device",
+    // cuda_errors
+    "CUDA_ERROR_OUT_OF_MEMORY",
+    "CUBLAS_STATUS_ALLOC_FAILED",
+    "is_good()",
+    "CUDA error: out of memory",
+    "CUDA driver error: out of memory",
+    "cudaErrorMemoryAllocation",
+    "CUDA failed with error out of memory",
+    "cuda runtime error (2) : out of memory",
+    // host, reported_oom_kill, oom_killer_summary, lm_studio_ram, python_memory_error
+    ": Kill",
+    " invoked oom-killer:",
+    "oom-kill:constraint=",
+    "earlyoom",
+    "System OOM encountered",
+    "systemd-oomd",
+    "The node was low on resource: memory",
+    "paging file is too small",
+    "WinError 1455",
+    "os error 1455",
+    "killed due to memory pressure (OOM)",
+    "OOM killer",
+    "exceeds the memory usage threshold",
+    "due to the node running low on memory",
+    "\"ram_",
+    "requires more system memory",
+    "DefaultCPUAllocator",
+    "MemoryError",
+    // kubernetes, is_exit_137
+    "OOMKilled",
+    "slurmstepd",
+    "insufficient shared memory (shm)",
+    "is too large for the available",
+    "137",
+    "killed",
+    "sigkill",
+    "-9",
+    // batch_finder
+    "No executable batch size found",
+];
+
+/// Whether line `i` may be an engine's message: it has one of [`ENGINE_WORDS`] (one pass of one
+/// automaton, built once), or it is a case the words cannot vouch for — a line with non-ASCII
+/// text (a case-insensitive regex also matches the Kelvin sign for `k`), or MLX's message wrapped
+/// after "which is", which `apple` reads joined with the next line.
+fn may_be_engine_message(lines: &[String], i: usize) -> bool {
+    static WORDS: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
+        // A DFA: caseless words leave no prefilter, so the automaton itself walks every line.
+        AhoCorasick::builder()
+            .ascii_case_insensitive(true)
+            .kind(Some(AhoCorasickKind::DFA))
+            .build(ENGINE_WORDS)
+            .ok()
+    });
+    let Some(line) = lines.get(i) else {
+        return false;
+    };
+    let Some(words) = WORDS.as_ref() else {
+        // The automaton always builds from these words; without it every reader runs.
+        return true;
+    };
+    !line.is_ascii() || words.is_match(line) || line.trim_end().ends_with("which is")
 }
 
 /// One event per log for messages an engine repeats (a raise line and its exception line).
@@ -76,8 +196,8 @@ fn vllm_kv(lines: &[String], i: usize, st: &mut Scan) -> bool {
     };
     // Rejoin a wrapped message without the separator, so `KV cach` + `e is needed` reads again.
     let window: String = lines[i..lines.len().min(i + 3)].concat();
-    let needed = re(&NEEDED, &format!(r"\({SIZE} KV cache is needed"));
-    let avail = re(&AVAIL, &format!(r"available KV cache memory \({SIZE}\)"));
+    let needed = re_built(&NEEDED, || format!(r"\({SIZE} KV cache is needed"));
+    let avail = re_built(&AVAIL, || format!(r"available KV cache memory \({SIZE}\)"));
     let est = re(&EST, r"estimated maximum model length is (\d+)");
     let event = Event::VllmKvCapacity {
         max_seq_len: cap_u64(&c, 1),
@@ -239,10 +359,12 @@ fn llama_followup(lines: &[String], i: usize, st: &mut Scan) -> bool {
 
 /// `llama_model_load: error loading model: unable to allocate CUDA0 buffer` in each backend.
 fn unable_to_allocate_a_device_buffer(line: &str) -> bool {
-    ["CUDA", "ROCm", "Metal", "Vulkan", "SYCL", "backend"]
-        .iter()
-        .any(|b| line.contains(&format!("unable to allocate {b}")))
-        && line.contains("buffer")
+    line.contains("buffer")
+        && line.split("unable to allocate ").skip(1).any(|after| {
+            ["CUDA", "ROCm", "Metal", "Vulkan", "SYCL", "backend"]
+                .iter()
+                .any(|b| after.starts_with(b))
+        })
 }
 
 /// ggml-metal's buffer names: `data` holds the weights, `kv` the KV cache, `alloc` / `eval` /
@@ -546,12 +668,11 @@ fn accelerators(lines: &[String], i: usize, st: &mut Scan) -> bool {
         once(st, i + 1, line, Event::HipErrorOom);
         return true;
     }
-    let xla = re(
-        &XLA,
-        &format!(
+    let xla = re_built(&XLA, || {
+        format!(
             r"Attempting to allocate {SIZE}\. That was not possible\. There are {SIZE} free\. Due to fragmentation, the largest contiguous region of free memory is {SIZE}"
-        ),
-    );
+        )
+    });
     if let Some(c) = xla.captures(line) {
         if let (Some(requested), Some(free), Some(largest)) =
             (cap_size(&c, 1), cap_size(&c, 3), cap_size(&c, 5))
@@ -598,12 +719,11 @@ pub(super) fn allowed_memory_figures(
     gpu: Option<u32>,
 ) -> Option<TorchOom> {
     static FIGURE: OnceLock<Regex> = OnceLock::new();
-    let figure = re(
-        &FIGURE,
-        &format!(
+    let figure = re_built(&FIGURE, || {
+        format!(
             r"^\s*(Currently allocated|Requested|Device limit|Free \(according to CUDA\))\s*:\s*{SIZE}"
-        ),
-    );
+        )
+    });
     let mut t = TorchOom {
         gpu,
         ..TorchOom::default()
@@ -744,10 +864,9 @@ fn host(lines: &[String], i: usize, st: &mut Scan) -> bool {
         st.add(i + 1, line, event);
         return true;
     }
-    let ollama = re(
-        &OLLAMA,
-        &format!(r"requires more system memory \({SIZE}\) than is available \({SIZE}\)"),
-    );
+    let ollama = re_built(&OLLAMA, || {
+        format!(r"requires more system memory \({SIZE}\) than is available \({SIZE}\)")
+    });
     if let Some(c) = ollama.captures(line) {
         let event = Event::HostMemoryShort {
             needed: cap_size(&c, 1),
@@ -833,10 +952,9 @@ fn python_memory_error(line: &str) -> bool {
 /// unused at a failed load is the host's memory run out.
 fn lm_studio_ram(lines: &[String], i: usize) -> Option<Event> {
     static FIELD: OnceLock<Regex> = OnceLock::new();
-    let field = re(
-        &FIELD,
-        &format!(r#""ram_(capacity|unused)"\s*:\s*"{SIZE}""#),
-    );
+    let field = re_built(&FIELD, || {
+        format!(r#""ram_(capacity|unused)"\s*:\s*"{SIZE}""#)
+    });
     let c = field.captures(&lines[i])?;
     if c.get(1)?.as_str() != "unused" {
         return None;

@@ -4,10 +4,11 @@
 
 use std::sync::OnceLock;
 
+use aho_corasick::AhoCorasick;
 use regex::Regex;
 use serde::Serialize;
 
-use super::parse::{cap_u64, re, size};
+use super::parse::{any_word, cap_u64, re, size};
 
 /// The moment a line shows, for the stage rules of the verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -266,14 +267,17 @@ fn vllm_figures(line: &str, v: &mut VllmFigures) {
     static BLOCK: OnceLock<Regex> = OnceLock::new();
     static AVAIL: OnceLock<Regex> = OnceLock::new();
     static TOTAL: OnceLock<Regex> = OnceLock::new();
-    if !(line.contains("tilization")
-        || line.contains("KV cache")
-        || line.contains("GPU blocks")
-        || line.contains("lock_size")
-        || line.contains("block-size")
-        || line.contains("kv_cache_size")
-        || line.contains("total"))
-    {
+    const ANY: &[&str] = &[
+        "tilization",
+        "KV cache",
+        "GPU blocks",
+        "lock_size",
+        "block-size",
+        "kv_cache_size",
+        "total",
+    ];
+    static WORDS: OnceLock<Option<AhoCorasick>> = OnceLock::new();
+    if !any_word(&WORDS, ANY, line) {
         return;
     }
     let util = re(
@@ -452,7 +456,8 @@ pub fn mark(line: &str, n: usize, ctx: &mut Context) {
         ctx.stage_hints.push((n, h));
     }
     const OK: &[&str] = &["Throughput (T/s)", ": Success", "Avg prompt throughput"];
-    if OK.iter().any(|k| line.contains(k)) {
+    static SERVED: OnceLock<Option<AhoCorasick>> = OnceLock::new();
+    if any_word(&SERVED, OK, line) {
         ctx.served_ok.push(n);
     }
     if progress(line) {
@@ -986,7 +991,8 @@ fn workload(line: &str, n: usize, ctx: &mut Context) {
         "n_slots",
         "num_reqs",
     ];
-    if !ANY.iter().any(|k| line.contains(k)) {
+    static WORDS: OnceLock<Option<AhoCorasick>> = OnceLock::new();
+    if !any_word(&WORDS, ANY, line) {
         return;
     }
     // A program's own line naming its batch and its sequence length: `batch= 8 seq= 4096`,
@@ -1037,10 +1043,13 @@ fn workload(line: &str, n: usize, ctx: &mut Context) {
 fn weights_loaded(line: &str) -> Option<(u64, Option<u64>)> {
     static SGLANG: OnceLock<Regex> = OnceLock::new();
     static VLLM: OnceLock<Regex> = OnceLock::new();
-    if !line.contains("Load weight end")
-        && !line.contains("oading model weights took")
-        && !line.contains("Model loading took")
-    {
+    const ANY: &[&str] = &[
+        "Load weight end",
+        "oading model weights took",
+        "Model loading took",
+    ];
+    static WORDS: OnceLock<Option<AhoCorasick>> = OnceLock::new();
+    if !any_word(&WORDS, ANY, line) {
         return None;
     }
     let sglang = re(
@@ -1075,7 +1084,8 @@ fn model(line: &str) -> Option<String> {
         "-- Model:",
         "ollama run",
     ];
-    if !ANY.iter().any(|k| line.contains(k)) {
+    static WORDS: OnceLock<Option<AhoCorasick>> = OnceLock::new();
+    if !any_word(&WORDS, ANY, line) {
         return None;
     }
     let m = re(

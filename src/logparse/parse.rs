@@ -4,6 +4,7 @@
 
 use std::sync::OnceLock;
 
+use aho_corasick::AhoCorasick;
 use regex::Regex;
 use serde::Serialize;
 
@@ -400,10 +401,38 @@ impl Scan {
     }
 }
 
+/// The regex in `cell`, compiled from `pattern` on first use and shared after.
 pub(crate) fn re(cell: &'static OnceLock<Regex>, pattern: &str) -> &'static Regex {
-    cell.get_or_init(|| {
-        Regex::new(pattern).unwrap_or_else(|e| unreachable!("static regex {pattern}: {e}"))
-    })
+    cell.get_or_init(|| compile(pattern))
+}
+
+/// `re` for a pattern assembled at run time (around [`SIZE`]): `pattern` is called only on first
+/// use, so a line costs no formatting of a pattern that is already compiled.
+pub(crate) fn re_built(
+    cell: &'static OnceLock<Regex>,
+    pattern: impl FnOnce() -> String,
+) -> &'static Regex {
+    cell.get_or_init(|| compile(&pattern()))
+}
+
+/// Whether `line` holds any of `words`: one pass of one Aho-Corasick automaton, built from the
+/// list on first use, instead of a substring search per word (the lists are checked on every
+/// line of a log).
+pub(crate) fn any_word(
+    cell: &'static OnceLock<Option<AhoCorasick>>,
+    words: &[&str],
+    line: &str,
+) -> bool {
+    match cell.get_or_init(|| AhoCorasick::new(words).ok()) {
+        Some(automaton) => automaton.is_match(line),
+        // The automaton always builds from a short list of words; without it, search each.
+        None => words.iter().any(|w| line.contains(w)),
+    }
+}
+
+/// Compile one of the parser's own patterns (each is tested, so it always compiles).
+fn compile(pattern: &str) -> Regex {
+    Regex::new(pattern).unwrap_or_else(|e| unreachable!("static regex {pattern}: {e}"))
 }
 
 /// A size as logs print it: `2.00 GiB`, `1,024 MiB`, `1e26 GiB`, `375.40 MB`.
@@ -520,12 +549,11 @@ pub fn scan(lines: &[String]) -> (Vec<Finding>, Context) {
 /// request larger than the card (ipex-llm-11798: 40 GiB on 15 GiB) stays an out-of-memory.
 fn xpu_block_limit(lines: &[String], findings: &[Finding]) -> Option<(usize, String)> {
     static FIGURES: OnceLock<Regex> = OnceLock::new();
-    let figures = re(
-        &FIGURES,
-        &format!(
+    let figures = re_built(&FIGURES, || {
+        format!(
             r"larger than 4GB! Tried to allocate {SIZE} \(GPU\s+\d+; {SIZE} total capacity; {SIZE} already allocated;(?: {SIZE} free;)? {SIZE} reserved"
-        ),
-    );
+        )
+    });
     let (n, c) = lines
         .iter()
         .enumerate()

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use regex::Regex;
 
-use super::parse::{cap_size, cap_u64, re, Event, Scan, TorchOom, SIZE};
+use super::parse::{cap_size, cap_u64, re, re_built, Event, Scan, TorchOom, SIZE};
 
 /// Read a PyTorch message at line `i`; true when the line was one.
 pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
@@ -16,12 +16,11 @@ pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
     // `Tried to allocate X. GPU 0 has a total capacity` lost only the head (fastmri-238), also
     // when a narrow column wrapped it after `GPU 0` (infinity-483: "CUDA" left on the line above
     // beside the logger's `batch_handler.py:574`).
-    let head = re(
-        &HEAD,
-        &format!(
+    let head = re_built(&HEAD, || {
+        format!(
             r"(?:CUDA|HIP|XPU|MPS backend) out of memory|OutOfMemoryError|(?i:cuda out of memory)|Tried to allocate {SIZE}(?: \(GPU \d+;|\. GPU \d+(?: has a total capac|\s*$))|^\s*\(GPU \d+; {SIZE} total capacity; {SIZE} already allocated;"
-        ),
-    );
+        )
+    });
     // Other libraries name their own OutOfMemoryError (Ray's is the host's): not PyTorch's.
     let foreign = line.contains("ray.exceptions.OutOfMemoryError");
     if head.is_match(line) && !line.contains("warming up sampler") && !foreign {
@@ -106,7 +105,7 @@ fn backend(window: &str) -> Option<&'static str> {
 /// The request; a size too large for a byte count is kept as written.
 fn request(window: &str, t: &mut TorchOom) {
     static ALLOC: OnceLock<Regex> = OnceLock::new();
-    let alloc = re(&ALLOC, &format!(r"Tried to allocate {SIZE}"));
+    let alloc = re_built(&ALLOC, || format!(r"Tried to allocate {SIZE}"));
     if let Some(c) = alloc.captures(window) {
         t.requested = cap_size(&c, 1);
         if t.requested.is_none() {
@@ -121,24 +120,21 @@ fn current_or_old(window: &str) -> TorchOom {
     static TOTAL_NEW: OnceLock<Regex> = OnceLock::new();
     static TOTAL_OLD: OnceLock<Regex> = OnceLock::new();
     static TOTAL_CACHED: OnceLock<Regex> = OnceLock::new();
-    let total_new = re(
-        &TOTAL_NEW,
-        &format!(r"GPU (\d+) has a total capac(?:i)?ty of {SIZE} of which {SIZE} is free"),
-    );
-    let total_old = re(
-        &TOTAL_OLD,
-        &format!(
+    let total_new = re_built(&TOTAL_NEW, || {
+        format!(r"GPU (\d+) has a total capac(?:i)?ty of {SIZE} of which {SIZE} is free")
+    });
+    let total_old = re_built(&TOTAL_OLD, || {
+        format!(
             r"\(GPU (\d+); {SIZE} total capacity; {SIZE} already allocated; {SIZE} free;(?: {SIZE} allowed;)? {SIZE} reserved in total by PyTorch\)"
-        ),
-    );
+        )
+    });
     // PyTorch ≤ 1.3: `(GPU 0; 3.95 GiB total capacity; 1.62 GiB already allocated; 23.00 MiB
     // free; 9.10 MiB cached)` — "cached" is the reserve beyond what is allocated (yolov3-4).
-    let total_cached = re(
-        &TOTAL_CACHED,
-        &format!(
+    let total_cached = re_built(&TOTAL_CACHED, || {
+        format!(
             r"\(GPU (\d+); {SIZE} total capacity; {SIZE} already allocated; {SIZE} free; {SIZE} cached\)"
-        ),
-    );
+        )
+    });
     let mut t = TorchOom {
         backend: backend(window),
         ..Default::default()
@@ -180,21 +176,20 @@ fn details(window: &str, t: &mut TorchOom) {
     static BY_TORCH: OnceLock<Regex> = OnceLock::new();
     static POOLS: OnceLock<Regex> = OnceLock::new();
     static UNALLOC: OnceLock<Regex> = OnceLock::new();
-    let process = re(
-        &PROCESS,
-        &format!(r"Process (\d+) has {SIZE} memory in use"),
-    );
-    let this = re(&THIS, &format!(r"this process has {SIZE} memory in use"));
-    let allowed = re(&ALLOWED, &format!(r"{SIZE} allowed;"));
-    let by_torch = re(
-        &BY_TORCH,
-        &format!(r"Of the allocated memory {SIZE} is allocated by PyTorch"),
-    );
-    let pools = re(&POOLS, &format!(r"with {SIZE} allocated in private pools"));
-    let unalloc = re(
-        &UNALLOC,
-        &format!(r"{SIZE} is reserved by PyTorch but unallocated"),
-    );
+    let process = re_built(&PROCESS, || {
+        format!(r"Process (\d+) has {SIZE} memory in use")
+    });
+    let this = re_built(&THIS, || format!(r"this process has {SIZE} memory in use"));
+    let allowed = re_built(&ALLOWED, || format!(r"{SIZE} allowed;"));
+    let by_torch = re_built(&BY_TORCH, || {
+        format!(r"Of the allocated memory {SIZE} is allocated by PyTorch")
+    });
+    let pools = re_built(&POOLS, || {
+        format!(r"with {SIZE} allocated in private pools")
+    });
+    let unalloc = re_built(&UNALLOC, || {
+        format!(r"{SIZE} is reserved by PyTorch but unallocated")
+    });
     for c in process.captures_iter(window) {
         let (Some(pid), Some(bytes)) = (cap_u64(&c, 1), cap_size(&c, 2)) else {
             continue;
@@ -241,17 +236,16 @@ fn mps_size(c: &regex::Captures, i: usize) -> Option<u64> {
 /// Its sizes are binary under decimal labels (`mps_size`).
 fn mps(window: &str) -> TorchOom {
     static MPS: OnceLock<Regex> = OnceLock::new();
-    let m = re(
-        &MPS,
-        &format!(r"MPS allocated: {SIZE}, other allocations: {SIZE}, max allowed: {SIZE}"),
-    );
+    let m = re_built(&MPS, || {
+        format!(r"MPS allocated: {SIZE}, other allocations: {SIZE}, max allowed: {SIZE}")
+    });
     let mut t = TorchOom {
         backend: Some("mps"),
         ..Default::default()
     };
     request(window, &mut t);
     static ALLOC: OnceLock<Regex> = OnceLock::new();
-    let alloc = re(&ALLOC, &format!(r"Tried to allocate {SIZE}"));
+    let alloc = re_built(&ALLOC, || format!(r"Tried to allocate {SIZE}"));
     if let Some(r) = alloc.captures(window).and_then(|c| mps_size(&c, 1)) {
         t.requested = Some(r);
     }
@@ -278,10 +272,9 @@ fn summary(lines: &[String], i: usize, st: &mut Scan) -> bool {
     if count == Some(0) {
         return true;
     }
-    let row = re(
-        &ROW,
-        &format!(r"^\|\s*(Allocated memory|GPU reserved memory)\s*\|\s*{SIZE}"),
-    );
+    let row = re_built(&ROW, || {
+        format!(r"^\|\s*(Allocated memory|GPU reserved memory)\s*\|\s*{SIZE}")
+    });
     let (mut allocated, mut reserved) = (None, None);
     for l in &lines[i..lines.len().min(i + 30)] {
         if let Some(r) = row.captures(l) {

@@ -4,9 +4,10 @@
 
 use std::sync::OnceLock;
 
+use aho_corasick::AhoCorasick;
 use regex::Regex;
 
-use super::parse::{re, Event, Scan};
+use super::parse::{any_word, re, Event, Scan};
 
 /// A cheap first look: a line without any of these cannot be an event, so the readers' regexes
 /// only run on the few lines that have one (this keeps `explain` fast on long training logs).
@@ -46,7 +47,9 @@ fn look_alike(line: &str) -> bool {
         "Retract requests",
         "Memory access fault",
     ];
-    LOOK_ALIKES.iter().any(|k| line.contains(k))
+    static LOOKS: OnceLock<Option<AhoCorasick>> = OnceLock::new();
+    static NOT_FAILED: OnceLock<Option<AhoCorasick>> = OnceLock::new();
+    any_word(&LOOKS, LOOK_ALIKES, line)
         || (line.contains("NCCL") && !device_memory_ran_out(line))
         // A kernel's on-chip shared memory (TensorRT-LLM's MMHA, Triton's "out of resource:
         // shared memory") is not the card's memory; /dev/shm (docker's "shm") is the host's.
@@ -70,7 +73,7 @@ fn look_alike(line: &str) -> bool {
         // note that the OOM killer is off, ollama evicting a model it predicts will not fit,
         // Triton falling back to pageable memory, DeepSpeed flattening on the CPU, accelerate's
         // device-map notice that a device got no modules.
-        || NOT_A_FAILURE.iter().any(|k| line.contains(k))
+        || any_word(&NOT_FAILED, NOT_A_FAILURE, line)
         || (line.contains("FailedScheduling") && line.contains("Insufficient memory"))
 }
 
