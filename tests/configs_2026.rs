@@ -61,12 +61,14 @@ const CONFIGS: &[Config] = &[
         true,
     ),
     // Sliding layers of 16 KV heads × 256, every sixth layer global with 4 KV heads × 512 whose
-    // keys are its values.
+    // keys are its values; the SigLIP-style tower counted too.
     (
         "gemma-4-31b-it",
         "gemma4",
         "gemma4_text",
-        Offline::Refused,
+        Offline::Family {
+            vision_left_out: false,
+        },
         true,
     ),
     (

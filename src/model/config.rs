@@ -660,6 +660,8 @@ const FAMILIES: &[(&str, Family)] = &[
     ("falcon_h1", Family::Layout(Kind::FalconH1)),
     ("minimax_m2", Family::Layout(Kind::MiniMaxM2)),
     ("nemotron_h", Family::Layout(Kind::NemotronH)),
+    ("gemma4", Family::Layout(Kind::Gemma4)),
+    ("gemma4_text", Family::Layout(Kind::Gemma4)),
     // Qwen2-VL / Qwen2.5-VL: the language model is qwen2's (top level in the published configs,
     // `text_config` in transformers 5's); the vision tower is `families::vision`.
     ("qwen2_vl", Family::Qwen2),
@@ -804,10 +806,10 @@ mod tests {
 
     #[test]
     fn the_refusal_names_the_type_lists_every_family_and_says_what_would_work() {
-        let e = parse(r#"{"model_type":"gemma4","hidden_size":64}"#)
+        let e = parse(r#"{"model_type":"deepseek_v4","hidden_size":64}"#)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("llm-oom has no family for `gemma4`"), "{e}");
+        assert!(e.contains("llm-oom has no family for `deepseek_v4`"), "{e}");
         assert!(!e.contains("decoder-only"), "{e}");
         assert!(
             e.contains("measure this one in its own engine with `llm-oom watch -- <your command>`"),

@@ -5,6 +5,7 @@
 
 mod deepseek;
 mod falcon_h1;
+mod gemma4;
 mod gpt_oss;
 mod granite_hybrid;
 mod jamba;
@@ -55,6 +56,10 @@ pub(crate) enum Kind {
     /// nemotron_h (Nemotron-H, Nemotron-3): one Mamba-2, MoE, attention or MLP block per layer,
     /// by `hybrid_override_pattern` / `layers_block_type`.
     NemotronH,
+    /// gemma4 / gemma4_text (Gemma-4): sliding and full attention layers of their own KV heads
+    /// and head_dim, full layers whose keys are their values, per-layer inputs, optional experts
+    /// beside the dense MLP, layers reusing an earlier layer's cache.
+    Gemma4,
 }
 
 impl Kind {
@@ -157,6 +162,13 @@ impl Kind {
                 "num_experts_per_tok",
                 "moe_intermediate_size",
             ],
+            Kind::Gemma4 => &[
+                "num_experts",
+                "moe_intermediate_size",
+                "top_k_experts",
+                "num_kv_shared_layers",
+                "layer_types",
+            ],
         }
     }
 
@@ -164,7 +176,7 @@ impl Kind {
     pub(crate) fn layer_types(self) -> &'static [&'static str] {
         match self {
             Kind::Llama4 => &["chunked_attention", "full_attention"],
-            Kind::GptOss => &["sliding_attention", "full_attention"],
+            Kind::GptOss | Kind::Gemma4 => &["sliding_attention", "full_attention"],
             Kind::Qwen3Next | Kind::Qwen35 => &["linear_attention", "full_attention"],
             Kind::GraniteHybrid => &["mamba", "attention"],
             Kind::Deepseek => &["deepseek_sparse_attention"],
@@ -217,6 +229,7 @@ pub(crate) fn read(kind: Kind, r: &Reader) -> Result<Built, InputError> {
         Kind::FalconH1 => falcon_h1::read(r),
         Kind::MiniMaxM2 => minimax_m2::read(r),
         Kind::NemotronH => nemotron_h::read(r),
+        Kind::Gemma4 => gemma4::read(r),
     }
 }
 
@@ -355,6 +368,16 @@ pub fn defaults(model_type: &str) -> Map<String, Value> {
             "n_routed_experts": 8, "moe_intermediate_size": 7688,
             "moe_shared_expert_intermediate_size": 7688, "num_experts_per_tok": 2,
             "tie_word_embeddings": false
+        }),
+        // Gemma4TextConfig (configuration_gemma4.py, transformers 5.25): the `global_head_dim`
+        // of 512 and the 256-wide per-layer inputs apply when a config leaves them out.
+        "gemma4" | "gemma4_text" => json!({
+            "vocab_size": 262_144, "hidden_size": 2304, "intermediate_size": 9216,
+            "num_hidden_layers": 30, "num_attention_heads": 8, "num_key_value_heads": 4,
+            "head_dim": 256, "global_head_dim": 512, "max_position_embeddings": 131_072,
+            "tie_word_embeddings": true, "rms_norm_eps": 1e-6, "sliding_window": 512,
+            "vocab_size_per_layer_input": 262_144, "hidden_size_per_layer_input": 256,
+            "hidden_activation": "gelu_pytorch_tanh"
         }),
         _ => json!({}),
     };

@@ -10,7 +10,8 @@
 //! Also the towers of Gemma-3 (transformers 5.17 `SiglipVisionModel` with Gemma-3's
 //! `Gemma3MultiModalProjector`), Qwen2-VL (`Qwen2VisionTransformerPretrainedModel`) and
 //! Qwen2.5-VL (`Qwen2_5_VisionTransformerPretrainedModel`), each held to transformers' own
-//! parameter count by tests/derive_meta.rs.
+//! parameter count by tests/derive_meta.rs, and Gemma-4's (transformers 5.25 `Gemma4VisionModel`),
+//! held to it by tests/configs_2026.rs.
 
 use serde_json::{Map, Value};
 
@@ -35,7 +36,7 @@ pub(crate) fn is_wrapper(model_type: &str) -> bool {
 }
 
 /// The vision tower's tensors and its depth for the wrapper the config's top level names
-/// (Qwen3-VL, Qwen3.5, Gemma-3, Qwen2-VL, Qwen2.5-VL); `None` for a text-only config.
+/// (Qwen3-VL, Qwen3.5, Gemma-3, Gemma-4, Qwen2-VL, Qwen2.5-VL); `None` for a text-only config.
 /// `text_hidden` is the language model's width (Gemma-3's projector maps into it).
 pub(crate) fn tower(
     r: &Reader,
@@ -43,6 +44,7 @@ pub(crate) fn tower(
 ) -> Result<Option<(Vec<TensorGroup>, u64)>, InputError> {
     match r.outer.get("model_type").and_then(Value::as_str) {
         Some("gemma3") => siglip_gemma3(r, text_hidden).map(Some),
+        Some("gemma4") => gemma4(r, text_hidden),
         Some("qwen2_vl") => qwen2(r, false).map(Some),
         Some("qwen2_5_vl") => qwen2(r, true).map(Some),
         _ => qwen(r),
@@ -144,6 +146,61 @@ fn siglip_gemma3(r: &Reader, text_hidden: u64) -> Result<(Vec<TensorGroup>, u64)
             .collect(),
         depth,
     ))
+}
+
+/// Gemma-4's tower (transformers 5.25 `Gemma4VisionModel` and `Gemma4MultimodalEmbedder`,
+/// modeling_gemma4.py), built only when the config has a `vision_config`: a patch projection
+/// (3 × `patch_size`² → hidden, no bias), a position table of 2 × `position_embedding_size` ×
+/// hidden, `num_hidden_layers` blocks of Gemma's four RMSNorms, q/k/v/o without bias
+/// (`num_attention_heads` and `num_key_value_heads` of `head_dim`) with a q and k norm of one
+/// head (the v norm has no weight) and a gate/up/down MLP of `intermediate_size`; with
+/// `standardize` the persistent `std_bias` and `std_scale` (hidden each), with
+/// `use_clipped_linears` four persistent scalar bounds on each of a block's seven linears. The
+/// embedder projects hidden (or `output_proj_dims`) to the language model's width; its norm has
+/// no weight.
+fn gemma4(r: &Reader, text_hidden: u64) -> Result<Option<(Vec<TensorGroup>, u64)>, InputError> {
+    let v = match r.outer.get("vision_config") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(o)) => o,
+        Some(other) => return Err(r.bad("vision_config", other, "expected an object")),
+    };
+    let h = field(r, v, "hidden_size", 768)?;
+    let inter = field(r, v, "intermediate_size", 3072)?;
+    let depth = field(r, v, "num_hidden_layers", 16)?;
+    let heads = field(r, v, "num_attention_heads", 12)?;
+    let kv_heads = field(r, v, "num_key_value_heads", 12)?;
+    let head_dim = field(r, v, "head_dim", 64)?;
+    let patch = field(r, v, "patch_size", 16)?;
+    let positions = field(r, v, "position_embedding_size", 10 * 1024)?;
+    let out = field(r, v, "output_proj_dims", h)?;
+    let flag = |key: &str| v.get(key).and_then(Value::as_bool).unwrap_or(false);
+    let f = "vision_config.hidden_size";
+    let q = mul(r, f, heads, head_dim)?;
+    let kv = mul(r, f, kv_heads, head_dim)?;
+    let mut t = vec![
+        vision(h, mul(r, f, 3, mul(r, f, patch, patch)?)?, 1),
+        vision(positions, h, 2),
+        vision(q, h, depth),
+        vision(kv, h, mul(r, f, depth, 2)?),
+        vision(h, q, depth),
+        vision(1, head_dim, mul(r, f, depth, 2)?),
+        vision(1, h, mul(r, f, depth, 4)?),
+        vision(inter, h, mul(r, f, depth, 2)?),
+        vision(h, inter, depth),
+        vision(text_hidden, out, 1),
+    ];
+    if flag("standardize") {
+        t.push(vision(1, h, 2));
+    }
+    if flag("use_clipped_linears") {
+        t.push(vision(1, 1, mul(r, f, depth, 7 * 4)?));
+    }
+    Ok(Some((
+        t.into_iter()
+            .filter(|t| t.count > 0 && t.rows > 0)
+            .collect(),
+        depth,
+    )))
 }
 
 /// Qwen2-VL's and Qwen2.5-VL's tower (transformers 5.17 `Qwen2VisionTransformerPretrainedModel`
