@@ -228,7 +228,7 @@ fn keep_dense(q: &Obj, notes: &mut Vec<String>) -> Vec<Role> {
         };
         for p in list.iter().filter_map(Value::as_str) {
             let found = roles_of(p);
-            if found.is_empty() {
+            if found.is_empty() && !names_vectors_only(p) {
                 notes.push(format!(
                     "quantization_config `{key}` entry `{p}` names tensors llm-oom does not track apart; they are sized as quantized"
                 ));
@@ -241,6 +241,13 @@ fn keep_dense(q: &Obj, notes: &mut Vec<String>) -> Vec<Role> {
         }
     }
     roles
+}
+
+/// Entries that name only vectors (biases, norms, MiniMax-M2's `e_score_correction_bias`): no
+/// quantization method stores those quantized, so keeping them dense changes no size.
+fn names_vectors_only(pattern: &str) -> bool {
+    let p = pattern.trim_start_matches("re:");
+    p.ends_with("bias") || p.ends_with("norm") || p.ends_with("layernorm")
 }
 
 fn roles_of(pattern: &str) -> Vec<Role> {
@@ -276,6 +283,8 @@ fn roles_of(pattern: &str) -> Vec<Role> {
         }
     }
     if p.contains("router")
+        || p == "gate"
+        || p.ends_with(".gate")
         || p.ends_with("mlp.gate")
         || p.ends_with("mlp.gate$")
         || p.contains("block_sparse_moe.gate")
@@ -328,6 +337,25 @@ mod tests {
                 group_size: 32
             })
         );
+    }
+
+    /// MiniMax-M2's FP8 `modules_to_not_convert`: `gate` is the router, and the correction bias
+    /// is a vector no method quantizes, so neither is reported as untracked.
+    #[test]
+    fn a_bare_gate_is_the_router_and_a_bias_needs_no_note() {
+        assert_eq!(roles_of("gate"), [Role::Router]);
+        assert_eq!(
+            roles_of("model.layers.3.block_sparse_moe.gate"),
+            [Role::Router]
+        );
+        let q =
+            obj(r#"{"modules_to_not_convert": ["gate", "e_score_correction_bias", "lm_head"]}"#);
+        let mut notes = Vec::new();
+        let roles = keep_dense(&q, &mut notes);
+        assert_eq!(roles, [Role::Router, Role::LmHead]);
+        assert!(notes.is_empty(), "{notes:?}");
+        keep_dense(&obj(r#"{"ignore": ["model.layers.0"]}"#), &mut notes);
+        assert_eq!(notes.len(), 1, "{notes:?}");
     }
 
     #[test]
