@@ -54,8 +54,13 @@ pub fn parse_config(text: &str, path: &Path, name: &str) -> Result<Spec, InputEr
             .iter()
             .map(super::spec::TensorGroup::params)
             .fold(0, u64::saturating_add);
+        let images = if spec.images.is_some() {
+            "`--images` prices what an image costs while it is encoded"
+        } else {
+            "what an image costs while it is encoded is not modelled for this model (`--images` is refused)"
+        };
         spec.notes.push(format!(
-            "the vision tower ({depth} layers, {} parameters) is counted in the weights, on its own row; `--images` prices what an image costs while it is encoded",
+            "the vision tower ({depth} layers, {} parameters) is counted in the weights, on its own row; {images}",
             crate::units::group(params)
         ));
         spec.vision = vision;
