@@ -48,7 +48,9 @@ const CONFIGS: &[Config] = &[
         "deepseek-v4-flash",
         "deepseek_v4",
         "deepseek_v4",
-        Offline::Refused,
+        Offline::Family {
+            vision_left_out: false,
+        },
         true,
     ),
     (
@@ -292,6 +294,49 @@ fn deepseek_v3_2_counts_its_checkpoint_with_the_mtp_layer() {
     assert_eq!(kv, 78_324);
     // transformers keeps the indexer key in the cache's dtype: 1,152 + 256.
     assert_eq!(dsa_counts("deepseek-v3.2", "transformers").2, 61 * 1408);
+}
+
+/// DeepSeek-V4-Flash: not MLA but one shared KV head of 512 per layer, a compressor in 41 of its
+/// 43 layers (21 CSA with the lightning indexer, 20 HCA, by the first 43 `compress_ratios`),
+/// `hc_mult` residual streams, 256 experts and a shared MLP in every layer, the first three
+/// routed by a `tid2eid` table. Its `quantization_config` is FP8 in 128×128 blocks: each linear
+/// weight one byte and an f32 scale per block; embeddings, head, routers (the indexer's
+/// `weights_proj` too), norms, sinks, the compressors' position biases, the hyper-connections and
+/// the buffers stay bf16. transformers does not build the MTP layer.
+#[test]
+fn deepseek_v4_flash_prices_its_fp8_blocks() {
+    let out = plan("deepseek-v4-flash", &[]);
+    let v = json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(v["model"]["native_dtype"], "fp8-block128x128");
+    let (h, vocab): (u64, u64) = (4096, 129_280);
+    let blocks = |rows: u64, cols: u64| rows.div_ceil(128) * cols.div_ceil(128);
+    let fp8 = |rows: u64, cols: u64, count: u64| count * (rows * cols + 4 * blocks(rows, cols));
+    let linear = fp8(1024, h, 43) // q_a_proj
+        + fp8(64 * 512, 1024, 43) // q_b_proj
+        + fp8(512, h, 43) // kv_proj
+        + fp8(8 * 1024, 64 * 512 / 8, 43) // o_a_proj
+        + fp8(h, 8 * 1024, 43) // o_b_proj
+        + fp8(512, h, 2 * 20) // HCA compressor: kv_proj, gate_proj
+        + fp8(1024, h, 2 * 21) // CSA compressor
+        + fp8(256, h, 2 * 21) // indexer kv_proj, gate_proj
+        + fp8(64 * 128, 1024, 21) // indexer q_b_proj
+        + fp8(2048, h, 256 * 43 * 2) // experts' gate and up
+        + fp8(h, 2048, 256 * 43) // experts' down
+        + fp8(2048, h, 2 * 43) // shared MLP
+        + fp8(h, 2048, 43);
+    let vectors = 43 * (1024 + 512 + 64) // q_a_norm, kv_norm, sinks
+        + 20 * (128 * 512 + 512) // HCA position_bias, kv_norm
+        + 21 * (4 * 1024 + 512 + 4 * 256 + 128) // CSA's and its indexer's
+        + 86 * (24 * 4 * h + 24 + 3) // attn_hc, ffn_hc
+        + 86 * h // input and post-attention norms
+        + 40 * 256 + 3 * vocab * 6 // e_score_correction_bias, tid2eid
+        + h + 4 * 4 * h + 4 + 1; // norm, hc_head
+    let dense = 2 * vocab * h + vectors + 256 * h * 43 + 64 * h * 21;
+    assert_eq!(v["weights_bytes"], linear + 2 * dense, "{v}");
+    assert_eq!(v["weights_bytes"], 285_551_449_262u64);
+    assert_eq!(v["model"]["parameters"], 284_334_567_511u64);
+    // A key and a value of 512 in bf16 in each of the 43 layers, as transformers reports them.
+    assert_eq!(v["kv_cache_bytes_per_token"], 43 * 2 * (512 + 512));
 }
 
 /// GLM-5.1: 78 layers of MLA (q_lora_rank 2048, 64 heads of 192 + 64, values of 256) with the

@@ -648,6 +648,7 @@ const FAMILIES: &[(&str, Family)] = &[
     ("deepseek_v2", Family::Layout(Kind::Deepseek)),
     ("deepseek_v3", Family::Layout(Kind::Deepseek)),
     ("deepseek_v32", Family::Layout(Kind::Deepseek)),
+    ("deepseek_v4", Family::Layout(Kind::DeepseekV4)),
     ("glm_moe_dsa", Family::Layout(Kind::Deepseek)),
     ("kimi_k2", Family::Layout(Kind::Deepseek)),
     ("llama4", Family::Layout(Kind::Llama4)),
@@ -811,10 +812,10 @@ mod tests {
 
     #[test]
     fn the_refusal_names_the_type_lists_every_family_and_says_what_would_work() {
-        let e = parse(r#"{"model_type":"deepseek_v4","hidden_size":64}"#)
+        let e = parse(r#"{"model_type":"mimo_v2","hidden_size":64}"#)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("llm-oom has no family for `deepseek_v4`"), "{e}");
+        assert!(e.contains("llm-oom has no family for `mimo_v2`"), "{e}");
         assert!(!e.contains("decoder-only"), "{e}");
         assert!(
             e.contains("measure this one in its own engine with `llm-oom watch -- <your command>`"),

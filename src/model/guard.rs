@@ -64,6 +64,12 @@ const MEMORY_FIELDS: &[(&str, &str)] = &[
     ("altup_num_inputs", "AltUp layers"),
     ("laurel_rank", "LAuReL layers"),
     ("multi_query_group_num", "multi-query groups"),
+    ("expert_dtype", "experts stored in a dtype of their own"),
+    ("hc_mult", "hyper-connection residual streams"),
+    ("o_lora_rank", "a low-rank grouped output projection"),
+    ("compress_ratios", "compressed attention layers"),
+    ("compress_rates", "compressed attention layers"),
+    ("num_hash_layers", "hash-routed expert layers"),
 ];
 
 /// `layer_types` values a uniform decoder with optional sliding windows understands.

@@ -4,6 +4,7 @@
 //! a published config leaves out, and the summary a `Spec` shows of a layout.
 
 mod deepseek;
+mod deepseek_v4;
 mod falcon_h1;
 mod gemma4;
 mod gpt_oss;
@@ -31,6 +32,10 @@ pub(crate) enum Kind {
     /// deepseek_v32 (DeepSeek-V3.2) and glm_moe_dsa (GLM-5): the same with DeepSeek sparse
     /// attention's lightning indexer.
     Deepseek,
+    /// deepseek_v4 (DeepSeek-V4): shared-KV multi-query attention with a sliding window, a
+    /// compressor per layer (CSA with a lightning indexer, or HCA), hash-routed then learned
+    /// experts, hyper-connection residual streams.
+    DeepseekV4,
     /// llama4 / llama4_text: chunked local attention, NoPE global layers, interleaved MoE.
     Llama4,
     /// gpt_oss: alternating sliding/full attention with sinks, biased experts.
@@ -85,6 +90,28 @@ impl Kind {
                 "index_topk_freq",
                 "index_skip_topk_offset",
                 "index_topk_pattern",
+            ],
+            Kind::DeepseekV4 => &[
+                "q_lora_rank",
+                "qk_rope_head_dim",
+                "n_routed_experts",
+                "num_local_experts",
+                "n_shared_experts",
+                "moe_intermediate_size",
+                "num_experts_per_tok",
+                "index_n_heads",
+                "index_head_dim",
+                "index_topk",
+                "layer_types",
+                "mlp_layer_types",
+                "num_hash_layers",
+                "compress_ratios",
+                "compress_rates",
+                "compress_rate_csa",
+                "compress_rate_hca",
+                "hc_mult",
+                "o_groups",
+                "o_lora_rank",
             ],
             Kind::Llama4 => &[
                 "num_local_experts",
@@ -180,6 +207,11 @@ impl Kind {
             Kind::Qwen3Next | Kind::Qwen35 => &["linear_attention", "full_attention"],
             Kind::GraniteHybrid => &["mamba", "attention"],
             Kind::Deepseek => &["deepseek_sparse_attention"],
+            Kind::DeepseekV4 => &[
+                "sliding_attention",
+                "compressed_sparse_attention",
+                "heavily_compressed_attention",
+            ],
             Kind::NemotronH => &["linear_attention", "full_attention", "moe", "mlp"],
             _ => &[],
         }
@@ -208,6 +240,7 @@ pub(crate) struct Built {
 pub(crate) fn read(kind: Kind, r: &Reader) -> Result<Built, InputError> {
     match kind {
         Kind::Deepseek => deepseek::read(r),
+        Kind::DeepseekV4 => deepseek_v4::read(r),
         Kind::Llama4 => llama4::read(r),
         Kind::GptOss => gpt_oss::read(r),
         Kind::PhiMoe => phimoe::read(r),
@@ -269,6 +302,15 @@ pub fn defaults(model_type: &str) -> Map<String, Value> {
             "n_shared_experts": 1, "n_routed_experts": 256, "num_experts_per_tok": 8,
             "index_topk": 2048, "index_head_dim": 128, "index_n_heads": 32,
             "tie_word_embeddings": false
+        }),
+        // DeepseekV4Config (configuration_deepseek_v4.py, transformers 5.25): V4-Flash's shape.
+        "deepseek_v4" => json!({
+            "vocab_size": 129_280, "hidden_size": 4096, "moe_intermediate_size": 2048,
+            "num_hidden_layers": 43, "num_attention_heads": 64, "num_key_value_heads": 1,
+            "head_dim": 512, "q_lora_rank": 1024, "num_experts_per_tok": 6,
+            "n_routed_experts": 256, "n_shared_experts": 1, "hc_mult": 4, "sliding_window": 128,
+            "o_groups": 8, "o_lora_rank": 1024, "index_n_heads": 64, "index_head_dim": 128,
+            "index_topk": 512, "tie_word_embeddings": false
         }),
         // DeepseekV2Config.
         "deepseek_v2" => json!({
