@@ -711,6 +711,11 @@ const UNLESS: &[(&str, &str)] = &[("xla-not-possible", "Due to fragmentation")];
 /// The first row whose message is on this line, with its figures.
 pub fn lookup(line: &str) -> Option<Catalogued> {
     let (set, each) = compiled();
+    // Most lines hold no row's message: one search that stops at the first match answers them,
+    // where listing every matching row walks the line with all the rows at once.
+    if !set.is_match(line) {
+        return None;
+    }
     let i = set.matches(line).into_iter().find(|&i| {
         ROWS.get(i).is_some_and(|r| {
             !UNLESS

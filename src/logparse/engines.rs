@@ -16,9 +16,11 @@ type Reader = fn(&[String], usize, &mut Scan) -> bool;
 /// Offer line `i` to every reader in turn; true when one took it. A line without any reader's
 /// words is no engine's message and skips them all (most lines of a long log).
 pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
-    if !may_be_engine_message(lines, i) {
-        return false;
-    }
+    may_be_engine_message(lines, i) && read_ungated(lines, i, st)
+}
+
+/// Every reader on line `i`, without the words' gate: what the gate must never change.
+fn read_ungated(lines: &[String], i: usize, st: &mut Scan) -> bool {
     const READERS: &[Reader] = &[
         vllm_kv,
         vllm_other,
@@ -1207,6 +1209,51 @@ fn is_exit_137(line: &str) -> bool {
 mod tests {
     use super::super::parse::scan;
     use super::*;
+
+    /// The words' gate only skips lines no reader takes: over every log of the corpus, each
+    /// line read gated leaves the same result and state as read by every reader.
+    #[test]
+    fn the_gate_changes_no_result_on_any_corpus_log() {
+        fn logs(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for e in entries.flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    logs(&p, out);
+                } else if p.is_file() {
+                    out.push(p);
+                }
+            }
+        }
+        let mut files = Vec::new();
+        logs(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/logs"),
+            &mut files,
+        );
+        assert!(files.len() > 100, "{} logs", files.len());
+        for file in files {
+            let Ok(raw) = std::fs::read(&file) else {
+                continue;
+            };
+            let lines = super::super::clean_lines(&raw);
+            let (mut gated, mut all) = (Scan::default(), Scan::default());
+            for i in 0..lines.len() {
+                let took = read(&lines, i, &mut gated);
+                let took_all = read_ungated(&lines, i, &mut all);
+                assert_eq!(took, took_all, "{}:{}: {}", file.display(), i + 1, lines[i]);
+                assert_eq!(
+                    format!("{gated:?}"),
+                    format!("{all:?}"),
+                    "{}:{}: {}",
+                    file.display(),
+                    i + 1,
+                    lines[i]
+                );
+            }
+        }
+    }
 
     #[test]
     fn numpys_array_memory_error_is_pythons_memory_error() {

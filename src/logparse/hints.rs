@@ -284,7 +284,7 @@ fn vllm_figures(line: &str, v: &mut VllmFigures) {
         &UTIL,
         r#"gpu[_-]memory[_-]utilization['"]?\s*[=: ]\s*['"]?(0?\.\d+|1(?:\.0+)?)\b"#,
     );
-    if let Some(u) = util.captures(line).and_then(|c| c.get(1)) {
+    if let Some(u) = captures_with(line, &["utilization"], util).and_then(|c| c.get(1)) {
         v.utilization = u
             .as_str()
             .parse::<f64>()
@@ -292,27 +292,34 @@ fn vllm_figures(line: &str, v: &mut VllmFigures) {
             .filter(|u| *u > 0.0 && *u <= 1.0);
     }
     let tokens = re(&TOKENS, r"GPU KV cache size: ([\d,]+) tokens");
-    if let Some(n) = tokens.captures(line).and_then(|c| cap_u64(&c, 1)) {
+    if let Some(n) =
+        captures_with(line, &["GPU KV cache size: "], tokens).and_then(|c| cap_u64(&c, 1))
+    {
         v.kv_tokens = Some(n);
     }
     let blocks = re(&BLOCKS, r"# GPU blocks: (\d+)");
-    if let Some(n) = blocks.captures(line).and_then(|c| cap_u64(&c, 1)) {
+    if let Some(n) = captures_with(line, &["# GPU blocks: "], blocks).and_then(|c| cap_u64(&c, 1)) {
         v.gpu_blocks = Some(n);
     }
     let block = re(
         &BLOCK,
         r#"(?:block_size['"]?\s*[=:]|--block-size)\s*(\d+)\b"#,
     );
-    if let Some(n) = block.captures(line).and_then(|c| cap_u64(&c, 1)) {
+    if let Some(n) =
+        captures_with(line, &["block_size", "--block-size"], block).and_then(|c| cap_u64(&c, 1))
+    {
         v.block_size = Some(n).filter(|&b| b > 0);
     }
     let avail = re(
         &AVAIL,
         r"(?:Available KV cache memory: |kv_cache_size=)([\d.]+) ?(GiB|MiB|GB)",
     );
-    if let Some(b) = avail
-        .captures(line)
-        .and_then(|c| size(c.get(1)?.as_str(), c.get(2)?.as_str()))
+    if let Some(b) = captures_with(
+        line,
+        &["Available KV cache memory: ", "kv_cache_size="],
+        avail,
+    )
+    .and_then(|c| size(c.get(1)?.as_str(), c.get(2)?.as_str()))
     {
         v.available_kv = Some(b);
     }
@@ -320,7 +327,7 @@ fn vllm_figures(line: &str, v: &mut VllmFigures) {
         &TOTAL,
         r"(?:total_gpu_memory=|total capacity of )([\d.]+) ?(GiB|MiB|GB)|([\d.]+) ?(GiB|MiB|GB) total capacity",
     );
-    if let Some(c) = total.captures(line) {
+    if let Some(c) = captures_with(line, &["total"], total) {
         let b = match (c.get(1), c.get(2)) {
             (Some(n), Some(u)) => size(n.as_str(), u.as_str()),
             _ => c
@@ -332,6 +339,20 @@ fn vllm_figures(line: &str, v: &mut VllmFigures) {
             v.total = Some(b);
         }
     }
+}
+
+/// `regex`'s captures on `line`, searched only when the line has one of `needles`, a literal
+/// without which the regex cannot match (most lines have none, and a search costs little).
+fn captures_with<'l>(
+    line: &'l str,
+    needles: &[&str],
+    regex: &Regex,
+) -> Option<regex::Captures<'l>> {
+    needles
+        .iter()
+        .any(|n| line.contains(n))
+        .then(|| regex.captures(line))
+        .flatten()
 }
 
 /// The lines' timestamps in order, per format (ISO `2024-02-02 21:44:03`, vLLM's `INFO 02-03
