@@ -276,10 +276,56 @@ fn looks_like_a_name(s: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Vram {
     pub bytes: u64,
+    /// The name that resolved to a card, as typed (`rtx3090ti`, `NVIDIA H100 80GB HBM3`); `None`
+    /// for a size or a class. An entry may stand for several cards, so this is what tells them apart.
+    pub named: Option<String>,
     /// A card name or an `NGB` class was resolved to a card's total (not an exact size).
     pub card: bool,
     /// e.g. `24GB → RTX 4090 24 GB class, 24,564 MiB`.
     pub resolved: String,
+}
+
+/// The CUDA compute capability of a card of this table (its `name` or an `nvidia-smi` name), from
+/// NVIDIA's list of CUDA GPUs (developer.nvidia.com/cuda-gpus): `None` for AMD and Apple parts and
+/// for names it cannot tell. transformers' constants beside PyTorch's pool (the CUDA context,
+/// cuDNN's and cuBLAS's workspaces) are measured on 9.0 only (H100, H200).
+pub fn compute_capability(name: &str) -> Option<(u32, u32)> {
+    let n = canonical(name);
+    let table: &[(&str, (u32, u32))] = &[
+        ("gh200", (9, 0)),
+        ("h100", (9, 0)),
+        ("h200", (9, 0)),
+        ("h800", (9, 0)),
+        ("h20", (9, 0)),
+        ("b200", (10, 0)),
+        ("b100", (10, 0)),
+        ("gb200", (10, 0)),
+        ("rtx50", (12, 0)),
+        ("rtxpro6000", (12, 0)),
+        ("rtx40", (8, 9)),
+        ("l40", (8, 9)),
+        ("l4", (8, 9)),
+        ("rtx6000ada", (8, 9)),
+        ("rtx30", (8, 6)),
+        ("a10", (8, 6)),
+        ("a40", (8, 6)),
+        ("a6000", (8, 6)),
+        ("rtxa6000", (8, 6)),
+        ("a100", (8, 0)),
+        ("a800", (8, 0)),
+        ("a30", (8, 0)),
+        ("rtx20", (7, 5)),
+        ("t4", (7, 5)),
+        ("v100", (7, 0)),
+    ];
+    // The longest prefix first: `a100` before `a10`, `l40` before `l4`, `gh200` before `h200`.
+    let mut best: Option<(usize, (u32, u32))> = None;
+    for (prefix, cc) in table {
+        if n.starts_with(prefix) && best.is_none_or(|(len, _)| prefix.len() > len) {
+            best = Some((prefix.len(), *cc));
+        }
+    }
+    best.map(|(_, cc)| cc)
 }
 
 /// `--vram`: a card name (`rtx4090`, `h100`, `m2-ultra-192g`), `NGB` with N a common card size
@@ -295,6 +341,7 @@ pub fn parse_card(flag: &str, s: &str) -> Result<Vram, InputError> {
     if let Some(card) = find(t) {
         return Ok(Vram {
             bytes: card.bytes(),
+            named: Some(t.to_string()),
             card: true,
             resolved: format!(
                 "{t} → {}, {} MiB ({} bytes)",
@@ -336,6 +383,7 @@ pub fn parse_card(flag: &str, s: &str) -> Result<Vram, InputError> {
                     )
                 };
                 return Ok(Vram {
+                    named: None,
                     bytes: small.bytes(),
                     card: true,
                     resolved: format!(
@@ -350,6 +398,7 @@ pub fn parse_card(flag: &str, s: &str) -> Result<Vram, InputError> {
     }
     let b = Bytes(crate::units::parse_size(flag, t)?);
     Ok(Vram {
+        named: None,
         bytes: b.0,
         card: false,
         resolved: format!("{t} → {} bytes ({})", group(b.0), Bytes(b.0)),

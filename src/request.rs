@@ -114,6 +114,8 @@ pub struct WorkloadRequest {
     /// How `--vram` was read when it named a card or a card class (`24GB → RTX 4090 24 GB
     /// class, 24,564 MiB`), said in the report's notes; `None` for an exact size.
     pub vram_read: Option<String>,
+    /// The card `--vram` named, as typed (`rtx4090`); `None` for a size, a class or the detected GPU.
+    pub vram_card: Option<String>,
     pub gpu_index: u32,
     /// Every GPU's total when `--vram` names more than one (`24GiB,24GiB`, `2xrtx4090`); then
     /// `vram` is the first. Empty for one device: the single-device plan is unchanged.

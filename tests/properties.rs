@@ -239,6 +239,7 @@ proptest! {
             engine: Engine::ALL[engine],
             vram: Some(vram.max(1)),
             vram_read: None,
+            vram_card: None,
             gpu_index: 0,
             gpus: Vec::new(),
             host_ram: Some(64 << 30),

@@ -72,3 +72,74 @@ pub fn choose(vram: Option<u64>, gpu_index: u32, notes: &mut Vec<String>) -> Dev
         }
     }
 }
+
+/// The compute capability transformers' constants beside PyTorch's pool were measured on: the
+/// CUDA context, cuDNN's and cuBLAS's workspaces and the allocator at the limit, on an H100 and an
+/// H200 (docs/calibration/card-edges-h200-2026-12-06.jsonl and the H100 same-OOM records).
+pub const MEASURED_CAPABILITY: (u32, u32) = (9, 0);
+
+/// Where a transformers plan's card is not one those constants were measured on, a note saying so
+/// and what covers it (`named`: the card `--vram` named; `detected`: the GPU read instead).
+pub fn constants_note(
+    engine: crate::estimate::Engine,
+    named: Option<&str>,
+    detected: Option<&GpuInfo>,
+) -> Option<String> {
+    use crate::estimate::Engine;
+    if !matches!(engine, Engine::Transformers | Engine::TransformersEager) {
+        return None;
+    }
+    let card = named.or(detected.map(|g| g.name.as_str()));
+    let cc = card.and_then(crate::cards::compute_capability);
+    let (x, y) = MEASURED_CAPABILITY;
+    let on = match (card, cc) {
+        (_, Some(c)) if c == MEASURED_CAPABILITY => return None,
+        (Some(card), Some((a, b))) => {
+            format!("not on a card of compute capability {a}.{b} ({card})")
+        }
+        (Some(card), None) => {
+            format!("not on {card}, whose compute capability llm-oom does not know")
+        }
+        (None, _) => "and the card here is a size, not a named card (`--vram rtx4090`)".to_string(),
+    };
+    Some(format!(
+        "transformers' constants beside PyTorch's pool (the CUDA context, cuDNN's and cuBLAS's \
+         workspaces, the allocator at the limit) are measured on an H100 and an H200 (compute \
+         capability {x}.{y}), {on}: the margin row is what covers the difference; `llm-oom \
+         diagnose` on the card measures them"
+    ))
+}
+
+#[cfg(test)]
+mod constants_tests {
+    use super::*;
+    use crate::estimate::Engine;
+
+    #[test]
+    fn the_note_names_what_was_not_measured() {
+        assert_eq!(
+            constants_note(Engine::Transformers, Some("h100"), None),
+            None
+        );
+        assert_eq!(
+            constants_note(Engine::Transformers, Some("NVIDIA H200"), None),
+            None
+        );
+        let ada = constants_note(Engine::Transformers, Some("rtx4090"), None).unwrap_or_default();
+        assert!(ada.contains("compute capability 8.9 (rtx4090)"), "{ada}");
+        let ampere =
+            constants_note(Engine::TransformersEager, Some("rtx3090ti"), None).unwrap_or_default();
+        assert!(ampere.contains("8.6"), "{ampere}");
+        let size = constants_note(Engine::Transformers, None, None).unwrap_or_default();
+        assert!(size.contains("a size, not a named card"), "{size}");
+        assert!(constants_note(Engine::Vllm, Some("rtx4090"), None).is_none());
+        assert_eq!(crate::cards::compute_capability("a100-80g"), Some((8, 0)));
+        assert_eq!(crate::cards::compute_capability("a10"), Some((8, 6)));
+        assert_eq!(crate::cards::compute_capability("l40s"), Some((8, 9)));
+        assert_eq!(
+            crate::cards::compute_capability("NVIDIA GeForce RTX 5090"),
+            Some((12, 0))
+        );
+        assert_eq!(crate::cards::compute_capability("mi300x"), None);
+    }
+}

@@ -604,6 +604,7 @@ pub fn plan_request(a: &WorkloadArgs) -> Result<PlanRequest, anyhow::Error> {
             .as_ref()
             .filter(|v| v.card)
             .map(|v| format!("--vram {}", v.resolved)),
+        vram_card: vram.as_ref().and_then(|v| v.named.clone()),
         vram: vram.map(|v| v.bytes),
         gpu_index: a.gpu,
         gpus,

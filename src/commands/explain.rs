@@ -179,6 +179,7 @@ fn from_log(report: &ExplainReport, engine: Engine) -> Option<WorkloadRequest> {
         engine,
         vram: None,
         vram_read: None,
+        vram_card: None,
         gpu_index: 0,
         gpus: Vec::new(),
         host_ram: None,

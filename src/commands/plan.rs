@@ -591,6 +591,11 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         w.engine,
         budget.max_prompt_tokens,
     ));
+    notes.extend(card::constants_note(
+        w.engine,
+        req.vram_card.as_deref(),
+        device.gpu.as_ref(),
+    ));
     let profile = Profile::of(req.engine);
     Ok(PlanReport {
         command: "plan",
