@@ -318,14 +318,12 @@ pub fn compute_capability(name: &str) -> Option<(u32, u32)> {
         ("t4", (7, 5)),
         ("v100", (7, 0)),
     ];
-    // The longest prefix first: `a100` before `a10`, `l40` before `l4`, `gh200` before `h200`.
-    let mut best: Option<(usize, (u32, u32))> = None;
-    for (prefix, cc) in table {
-        if n.starts_with(prefix) && best.is_none_or(|(len, _)| prefix.len() > len) {
-            best = Some((prefix.len(), *cc));
-        }
-    }
-    best.map(|(_, cc)| cc)
+    // The longest prefix wins: `a100` over `a10`, `l40` over `l4`, `gh200` over `h200`.
+    table
+        .iter()
+        .filter(|(prefix, _)| n.starts_with(prefix))
+        .max_by_key(|(prefix, _)| prefix.len())
+        .map(|(_, cc)| *cc)
 }
 
 /// `--vram`: a card name (`rtx4090`, `h100`, `m2-ultra-192g`), `NGB` with N a common card size

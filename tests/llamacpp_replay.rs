@@ -333,28 +333,16 @@ fn llama_cpps_own_fit_is_replayed_to_the_token() {
             .find_map(|l| l.split("llama_context: n_ctx                 = ").nth(1))
             .and_then(|n| n.trim().parse().ok())
             .expect("n_ctx line");
-        let vram = format!("{free}B");
-        let args = [
-            "plan",
-            "--model",
-            &config,
-            "--engine",
-            "llama.cpp",
-            "--dtype",
-            dtype,
-            "-p",
-            "1",
-            "-n",
-            "1",
-            "-c",
-            "0",
-            "-np",
-            "1",
-            "--vram",
-            &vram,
-            "--json",
-        ];
-        let r = run(home.path(), &args);
+        // plan's flags for llama.cpp's: one sequence, the context left to --fit (`-c 0`), on
+        // the memory the ballast left free
+        let np = [Value::from("-np"), Value::from("1")];
+        let mut args = plan_args(&np, &config, dtype, Some(0));
+        let at = args.iter().position(|a| a == "140GiB").expect("vram");
+        args[at] = format!("{free}B");
+        let r = run(
+            home.path(),
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        );
         let j = json(&r.stdout);
         let n_ctx = j["llama_server"]["n_ctx"]
             .as_u64()

@@ -283,70 +283,43 @@ fn tokens_equal_what_transformers_computes() {
     let home = temp();
     let cfg = write(&home.path().join("qwen25vl/config.json"), QWEN25_VL);
     let cfg = cfg.to_str().unwrap();
-    for (i, (h, w)) in SIZES.iter().enumerate() {
-        let size = format!("{w}x{h}");
-        let j = json(
-            &run(
-                home.path(),
-                &[
-                    "plan",
-                    "-m",
-                    cfg,
-                    "--images",
-                    "1",
-                    "--image-size",
-                    &size,
-                    "--vram",
-                    "80GB",
-                    "--json",
-                ],
-            )
-            .stdout,
-        );
-        let want = &reference["qwen"][i];
-        assert_eq!(
-            (
-                &j["images"]["height"],
-                &j["images"]["width"],
-                &j["images"]["tokens_per_image"]
-            ),
-            (&want[0], &want[1], &want[2]),
-            "{size} (transformers {})",
-            reference["version"]
-        );
-    }
-    for (i, (h, w)) in SIZES.iter().enumerate() {
-        let size = format!("{w}x{h}");
-        let j = json(
-            &run(
-                home.path(),
-                &[
-                    "plan",
-                    "-m",
-                    QWEN3_VL,
-                    "--images",
-                    "1",
-                    "--image-size",
-                    &size,
-                    "--vram",
-                    "80GB",
-                    "--json",
-                ],
-            )
-            .stdout,
-        );
-        let want = &reference["qwen3"][i];
-        assert_eq!(
-            (
-                &j["images"]["height"],
-                &j["images"]["width"],
-                &j["images"]["tokens_per_image"]
-            ),
-            (&want[0], &want[1], &want[2]),
-            "Qwen3-VL {size} (transformers {})",
-            reference["version"]
-        );
-    }
+    // Each size through plan against the reference's height, width and tokens for `key`.
+    let sizes_agree = |model: &str, key: &str, label: &str| {
+        for (i, (h, w)) in SIZES.iter().enumerate() {
+            let size = format!("{w}x{h}");
+            let j = json(
+                &run(
+                    home.path(),
+                    &[
+                        "plan",
+                        "-m",
+                        model,
+                        "--images",
+                        "1",
+                        "--image-size",
+                        &size,
+                        "--vram",
+                        "80GB",
+                        "--json",
+                    ],
+                )
+                .stdout,
+            );
+            let want = &reference[key][i];
+            assert_eq!(
+                (
+                    &j["images"]["height"],
+                    &j["images"]["width"],
+                    &j["images"]["tokens_per_image"]
+                ),
+                (&want[0], &want[1], &want[2]),
+                "{label}{size} (transformers {})",
+                reference["version"]
+            );
+        }
+    };
+    sizes_agree(cfg, "qwen", "");
+    sizes_agree(QWEN3_VL, "qwen3", "Qwen3-VL ");
     let g = json(
         &run(
             home.path(),

@@ -209,33 +209,31 @@ def forked_trial(spec, timeout):
         return {"outcome": "crash", "message": "forked trial exited with status %d and no record" % status}
 
 
+def subprocess_trial(spec, timeout):
+    """One trial in a fresh interpreter: its record, or a crash record."""
+    try:
+        p = subprocess.run([sys.executable, os.path.abspath(__file__), "--trial", json.dumps(spec)],
+                           capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"outcome": "crash", "message": "timed out after %.0f s" % timeout}
+    for line in reversed(p.stdout.splitlines()):
+        try:
+            return json.loads(line)
+        except ValueError:
+            continue
+    tail = (p.stderr.strip().splitlines() or ["(no stderr)"])[-1]
+    return {"outcome": "crash", "message": "exit %s: %s" % (p.returncode, tail[:300])}
+
+
 def run_trial(args, w, prompt, timeout):
     spec = {"preset": w["preset"], "attn": w["attn"], "batch": w["batch"], "new": w["new"], "prompt": prompt,
             "vram_limit": w["vram_limit"], "dtype": args.dtype, "device": args.device, "presets": args.presets}
     t0 = time.time()
     if getattr(args, "fork", False):
         rec = forked_trial(spec, timeout)
-        rec.setdefault("wall_s", round(time.time() - t0, 2))
         rec["forked"] = True
-        out = {"kind": "trial", "preset": w["preset"], "attn": w["attn"], "batch": w["batch"], "new": w["new"],
-               "prompt": prompt, "vram_limit": w["vram_limit"], "dtype": args.dtype}
-        out.update(rec)
-        return out
-    try:
-        p = subprocess.run([sys.executable, os.path.abspath(__file__), "--trial", json.dumps(spec)],
-                           capture_output=True, text=True, timeout=timeout)
-        rec = None
-        for line in reversed(p.stdout.splitlines()):
-            try:
-                rec = json.loads(line)
-                break
-            except ValueError:
-                continue
-        if rec is None:
-            tail = (p.stderr.strip().splitlines() or ["(no stderr)"])[-1]
-            rec = {"outcome": "crash", "message": "exit %s: %s" % (p.returncode, tail[:300])}
-    except subprocess.TimeoutExpired:
-        rec = {"outcome": "crash", "message": "timed out after %.0f s" % timeout}
+    else:
+        rec = subprocess_trial(spec, timeout)
     rec.setdefault("wall_s", round(time.time() - t0, 2))
     out = {"kind": "trial", "preset": w["preset"], "attn": w["attn"], "batch": w["batch"], "new": w["new"],
            "prompt": prompt, "vram_limit": w["vram_limit"], "dtype": args.dtype}

@@ -160,8 +160,7 @@ def main():
                 if cuda:
                     torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats()
                 before = torch.cuda.memory_allocated() if cuda else 0
-                args = {k: v for k, v in extra.items()}
-                feats = m.model.get_image_features(**args)
+                feats = m.model.get_image_features(**extra)
                 if cuda:
                     torch.cuda.synchronize()
                     rec["encoder_peak_above_bytes"] = torch.cuda.max_memory_allocated() - before

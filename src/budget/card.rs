@@ -85,8 +85,7 @@ pub fn constants_note(
     named: Option<&str>,
     detected: Option<&GpuInfo>,
 ) -> Option<String> {
-    use crate::estimate::Engine;
-    if !matches!(engine, Engine::Transformers | Engine::TransformersEager) {
+    if !engine.is_transformers() {
         return None;
     }
     let card = named.or(detected.map(|g| g.name.as_str()));

@@ -29,7 +29,7 @@ pub fn line(fresh: u64) -> u64 {
 /// The note beside a transformers budget whose largest prompt is `fresh` tokens (`None` where the
 /// engine is not transformers, or nothing fits).
 pub fn note(engine: Engine, fresh: Option<u64>) -> Option<String> {
-    if !matches!(engine, Engine::Transformers | Engine::TransformersEager) {
+    if !engine.is_transformers() {
         return None;
     }
     let fresh = fresh.filter(|&p| p > 0)?;

@@ -49,7 +49,7 @@ pub fn run(args: &DiagnoseArgs, format: Format) -> Result<ExitStatus> {
             (all[0], Vec::new(), all)
         }
         Some(all) if all.len() > 1 => {
-            if !matches!(engine, Engine::Transformers | Engine::TransformersEager) || tp.is_some() {
+            if !engine.is_transformers() || tp.is_some() {
                 return Err(InputError::Usage(format!(
                     "--device with several GPUs runs transformers' device_map=\"auto\" over them, \
                      or with --engine candle its tensor-parallel probe; {engine}{} is not probed \

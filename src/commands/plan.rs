@@ -673,7 +673,7 @@ fn image_load(
         ))
         .into());
     };
-    if !matches!(req.engine, Engine::Transformers | Engine::TransformersEager) {
+    if !req.engine.is_transformers() {
         return Err(InputError::Usage(format!(
             "--images is planned for transformers (its processor and vision encoder); {} sizes \
              its encoder cache otherwise: leave --images out or add --engine transformers",
@@ -966,10 +966,7 @@ fn check_deployment(req: &PlanRequest) -> Result<()> {
             }
         }
     }
-    if d.draft_model.is_some()
-        && req.batch > 1
-        && matches!(req.engine, Engine::Transformers | Engine::TransformersEager)
-    {
+    if d.draft_model.is_some() && req.batch > 1 && req.engine.is_transformers() {
         return refuse(format!(
             "transformers' assisted generation runs one sequence (\"assisted generate is only \
              supported for batch_size = 1\"); give --batch 1, or --engine vllm for {} at once",

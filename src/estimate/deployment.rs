@@ -260,7 +260,7 @@ pub fn draft_kv_bytes(draft: &Spec, w: &Workload) -> u64 {
 /// transformers' assisted generation: the target's forward over K candidate tokens per sequence
 /// beside the one it would run, their activations and their f32 logits (and softmax).
 pub fn verification_bytes(spec: &Spec, w: &Workload, k: u64) -> u64 {
-    if !matches!(w.engine, Engine::Transformers | Engine::TransformersEager) {
+    if !w.engine.is_transformers() {
         return 0;
     }
     let p = Profile::of(w.engine);

@@ -40,6 +40,11 @@ impl Engine {
         Engine::LlamaCpp,
         Engine::Candle,
     ];
+
+    /// Hugging Face transformers, with SDPA or eager attention.
+    pub fn is_transformers(self) -> bool {
+        matches!(self, Engine::Transformers | Engine::TransformersEager)
+    }
 }
 
 impl FromStr for Engine {
