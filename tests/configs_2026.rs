@@ -82,8 +82,18 @@ const CONFIGS: &[Config] = &[
         },
         true,
     ),
-    // A remote-code model: no transformers release knows `mimo_v2`.
-    ("mimo-v2.5", "mimo_v2", "mimo_v2", Offline::Refused, false),
+    // A remote-code model: no transformers release knows `mimo_v2`, so `--python` refuses it;
+    // offline it is sized as transformers 5.25's `mimo_v2_flash`, which
+    // `mimo_v2_5_is_sized_as_transformers_builds_mimo_v2_flash` checks against the meta device.
+    (
+        "mimo-v2.5",
+        "mimo_v2",
+        "mimo_v2",
+        Offline::Family {
+            vision_left_out: false,
+        },
+        false,
+    ),
     (
         "minimax-m2.7",
         "minimax_m2",
@@ -371,6 +381,57 @@ fn glm_5_1_counts_its_checkpoint_with_the_mtp_layer() {
     assert_eq!(dsa_counts("glm-5.1", "transformers").2, 78 * 1408);
 }
 
+/// MiMo-V2.5 (`mimo_v2`, remote code): transformers 5.25 knows the decoder as `mimo_v2_flash`,
+/// so its meta-device build is of the config with that model_type, without the vision and audio
+/// encoders' configs (their presence makes the script build an image-text model, which
+/// `mimo_v2_flash` is not; the family leaves them out and says so) and without the legacy
+/// `rope_scaling` (transformers would make it the one RoPE of every layer type, which its
+/// per-type rotary embedding cannot read; RoPE changes no size). The offline family counts what
+/// that build holds and caches: 9 full layers of 4 KV heads and 39 sliding ones of 8, K of 192
+/// and V of 128 per head.
+#[test]
+fn mimo_v2_5_is_sized_as_transformers_builds_mimo_v2_flash() {
+    let out = plan("mimo-v2.5", &[]);
+    let v = json(&String::from_utf8_lossy(&out.stdout));
+    let (params, kv) = (
+        v["model"]["parameters"].as_u64().unwrap(),
+        v["kv_cache_bytes_per_token"].as_u64().unwrap(),
+    );
+    assert_eq!(params, 308_778_780_864);
+    assert_eq!(kv, 2 * (9 * (4 * 192 + 4 * 128) + 39 * (8 * 192 + 8 * 128)));
+    assert_eq!(kv, 222_720);
+    let notes = v["notes"].to_string();
+    assert!(notes.contains("`vision_config`, `audio_config`"), "{notes}");
+    assert!(notes.contains("`mimo_v2_flash`"), "{notes}");
+    let Some(py) = python() else {
+        eprintln!("LLM_OOM_TEST_PYTHON_TF525 unset: the meta-device comparison skipped");
+        return;
+    };
+    let config = std::fs::read_to_string(dir("mimo-v2.5").join("config.json")).unwrap();
+    let mut c = json(&config);
+    let o = c.as_object_mut().unwrap();
+    o.insert("model_type".into(), "mimo_v2_flash".into());
+    for key in ["vision_config", "audio_config", "rope_scaling"] {
+        o.remove(key);
+    }
+    let flash = temp();
+    std::fs::write(flash.path().join("config.json"), c.to_string()).unwrap();
+    let (built, vision, built_kv) = script_counts(&py, &flash.path().join("config.json"));
+    assert_eq!((params, vision, kv), (built, 0, built_kv));
+    // `plan --python` on that config plans the same build.
+    let home = temp();
+    let out = llm_oom(home.path())
+        .args(["plan", "--json", "--vram", "1120GiB", "-m"])
+        .arg(flash.path())
+        .args(["--python".as_ref(), py.as_os_str()])
+        .output()
+        .expect("the binary runs");
+    let v = json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(v["weights_from"], "transformers_meta");
+    assert_eq!(v["model"]["parameters"], params);
+    assert_eq!(v["kv_cache_bytes_per_token"], kv);
+}
+
 /// What the embedded script reports for a config under `py`: its parameters, vision parameters
 /// and KV bytes per token in bf16 (keys and values, or the MLA latent, of every layer that keeps
 /// its own; none for a layer that reuses another's or keeps only a recurrent state).
@@ -426,6 +487,27 @@ fn with_transformers_5_25_each_config_is_planned_as_the_meta_device_builds_it() 
 
 fn planned_as_built(py: &Path, &(name, model_type, _, offline, builds): &Config) {
     let out = plan(name, &["--python".as_ref(), py.as_os_str()]);
+    if !builds && offline != Offline::Refused {
+        // transformers does not know the type: the family plans it, and a note says so.
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(matches!(out.status.code(), Some(0 | 1)), "{name}: {stdout}");
+        let v = json(&stdout);
+        assert_eq!(v["weights_from"], "config", "{name}");
+        assert!(
+            v["notes"]
+                .to_string()
+                .contains(&format!("does not know model_type `{model_type}`")),
+            "{}",
+            v["notes"]
+        );
+        let hand = json(&String::from_utf8_lossy(&plan(name, &[]).stdout));
+        assert_eq!(v["model"]["parameters"], hand["model"]["parameters"]);
+        assert_eq!(
+            v["kv_cache_bytes_per_token"],
+            hand["kv_cache_bytes_per_token"]
+        );
+        return;
+    }
     if !builds {
         // Refused in one line that names what transformers does not know.
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -668,6 +668,9 @@ const FAMILIES: &[(&str, Family)] = &[
     ("nemotron_h", Family::Layout(Kind::NemotronH)),
     ("gemma4", Family::Layout(Kind::Gemma4)),
     ("gemma4_text", Family::Layout(Kind::Gemma4)),
+    // MiMo-V2.5's `mimo_v2` (remote code) is transformers 5.25's `mimo_v2_flash`.
+    ("mimo_v2", Family::Layout(Kind::MiMoV2)),
+    ("mimo_v2_flash", Family::Layout(Kind::MiMoV2)),
     // Qwen2-VL / Qwen2.5-VL: the language model is qwen2's (top level in the published configs,
     // `text_config` in transformers 5's); the vision tower is `families::vision`.
     ("qwen2_vl", Family::Qwen2),
@@ -812,10 +815,10 @@ mod tests {
 
     #[test]
     fn the_refusal_names_the_type_lists_every_family_and_says_what_would_work() {
-        let e = parse(r#"{"model_type":"mimo_v2","hidden_size":64}"#)
+        let e = parse(r#"{"model_type":"rwkv7","hidden_size":64}"#)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("llm-oom has no family for `mimo_v2`"), "{e}");
+        assert!(e.contains("llm-oom has no family for `rwkv7`"), "{e}");
         assert!(!e.contains("decoder-only"), "{e}");
         assert!(
             e.contains("measure this one in its own engine with `llm-oom watch -- <your command>`"),

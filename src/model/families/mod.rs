@@ -12,6 +12,7 @@ mod granite_hybrid;
 mod jamba;
 mod llama4;
 mod mamba2;
+mod mimo_v2;
 mod minimax_m2;
 mod nemotron_h;
 mod phimoe;
@@ -65,6 +66,10 @@ pub(crate) enum Kind {
     /// and head_dim, full layers whose keys are their values, per-layer inputs, optional experts
     /// beside the dense MLP, layers reusing an earlier layer's cache.
     Gemma4,
+    /// mimo_v2 / mimo_v2_flash (MiMo-V2.5, MiMo-V2-Flash): sliding layers of twice the KV heads
+    /// with sinks, full layers every sixth, K and V of different head dims, experts after a
+    /// dense first layer.
+    MiMoV2,
 }
 
 impl Kind {
@@ -189,6 +194,18 @@ impl Kind {
                 "num_experts_per_tok",
                 "moe_intermediate_size",
             ],
+            // `attention_chunk_size` is read by nothing in transformers 5.25's
+            // modeling_mimo_v2_flash.py; `moe_layer_freq` is checked against `mlp_layer_types`.
+            Kind::MiMoV2 => &[
+                "n_routed_experts",
+                "num_local_experts",
+                "moe_intermediate_size",
+                "num_experts_per_tok",
+                "moe_layer_freq",
+                "attention_chunk_size",
+                "layer_types",
+                "mlp_layer_types",
+            ],
             Kind::Gemma4 => &[
                 "num_experts",
                 "moe_intermediate_size",
@@ -203,7 +220,7 @@ impl Kind {
     pub(crate) fn layer_types(self) -> &'static [&'static str] {
         match self {
             Kind::Llama4 => &["chunked_attention", "full_attention"],
-            Kind::GptOss | Kind::Gemma4 => &["sliding_attention", "full_attention"],
+            Kind::GptOss | Kind::Gemma4 | Kind::MiMoV2 => &["sliding_attention", "full_attention"],
             Kind::Qwen3Next | Kind::Qwen35 => &["linear_attention", "full_attention"],
             Kind::GraniteHybrid => &["mamba", "attention"],
             Kind::Deepseek => &["deepseek_sparse_attention"],
@@ -263,6 +280,7 @@ pub(crate) fn read(kind: Kind, r: &Reader) -> Result<Built, InputError> {
         Kind::MiniMaxM2 => minimax_m2::read(r),
         Kind::NemotronH => nemotron_h::read(r),
         Kind::Gemma4 => gemma4::read(r),
+        Kind::MiMoV2 => mimo_v2::read(r),
     }
 }
 
@@ -420,6 +438,15 @@ pub fn defaults(model_type: &str) -> Map<String, Value> {
             "tie_word_embeddings": true, "rms_norm_eps": 1e-6, "sliding_window": 512,
             "vocab_size_per_layer_input": 262_144, "hidden_size_per_layer_input": 256,
             "hidden_activation": "gelu_pytorch_tanh"
+        }),
+        // MiMoV2FlashConfig (configuration_mimo_v2_flash.py, transformers 5.25): MiMo-V2-Flash's
+        // shape; `mimo_v2` is read by the same class.
+        "mimo_v2" | "mimo_v2_flash" => json!({
+            "vocab_size": 152_576, "hidden_size": 4096, "intermediate_size": 16_384,
+            "num_hidden_layers": 48, "num_attention_heads": 64, "num_key_value_heads": 4,
+            "head_dim": 192, "v_head_dim": 128, "moe_intermediate_size": 2048,
+            "n_routed_experts": 256, "num_experts_per_tok": 8, "sliding_window": 129,
+            "attention_bias": false, "tie_word_embeddings": false
         }),
         _ => json!({}),
     };
