@@ -7,9 +7,9 @@
 //!
 //! Every total is `nvidia-smi`'s memory.total as quoted in public logs and READMEs (the index's
 //! full-text search for the string `MiB / <total>MiB` next to the card's name; docs/models.md lists
-//! them). Apple silicon shares its RAM: the GPU may use Metal's `recommendedMaxWorkingSetSize`,
-//! commonly 75 % of RAM on machines of 64 GB and more (llama.cpp prints it at start-up; macOS
-//! versions differ and `sysctl iogpu.wired_limit_mb` raises it), so those entries are 75 % of RAM.
+//! them). Apple silicon, the DGX Spark and Strix Halo share the machine's RAM ([`Unified`]): an
+//! Apple name is its working set ([`apple_working_set_mib`]), the others what CUDA or Vulkan count;
+//! `budget::unified` says what each engine counts there.
 
 use crate::error::InputError;
 use crate::units::{group, Bytes, MIB};
@@ -138,7 +138,7 @@ pub const CARDS: &[Card] = &[
     c(&["h200", "h200-141g"], "H200 141 GB", 143771),
     // rocm-smi's VRAM total of an MI300X (206,141,652,992 bytes).
     c(&["mi300x"], "MI300X 192 GB", 196592),
-    // Apple: 75 % of RAM (Metal's recommendedMaxWorkingSetSize), in MiB.
+    // Apple: Metal's recommendedMaxWorkingSetSize, 75 % of RAM above 36 GB (apple_working_set_mib).
     c(
         &["m1-max-64g", "m2-max-64g", "m3-max-64g", "m4-max-64g"],
         "Apple M-series Max 64 GB (GPU working set)",
@@ -169,7 +169,92 @@ pub const CARDS: &[Card] = &[
         "Apple M3 Ultra 512 GB (GPU working set)",
         393216,
     ),
+    // NVIDIA DGX Spark (GB10): 128 GB of LPDDR5X shared with the CPU; CUDA's total is 121.69 GiB
+    // (vllm-project/vllm#48140, llamastash#80).
+    c(
+        &["dgx-spark", "gb10", "dgxspark-128g"],
+        "DGX Spark GB10 128 GB (unified)",
+        124_611,
+    ),
+    // AMD Ryzen AI Max+ 395 (Radeon 8060S, gfx1151) with 128 GB: what llama.cpp's Vulkan backend
+    // counts (the carve-out's heap plus the shared one), 108.62–111.89 GiB at carve-outs of 32, 64
+    // and 96 GiB (unslothai/unsloth#10418); the smallest.
+    c(
+        &[
+            "strix-halo",
+            "strix-halo-128g",
+            "ryzen-ai-max-395",
+            "ryzen-ai-max+-395",
+            "8060s",
+        ],
+        "Strix Halo (Ryzen AI Max+ 395) 128 GB (unified, Vulkan's view)",
+        111_227,
+    ),
 ];
+
+/// A GPU that shares the machine's RAM: what the engines count as its memory differs from the
+/// RAM, and from engine to engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unified {
+    /// Apple silicon with this much RAM (GB as sold): Metal's `recommendedMaxWorkingSetSize`.
+    Apple { ram_gb: u64 },
+    /// NVIDIA's GB10: CUDA's free memory is the kernel's `MemFree`.
+    DgxSpark,
+    /// AMD's Strix Halo: a BIOS carve-out plus GTT, seen differently by ROCm and Vulkan.
+    StrixHalo,
+}
+
+/// The unified-memory machine a card name stands for, if it is one.
+pub fn unified(name: &str) -> Option<Unified> {
+    let n = canonical(name);
+    if let Some(ram_gb) = apple_ram_gb(&n) {
+        return Some(Unified::Apple { ram_gb });
+    }
+    let card = find(name)?;
+    if card.ids.contains(&"dgx-spark") {
+        Some(Unified::DgxSpark)
+    } else if card.ids.contains(&"strix-halo") {
+        Some(Unified::StrixHalo)
+    } else {
+        None
+    }
+}
+
+/// The RAM of an Apple silicon name (`m4-pro-48g`, `M3 Max 128GB`, `mac-24g`), from its
+/// canonical form: a chip `m1`…`m9` (with `pro`, `max` or `ultra`) or `mac`, then `NNg`.
+fn apple_ram_gb(canon: &str) -> Option<u64> {
+    let rest = canon.strip_prefix("apple").unwrap_or(canon);
+    let rest = if let Some(r) = rest.strip_prefix("mac") {
+        r
+    } else {
+        let r = rest.strip_prefix('m')?;
+        let r = r.strip_prefix(|c: char| c.is_ascii_digit())?;
+        // `Tesla M40 24GB` is `m4024g`: a size never starts with 0.
+        if r.starts_with('0') {
+            return None;
+        }
+        ["pro", "max", "ultra"]
+            .iter()
+            .find_map(|t| r.strip_prefix(t))
+            .unwrap_or(r)
+    };
+    let gb: u64 = rest.strip_suffix('g')?.parse().ok()?;
+    (4..=1024).contains(&gb).then_some(gb)
+}
+
+/// Metal's default GPU working set for an Apple machine of `ram_gb` GB, in MiB: two thirds of
+/// the RAM up to 36 GB and three quarters above, the share macOS 13–15 gives
+/// (`recommendedMaxWorkingSetSize`: 5,461.34 MB on an 8 GB M1 in a llama.cpp log of the corpus,
+/// 49,152 MB on a 64 GB M1 Max). macOS 26 gives more (107.52 GiB measured on two 128 GB
+/// machines, antirez/ds4#893), so this is the floor of the range, and the safe side.
+pub fn apple_working_set_mib(ram_gb: u64) -> u64 {
+    let ram_mib = ram_gb.saturating_mul(1024);
+    if ram_gb <= 36 {
+        ram_mib.saturating_mul(2) / 3
+    } else {
+        ram_mib.saturating_mul(3) / 4
+    }
+}
 
 /// The sizes people type as `NGB` for a class of cards. A class is a range of real totals (the
 /// "24 GB" cards report 23,028 MiB for an A10 up to 24,576 MiB for an RTX 3090), and a plan for
@@ -346,6 +431,19 @@ pub fn parse_card(flag: &str, s: &str) -> Result<Vram, InputError> {
                 card.name,
                 group(card.mib),
                 group(card.bytes())
+            ),
+        });
+    }
+    if let Some(ram_gb) = apple_ram_gb(&canonical(t)) {
+        let mib = apple_working_set_mib(ram_gb);
+        return Ok(Vram {
+            bytes: mib.saturating_mul(MIB),
+            named: Some(t.to_string()),
+            card: true,
+            resolved: format!(
+                "{t} → Apple silicon with {ram_gb} GB, Metal's GPU working set {} MiB ({} bytes; macOS 13–15's share, newer versions give more)",
+                group(mib),
+                group(mib.saturating_mul(MIB))
             ),
         });
     }

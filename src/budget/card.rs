@@ -89,6 +89,10 @@ pub fn constants_note(
         return None;
     }
     let card = named.or(detected.map(|g| g.name.as_str()));
+    // A unified-memory machine gets its own note (budget::unified), not a CUDA card's.
+    if card.and_then(crate::cards::unified).is_some() {
+        return None;
+    }
     let cc = card.and_then(crate::cards::compute_capability);
     let (x, y) = MEASURED_CAPABILITY;
     let on = match (card, cc) {

@@ -5,6 +5,7 @@
 pub mod card;
 pub mod long_lived;
 pub mod pool;
+pub mod unified;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -596,6 +596,10 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         req.vram_card.as_deref(),
         device.gpu.as_ref(),
     ));
+    notes.extend(crate::budget::unified::note_for(
+        req.vram_card.as_deref(),
+        w.engine,
+    ));
     let profile = Profile::of(req.engine);
     Ok(PlanReport {
         command: "plan",

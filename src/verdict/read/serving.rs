@@ -257,10 +257,29 @@ pub(super) fn vllm_startup(
     let held = free.zip(total).map(|(f, t)| t.saturating_sub(f));
     a.remedy(Change::FreeOtherProcesses, Engine::Vllm, held);
     let b = |x: Option<u64>| x.map_or("?".into(), |b| Bytes(b).to_string());
+    if total.is_some_and(is_dgx_spark_total) {
+        if let Some(r) = a.remedies.last_mut() {
+            r.how = "sync; echo 3 | sudo tee /proc/sys/vm/drop_caches   (then start vLLM again; keep --gpu-memory-utilization near 0.85 so the OS keeps room)".into();
+        }
+        return Decision::new(Code::E2, Cause::OtherProcess, Stage::Environment, 0.8, format!(
+            "other_process: only {} of {} was free when vLLM started, below the {} that gpu_memory_utilization asks for; {} is a DGX Spark's (GB10) unified memory, where CUDA's free figure is the kernel's MemFree and the page cache (the weights a load just read) counts as used",
+            b(free), b(total), b(want), b(total)
+        ), vec![
+            ev(a.f, "free memory at start-up is below gpu_memory_utilization × total".into()),
+            ev(a.f, "a total of 121.69 GiB is a GB10's: its GPU shares the machine's RAM (vllm-project/vllm#48140)".into()),
+        ]);
+    }
     Decision::new(Code::E2, Cause::OtherProcess, Stage::Environment, 0.9, format!(
         "other_process: only {} of {} was free when vLLM started, below the {} that gpu_memory_utilization asks for",
         b(free), b(total), b(want)
     ), vec![ev(a.f, "free memory at start-up is below gpu_memory_utilization × total".into())])
+}
+
+/// CUDA's total on a DGX Spark (GB10): 121.69 GiB of its 128 GB of unified memory, as vLLM prints
+/// it (vllm-project/vllm#48140, llamastash#80).
+fn is_dgx_spark_total(total: u64) -> bool {
+    // Hundredths of a GiB, read from a figure printed with two decimals.
+    (12_165..=12_173).contains(&(total.saturating_mul(100) / crate::units::GIB))
 }
 
 /// vLLM's CPU backend pre-allocates its KV cache in host RAM (`VLLM_CPU_KVCACHE_SPACE`, in GiB)

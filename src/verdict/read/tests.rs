@@ -377,3 +377,26 @@ fn bands_cover_every_confidence() {
         assert!(!confidence_band(c).band.is_empty());
     }
 }
+
+#[test]
+fn a_dgx_spark_start_up_check_names_the_page_cache() {
+    // vllm-project/vllm#48140's shape: the same check on a GB10, whose CUDA free is MemFree.
+    let spark = b"ValueError: Free memory on device cuda:0 (52.31/121.69 GiB) on startup is less than desired GPU memory utilization (0.85, 103.44 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.\n";
+    let r = read_log(spark, Engine::Vllm).unwrap();
+    assert_eq!(r.verdict.cause, Cause::OtherProcess);
+    assert!(
+        r.verdict.summary.contains("page cache"),
+        "{}",
+        r.verdict.summary
+    );
+    assert!(
+        r.remedies[0].how.contains("drop_caches"),
+        "{}",
+        r.remedies[0].how
+    );
+    // The same check on a discrete card keeps the other-process reading.
+    let card = b"ValueError: Free memory on device cuda:0 (1.53/22.05 GiB) on startup is less than desired GPU memory utilization (0.9, 19.84 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.\n";
+    let r = read_log(card, Engine::Vllm).unwrap();
+    assert_eq!(r.verdict.cause, Cause::OtherProcess);
+    assert!(!r.verdict.summary.contains("page cache"));
+}
