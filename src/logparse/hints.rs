@@ -2,13 +2,12 @@
 //! near the error), the workload it states (`batch=`, `max_model_len`, `n_ctx`, …) and the model
 //! it names. Keyword matching finds these lines; the verdict's arithmetic uses them.
 
-use std::sync::OnceLock;
+use std::sync::{LazyLock, OnceLock};
 
-use aho_corasick::AhoCorasick;
 use regex::Regex;
 use serde::Serialize;
 
-use super::parse::{any_word, cap_u64, re, size};
+use super::parse::{cap_u64, re, size, WordLists};
 
 /// The moment a line shows, for the stage rules of the verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -260,24 +259,14 @@ impl VllmFigures {
     }
 }
 
-fn vllm_figures(line: &str, v: &mut VllmFigures) {
+fn vllm_figures(line: &str, words: u64, v: &mut VllmFigures) {
     static UTIL: OnceLock<Regex> = OnceLock::new();
     static TOKENS: OnceLock<Regex> = OnceLock::new();
     static BLOCKS: OnceLock<Regex> = OnceLock::new();
     static BLOCK: OnceLock<Regex> = OnceLock::new();
     static AVAIL: OnceLock<Regex> = OnceLock::new();
     static TOTAL: OnceLock<Regex> = OnceLock::new();
-    const ANY: &[&str] = &[
-        "tilization",
-        "KV cache",
-        "GPU blocks",
-        "lock_size",
-        "block-size",
-        "kv_cache_size",
-        "total",
-    ];
-    static WORDS: OnceLock<Option<AhoCorasick>> = OnceLock::new();
-    if !any_word(&WORDS, ANY, line) {
+    if words & (1 << VLLM_BIT) == 0 {
         return;
     }
     let util = re(
@@ -469,23 +458,93 @@ pub const SKIPPED_MARKER: &str = "[llm-oom] skipped ";
 /// The marker before the kept end of a skipped input: the input's line number of the next line.
 pub const RESUMED_MARKER: &str = "[llm-oom] the end of the input resumes at line ";
 
+/// The words without which a hint below cannot be on a line, one list per hint: [`mark`] finds
+/// which lists a line holds in one walk ([`hint_words`]) and each hint reads its bit.
+const SERVED_BIT: u32 = 0;
+const VLLM_BIT: u32 = 1;
+const WORKLOAD_BIT: u32 = 2;
+const WEIGHTS_BIT: u32 = 3;
+const MODEL_BIT: u32 = 4;
+
+/// A request served: throughput reports and a client's success line.
+const SERVED_WORDS: &[&str] = &["Throughput (T/s)", ": Success", "Avg prompt throughput"];
+
+/// vLLM's start-up figures (utilization, KV cache size, blocks, block size, memory totals).
+const VLLM_WORDS: &[&str] = &[
+    "tilization",
+    "KV cache",
+    "GPU blocks",
+    "lock_size",
+    "block-size",
+    "kv_cache_size",
+    "total",
+];
+
+/// The workload a line states (batch, sequence length, context, parallel slots).
+const WORKLOAD_WORDS: &[&str] = &[
+    "batch",
+    "seq",
+    "model_len",
+    "model-len",
+    "n_ctx",
+    "parallel",
+    "n_slots",
+    "num_reqs",
+];
+
+/// An engine's report of the weights' footprint after loading (SGLang, vLLM).
+const WEIGHTS_WORDS: &[&str] = &[
+    "Load weight end",
+    "oading model weights took",
+    "Model loading took",
+];
+
+/// A model named on the line (a path, an id, a GGUF name, a command).
+const MODEL_WORDS: &[&str] = &[
+    "from_pretrained",
+    "--model",
+    "model_id",
+    "model_name",
+    "model-id",
+    "serve ",
+    "models--",
+    "general.name",
+    ".gguf",
+    "-- Model:",
+    "ollama run",
+];
+
+/// Which of the hints' word lists `line` holds: bit [`SERVED_BIT`], [`VLLM_BIT`],
+/// [`WORKLOAD_BIT`], [`WEIGHTS_BIT`], [`MODEL_BIT`].
+fn hint_words(line: &str) -> u64 {
+    static LISTS: LazyLock<WordLists> = LazyLock::new(|| {
+        WordLists::new(&[
+            SERVED_WORDS,
+            VLLM_WORDS,
+            WORKLOAD_WORDS,
+            WEIGHTS_WORDS,
+            MODEL_WORDS,
+        ])
+    });
+    LISTS.mask(line)
+}
+
 /// Mark one line's context: frames, stage signals, workload and model.
 pub fn mark(line: &str, n: usize, ctx: &mut Context) {
+    let words = hint_words(line);
     frames(line, n, ctx);
     ctx.clock.tick(line);
     if let Some(h) = stage_hint(line) {
         ctx.stage_hints.push((n, h));
     }
-    const OK: &[&str] = &["Throughput (T/s)", ": Success", "Avg prompt throughput"];
-    static SERVED: OnceLock<Option<AhoCorasick>> = OnceLock::new();
-    if any_word(&SERVED, OK, line) {
+    if words & (1 << SERVED_BIT) != 0 {
         ctx.served_ok.push(n);
     }
     if progress(line) {
         ctx.steps_done.push(n);
     }
-    workload(line, n, ctx);
-    vllm_figures(line, &mut ctx.vllm);
+    workload(line, words, n, ctx);
+    vllm_figures(line, words, &mut ctx.vllm);
     device_at_start(line, n, ctx);
     if line.contains("caching_allocator_warmup") {
         ctx.one_piece_load_lines.push(n);
@@ -496,11 +555,11 @@ pub fn mark(line: &str, n: usize, ctx: &mut Context) {
     if line.contains("RuntimeBuffers::reshape") || line.contains("RuntimeBuffers::prepareStep") {
         ctx.runtime_step_lines.push(n);
     }
-    if let Some(w) = weights_loaded(line) {
+    if let Some(w) = weights_loaded(line, words) {
         ctx.weights_loaded = Some((n, w.0, w.1));
     }
     if ctx.model.is_none() {
-        ctx.model = model(line).map(|name| ModelHint { name, line: n });
+        ctx.model = model(line, words).map(|name| ModelHint { name, line: n });
     }
     if let Some(rest) = line.strip_prefix(RESUMED_MARKER) {
         ctx.resumed = rest.trim().parse().ok().map(|at| (n, at));
@@ -999,21 +1058,10 @@ fn device_at_start(line: &str, n: usize, ctx: &mut Context) {
 }
 
 /// The workload figures a line states; most lines have none, so a cheap look comes first.
-fn workload(line: &str, n: usize, ctx: &mut Context) {
+fn workload(line: &str, words: u64, n: usize, ctx: &mut Context) {
     static BATCH_SEQ: OnceLock<Regex> = OnceLock::new();
     static FIGURES: OnceLock<Regex> = OnceLock::new();
-    const ANY: &[&str] = &[
-        "batch",
-        "seq",
-        "model_len",
-        "model-len",
-        "n_ctx",
-        "parallel",
-        "n_slots",
-        "num_reqs",
-    ];
-    static WORDS: OnceLock<Option<AhoCorasick>> = OnceLock::new();
-    if !any_word(&WORDS, ANY, line) {
+    if words & (1 << WORKLOAD_BIT) == 0 {
         return;
     }
     // A program's own line naming its batch and its sequence length: `batch= 8 seq= 4096`,
@@ -1061,16 +1109,10 @@ fn workload(line: &str, n: usize, ctx: &mut Context) {
 }
 
 /// The weights' footprint an engine reports after loading: (weights, free after).
-fn weights_loaded(line: &str) -> Option<(u64, Option<u64>)> {
+fn weights_loaded(line: &str, words: u64) -> Option<(u64, Option<u64>)> {
     static SGLANG: OnceLock<Regex> = OnceLock::new();
     static VLLM: OnceLock<Regex> = OnceLock::new();
-    const ANY: &[&str] = &[
-        "Load weight end",
-        "oading model weights took",
-        "Model loading took",
-    ];
-    static WORDS: OnceLock<Option<AhoCorasick>> = OnceLock::new();
-    if !any_word(&WORDS, ANY, line) {
+    if words & (1 << WEIGHTS_BIT) == 0 {
         return None;
     }
     let sglang = re(
@@ -1090,23 +1132,9 @@ fn weights_loaded(line: &str) -> Option<(u64, Option<u64>)> {
 }
 
 /// The model a line names, if any.
-fn model(line: &str) -> Option<String> {
+fn model(line: &str, words: u64) -> Option<String> {
     static MODEL: OnceLock<Regex> = OnceLock::new();
-    const ANY: &[&str] = &[
-        "from_pretrained",
-        "--model",
-        "model_id",
-        "model_name",
-        "model-id",
-        "serve ",
-        "models--",
-        "general.name",
-        ".gguf",
-        "-- Model:",
-        "ollama run",
-    ];
-    static WORDS: OnceLock<Option<AhoCorasick>> = OnceLock::new();
-    if !any_word(&WORDS, ANY, line) {
+    if words & (1 << MODEL_BIT) == 0 {
         return None;
     }
     let m = re(
@@ -1142,7 +1170,7 @@ mod tests {
             "Memory profiling results: total_gpu_memory=23.58GiB initial_memory_usage=15.34GiB peak_torch_memory=17.98GiB memory_usage_post_profile=15.35GiB non_torch_memory=0.35GiB kv_cache_size=2.89GiB gpu_memory_utilization=0.90",
             "# GPU blocks: 1478, # CPU blocks: 2048",
         ] {
-            vllm_figures(l, &mut v);
+            vllm_figures(l, hint_words(l), &mut v);
         }
         assert_eq!(v.utilization, Some(0.9));
         assert_eq!(v.total, size("23.58", "GiB"));
@@ -1157,7 +1185,7 @@ mod tests {
             // vLLM's advice names the flag without a value: not a utilization
             "Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
         ] {
-            vllm_figures(l, &mut v);
+            vllm_figures(l, hint_words(l), &mut v);
         }
         assert_eq!(v.utilization, Some(0.85));
         assert_eq!(v.block(), 32);
@@ -1166,21 +1194,22 @@ mod tests {
         assert_eq!(v.total, size("23.65", "GiB"));
         // A negative share is no figure (the no-blocks rule reads it).
         let mut v = VllmFigures::default();
-        vllm_figures("Available KV cache memory: -2.77 GiB", &mut v);
+        let l = "Available KV cache memory: -2.77 GiB";
+        vllm_figures(l, hint_words(l), &mut v);
         assert_eq!(v.available_kv, None);
     }
 
     #[test]
     fn reads_what_the_weights_took() {
+        let loaded = |l: &str| weights_loaded(l, hint_words(l));
         // sglang-7691: 166.59 GB of weights, 21.73 GB left.
-        let (w, free) = weights_loaded("[2025-07-02 07:41:58 DP0 TP0] Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, avail mem=21.73 GB, mem usage=166.59 GB.").unwrap();
+        let (w, free) = loaded("[2025-07-02 07:41:58 DP0 TP0] Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, avail mem=21.73 GB, mem usage=166.59 GB.").unwrap();
         assert_eq!((w, free), (166_590_000_000, Some(21_730_000_000)));
-        let (w, _) = weights_loaded(
-            "INFO 07-01 model_runner.py:1000] Loading model weights took 14.9888 GB",
-        )
-        .unwrap();
+        let (w, _) =
+            loaded("INFO 07-01 model_runner.py:1000] Loading model weights took 14.9888 GB")
+                .unwrap();
         assert_eq!(w, 14_988_800_000);
-        assert!(weights_loaded("Load weight begin. avail mem=80 GB").is_none());
+        assert!(loaded("Load weight begin. avail mem=80 GB").is_none());
     }
 
     fn marked(lines: &[&str]) -> Context {
@@ -1385,7 +1414,11 @@ mod tests {
             Some("mistralai/Mistral-7B-v0.1")
         );
         assert_eq!(
-            model("/root/.cache/huggingface/hub/models--Qwen--Qwen2-7B/snapshots/x").as_deref(),
+            {
+                let l = "/root/.cache/huggingface/hub/models--Qwen--Qwen2-7B/snapshots/x";
+                model(l, hint_words(l))
+            }
+            .as_deref(),
             Some("Qwen/Qwen2-7B")
         );
         // The other flags and variables that name a model, in any engine's command or script.
@@ -1404,7 +1437,11 @@ mod tests {
             ),
             ("model_id = \"Qwen/Qwen-7B-Chat\"", "Qwen/Qwen-7B-Chat"),
         ] {
-            assert_eq!(model(line).as_deref(), Some(name), "{line}");
+            assert_eq!(
+                model(line, hint_words(line)).as_deref(),
+                Some(name),
+                "{line}"
+            );
         }
     }
 }

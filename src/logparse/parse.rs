@@ -430,6 +430,69 @@ pub(crate) fn any_word(
     }
 }
 
+/// Which of several lists of words a line holds, as a bitmask (bit `k`: a word of list `k`):
+/// one overlapping walk of one automaton over all the lists' words, where asking each list in
+/// turn walks the line once per list (the hints ask several of every line of a log).
+pub(crate) struct WordLists {
+    automaton: Option<AhoCorasick>,
+    /// The list of each word, by the automaton's pattern index.
+    list_of: Vec<u32>,
+    lists: &'static [&'static [&'static str]],
+}
+
+impl WordLists {
+    /// At most 64 lists (one bit each); more are never asked.
+    pub(crate) fn new(lists: &'static [&'static [&'static str]]) -> Self {
+        let lists = lists.get(..lists.len().min(64)).unwrap_or_default();
+        let mut words = Vec::new();
+        let mut list_of = Vec::new();
+        for (k, list) in lists.iter().enumerate() {
+            for w in list.iter() {
+                words.push(*w);
+                list_of.push(k as u32);
+            }
+        }
+        WordLists {
+            automaton: AhoCorasick::new(&words).ok(),
+            list_of,
+            lists,
+        }
+    }
+
+    /// Bit `k` set when `line` holds a word of list `k`.
+    pub(crate) fn mask(&self, line: &str) -> u64 {
+        let mut mask = 0u64;
+        match &self.automaton {
+            Some(automaton) => {
+                for m in automaton.find_overlapping_iter(line) {
+                    if let Some(k) = self.list_of.get(m.pattern().as_usize()) {
+                        mask |= 1u64 << k;
+                    }
+                }
+            }
+            // The automaton always builds from short lists of words; without it, search each.
+            None => {
+                for (k, list) in self.lists.iter().enumerate() {
+                    if list.iter().any(|w| line.contains(w)) {
+                        mask |= 1u64 << k;
+                    }
+                }
+            }
+        }
+        mask
+    }
+}
+
+/// `line.to_ascii_lowercase().contains(needle)` for a lowercase ASCII `needle`, without the copy.
+pub(crate) fn contains_caseless(line: &str, needle: &str) -> bool {
+    let n = needle.as_bytes();
+    n.is_empty()
+        || line
+            .as_bytes()
+            .windows(n.len())
+            .any(|w| w.eq_ignore_ascii_case(n))
+}
+
 /// Compile one of the parser's own patterns (each is tested, so it always compiles).
 fn compile(pattern: &str) -> Regex {
     Regex::new(pattern).unwrap_or_else(|e| unreachable!("static regex {pattern}: {e}"))
@@ -603,6 +666,49 @@ mod tests {
 
     pub(crate) fn lines(s: &str) -> Vec<String> {
         s.lines().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn word_lists_answer_as_a_search_of_each_list_would() {
+        const A: &[&str] = &["batch", "seq"];
+        const B: &[&str] = &["KV cache", "total"];
+        const C: &[&str] = &["seq_len"];
+        static LISTS: &[&[&str]] = &[A, B, C];
+        let lists = WordLists::new(LISTS);
+        for line in [
+            "",
+            "batch_size=8, seq_len=4096",
+            "GPU KV cache size: 1,024 tokens; total 80 GiB",
+            "step 1 loss 2.0",
+            "seq_len batch total",
+            "ünïcode KV cache",
+        ] {
+            let want = LISTS
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| l.iter().any(|w| line.contains(w)))
+                .fold(0u64, |m, (k, _)| m | 1 << k);
+            assert_eq!(lists.mask(line), want, "{line}");
+        }
+    }
+
+    #[test]
+    fn caseless_contains_is_lowercased_contains() {
+        for (line, needle) in [
+            ("Exceeds the memory", "exceed"),
+            ("EXCEED", "exceed"),
+            ("exce ed", "exceed"),
+            ("Out Of Device Memory", "out of device memory"),
+            ("ünï OUT OF MEMORY", "out of memory"),
+            ("", "oom"),
+            ("x", ""),
+        ] {
+            assert_eq!(
+                contains_caseless(line, needle),
+                line.to_ascii_lowercase().contains(needle),
+                "{line} / {needle}"
+            );
+        }
     }
 
     #[test]

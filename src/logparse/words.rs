@@ -7,7 +7,7 @@ use std::sync::{LazyLock, OnceLock};
 use aho_corasick::AhoCorasick;
 use regex::Regex;
 
-use super::parse::{any_word, re, Event, Scan};
+use super::parse::{any_word, contains_caseless, re, Event, Scan};
 
 /// A cheap first look: a line without any of these cannot be an event, so the readers' regexes
 /// only run on the few lines that have one (this keeps `explain` fast on long training logs).
@@ -91,8 +91,7 @@ const NOT_A_FAILURE: &[&str] = &[
 /// "out of memory" or "out of device memory": the card's memory named as run out (an NCCL line
 /// that says so is an out-of-memory, not a collective's failure).
 fn device_memory_ran_out(line: &str) -> bool {
-    let l = line.to_ascii_lowercase();
-    l.contains("out of memory") || l.contains("out of device memory")
+    contains_caseless(line, "out of memory") || contains_caseless(line, "out of device memory")
 }
 
 /// Out-of-memory words in any wording: "out of memory" (of device / GPU / host memory, with
@@ -106,13 +105,19 @@ pub fn says_oom(line: &str) -> bool {
         &WORDS,
         r"(?i:out[ _-]?of[ _-]?(?:(?:device|gpu|host|video|system)[ _-]?)?(?:memory|vram)|failed to allocate|(?:cannot|can't|can not|could not|couldn't|unable to) allocate|memory allocation failure|insufficient system resources|could not be allocated|insufficient (?:[A-Za-z]+ ){0,2}(?:memory|vram)|insufficient[A-Za-z]*memory|failed to create (?:the )?(?:llama )?context|too large for (?:the )?available (?:[A-Za-z]+ )?(?:memory|vram|ram)|not enough (?:[A-Za-z]+ ){0,2}(?:memory|vram)|memory exhausted|resource_exhausted|ran out of (?:[A-Za-z]+ )?memory|_ALLOC_FAILED|[A-Za-z_]*alloc[A-Za-z_]* failed|allocation (?:of [^ ]+ (?:[A-Za-z]+ )?)?failed|bad_alloc|(?-u:\b)MemoryError(?-u:\b)|(?-u:\b)ENOMEM(?-u:\b)|exceeds? (?:the )?available (?:[A-Za-z]+ ){0,2}budget)|(?-u:\b)OOM(?-u:\b)|maxTokensInPagedKvCache(?: \(\d+\))? must be large enough|prepare count underflow\S* @IOGPUMemory|\[metal::malloc\] Resource limit|UR_RESULT_ERROR_OUT_OF_RESOURCES",
     );
-    words.is_match(line) || (line.to_ascii_lowercase().contains("exceed") && line.contains("emory"))
+    words.is_match(line) || (line.contains("emory") && contains_caseless(line, "exceed"))
 }
 
 /// Advice about a possible OOM, not one: "If you are running out of memory, consider …"
 /// (vLLM prints it at every start), "to avoid OOM", "may cause OOM".
 pub fn advice(line: &str) -> bool {
     static ADVICE: OnceLock<Regex> = OnceLock::new();
+    // Both patterns need "oom" or "memory" (in any case): a line with neither is no advice, and
+    // answers without a regex. Non-ASCII text goes to the regexes, whose caseless matching is
+    // Unicode's.
+    if line.is_ascii() && !contains_caseless(line, "oom") && !contains_caseless(line, "memory") {
+        return false;
+    }
     re(
         &ADVICE,
         r"(?i)(?-u:\b)(?:if|in case|may|might|could|can|to avoid|to prevent|avoid(?:ing)?|prevent(?:ing)?|risk of|risking|lead to|cause|reduce|reducing|consider)(?-u:\b)[^.;]{0,40}?(?:(?-u:\b)oom(?-u:\b)|out[ -]of[ -]memory|running out of memory)",
