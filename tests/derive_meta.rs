@@ -36,7 +36,8 @@ fn every_hand_written_family_counts_what_transformers_builds() {
     let mut wrong = Vec::new();
     // Every preset: llama, mistral, mixtral, qwen2/2.5, qwen3, qwen3_moe, gemma2, gemma3, phi3,
     // phimoe, deepseek_v2/v3 (MLA), llama4, gpt_oss, jamba, mamba2, qwen3_next, falcon_h1,
-    // granitemoehybrid, qwen3_vl_moe, qwen3_5_moe.
+    // granitemoehybrid, qwen3_vl_moe, qwen3_5_moe, and the 2026 presets: deepseek_v32,
+    // deepseek_v4, glm_moe_dsa, gemma4, kimi_k25, minimax_m2, nemotron_h, qwen3_5.
     // Each build is mostly the interpreter importing torch: three at a time.
     let built: Vec<_> = std::thread::scope(|s| {
         let py = &py;

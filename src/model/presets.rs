@@ -131,6 +131,68 @@ pub const PRESETS: &[(&str, &str)] = &[
         "Qwen/Qwen3.5-35B-A3B",
         include_str!("../../presets/qwen3.5-35b-a3b.json"),
     ),
+    // deepseek-ai/DeepSeek-V3.2: its raw config.json, copied from a public model-inspection report
+    // (GitHub index file 62736905881; tests/fixtures/configs-2026/manifest.json); fields naming
+    // tokens, dropout or loading code left out. 671,877,944,064 parameters without the MTP layer's
+    // 11,624,027,648; FP8 in 128×128 blocks.
+    (
+        "deepseek-ai/DeepSeek-V3.2",
+        include_str!("../../presets/deepseek-v3.2.json"),
+    ),
+    // deepseek-ai/DeepSeek-V4-Flash: its raw config.json, copied from a public model-inspection
+    // report (GitHub index file 62608729298; tests/fixtures/configs-2026/manifest.json); fields
+    // naming tokens, dropout or loading code left out. 284,334,567,511 parameters; FP8 in 128×128
+    // blocks.
+    (
+        "deepseek-ai/DeepSeek-V4-Flash",
+        include_str!("../../presets/deepseek-v4-flash.json"),
+    ),
+    // zai-org/GLM-5.1: its raw config.json, copied from a public model-inspection report (GitHub
+    // index file 62604838642; tests/fixtures/configs-2026/manifest.json); fields naming tokens,
+    // dropout or loading code left out. 743,911,218,432 parameters without the MTP layer's
+    // 9,952,920,576.
+    (
+        "zai-org/GLM-5.1",
+        include_str!("../../presets/glm-5.1.json"),
+    ),
+    // google/gemma-4-31B-it: the config as transformers 5.7.0 printed it, copied from a public
+    // model-inspection report (GitHub index file 62810419502;
+    // tests/fixtures/configs-2026/manifest.json); fields naming tokens, dropout or loading code
+    // left out. 31,273,088,876 parameters, the vision tower counted.
+    (
+        "google/gemma-4-31B-it",
+        include_str!("../../presets/gemma-4-31b-it.json"),
+    ),
+    // moonshotai/Kimi-K2.5: the config as transformers 5.7.0 printed it, copied from a public
+    // model-inspection report (GitHub index file 62530201892;
+    // tests/fixtures/configs-2026/manifest.json); fields naming tokens, dropout or loading code
+    // left out. 1,026,408,232,448 parameters, the MoonViT tower not counted offline; INT4 routed
+    // experts.
+    (
+        "moonshotai/Kimi-K2.5",
+        include_str!("../../presets/kimi-k2.5.json"),
+    ),
+    // MiniMaxAI/MiniMax-M2.7: its raw config.json, copied from a public model-inspection report
+    // (GitHub index file 62693775865; tests/fixtures/configs-2026/manifest.json); fields naming
+    // tokens, dropout or loading code left out. 228,689,764,864 parameters; FP8 in 128×128 blocks.
+    (
+        "MiniMaxAI/MiniMax-M2.7",
+        include_str!("../../presets/minimax-m2.7.json"),
+    ),
+    // nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B: its raw config.json as a public JAX model test quotes
+    // it (GitHub index file 53261316862; tests/fixtures/configs-2026/manifest.json); fields naming
+    // tokens, dropout or loading code left out. 31,577,940,288 parameters.
+    (
+        "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B",
+        include_str!("../../presets/nemotron-3-nano-30b-a3b.json"),
+    ),
+    // Qwen/Qwen3.6-27B: its raw config.json, copied from a public model-inspection report (GitHub
+    // index file 62633829536; tests/fixtures/configs-2026/manifest.json); fields naming tokens,
+    // dropout or loading code left out. 27,356,728,560 parameters, the vision tower counted.
+    (
+        "Qwen/Qwen3.6-27B",
+        include_str!("../../presets/qwen3.6-27b.json"),
+    ),
 ];
 
 /// The model `llm-oom plan` uses when none is named.
@@ -232,5 +294,8 @@ mod tests {
         ));
         assert!(!near_name(" qwen/qwen3-8b", "Qwen/Qwen3-8B"));
         assert!(find(DEFAULT_MODEL).is_some());
+        // The id without its organisation, for the 2026 presets too.
+        assert_eq!(find("GLM-5.1").unwrap().0, "zai-org/GLM-5.1");
+        assert_eq!(find("qwen3.6-27b").unwrap().0, "Qwen/Qwen3.6-27B");
     }
 }
