@@ -161,6 +161,8 @@ pub struct DeploymentRequest {
     pub images: u64,
     /// `--image-size` as (height, width) [default: the model's native size].
     pub image_size: Option<(u64, u64)>,
+    /// vLLM's `--limit-mm-per-prompt` for images [default: vLLM's 999].
+    pub limit_mm_per_prompt: Option<u64>,
     /// `--mtp`: the model's own multi-token-prediction layers as the draft.
     pub mtp: bool,
 }

@@ -210,8 +210,27 @@ fn bad_image_flags_are_one_line_and_exit_2() {
             "--image-size big",
         ),
         (
-            &["--images", "1", "--engine", "vllm"][..],
-            "planned for transformers",
+            &["--images", "1", "--engine", "sglang"][..],
+            "planned for transformers and vLLM",
+        ),
+        (
+            &[
+                "--images",
+                "4",
+                "--engine",
+                "vllm",
+                "--limit-mm-per-prompt",
+                "2",
+            ][..],
+            "vLLM takes at most 2 image(s) in one prompt",
+        ),
+        (
+            &["--images", "1", "--limit-mm-per-prompt", "2"][..],
+            "--limit-mm-per-prompt is a vLLM flag",
+        ),
+        (
+            &["--images", "1", "--engine", "vllm", "--vllm-version", "v0"][..],
+            "follows V1's encoder profile",
         ),
     ] {
         let mut args = vec!["plan", "-m", GEMMA3, "--vram", "24GB"];
@@ -392,4 +411,145 @@ fn the_vision_tower_is_its_own_row_beside_the_encoders_activations() {
         .is_none());
     let text = run(home.path(), &["plan", "-m", TEXT_ONLY, "--vram", "80GiB"]);
     assert!(!text.stdout.contains("vision tower"), "{}", text.stdout);
+}
+
+const QWEN25_VL_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/vision/qwen2.5-vl-7b-instruct.json"
+);
+
+/// `plan --engine vllm` on one card, as JSON.
+fn vllm_plan(home: &std::path::Path, model: &str, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![
+        "plan", "-m", model, "--engine", "vllm", "--vram", "80GB", "--json",
+    ];
+    args.extend_from_slice(extra);
+    let r = run(home, &args);
+    assert!(
+        r.code == 0 || r.code == 1,
+        "{args:?}: {}{}",
+        r.stdout,
+        r.stderr
+    );
+    json(&r.stdout)
+}
+
+fn u(v: &serde_json::Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+#[test]
+fn vllm_gemma3_profiles_32_images_and_the_encoder_cache_comes_off_the_kv_cache() {
+    let home = temp();
+    let plain = vllm_plan(home.path(), GEMMA3, &[]);
+    let four = vllm_plan(home.path(), GEMMA3, &["--images", "4"]);
+    let eight = vllm_plan(home.path(), GEMMA3, &["--images", "8"]);
+    // 4 × 256 image tokens join the 2,048 text tokens
+    assert_eq!(four["workload"]["prompt_tokens"], 2048 + 4 * 256);
+    assert_eq!(eight["workload"]["prompt_tokens"], 2048 + 8 * 256);
+    let s = &four["vllm_startup"];
+    let e = &s["encoder_profile"];
+    // an 80 GB card: max_num_batched_tokens 8,192, so the encoder budget is 8,192 tokens and
+    // the profile encodes 8,192 / 256 = 32 images of 896 × 896
+    assert_eq!(s["max_num_batched_tokens"], 8192);
+    assert_eq!(e["tokens_per_item"], 256);
+    assert_eq!(e["encoder_budget"], 8192);
+    assert_eq!(e["items"], 32);
+    // SigLIP's MLP for 32 images of 4,096 patches: (1,152 × 2 + 4,304 × 2) bf16 values each
+    assert_eq!(
+        u(&e["encoder_bytes"]),
+        32 * 4096 * (1152 * 2 + 4304 * 2) * 2
+    );
+    // the encoder cache: 32 × 256 vectors of the language model's 5,376, bf16
+    let cache = 32 * 256 * 5376 * 2;
+    assert_eq!(u(&e["cache_bytes"]), cache);
+    // the language model's own profile is larger than the tower's 2.7 GiB, so the cache is
+    // what the images add; the KV cache shrinks by exactly that
+    let lm = u(&plain["vllm_startup"]["peak_activation_bytes"]);
+    assert!(lm > u(&e["encoder_bytes"]));
+    assert_eq!(u(&s["peak_activation_bytes"]), lm + cache);
+    assert_eq!(u(&s["vision_encoder_bytes"]), cache);
+    assert_eq!(
+        u(&plain["vllm_startup"]["available_kv_bytes"]) - u(&s["available_kv_bytes"]),
+        cache
+    );
+    assert!(u(&s["kv_tokens"]) < u(&plain["vllm_startup"]["kv_tokens"]));
+    assert_eq!(u(&four["components"]["vision_encoder"]), cache);
+    // whatever --images: the profile is vLLM's, not the request's; the longer prompt is what
+    // more images cost
+    assert_eq!(
+        eight["vllm_startup"]["available_kv_bytes"],
+        s["available_kv_bytes"]
+    );
+    let row = |j: &serde_json::Value| u(&j["budget"]["table"][0]["max_total_tokens"]);
+    assert!(row(&four) < row(&plain), "{} {}", row(&four), row(&plain));
+    assert!(plain["vllm_startup"].get("encoder_profile").is_none());
+
+    // one sequence, two images a prompt: the decoder side allows 1 × 2 items
+    let two = vllm_plan(
+        home.path(),
+        GEMMA3,
+        &[
+            "--images",
+            "2",
+            "--limit-mm-per-prompt",
+            "2",
+            "--max-num-seqs",
+            "1",
+        ],
+    );
+    let e2 = &two["vllm_startup"]["encoder_profile"];
+    assert_eq!(e2["items"], 2);
+    assert_eq!(u(&e2["cache_bytes"]), 2 * 256 * 5376 * 2);
+
+    // the table has the row, and the note says why
+    let text = run(
+        home.path(),
+        &[
+            "plan", "-m", GEMMA3, "--engine", "vllm", "--vram", "80GB", "--images", "4",
+        ],
+    );
+    assert!(
+        text.stdout.contains("│ vision encoder ┆ 84.0 MiB"),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout.contains(
+            "vLLM profiles the vision encoder at start-up, whatever --images: 32 image(s) of 256 \
+             tokens"
+        ),
+        "{}",
+        text.stdout
+    );
+}
+
+#[test]
+fn vllm_qwen25_vl_profiles_six_of_its_largest_images() {
+    let home = temp();
+    let plain = vllm_plan(home.path(), QWEN25_VL_FIXTURE, &[]);
+    let four = vllm_plan(
+        home.path(),
+        QWEN25_VL_FIXTURE,
+        &["--images", "4", "--image-size", "1024x1024"],
+    );
+    // the request's images: 1024² → 980², 1,225 tokens each
+    assert_eq!(four["workload"]["prompt_tokens"], 2048 + 4 * 1225);
+    let s = &four["vllm_startup"];
+    let e = &s["encoder_profile"];
+    // the profile's: the largest the processor keeps, 28 × 28 × 1,280 px → 1,280 tokens of
+    // 5,120 patches; 8,192 / 1,280 = 6 of them
+    assert_eq!(e["tokens_per_item"], 1280);
+    assert_eq!(e["items"], 6);
+    assert_eq!(u(&e["encoder_bytes"]), 6 * 5120 * (1280 * 2 + 3420 * 2) * 2);
+    let cache = 6 * 1280 * 3584 * 2;
+    assert_eq!(u(&e["cache_bytes"]), cache);
+    let lm = u(&plain["vllm_startup"]["peak_activation_bytes"]);
+    let added = u(&e["encoder_bytes"]).max(lm) + cache - lm;
+    assert_eq!(u(&s["vision_encoder_bytes"]), added);
+    assert_eq!(
+        u(&plain["vllm_startup"]["available_kv_bytes"]) - u(&s["available_kv_bytes"]),
+        added
+    );
+    assert_eq!(u(&four["components"]["vision_encoder"]), added);
 }

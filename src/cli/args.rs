@@ -343,10 +343,14 @@ pub struct PlanArgs {
     /// card, 2,048 under 35 GiB]
     #[arg(long, allow_negative_numbers = true)]
     pub chunked_prefill_size: Option<i64>,
-    /// Images in each request's prompt (vision-language models, transformers): their tokens
-    /// join the prompt and the vision encoder's activations are priced
+    /// Images in each request's prompt (vision-language models, transformers and vLLM): their
+    /// tokens join the prompt and the vision encoder's memory is priced
     #[arg(long, allow_negative_numbers = true)]
     pub images: Option<i64>,
+    /// vLLM: the most images one prompt may carry (vLLM's --limit-mm-per-prompt '{"image": N}')
+    /// [default: 999]
+    #[arg(long, requires = "images", allow_negative_numbers = true)]
+    pub limit_mm_per_prompt: Option<i64>,
     /// The images' size, width x height in pixels (1024x768) [default: the model's native size;
     /// Qwen-VL: the largest its processor keeps]
     #[arg(long, requires = "images")]

@@ -382,6 +382,10 @@ fn deployment(a: &args::PlanArgs) -> Result<llm_oom::request::DeploymentRequest,
             .map(llm_oom::model::images::parse_size)
             .transpose()
             .map_err(InputError::Usage)?,
+        limit_mm_per_prompt: a
+            .limit_mm_per_prompt
+            .map(|n| within("--limit-mm-per-prompt", n, 4096))
+            .transpose()?,
     })
 }
 

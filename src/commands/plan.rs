@@ -303,6 +303,25 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
                 }
             }),
         }),
+        images: None,
+    };
+    // vLLM: what its start-up profile of the encoder takes off the KV cache, priced once on this
+    // card and the same for every workload.
+    let images = images.map(|mut l| {
+        if req.engine == Engine::Vllm {
+            let with = Deployment {
+                images: Some(l),
+                ..deployment
+            };
+            let s =
+                crate::estimate::vllm_startup_with(&spec, &w, device.vram_bytes, &req.vllm, &with);
+            l.vllm_reserve = Some(s.vision_encoder_bytes);
+        }
+        l
+    });
+    let deployment = Deployment {
+        images,
+        ..deployment
     };
     notes.extend(deployment_notes(&spec, &w, &deployment, req.deployment.mtp));
     let planner = Planner::new(&spec, device.vram_bytes)
@@ -340,6 +359,12 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         .then(|| {
             crate::estimate::vllm_startup_with(&spec, &w, device.vram_bytes, &req.vllm, &deployment)
         });
+    if let (Some(s), Some(e)) = (
+        &vllm_startup,
+        vllm_startup.as_ref().and_then(|s| s.encoder_profile),
+    ) {
+        notes.push(vllm_images_note(s, &e));
+    }
     if let Some(s) = &vllm_startup {
         let (v, remedies, said) = crate::verdict::startup::verdict(s, &w);
         f.verdict = v;
@@ -677,12 +702,50 @@ fn image_load(
         ))
         .into());
     };
-    if !req.engine.is_transformers() {
-        return Err(InputError::Usage(format!(
-            "--images is planned for transformers (its processor and vision encoder); {} sizes \
-             its encoder cache otherwise: leave --images out or add --engine transformers",
-            req.engine
-        ))
+    let limit = req
+        .deployment
+        .limit_mm_per_prompt
+        .unwrap_or(crate::model::images::VLLM_DEFAULT_LIMIT);
+    match req.engine {
+        e if e.is_transformers() => {}
+        Engine::Vllm => {
+            if req.vllm.version == Some(crate::estimate::VllmVersion::V0) {
+                return Err(InputError::Usage(
+                    "--images with vLLM follows V1's encoder profile; leave --vllm-version v0 out"
+                        .into(),
+                )
+                .into());
+            }
+            if req.gpus.len() > 1 || req.parallel.is_set() {
+                return Err(InputError::Usage(
+                    "--images with vLLM is planned on one card (its start-up profile of the \
+                     encoder); leave the GPUs or the parallel layout out"
+                        .into(),
+                )
+                .into());
+            }
+            // vllm/multimodal/processing: a prompt past the limit is refused.
+            if n > limit {
+                return Err(InputError::Usage(format!(
+                    "--images {n}: vLLM takes at most {limit} image(s) in one prompt \
+                     (--limit-mm-per-prompt); raise it or send fewer"
+                ))
+                .into());
+            }
+        }
+        _ => {
+            return Err(InputError::Usage(format!(
+                "--images is planned for transformers and vLLM (their processors and vision \
+                 encoders); {} is not modelled: leave --images out or add --engine vllm",
+                req.engine
+            ))
+            .into());
+        }
+    }
+    if req.deployment.limit_mm_per_prompt.is_some() && req.engine != Engine::Vllm {
+        return Err(InputError::Usage(
+            "--limit-mm-per-prompt is a vLLM flag; add --engine vllm or leave it out".into(),
+        )
         .into());
     }
     if req.exact {
@@ -696,6 +759,8 @@ fn image_load(
         input,
         cost,
         per_request: n,
+        limit_mm_per_prompt: limit,
+        vllm_reserve: None,
     };
     let text = w.prompt_tokens;
     w.prompt_tokens = text.saturating_add(load.tokens());
@@ -726,6 +791,30 @@ fn image_load(
         crate::units::group(w.prompt_tokens)
     ));
     Ok(Some(load))
+}
+
+/// vLLM's start-up profile of the vision encoder, in words: the images it encodes, what the tower
+/// and the encoder cache hold, and what that takes off the KV cache.
+fn vllm_images_note(
+    s: &crate::estimate::VllmStartup,
+    e: &crate::model::images::VllmEncoderProfile,
+) -> String {
+    use crate::units::{group, Bytes};
+    format!(
+        "vLLM profiles the vision encoder at start-up, whatever --images: {} image(s) of {} \
+         tokens (the largest its processor keeps; the encoder budget is {} tokens, \
+         max(--max-num-batched-tokens {}, one image)); the tower's {} and the encoder cache's {} \
+         beside the language model's profile take {} off the KV cache; the images' tokens count \
+         toward --max-model-len {}",
+        group(e.items),
+        group(e.tokens_per_item),
+        group(e.encoder_budget),
+        group(s.max_num_batched_tokens),
+        Bytes(e.encoder_bytes),
+        Bytes(e.cache_bytes),
+        Bytes(s.vision_encoder_bytes),
+        group(s.max_model_len),
+    )
 }
 
 /// The model as `--model` names it; with `--python`, also as transformers builds it on the meta

@@ -176,6 +176,8 @@ pub struct Draft<'a> {
 pub struct Deployment<'a> {
     pub lora: Option<Lora>,
     pub draft: Option<Draft<'a>>,
+    /// `plan --images`: vLLM's start-up profiles the vision encoder before it sizes the KV cache.
+    pub images: Option<crate::model::images::ImageLoad>,
 }
 
 impl Deployment<'_> {
@@ -367,6 +369,7 @@ mod tests {
         let w = work(Engine::Transformers);
         let alone = super::super::estimate(&target, &w, 80 << 30);
         let d = Deployment {
+            images: None,
             lora: None,
             draft: Some(Draft {
                 spec: &draft,

@@ -262,8 +262,16 @@ pub struct Startup {
     /// The draft model's weights (`--speculative-config`).
     #[serde(skip_serializing_if = "is_zero")]
     pub draft_weights_bytes: u64,
-    /// The profiling run's peak (`max_num_batched_tokens` tokens, `max_num_seqs` sampled).
+    /// The profiling run's peak (`max_num_batched_tokens` tokens, `max_num_seqs` sampled; with
+    /// `--images`, the vision encoder's profile beside it).
     pub peak_activation_bytes: u64,
+    /// `--images`: the encoder's profile (the dummy images, the encoder budget, the tower's
+    /// transient and the encoder cache).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub encoder_profile: Option<crate::model::images::VllmEncoderProfile>,
+    /// `--images`: what the encoder's profile adds to the peak, and so takes off the KV cache.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub vision_encoder_bytes: u64,
     pub non_torch_bytes: u64,
     /// What is left for the KV cache (0 when nothing is).
     pub available_kv_bytes: u64,
@@ -452,7 +460,25 @@ fn startup_at(
             .saturating_add(fused_moe_cache_bytes(spec, tokens, d))
             .saturating_add(sampler_warmup_bytes(seqs, spec.vocab_size, d))
     };
-    let peak_activation = peak_for(mnbt);
+    let lm_peak = peak_for(mnbt);
+    // `profile_run` encodes the dummy images first and keeps their outputs through the language
+    // model's dummy run (V1's gpu_model_runner.py); V0 is not modelled with images (`plan`
+    // refuses the pair).
+    let d_bytes = (d.ceil() as u64).max(1);
+    let encoder_profile = dep
+        .images
+        .filter(|_| version == VllmVersion::V1)
+        .and_then(|l| {
+            l.input.vllm_profile(
+                mnbt,
+                seqs,
+                max_model_len,
+                l.limit_mm_per_prompt,
+                spec.hidden_size,
+                d_bytes,
+            )
+        });
+    let peak_activation = encoder_profile.map_or(lm_peak, |e| e.peak_with(lm_peak));
     let all_weights = engine_weight_bytes(spec, w.weight_dtype, Engine::Vllm);
     let cpu_offload = a.cpu_offload_gb.map_or(0, offload_bytes).min(all_weights);
     let weights = all_weights - cpu_offload;
@@ -676,6 +702,8 @@ fn startup_at(
         adapters_bytes: adapters,
         draft_weights_bytes: draft_weights,
         peak_activation_bytes: peak_activation,
+        encoder_profile,
+        vision_encoder_bytes: peak_activation.saturating_sub(lm_peak),
         non_torch_bytes: non_torch,
         available_kv_bytes: available,
         needed_kv_bytes: needed,
@@ -765,6 +793,7 @@ mod tests {
         };
         let alone = startup(&target, &work(), 80 * GIB, &a);
         let dep = Deployment {
+            images: None,
             lora: Some(Lora {
                 rank: 8,
                 targets: Targets::of(&[Target::Q]),
@@ -1129,6 +1158,7 @@ mod tests {
         use crate::estimate::deployment::{Draft, Lora, Target, Targets};
         let draft = presets::from_file("qwen2.5-0.5b-instruct");
         let lora = Deployment {
+            images: None,
             lora: Some(Lora {
                 rank: 8,
                 targets: Targets::of(&[Target::Q]),
@@ -1137,6 +1167,7 @@ mod tests {
             draft: None,
         };
         let spec = Deployment {
+            images: None,
             lora: None,
             draft: Some(Draft {
                 spec: &draft,

@@ -88,6 +88,12 @@ pub struct ImageLoad {
     pub input: ImageInput,
     pub cost: ImageCost,
     pub per_request: u64,
+    /// vLLM's `--limit-mm-per-prompt` for images ([`VLLM_DEFAULT_LIMIT`] when not given).
+    pub limit_mm_per_prompt: u64,
+    /// vLLM: what its start-up profile of the encoder takes off the KV cache
+    /// ([`VllmEncoderProfile::peak_with`] less the language model's own peak), the same for
+    /// every workload; `None` for the other engines.
+    pub vllm_reserve: Option<u64>,
 }
 
 impl ImageLoad {
@@ -100,6 +106,9 @@ impl ImageLoad {
     /// first forward; eager holds the score matrix.
     pub fn encoder_bytes(&self, w: &crate::estimate::Workload) -> u64 {
         use crate::estimate::Engine;
+        if w.engine == Engine::Vllm {
+            return self.vllm_reserve.unwrap_or(0);
+        }
         let eager = w.engine == Engine::TransformersEager;
         let d = w
             .weight_dtype
@@ -113,6 +122,89 @@ impl ImageLoad {
             d.max(1),
             eager,
         )
+    }
+}
+
+/// vLLM's default `--limit-mm-per-prompt` for every modality (vllm/config/multimodal.py,
+/// `MultiModalConfig.limit_per_prompt`: "Defaults to 999 for each modality").
+pub const VLLM_DEFAULT_LIMIT: u64 = 999;
+
+/// What vLLM V1 reserves for a vision-language model's images at start-up: `profile_run`
+/// (vllm/v1/worker/gpu_model_runner.py) encodes a dummy batch of `items` images of the largest
+/// size (`_get_mm_dummy_batch(dummy_modality, max_mm_items_per_batch)`, then
+/// `self.model.embed_multimodal`), keeps their outputs in `self.encoder_cache` and only then runs
+/// the language model's `_dummy_run(self.max_num_tokens)`; the peak of that profile comes off the
+/// KV cache (`determine_available_memory`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct VllmEncoderProfile {
+    /// `max_mm_items_per_batch`: the images encoded at once in the profile.
+    pub items: u64,
+    /// `mm_max_toks_per_item`: one image of the largest size the processor keeps.
+    pub tokens_per_item: u64,
+    /// `get_encoder_budget()`: min(`encoder_compute_budget`, `encoder_cache_size`), in tokens.
+    pub encoder_budget: u64,
+    /// The vision tower's transient peak for `items` images at once (vLLM's ViTs attend with
+    /// flash attention or SDPA: no score matrix).
+    pub encoder_bytes: u64,
+    /// The encoder cache at its fullest: the `items` outputs, `tokens_per_item` vectors of the
+    /// language model's hidden size each, kept through the language model's dummy run.
+    pub cache_bytes: u64,
+}
+
+impl VllmEncoderProfile {
+    /// The profile's peak with the language model's `lm_peak` beside it: the tower's transient is
+    /// freed before `_dummy_run`, the cache is not, so max(tower, LM) + cache.
+    pub fn peak_with(&self, lm_peak: u64) -> u64 {
+        self.encoder_bytes
+            .max(lm_peak)
+            .saturating_add(self.cache_bytes)
+    }
+}
+
+impl ImageInput {
+    /// vLLM V1's encoder profile for this model (`None`: `--limit-mm-per-prompt 0`, which skips
+    /// the tower: vllm/multimodal/encoder_budget.py keeps only modalities whose limit is above 0).
+    ///
+    /// - `encoder_compute_budget` and `encoder_cache_size` (vllm/v1/core/encoder_cache_manager.py,
+    ///   `compute_mm_encoder_budget`, `_get_max_num_batched_encoder_embeds`,
+    ///   `_get_encoder_cache_size`): both max(`max_num_batched_tokens`, tokens of the largest
+    ///   item) when not set; the budget is their minimum.
+    /// - `MultiModalBudget._get_max_items` (vllm/multimodal/encoder_budget.py): encoder items =
+    ///   budget // tokens per item; per prompt max(1, min(limit, max_model_len // tokens));
+    ///   decoder items = max_num_seqs × per prompt (V1 chunks prefill); the batch is
+    ///   max(1, min(encoder items, decoder items)).
+    ///
+    /// `text_hidden` is the language model's hidden size (the projector's output), `d` the
+    /// compute dtype's bytes.
+    pub fn vllm_profile(
+        &self,
+        max_num_batched_tokens: u64,
+        max_num_seqs: u64,
+        max_model_len: u64,
+        limit: u64,
+        text_hidden: u64,
+        d: u64,
+    ) -> Option<VllmEncoderProfile> {
+        if limit == 0 {
+            return None;
+        }
+        let largest = self.cost(None);
+        let tokens = largest.tokens.max(1);
+        let budget = max_num_batched_tokens.max(tokens);
+        let per_prompt = limit.min(max_model_len / tokens).max(1);
+        let items = (budget / tokens)
+            .min(max_num_seqs.saturating_mul(per_prompt))
+            .max(1);
+        Some(VllmEncoderProfile {
+            items,
+            tokens_per_item: tokens,
+            encoder_budget: budget,
+            encoder_bytes: self.encoder_bytes(&largest, items, d, false),
+            cache_bytes: items
+                .saturating_mul(tokens)
+                .saturating_mul(text_hidden)
+                .saturating_mul(d),
+        })
     }
 }
 
@@ -542,6 +634,33 @@ mod tests {
             2 * 4900 * 1280 * 4 * 2 + 16 * 4900 * 4900 * 6
         );
         assert_eq!(q.encoder_bytes(&qc, 2, 2, true), 2_405_312_000);
+    }
+
+    #[test]
+    fn vllm_profiles_as_many_largest_images_as_the_encoder_budget_holds() {
+        let g = gemma3();
+        // 8,192 tokens of budget / 256 a Gemma-3 image = 32 images; 1,024 sequences allow more
+        let p = g.vllm_profile(8192, 1024, 131_072, 999, 5376, 2).unwrap();
+        assert_eq!(
+            (p.items, p.tokens_per_item, p.encoder_budget),
+            (32, 256, 8192)
+        );
+        assert_eq!(p.cache_bytes, 32 * 256 * 5376 * 2);
+        // the decoder side: 1 sequence × min(limit 2, 131,072 / 256) images
+        assert_eq!(
+            g.vllm_profile(8192, 1, 131_072, 2, 5376, 2).unwrap().items,
+            2
+        );
+        // a budget below one image is lifted to it: max(2,048, 1,280) for Qwen2.5-VL's largest
+        let q = qwen25()
+            .vllm_profile(1024, 256, 128_000, 999, 3584, 2)
+            .unwrap();
+        assert_eq!((q.items, q.encoder_budget), (1, 1280));
+        // --limit-mm-per-prompt 0: the tower is not profiled
+        assert!(g.vllm_profile(8192, 1024, 131_072, 0, 5376, 2).is_none());
+        // the tower's transient is freed before the language model's run; the cache is not
+        assert_eq!(p.peak_with(0), p.encoder_bytes + p.cache_bytes);
+        assert_eq!(p.peak_with(u64::MAX), u64::MAX);
     }
 
     #[test]
