@@ -242,11 +242,15 @@ impl<'a> Planner<'a> {
     }
 
     pub fn fits(&self, w: &Workload) -> bool {
-        match self.pool_run(w) {
-            Some(run) if w.max_new_tokens > POOL_NEW_TOKENS_EXACT => {
-                run.ran() && self.estimate(w).total <= self.vram
+        let ran = || self.pool_run(w).is_some_and(|run| run.ran());
+        match self.pool_shape(w) {
+            // Past the replayed steps the profile must fit the whole workload too: asked first,
+            // as it takes microseconds where a replay takes tens of milliseconds, and where it
+            // does not fit the replay cannot change the answer.
+            Some(_) if w.max_new_tokens > POOL_NEW_TOKENS_EXACT => {
+                self.estimate(w).total <= self.vram && ran()
             }
-            Some(run) => run.ran(),
+            Some(_) => ran(),
             None => self.estimate(w).total <= self.vram,
         }
     }
@@ -587,6 +591,29 @@ mod tests {
             // something in each case fits and something does not: the searches met an edge
             assert!(prompt.is_some() && b.table.iter().any(|r| r.limited_by == Limit::Memory));
         }
+    }
+
+    #[test]
+    fn past_the_replayed_steps_asking_the_profile_first_changes_no_answer() {
+        let (spec, _) = planner_for("HuggingFaceTB/SmolLM2-135M-Instruct", 0);
+        let over = POOL_NEW_TOKENS_EXACT + 100;
+        let mut answers = Vec::new();
+        for (vram, w) in [
+            (1_300 << 20, work(512, over, 1)),
+            (1_300 << 20, work(64, over, 1)),
+            (900 << 20, work(256, over, 2)),
+            (4 << 30, work(512, over, 4)),
+        ] {
+            let pl = Planner::new(&spec, vram).with_pool();
+            assert!(pl.pool_shape(&w).is_some());
+            let fits = pl.fits(&w);
+            assert_eq!(fits, fits_afresh(&spec, vram, &w), "{vram} {w:?}");
+            answers.push(fits);
+        }
+        assert!(
+            answers.contains(&true) && answers.contains(&false),
+            "{answers:?}"
+        );
     }
 
     #[test]
