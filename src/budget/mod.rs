@@ -323,39 +323,63 @@ impl<'a> Planner<'a> {
             let (t, by) = self.max_total(w, c);
             BudgetRow::at(c, t, by, w)
         };
-        // Each row of the allocator model bisects ~20 replays of tens of milliseconds: one
-        // thread per row.
-        let table = if self.pool_shape(w).is_some() {
+        let max_prompt = || {
+            largest(1, limit.saturating_sub(w.max_new_tokens), |p| {
+                self.fits(&Workload {
+                    prompt_tokens: p,
+                    ..*w
+                })
+            })
+        };
+        let max_new = || {
+            largest(1, limit.saturating_sub(w.prompt_tokens), |n| {
+                self.fits(&Workload {
+                    max_new_tokens: n,
+                    ..*w
+                })
+            })
+        };
+        let max_batch = || self.max_batch(w);
+        // Each row of the allocator model bisects ~20 replays of tens of milliseconds, and so
+        // do the largest prompt and batch: one thread each (the runs are deterministic, so the
+        // answers are those of one thread).
+        let (table, max_prompt_tokens, max_new_tokens, max_batch) = if self.pool_shape(w).is_some()
+        {
             std::thread::scope(|scope| {
                 let rows: Vec<_> = CONCURRENCY_ROWS
                     .iter()
                     .map(|&c| scope.spawn(move || row(c)))
                     .collect();
-                rows.into_iter()
+                let prompt = scope.spawn(max_prompt);
+                let new = scope.spawn(max_new);
+                let batch = scope.spawn(max_batch);
+                let table = rows
+                    .into_iter()
                     .zip(CONCURRENCY_ROWS)
                     .map(|(h, c)| h.join().unwrap_or_else(|_| row(c)))
-                    .collect()
+                    .collect();
+                (
+                    table,
+                    prompt.join().unwrap_or_else(|_| max_prompt()),
+                    new.join().unwrap_or_else(|_| max_new()),
+                    batch.join().unwrap_or_else(|_| max_batch()),
+                )
             })
         } else {
-            CONCURRENCY_ROWS.iter().map(|&c| row(c)).collect()
+            (
+                CONCURRENCY_ROWS.iter().map(|&c| row(c)).collect(),
+                max_prompt(),
+                max_new(),
+                max_batch(),
+            )
         };
         Budget {
             vram_bytes: self.vram,
             fits,
             peak_bytes,
-            max_prompt_tokens: largest(1, limit.saturating_sub(w.max_new_tokens), |p| {
-                self.fits(&Workload {
-                    prompt_tokens: p,
-                    ..*w
-                })
-            }),
-            max_new_tokens: largest(1, limit.saturating_sub(w.prompt_tokens), |n| {
-                self.fits(&Workload {
-                    max_new_tokens: n,
-                    ..*w
-                })
-            }),
-            max_batch: self.max_batch(w),
+            max_prompt_tokens,
+            max_new_tokens,
+            max_batch,
             context_limit: self.spec.max_position_embeddings,
             table,
         }
