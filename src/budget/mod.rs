@@ -243,11 +243,15 @@ impl<'a> Planner<'a> {
     }
 
     pub fn fits(&self, w: &Workload) -> bool {
-        match self.pool_run(w) {
-            Some(run) if w.max_new_tokens > POOL_NEW_TOKENS_EXACT => {
-                run.ran() && self.estimate(w).total <= self.vram
+        let ran = || self.pool_run(w).is_some_and(|run| run.ran());
+        match self.pool_shape(w) {
+            // Past the replayed steps the profile must fit the whole workload too: asked first,
+            // as it takes microseconds where a replay takes tens of milliseconds, and where it
+            // does not fit the replay cannot change the answer.
+            Some(_) if w.max_new_tokens > POOL_NEW_TOKENS_EXACT => {
+                self.estimate(w).total <= self.vram && ran()
             }
-            Some(run) => run.ran(),
+            Some(_) => ran(),
             None => self.estimate(w).total <= self.vram,
         }
     }
@@ -320,39 +324,63 @@ impl<'a> Planner<'a> {
             let (t, by) = self.max_total(w, c);
             BudgetRow::at(c, t, by, w)
         };
-        // Each row of the allocator model bisects ~20 replays of tens of milliseconds: one
-        // thread per row.
-        let table = if self.pool_shape(w).is_some() {
+        let max_prompt = || {
+            largest(1, limit.saturating_sub(w.max_new_tokens), |p| {
+                self.fits(&Workload {
+                    prompt_tokens: p,
+                    ..*w
+                })
+            })
+        };
+        let max_new = || {
+            largest(1, limit.saturating_sub(w.prompt_tokens), |n| {
+                self.fits(&Workload {
+                    max_new_tokens: n,
+                    ..*w
+                })
+            })
+        };
+        let max_batch = || self.max_batch(w);
+        // Each row of the allocator model bisects ~20 replays of tens of milliseconds, and so
+        // do the largest prompt and batch: one thread each (the runs are deterministic, so the
+        // answers are those of one thread).
+        let (table, max_prompt_tokens, max_new_tokens, max_batch) = if self.pool_shape(w).is_some()
+        {
             std::thread::scope(|scope| {
                 let rows: Vec<_> = CONCURRENCY_ROWS
                     .iter()
                     .map(|&c| scope.spawn(move || row(c)))
                     .collect();
-                rows.into_iter()
+                let prompt = scope.spawn(max_prompt);
+                let new = scope.spawn(max_new);
+                let batch = scope.spawn(max_batch);
+                let table = rows
+                    .into_iter()
                     .zip(CONCURRENCY_ROWS)
                     .map(|(h, c)| h.join().unwrap_or_else(|_| row(c)))
-                    .collect()
+                    .collect();
+                (
+                    table,
+                    prompt.join().unwrap_or_else(|_| max_prompt()),
+                    new.join().unwrap_or_else(|_| max_new()),
+                    batch.join().unwrap_or_else(|_| max_batch()),
+                )
             })
         } else {
-            CONCURRENCY_ROWS.iter().map(|&c| row(c)).collect()
+            (
+                CONCURRENCY_ROWS.iter().map(|&c| row(c)).collect(),
+                max_prompt(),
+                max_new(),
+                max_batch(),
+            )
         };
         Budget {
             vram_bytes: self.vram,
             fits,
             peak_bytes,
-            max_prompt_tokens: largest(1, limit.saturating_sub(w.max_new_tokens), |p| {
-                self.fits(&Workload {
-                    prompt_tokens: p,
-                    ..*w
-                })
-            }),
-            max_new_tokens: largest(1, limit.saturating_sub(w.prompt_tokens), |n| {
-                self.fits(&Workload {
-                    max_new_tokens: n,
-                    ..*w
-                })
-            }),
-            max_batch: self.max_batch(w),
+            max_prompt_tokens,
+            max_new_tokens,
+            max_batch,
             context_limit: self.spec.max_position_embeddings,
             table,
         }
@@ -588,6 +616,29 @@ mod tests {
             // something in each case fits and something does not: the searches met an edge
             assert!(prompt.is_some() && b.table.iter().any(|r| r.limited_by == Limit::Memory));
         }
+    }
+
+    #[test]
+    fn past_the_replayed_steps_asking_the_profile_first_changes_no_answer() {
+        let (spec, _) = planner_for("HuggingFaceTB/SmolLM2-135M-Instruct", 0);
+        let over = POOL_NEW_TOKENS_EXACT + 100;
+        let mut answers = Vec::new();
+        for (vram, w) in [
+            (1_300 << 20, work(512, over, 1)),
+            (1_300 << 20, work(64, over, 1)),
+            (900 << 20, work(256, over, 2)),
+            (4 << 30, work(512, over, 4)),
+        ] {
+            let pl = Planner::new(&spec, vram).with_pool();
+            assert!(pl.pool_shape(&w).is_some());
+            let fits = pl.fits(&w);
+            assert_eq!(fits, fits_afresh(&spec, vram, &w), "{vram} {w:?}");
+            answers.push(fits);
+        }
+        assert!(
+            answers.contains(&true) && answers.contains(&false),
+            "{answers:?}"
+        );
     }
 
     #[test]

@@ -20,8 +20,6 @@
 //! PyTorch's `max_memory_reserved` to the byte, and the failing request at the very event where
 //! PyTorch failed (tests/torch_alloc_replay.rs).
 
-use std::collections::BTreeSet;
-
 use thiserror::Error;
 
 use crate::units::MIB;
@@ -67,6 +65,40 @@ struct Block {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Allocation(usize);
 
+impl Allocation {
+    /// The block's index: stable while the tensor is live, reused once it is freed.
+    pub fn index(self) -> usize {
+        self.0
+    }
+}
+
+/// One pool's cached free blocks by (size, address, block): a sorted vector, as a set. A pool
+/// holds tens of blocks, where a binary search and a short move beat a tree's nodes; the order is
+/// the allocator's best-fit order (smallest that holds the request, then the lowest address).
+#[derive(Debug, Clone, Default)]
+struct FreeBlocks(Vec<(u64, u64, usize)>);
+
+impl FreeBlocks {
+    /// The smallest block of at least `size` bytes (ties: the lowest address).
+    fn first_holding(&self, size: u64) -> Option<(u64, u64, usize)> {
+        let at = self.0.partition_point(|k| k.0 < size);
+        self.0.get(at).copied()
+    }
+    fn insert(&mut self, key: (u64, u64, usize)) {
+        if let Err(at) = self.0.binary_search(&key) {
+            self.0.insert(at, key);
+        }
+    }
+    fn remove(&mut self, key: &(u64, u64, usize)) {
+        if let Ok(at) = self.0.binary_search(key) {
+            self.0.remove(at);
+        }
+    }
+    fn iter(&self) -> impl Iterator<Item = &(u64, u64, usize)> {
+        self.0.iter()
+    }
+}
+
 /// The allocator's state: every block ever made (an arena; merged blocks are retired), the two
 /// pools of cached free blocks, and the counters PyTorch reports.
 #[derive(Debug, Clone)]
@@ -74,7 +106,7 @@ pub struct CachingAllocator {
     limit: u64,
     blocks: Vec<Block>,
     retired: Vec<usize>,
-    pools: [BTreeSet<(u64, u64, usize)>; 2],
+    pools: [FreeBlocks; 2],
     next_ptr: u64,
     reserved: u64,
     allocated: u64,
@@ -111,7 +143,7 @@ impl CachingAllocator {
             limit,
             blocks: Vec::new(),
             retired: Vec::new(),
-            pools: [BTreeSet::new(), BTreeSet::new()],
+            pools: [FreeBlocks::default(), FreeBlocks::default()],
             next_ptr: 1 << 47,
             reserved: 0,
             allocated: 0,
@@ -153,7 +185,7 @@ impl CachingAllocator {
         let size = rounded(size);
         let small = size <= SMALL_SIZE;
         let pool = usize::from(!small);
-        let found = self.pools[pool].range((size, 0, 0)..).next().copied();
+        let found = self.pools[pool].first_holding(size);
         let id = match found {
             Some(key) => {
                 self.pools[pool].remove(&key);
@@ -299,6 +331,12 @@ impl CachingAllocator {
         self.pools[usize::from(!self.blocks[id].small)].insert(key);
     }
 
+    /// Free the tensor whose block is `index` (`Allocation::index`); an index not allocated is
+    /// left alone.
+    pub fn free_index(&mut self, index: usize) {
+        self.free(Allocation(index));
+    }
+
     /// `torch.cuda.empty_cache()`: hand back every cached segment that is wholly free.
     pub fn empty_cache(&mut self) {
         for pool in 0..2 {
@@ -371,6 +409,34 @@ mod tests {
         a.empty_cache();
         assert_eq!(a.reserved(), 0);
         Ok(())
+    }
+
+    #[test]
+    fn the_sorted_pool_keeps_the_order_of_an_ordered_set() {
+        use std::collections::BTreeSet;
+        let mut set = BTreeSet::new();
+        let mut pool = FreeBlocks::default();
+        // a small linear congruential sequence: sizes from a few classes so that ties happen
+        let mut x: u64 = 12_345;
+        for step in 0..20_000usize {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            let key = ((x >> 60) * MIN_BLOCK, (x >> 40) & 0xff, step % 97);
+            match (x >> 33) % 3 {
+                0 | 1 => {
+                    set.insert(key);
+                    pool.insert(key);
+                }
+                _ => {
+                    let hit = set.range((key.0, 0, 0)..).next().copied();
+                    assert_eq!(pool.first_holding(key.0), hit);
+                    if let Some(k) = hit {
+                        set.remove(&k);
+                        pool.remove(&k);
+                    }
+                }
+            }
+            assert!(pool.iter().eq(set.iter()));
+        }
     }
 
     #[test]

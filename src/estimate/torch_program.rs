@@ -152,10 +152,11 @@ pub struct Stop {
     pub phase: Phase,
 }
 
-/// The allocator model as a sink: each id's block, the peak, and the request that failed.
+/// The allocator model as a sink: a tensor's id is its block's index (the sequence frees each
+/// tensor once), the peak, and the request that failed. Naming tensors by their blocks keeps no
+/// table that grows with the events (millions in a long replay).
 pub struct Replay {
     pub allocator: CachingAllocator,
-    live: Vec<Option<super::torch_alloc::Allocation>>,
     /// The reserved peak where each new token was made (index 0: the first).
     made: Vec<u64>,
 }
@@ -164,7 +165,6 @@ impl Replay {
     pub fn new(limit: u64) -> Self {
         Replay {
             allocator: CachingAllocator::new(limit),
-            live: Vec::new(),
             made: Vec::new(),
         }
     }
@@ -176,13 +176,10 @@ impl Sink for Replay {
             .allocator
             .malloc(bytes)
             .map_err(|oom| Stop { oom, phase })?;
-        self.live.push(Some(a));
-        Ok(self.live.len() - 1)
+        Ok(a.index())
     }
     fn free(&mut self, id: usize) {
-        if let Some(a) = self.live.get_mut(id).and_then(Option::take) {
-            self.allocator.free(a);
-        }
+        self.allocator.free_index(id);
     }
     fn empty_cache(&mut self) {
         self.allocator.empty_cache();
@@ -1132,6 +1129,81 @@ mod tests {
         }
         assert!(phases.contains(&None));
         assert!(phases.iter().any(|p| matches!(p, Some(Phase::Decode(_)))));
+    }
+
+    /// The allocator behind a table of live tensors, one entry per allocation: the replay as it
+    /// named tensors before it named them by their blocks.
+    struct Table(
+        CachingAllocator,
+        Vec<Option<super::super::torch_alloc::Allocation>>,
+        Vec<u64>,
+    );
+    impl Sink for Table {
+        fn alloc(&mut self, bytes: u64, phase: Phase) -> Result<usize, Stop> {
+            let a = self.0.malloc(bytes).map_err(|oom| Stop { oom, phase })?;
+            self.1.push(Some(a));
+            Ok(self.1.len() - 1)
+        }
+        fn free(&mut self, id: usize) {
+            if let Some(a) = self.1.get_mut(id).and_then(Option::take) {
+                self.0.free(a);
+            }
+        }
+        fn empty_cache(&mut self) {
+            self.0.empty_cache();
+        }
+        fn made(&mut self, _tokens: u64) {
+            self.2.push(self.0.peak_reserved());
+        }
+    }
+
+    #[test]
+    fn naming_tensors_by_their_blocks_replays_as_a_table_of_tensors_does() {
+        let shapes = [
+            tiny(),
+            Shape {
+                eager: true,
+                tied: true,
+                ..tiny()
+            },
+            Shape {
+                fused: true,
+                window: Some(4096),
+                ..tiny()
+            },
+            Shape {
+                qkv_bias: true,
+                qk_norm: true,
+                eos: false,
+                qwen_forward: true,
+                llama3_rope: true,
+                ..tiny()
+            },
+        ];
+        let g = Generation {
+            batch: 3,
+            prompt: 40,
+            new_tokens: 90,
+        };
+        for s in shapes {
+            let peak = replay(&s, g, u64::MAX).peak_reserved;
+            for limit in [u64::MAX, peak, peak - 1, peak / 2, 8 * MIB] {
+                let mut by_block = Replay::new(limit);
+                let a = run(&s, g, &mut by_block);
+                let mut table = Table(CachingAllocator::new(limit), Vec::new(), Vec::new());
+                let b = run(&s, g, &mut table);
+                assert_eq!(a, b, "{s:?} {limit}");
+                assert_eq!(by_block.made, table.2, "{s:?} {limit}");
+                assert_eq!(
+                    (
+                        by_block.allocator.peak_reserved(),
+                        by_block.allocator.reserved()
+                    ),
+                    (table.0.peak_reserved(), table.0.reserved()),
+                    "{s:?} {limit}"
+                );
+            }
+        }
     }
 
     #[test]
