@@ -70,11 +70,13 @@ pub enum InputError {
         why: String,
     },
     /// `supported`: the model types llm-oom has a family for (`config::supported_model_types`).
-    #[error("{}: llm-oom has no family for `{arch}` (model types it sizes: {supported}); it cannot be sized until its layers and cache are modelled: plan a model of a listed type, or measure this one in its own engine with `llm-oom watch -- <your command>`", path.display())]
+    /// `reason`: what stopped it being sized as a generic llama-shaped decoder.
+    #[error("{}: llm-oom has no family for `{arch}`, and it is not sized generically: {reason} (model types it sizes: {supported}); to size it, pass `--python` with a Python whose transformers knows `{arch}` (the safetensors headers of a checkpoint beside the config then give its weights), plan a model of a listed type, or measure this one in its own engine with `llm-oom watch -- <your command>`", path.display())]
     UnknownArchitecture {
         path: PathBuf,
         arch: String,
         supported: String,
+        reason: String,
     },
     #[error("{} is not a readable GGUF file ({reason}); re-download it or check it with llama.cpp's gguf-dump", path.display())]
     Gguf { path: PathBuf, reason: String },

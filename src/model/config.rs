@@ -317,12 +317,20 @@ impl Reader<'_> {
                 field: "model_type".into(),
             })?
             .to_string();
-        let family =
-            Family::of(&arch, self.outer).ok_or_else(|| InputError::UnknownArchitecture {
-                path: self.path.to_path_buf(),
-                arch: arch.clone(),
-                supported: supported_model_types(),
-            })?;
+        let family = match Family::of(&arch, self.outer) {
+            Some(family) => family,
+            None => match self.not_generic() {
+                None => Family::Generic,
+                Some(reason) => {
+                    return Err(InputError::UnknownArchitecture {
+                        path: self.path.to_path_buf(),
+                        arch: arch.clone(),
+                        supported: supported_model_types(),
+                        reason,
+                    })
+                }
+            },
+        };
         let mut notes = Vec::new();
         if family == Family::LlamaLike && !KNOWN.contains(&arch.as_str()) {
             notes.push(format!(
@@ -364,6 +372,13 @@ impl Reader<'_> {
             family,
             Family::Gemma | Family::Gemma2 | Family::Gemma3
         ));
+        let qkv_bias = match family {
+            Family::Qwen2 | Family::QwenMoe if !qwen3_moe(&arch) => true,
+            _ => self.bool("attention_bias").unwrap_or(false),
+        };
+        let qk_norm = matches!(family, Family::Qwen3 | Family::Gemma3)
+            || qwen3_moe(&arch)
+            || (family == Family::Generic && self.bool("use_qk_norm") == Some(true));
 
         let experts = match family {
             Family::Mixtral => {
@@ -406,6 +421,36 @@ impl Reader<'_> {
         };
 
         let (sliding_window, sliding_layers) = self.sliding(family, layers)?;
+        if family == Family::Generic {
+            let attention = match sliding_window {
+                Some(w) if self.get("layer_types").is_some() => format!(
+                    ", layer_types: {} full-attention and {sliding_layers} sliding-window ({w} tokens) layers",
+                    layers.saturating_sub(sliding_layers)
+                ),
+                Some(w) => format!(", every layer in a {w}-token sliding window (no layer_types)"),
+                None => String::new(),
+            };
+            notes.push(format!(
+                "`{arch}` is not a family llm-oom knows; sized as a llama-shaped decoder from its \
+                 standard fields ({layers} layers, hidden_size {hidden}, {heads} query and \
+                 {kv_heads} KV heads of head_dim {head_dim}, intermediate_size {intermediate}, \
+                 vocab_size {vocab}{attention}): gated MLP, RMSNorm before attention and MLP, {}, \
+                 {}, {} lm_head; whatever else its own code adds (extra norms, biases) is not \
+                 counted; exact sizes: pass --python with a transformers that knows `{arch}`, or a \
+                 checkpoint whose safetensors headers give the weights",
+                if qkv_bias {
+                    "q/k/v biases (`attention_bias`) and no others"
+                } else {
+                    "no biases"
+                },
+                if qk_norm {
+                    "q/k RMSNorms of head_dim (`use_qk_norm`)"
+                } else {
+                    "no q/k norms"
+                },
+                if tie { "a tied" } else { "an untied" },
+            ));
+        }
         let (native_dtype, keep_dense) = super::quant::read(self, &mut notes)?;
 
         Ok(Spec {
@@ -423,11 +468,8 @@ impl Reader<'_> {
             sliding_window,
             sliding_layers,
             experts,
-            qkv_bias: match family {
-                Family::Qwen2 | Family::QwenMoe if !qwen3_moe(&arch) => true,
-                _ => self.bool("attention_bias").unwrap_or(false),
-            },
-            qk_norm: matches!(family, Family::Qwen3 | Family::Gemma3) || qwen3_moe(&arch),
+            qkv_bias,
+            qk_norm,
             norms_per_layer: if matches!(family, Family::Gemma2 | Family::Gemma3) {
                 4
             } else {
@@ -446,6 +488,69 @@ impl Reader<'_> {
             vision: Vec::new(),
             images: None,
         })
+    }
+
+    /// Why an unknown `model_type` cannot be sized as a llama-shaped decoder from its standard
+    /// fields, or `None` when it can: a causal LM (`…ForCausalLM`) with hidden_size,
+    /// num_hidden_layers, num_attention_heads, intermediate_size, vocab_size and rms_norm_eps,
+    /// and no field that means something llama's block does not have (experts, MLA, state-space
+    /// or linear-attention layers, other layer types, LayerNorm, MLP biases). Such a field is
+    /// named rather than guessed past.
+    fn not_generic(&self) -> Option<String> {
+        let causal = self
+            .outer
+            .get("architectures")
+            .and_then(Value::as_array)
+            .is_some_and(|a| {
+                a.iter()
+                    .any(|s| s.as_str().is_some_and(|s| s.ends_with("ForCausalLM")))
+            });
+        if !causal {
+            return Some(
+                "its `architectures` names no `…ForCausalLM`, so it is not a causal language \
+                 model llm-oom could size from standard fields"
+                    .into(),
+            );
+        }
+        for key in GENERIC_FIELDS {
+            if self.get(key).is_none() {
+                return Some(format!(
+                    "it has no `{key}`, one of the standard fields ({}) a generic decoder is \
+                     sized from",
+                    GENERIC_FIELDS.join(", ")
+                ));
+            }
+        }
+        for map in [self.cfg, self.outer] {
+            for (key, v) in map {
+                if let Some(what) = generic_signal(key, v) {
+                    return Some(format!(
+                        "its `{key}` means {what}, which a llama-shaped decoder does not have"
+                    ));
+                }
+            }
+        }
+        if let Some(Value::Array(types)) = self.get("layer_types") {
+            if let Some(t) = types
+                .iter()
+                .find(|t| !t.as_str().is_some_and(super::guard::plain_layer_type))
+            {
+                return Some(format!(
+                    "its `layer_types` has {t} layers, which a llama-shaped decoder does not have"
+                ));
+            }
+        }
+        if let Some(norm) = self.str("norm_type").filter(|n| !n.contains("rms")) {
+            return Some(format!("its `norm_type` is `{norm}`, not llama's RMSNorm"));
+        }
+        if self.get("rms_norm_eps").is_none() {
+            return Some(
+                "it has no `rms_norm_eps`, so llama's RMSNorm cannot be assumed (a LayerNorm has \
+                 biases a llama-shaped decoder does not count)"
+                    .into(),
+            );
+        }
+        None
     }
 
     /// A float field, else the default transformers uses.
@@ -579,6 +684,15 @@ impl Reader<'_> {
                 }
             }
             Family::Mixtral | Family::LlamaLike | Family::Phi3 => layers,
+            // Without layer_types, a window slides in every layer (mistral's rule) unless the
+            // config turns it off.
+            Family::Generic => {
+                if self.bool("use_sliding_window") == Some(false) {
+                    0
+                } else {
+                    layers
+                }
+            }
             Family::Gemma | Family::Layout(_) => 0,
         };
         Ok((Some(window).filter(|_| n > 0), n))
@@ -605,9 +719,46 @@ const KNOWN: &[&str] = &[
     "phi3",
 ];
 
+/// The fields an unknown causal LM must have to be sized as a llama-shaped decoder.
+const GENERIC_FIELDS: &[&str] = &[
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "vocab_size",
+];
+
+/// What a set config field `key` means that a llama-shaped decoder does not have: `guard`'s
+/// memory fields, any other expert or MoE field, a low-rank projection, or biases outside
+/// attention's q/k/v (starcoder2's `use_bias`, llama's `mlp_bias`).
+fn generic_signal(key: &str, v: &Value) -> Option<&'static str> {
+    if let Some(what) = super::guard::memory_field(key, v) {
+        return Some(what);
+    }
+    let set = match v {
+        Value::Null | Value::Bool(false) => false,
+        Value::Number(n) => n.as_f64() != Some(0.0),
+        _ => true,
+    };
+    if !set {
+        return None;
+    }
+    if key.contains("expert") || key.starts_with("moe") || key.contains("_moe") {
+        Some("experts")
+    } else if key.contains("lora_rank") {
+        Some("low-rank projections")
+    } else if matches!(key, "use_bias" | "mlp_bias" | "bias" | "attention_out_bias") {
+        Some("biases outside q/k/v")
+    } else {
+        None
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Family {
     LlamaLike,
+    /// An unknown causal LM with llama's standard fields only, sized as llama (`not_generic`).
+    Generic,
     Mixtral,
     Qwen2,
     Qwen3,
@@ -621,7 +772,8 @@ enum Family {
 }
 
 /// Model types whose transformers module is llama's block under another name: sized as llama,
-/// with a note. Any other unknown `model_type` is refused rather than guessed.
+/// with a note. Any other unknown `model_type` is `Family::Generic` when `Reader::not_generic`
+/// finds nothing llama's block lacks, and refused otherwise.
 const LLAMA_SHAPED: &[&str] = &["olmo", "olmo2", "granite", "internlm2", "yi", "aquila"];
 
 /// Every `model_type` llm-oom has a family for, and that family: the one list `Family::of` reads
@@ -710,7 +862,7 @@ impl Family {
             return Some(*family);
         }
         // A causal LM whose transformers module is llama's block under another name is sized like
-        // llama; any other model type is refused rather than guessed.
+        // llama; any other model type is left to `Reader::not_generic`.
         let causal = outer
             .get("architectures")
             .and_then(Value::as_array)
@@ -731,7 +883,9 @@ impl Family {
 pub fn supported_model_types() -> String {
     let named: Vec<&str> = FAMILIES.iter().map(|(name, _)| *name).collect();
     format!(
-        "{}; and sized as llama when their config has llama's fields: {}",
+        "{}; and sized as llama when their config has llama's fields: {}; any other causal LM \
+         whose config has only llama's standard fields is sized as a llama-shaped decoder, with a \
+         note",
         named.join(", "),
         LLAMA_SHAPED.join(", ")
     )
@@ -895,5 +1049,115 @@ mod tests {
             .any(|n| n.contains("unknown torch_dtype `float12`")));
         let spec = parse(&format!(r#"{base},"torch_dtype":"bfloat16"}}"#)).unwrap();
         assert!(!spec.notes.iter().any(|n| n.contains("torch_dtype")));
+    }
+
+    /// A seed_oss-style config (transformers knows it, llm-oom has no family): llama's fields and
+    /// layer_types of full and sliding layers.
+    const SEED_LIKE: &str = r#"{"model_type":"seed_oss","architectures":["SeedOssForCausalLM"],"hidden_size":512,
+        "intermediate_size":1536,"num_hidden_layers":4,"num_attention_heads":8,"num_key_value_heads":2,"head_dim":128,
+        "vocab_size":1000,"rms_norm_eps":1e-6,"attention_bias":true,"tie_word_embeddings":false,"sliding_window":256,
+        "layer_types":["sliding_attention","full_attention","sliding_attention","full_attention"],"torch_dtype":"bfloat16"}"#;
+
+    #[test]
+    fn an_unknown_causal_lm_with_standard_fields_is_sized_as_llama_with_the_assumption_said() {
+        let s = parse(SEED_LIKE).unwrap();
+        assert_eq!(
+            (
+                s.num_layers,
+                s.num_kv_heads,
+                s.head_dim,
+                s.sliding_layers,
+                s.sliding_window,
+                s.qkv_bias,
+                s.qk_norm,
+                s.tie_word_embeddings
+            ),
+            (4, 2, 128, 2, Some(256), true, false, false)
+        );
+        // embeddings + lm_head + 4 × (q, k, v, o + q/k/v biases + MLP + 2 norms) + final norm
+        let per_layer =
+            512 * 1024 + 2 * 512 * 256 + 1024 * 512 + (1024 + 2 * 256) + 3 * 512 * 1536 + 2 * 512;
+        assert_eq!(s.parameters(), 2 * 1000 * 512 + 4 * per_layer + 512);
+        let note = s
+            .notes
+            .iter()
+            .find(|n| n.contains("`seed_oss` is not a family llm-oom knows"))
+            .unwrap_or_else(|| panic!("{:?}", s.notes));
+        for said in [
+            "sized as a llama-shaped decoder from its standard fields",
+            "2 full-attention and 2 sliding-window (256 tokens) layers",
+            "gated MLP, RMSNorm",
+            "q/k/v biases (`attention_bias`)",
+            "no q/k norms",
+            "pass --python with a transformers that knows `seed_oss`",
+            "safetensors headers",
+        ] {
+            assert!(note.contains(said), "{said}: {note}");
+        }
+        // The wrapper's text_config is read as well; no layer_types and no window: every layer
+        // full attention.
+        let nested = parse(r#"{"model_type":"made_up_vlm","architectures":["MadeUpForCausalLM"],"text_config":{"hidden_size":64,
+            "intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":4,"vocab_size":10,"rms_norm_eps":1e-5}}"#).unwrap();
+        assert_eq!((nested.hidden_size, nested.sliding_layers), (64, 0));
+        assert!(nested
+            .notes
+            .iter()
+            .any(|n| n.contains("no biases") && n.contains("an untied lm_head")));
+    }
+
+    #[test]
+    fn an_unknown_causal_lm_is_refused_naming_what_a_llama_shape_cannot_size() {
+        let base = SEED_LIKE.trim_end_matches('}');
+        for (extra, said) in [
+            (
+                r#","num_experts":64,"num_experts_per_tok":8"#,
+                "`num_experts`",
+            ),
+            (r#","moe_num_experts":64"#, "`moe_num_experts`"),
+            (r#","kv_lora_rank":512"#, "`kv_lora_rank`"),
+            (r#","q_lora_rank":1536"#, "`q_lora_rank`"),
+            (r#","linear_num_key_heads":16"#, "`linear_num_key_heads`"),
+            (r#","mamba_d_state":16"#, "`mamba_d_state`"),
+            (r#","conv_kernel":4"#, "`conv_kernel`"),
+            (r#","use_bias":true"#, "`use_bias`"),
+            (r#","norm_type":"layer_norm""#, "`norm_type`"),
+        ] {
+            let json = format!("{base}{extra}}}");
+            match parse(&json) {
+                Err(e @ InputError::UnknownArchitecture { .. }) => {
+                    let e = e.to_string();
+                    assert!(e.contains("no family for `seed_oss`"), "{e}");
+                    assert!(e.contains(said), "{said}: {e}");
+                    assert!(
+                        e.contains(
+                            "pass `--python` with a Python whose transformers knows `seed_oss`"
+                        ),
+                        "{e}"
+                    );
+                    assert!(e.contains("olmo2"), "the families are listed: {e}");
+                }
+                other => panic!("{extra} was not refused: {other:?}"),
+            }
+        }
+        // Experts turned off (0) are no experts.
+        assert!(parse(&format!(r#"{base},"num_experts":0}}"#)).is_ok());
+        let other_layers = SEED_LIKE.replace(
+            r#"["sliding_attention","full_attention","#,
+            r#"["linear_attention","full_attention","#,
+        );
+        let e = parse(&other_layers).unwrap_err().to_string();
+        assert!(
+            e.contains("`layer_types` has \"linear_attention\" layers"),
+            "{e}"
+        );
+        let not_causal = SEED_LIKE.replace("SeedOssForCausalLM", "SeedOssModel");
+        let e = parse(&not_causal).unwrap_err().to_string();
+        assert!(e.contains("names no `…ForCausalLM`"), "{e}");
+        let no_norm = SEED_LIKE.replace(r#""rms_norm_eps":1e-6,"#, "");
+        let e = parse(&no_norm).unwrap_err().to_string();
+        assert!(e.contains("no `rms_norm_eps`"), "{e}");
+        let no_mlp = SEED_LIKE.replace(r#""intermediate_size":1536,"#, "");
+        let e = parse(&no_mlp).unwrap_err().to_string();
+        assert!(e.contains("it has no `intermediate_size`"), "{e}");
     }
 }

@@ -95,6 +95,23 @@ fn matches(key: &str, pattern: &str) -> bool {
     }
 }
 
+/// What `key` means when it is one of `MEMORY_FIELDS` and set to something other than off: the
+/// signal that a config is not a plain decoder.
+pub(crate) fn memory_field(key: &str, v: &Value) -> Option<&'static str> {
+    if !active(v) {
+        return None;
+    }
+    MEMORY_FIELDS
+        .iter()
+        .find(|(f, _)| matches(key, f))
+        .map(|(_, what)| *what)
+}
+
+/// `layer_types` values a uniform decoder with optional sliding windows understands.
+pub(crate) fn plain_layer_type(t: &str) -> bool {
+    PLAIN_LAYER_TYPES.contains(&t)
+}
+
 fn modelled(key: &str, modelled: &[&str]) -> bool {
     modelled.iter().any(|m| matches(key, m))
 }
