@@ -41,7 +41,7 @@ fn gemma3_four_images_add_1024_tokens_and_a_vision_encoder_row() {
         r.stdout
     );
     assert!(
-        r.stdout.contains("│ vision encoder ┆  341 MiB"),
+        r.stdout.contains("│ vision encoder ┆  413 MiB"),
         "{}",
         r.stdout
     );
@@ -62,8 +62,11 @@ fn gemma3_four_images_add_1024_tokens_and_a_vision_encoder_row() {
     assert_eq!(j["images"]["tokens_per_image"], 256);
     assert_eq!(j["images"]["prompt_tokens_added"], 1024);
     assert_eq!(j["images"]["encoder_positions_per_image"], 4096);
-    // SDPA: 4 images × 4,096 patches × (1,152 × 2 + 4,304 × 2) bf16 values
-    let encoder = 4 * 4096 * (1152 * 2 + 4304 * 2) * 2;
+    // SDPA: the MLP's peak, 4 images × 4,096 patches × (4 copies of the 1,152-wide stream + 2
+    // intermediate tensors of 4,304) bf16 values — 433,061,888 B, what transformers allocated on
+    // the H200 (docs/calibration/vlm-images-h200-2026-12-06.jsonl)
+    let encoder = 4 * 4096 * (1152 * 4 + 4304 * 2) * 2;
+    assert_eq!(encoder, 433_061_888);
     assert_eq!(j["components"]["vision_encoder"], encoder);
     let c = &j["components"];
     let parts = [
@@ -115,8 +118,13 @@ fn qwen25_vl_resizes_1024_square_to_980_and_eager_holds_one_images_scores() {
     assert_eq!(sdpa["images"]["height"], 980);
     assert_eq!(sdpa["images"]["tokens_per_image"], 1225);
     assert_eq!(sdpa["workload"]["prompt_tokens"], 2048 + 2 * 1225);
-    // the MLP: 2 × 4,900 patches × (1,280 × 2 + 3,420 × 2) bf16 values
-    assert_eq!(sdpa["components"]["vision_encoder"], 184_240_000u64);
+    // the attention's peak: 2 × 4,900 patches × 1,280 × (5 bf16 copies — 2 of the stream and
+    // the qkv tensor's 3 — and 6 float32 ones of the rotary embedding) bytes
+    assert_eq!(
+        sdpa["components"]["vision_encoder"],
+        2u64 * 4900 * 1280 * (5 * 2 + 6 * 4)
+    );
+    assert_eq!(sdpa["components"]["vision_encoder"], 426_496_000u64);
 
     let mut eager_args = base.to_vec();
     eager_args.extend(["--engine", "transformers-eager"]);
@@ -125,7 +133,7 @@ fn qwen25_vl_resizes_1024_square_to_980_and_eager_holds_one_images_scores() {
     // residual, q, k and v of both images
     assert_eq!(
         eager["components"]["vision_encoder"],
-        16u64 * 4900 * 4900 * 6 + 2 * 4900 * 1280 * 4 * 2
+        16u64 * 4900 * 4900 * 6 + 2 * 4900 * 1280 * (5 * 2 + 6 * 4)
     );
 }
 
@@ -153,14 +161,14 @@ fn qwen3_vl_keeps_1024_square_and_gives_1024_tokens() {
     assert_eq!(sdpa["images"]["tokens_per_image"], 1024);
     assert_eq!(sdpa["images"]["encoder_positions_per_image"], 4096);
     assert_eq!(sdpa["workload"]["prompt_tokens"], 2048 + 2 * 1024);
-    // the MLP, 2 × 4,096 patches × (1,152 × 2 + 4,304 × 2) bf16 values, beside the DeepStack
-    // features, 2 × 1,024 tokens × 3 × 2,048 bf16 values
+    // the attention's peak, 2 × 4,096 patches × 1,152 × (5 bf16 and 6 float32 copies), beside
+    // the DeepStack features, 2 × 1,024 tokens × 3 × 2,048 bf16 values
     let deepstack = 2u64 * 1024 * 3 * 2048 * 2;
     assert_eq!(
         sdpa["components"]["vision_encoder"],
-        2u64 * 4096 * 10_912 * 2 + deepstack
+        2u64 * 4096 * 1152 * 34 + deepstack
     );
-    assert_eq!(sdpa["components"]["vision_encoder"], 203_948_032u64);
+    assert_eq!(sdpa["components"]["vision_encoder"], 346_030_080u64);
 
     let mut eager_args = base.to_vec();
     eager_args.extend(["--engine", "transformers-eager"]);
@@ -169,7 +177,7 @@ fn qwen3_vl_keeps_1024_square_and_gives_1024_tokens() {
     // residual, q, k and v
     assert_eq!(
         eager["components"]["vision_encoder"],
-        16u64 * 4096 * 4096 * 6 + 2 * 4096 * 1152 * 4 * 2 + deepstack
+        16u64 * 4096 * 4096 * 6 + 2 * 4096 * 1152 * 34 + deepstack
     );
 
     // Qwen3.5 has the same processor and tower; without --image-size, the largest image the
@@ -455,10 +463,10 @@ fn vllm_gemma3_profiles_32_images_and_the_encoder_cache_comes_off_the_kv_cache()
     assert_eq!(e["tokens_per_item"], 256);
     assert_eq!(e["encoder_budget"], 8192);
     assert_eq!(e["items"], 32);
-    // SigLIP's MLP for 32 images of 4,096 patches: (1,152 × 2 + 4,304 × 2) bf16 values each
+    // SigLIP's MLP for 32 images of 4,096 patches: (1,152 × 4 + 4,304 × 2) bf16 values each
     assert_eq!(
         u(&e["encoder_bytes"]),
-        32 * 4096 * (1152 * 2 + 4304 * 2) * 2
+        32 * 4096 * (1152 * 4 + 4304 * 2) * 2
     );
     // the encoder cache: 32 × 256 vectors of the language model's 5,376, bf16
     let cache = 32 * 256 * 5376 * 2;
@@ -541,7 +549,8 @@ fn vllm_qwen25_vl_profiles_six_of_its_largest_images() {
     // 5,120 patches; 8,192 / 1,280 = 6 of them
     assert_eq!(e["tokens_per_item"], 1280);
     assert_eq!(e["items"], 6);
-    assert_eq!(u(&e["encoder_bytes"]), 6 * 5120 * (1280 * 2 + 3420 * 2) * 2);
+    // the attention's peak: 5 bf16 and 6 float32 copies of the 1,280-wide stream
+    assert_eq!(u(&e["encoder_bytes"]), 6 * 5120 * 1280 * (5 * 2 + 6 * 4));
     let cache = 6 * 1280 * 3584 * 2;
     assert_eq!(u(&e["cache_bytes"]), cache);
     let lm = u(&plain["vllm_startup"]["peak_activation_bytes"]);

@@ -69,6 +69,12 @@ pub struct ImageInput {
     /// Values a token the encoder keeps beside its later blocks: Qwen3-VL's DeepStack features,
     /// one `out_hidden_size` vector a token for each `deepstack_visual_indexes` entry.
     pub held_per_token: u64,
+    /// Qwen's vision attention turns q and k to float32 for its rotary embedding
+    /// (`apply_rotary_pos_emb_vision`: `q, k = q.float(), k.float()`), SigLIP and CLIP have none.
+    pub rotary_fp32: bool,
+    /// A gated MLP (Qwen2.5-VL's gate/up/down) holds three intermediate tensors at its peak, a
+    /// plain one (fc1, act, fc2) two.
+    pub gated_mlp: bool,
 }
 
 /// One image as the processor sees it: its size after resizing, its patches and its tokens.
@@ -247,6 +253,8 @@ pub fn read(outer: &Map<String, Value>) -> Option<ImageInput> {
                 extra_positions: 0,
                 batched_attention: true,
                 held_per_token: 0,
+                rotary_fp32: false,
+                gated_mlp: false,
             })
         }
         // Qwen2_5_VLVisionConfig (hidden_size 1280 in the published configs; the class default
@@ -281,6 +289,8 @@ pub fn read(outer: &Map<String, Value>) -> Option<ImageInput> {
                 extra_positions: 0,
                 batched_attention: false,
                 held_per_token: 0,
+                rotary_fp32: true,
+                gated_mlp: !qwen2,
             })
         }
         // Qwen3VLVisionConfig / Qwen3_5VisionConfig (hidden_size 1152, intermediate_size 4304,
@@ -315,6 +325,8 @@ pub fn read(outer: &Map<String, Value>) -> Option<ImageInput> {
                 extra_positions: 0,
                 batched_attention: false,
                 held_per_token: deepstack.saturating_mul(field(v, "out_hidden_size", 3584)),
+                rotary_fp32: true,
+                gated_mlp: false,
             })
         }
         // LlavaConfig's CLIPVisionConfig (336/14 for llava-1.5).
@@ -335,6 +347,8 @@ pub fn read(outer: &Map<String, Value>) -> Option<ImageInput> {
                 extra_positions: 1,
                 batched_attention: true,
                 held_per_token: 0,
+                rotary_fp32: false,
+                gated_mlp: false,
             })
         }
         _ => None,
@@ -446,17 +460,39 @@ impl ImageInput {
         } else {
             0
         };
+        // Copies of the residual stream alive at each peak. SigLIP/CLIP: the embeddings' output
+        // (the vision model's frame keeps it through the encoder), the layer's input (the encoder's
+        // loop keeps it), then in attention layer_norm1's output, in the MLP the post-attention
+        // residual and layer_norm2's output. Qwen reassigns the patch embedding's output (its
+        // window reorder is a copy), so one fewer. Measured on the H200 (transformers 5.17,
+        // docs/calibration/vlm-images-h200-2026-12-06.jsonl): Gemma-3's SigLIP, 4 images of 896²,
+        // 433,061,888 B above what was allocated before, this rule's figure to the byte.
+        let (held_attention, held_mlp) = if self.rotary_fp32 { (2, 3) } else { (3, 4) };
+        // q, k and v (one qkv tensor in Qwen), and in SigLIP/CLIP the attention's output.
+        let projections = if self.rotary_fp32 { 3 } else { 4 };
+        // Qwen's rotary in float32: q and k cast, q's embedding, and while k's is computed
+        // `k * cos`, `rotate_half(k)` and `rotate_half(k) * sin` — six float32 copies of the stream.
+        let rotary = if self.rotary_fp32 {
+            stream.saturating_mul(6 * 4)
+        } else {
+            0
+        };
         let attention = stream
-            .saturating_mul(4)
+            .saturating_mul(held_attention + projections)
             .saturating_mul(d)
+            .saturating_add(rotary)
             .saturating_add(scores);
-        let mlp = stream.saturating_mul(2).saturating_mul(d).saturating_add(
-            images
-                .saturating_mul(s)
-                .saturating_mul(self.intermediate)
-                .saturating_mul(2)
-                .saturating_mul(d),
-        );
+        let inner = if self.gated_mlp { 3 } else { 2 };
+        let mlp = stream
+            .saturating_mul(held_mlp)
+            .saturating_mul(d)
+            .saturating_add(
+                images
+                    .saturating_mul(s)
+                    .saturating_mul(self.intermediate)
+                    .saturating_mul(inner)
+                    .saturating_mul(d),
+            );
         let held = images
             .saturating_mul(cost.tokens)
             .saturating_mul(self.held_per_token)
@@ -588,23 +624,24 @@ mod tests {
         // DeepStack: 3 indexes × 2,048 (out_hidden_size) values for each of 2 × 1,024 tokens
         assert_eq!(q.held_per_token, 3 * 2048);
         let deepstack = 2 * 1024 * 3 * 2048 * 2;
-        // SDPA: the MLP, 2 images × 4,096 patches × (1,152 × 2 + 4,304 × 2) bf16 values
+        // SDPA: the attention's peak, 2 images × 4,096 patches × 1,152 × (two copies of the
+        // stream and the qkv tensor in bf16, q, k, q's rotary embedding and three temporaries of
+        // k's in float32)
         assert_eq!(
             q.encoder_bytes(&c, 2, 2, false),
-            2 * 4096 * 10_912 * 2 + deepstack
+            2 * 4096 * 1152 * (5 * 2 + 6 * 4) + deepstack
         );
-        assert_eq!(q.encoder_bytes(&c, 2, 2, false), 203_948_032);
-        // eager: both images' residual, q, k, v beside one image's 16 × 4,096² scores (bf16 and
-        // their f32 softmax)
+        assert_eq!(q.encoder_bytes(&c, 2, 2, false), 346_030_080);
+        // eager: beside them, one image's 16 × 4,096² scores (bf16 and their f32 softmax)
         assert_eq!(
             q.encoder_bytes(&c, 2, 2, true),
-            2 * 4096 * 1152 * 4 * 2 + 16 * 4096 * 4096 * 6 + deepstack
+            2 * 4096 * 1152 * 34 + 16 * 4096 * 4096 * 6 + deepstack
         );
-        assert_eq!(q.encoder_bytes(&c, 2, 2, true), 1_711_276_032);
+        assert_eq!(q.encoder_bytes(&c, 2, 2, true), 1_956_642_816);
         // Qwen3.5 has no DeepStack mergers
         let q35 = config(include_str!("../../presets/qwen3.5-35b-a3b.json"));
         assert_eq!(q35.held_per_token, 0);
-        assert_eq!(q35.encoder_bytes(&c, 2, 2, false), 178_782_208);
+        assert_eq!(q35.encoder_bytes(&c, 2, 2, false), 320_864_256);
     }
 
     #[test]
@@ -622,18 +659,20 @@ mod tests {
         let c = g.cost(None);
         // 4 images × 16 heads × 4096² × (2 + 4) bytes = 6 GiB
         let eager = g.encoder_bytes(&c, 4, 2, true);
-        assert_eq!(eager, 4 * 4096 * 1152 * 4 * 2 + 4 * 16 * 4096 * 4096 * 6);
-        // SDPA: the MLP's 4 × 4096 × 4304 × 2 intermediate tensors
+        assert_eq!(eager, 4 * 4096 * 1152 * 7 * 2 + 4 * 16 * 4096 * 4096 * 6);
+        // SDPA: the MLP's 4 copies of the stream and its 2 intermediate tensors — on the H200,
+        // transformers 5.17 allocated 433,061,888 B for these 4 images (vlm-images calibration)
         let sdpa = g.encoder_bytes(&c, 4, 2, false);
-        assert_eq!(sdpa, 4 * 4096 * 1152 * 2 * 2 + 4 * 4096 * 4304 * 2 * 2);
+        assert_eq!(sdpa, 4 * 4096 * 1152 * 4 * 2 + 4 * 4096 * 4304 * 2 * 2);
+        assert_eq!(sdpa, 433_061_888);
         // Qwen attends one image at a time: 2 images of 4,900 patches, one image's scores
         let q = qwen25();
         let qc = q.cost(Some((1024, 1024)));
         assert_eq!(
             q.encoder_bytes(&qc, 2, 2, true),
-            2 * 4900 * 1280 * 4 * 2 + 16 * 4900 * 4900 * 6
+            2 * 4900 * 1280 * (5 * 2 + 6 * 4) + 16 * 4900 * 4900 * 6
         );
-        assert_eq!(q.encoder_bytes(&qc, 2, 2, true), 2_405_312_000);
+        assert_eq!(q.encoder_bytes(&qc, 2, 2, true), 2_731_456_000);
     }
 
     #[test]
