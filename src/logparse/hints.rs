@@ -162,6 +162,12 @@ pub struct Context {
     pub cache_lines: Vec<usize>,
     /// Lines in the optimizer's step or its per-parameter state (Adam's `exp_avg`, `exp_avg_sq`).
     pub optimizer_lines: Vec<usize>,
+    /// Lines in a vision encoder: transformers' `get_image_features` / `self.visual(…)` /
+    /// `vision_tower`, vLLM's `_execute_mm_encoder`, llama.cpp's `clip_image_batch_encode`.
+    pub vision_lines: Vec<usize>,
+    /// Lines in a speculative-decoding draft model: vLLM's `spec_decode` / `EagleProposer`,
+    /// llama.cpp's `common_speculative`, a `draft_model`.
+    pub draft_lines: Vec<usize>,
     /// A loader that allocates for all the weights at once (transformers'
     /// `caching_allocator_warmup`): the one load whose single request can be tens of GiB.
     pub one_piece_load_lines: Vec<usize>,
@@ -691,6 +697,28 @@ fn frames(line: &str, n: usize, ctx: &mut Context) {
         "_create_fp32_partitions",
         "single_partition_of_fp32_groups",
     ];
+    // The encoder of a vision-language model (transformers' Qwen-VL `self.visual(`, Gemma-3 and
+    // LLaVA `get_image_features` / `vision_tower`; vLLM V1's `_execute_mm_encoder` and models'
+    // `embed_multimodal`; llama.cpp's mtmd `clip_image_batch_encode`).
+    const VISION: &[&str] = &[
+        "get_image_features",
+        "vision_tower(",
+        "self.visual(",
+        "_execute_mm_encoder",
+        "embed_multimodal",
+        "_process_image_input",
+        "clip_image_batch_encode",
+        "VisionAttention",
+    ];
+    // A draft model for speculative decoding (vLLM's `spec_decode/` and `EagleProposer`,
+    // llama.cpp's `common_speculative_init`, transformers' assistant `draft_model`).
+    const DRAFT: &[&str] = &[
+        "spec_decode/",
+        "EagleProposer",
+        "draft_model",
+        "common_speculative",
+        "load draft model",
+    ];
     // One pass over the line for all keys first: most lines of a long log have none.
     static ANY: OnceLock<Regex> = OnceLock::new();
     let all = || {
@@ -701,6 +729,8 @@ fn frames(line: &str, n: usize, ctx: &mut Context) {
             ACTIVATION,
             CACHE,
             OPTIMIZER,
+            VISION,
+            DRAFT,
             &["Exception in thread"],
         ]
         .concat()
@@ -714,13 +744,15 @@ fn frames(line: &str, n: usize, ctx: &mut Context) {
         return;
     }
     let has = |keys: &[&str]| keys.iter().any(|k| line.contains(k));
-    let lists: [(&[&str], &mut Vec<usize>); 6] = [
+    let lists: [(&[&str], &mut Vec<usize>); 8] = [
         (LOAD, &mut ctx.load_lines),
         (GENERATION, &mut ctx.generation_lines),
         (EAGER, &mut ctx.eager_attention_lines),
         (ACTIVATION, &mut ctx.activation_lines),
         (CACHE, &mut ctx.cache_lines),
         (OPTIMIZER, &mut ctx.optimizer_lines),
+        (VISION, &mut ctx.vision_lines),
+        (DRAFT, &mut ctx.draft_lines),
     ];
     for (keys, v) in lists {
         if has(keys) {

@@ -90,6 +90,41 @@ pub(super) fn innermost_frame(
         .map(|(l, _, k)| (l, k))
 }
 
+/// Which part of a deployment ran out, where the traceback around the error at line `at` says it:
+/// a vision encoder (the images of a request are encoded at once) or a speculative-decoding draft
+/// model (its own weights and KV cache beside the target's). The cause stays the one the figures
+/// give; this says where in the deployment it happened and what prices it.
+pub(super) fn part_of_the_deployment(ctx: &Context, at: usize) -> Option<Evidence> {
+    // A Python traceback lists its frames above the error; vLLM and llama.cpp print theirs below.
+    let close = |lines: &[usize]| {
+        lines
+            .iter()
+            .copied()
+            .filter(|&l| l.abs_diff(at) <= 80)
+            .min_by_key(|&l| l.abs_diff(at))
+    };
+    let (line, text) = if let Some(l) = close(&ctx.vision_lines) {
+        (
+            l,
+            "in the vision encoder: a request's images are encoded at once, so fewer images per              request or smaller ones (Qwen-VL's max_pixels, vLLM's --limit-mm-per-prompt) lower              this peak; `llm-oom plan --images N --image-size WxH` prices it"
+                .to_string(),
+        )
+    } else if let Some(l) = close(&ctx.draft_lines) {
+        (
+            l,
+            "in the speculative-decoding draft model: its weights and its own KV cache sit beside              the target model's; a smaller draft, fewer speculative tokens, or none lower it;              `llm-oom plan --draft-model ID` prices it"
+                .to_string(),
+        )
+    } else {
+        return None;
+    };
+    Some(Evidence {
+        text,
+        bytes: None,
+        line: Some(line),
+    })
+}
+
 /// The innermost Python frame above line `at` (the last `File "…"` line, within 8 lines) when it
 /// is a constructor's (`in __init__`): the object being built ran out — a model building its
 /// layers on the card, or a wrapper loading one (faster-whisper-buzz-439:

@@ -107,6 +107,11 @@ pub fn read_log(raw: &[u8], engine: Engine) -> Result<LogReading> {
             None => no_oom(total, &ctx),
         },
     };
+    if let Some(first) = findings.first() {
+        r.verdict
+            .evidence
+            .extend(context::part_of_the_deployment(&ctx, first.line));
+    }
     // Remedies in the knobs of the engine that printed the log, none already in force.
     let family = super::knobs::family(findings.first().map(|f| f.source), &lines);
     super::knobs::speak(&mut r.remedies, family, &super::knobs::in_force(&lines));

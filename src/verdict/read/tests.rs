@@ -400,3 +400,50 @@ fn a_dgx_spark_start_up_check_names_the_page_cache() {
     assert_eq!(r.verdict.cause, Cause::OtherProcess);
     assert!(!r.verdict.summary.contains("page cache"));
 }
+
+#[test]
+fn an_oom_in_the_vision_encoder_or_the_draft_model_says_so() {
+    // transformers' Qwen2.5-VL: the traceback's frames run through get_image_features and the
+    // vision attention's float32 rotary.
+    let vision = b"Traceback (most recent call last):
+  File \"/app/run.py\", line 40, in <module>
+    out = model.generate(**inputs, max_new_tokens=128)
+  File \"/usr/lib/python3/site-packages/transformers/models/qwen2_5_vl/modeling_qwen2_5_vl.py\", line 1229, in get_image_features
+    image_embeds = self.visual(pixel_values, grid_thw=image_grid_thw)
+  File \"/usr/lib/python3/site-packages/transformers/models/qwen2_5_vl/modeling_qwen2_5_vl.py\", line 219, in apply_rotary_pos_emb_vision
+    q, k = q.float(), k.float()
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.17 GiB. GPU 0 has a total capacity of 23.55 GiB of which 912.00 MiB is free. Including non-PyTorch memory, this process has 22.64 GiB memory in use. Of the allocated memory 21.80 GiB is allocated by PyTorch, and 420.15 MiB is reserved by PyTorch but unallocated.
+";
+    let r = read_log(vision, Engine::Transformers).unwrap();
+    assert!(
+        r.verdict
+            .evidence
+            .iter()
+            .any(|e| e.text.starts_with("in the vision encoder")),
+        "{:?}",
+        r.verdict.evidence
+    );
+    // vLLM's EAGLE drafter loading beside the target.
+    let draft = b"ERROR 03-02 engine.py:412] EngineCore failed to start.
+  File \"/usr/local/lib/python3.12/site-packages/vllm/v1/spec_decode/eagle.py\", line 601, in load_model
+    self.model = get_model(vllm_config=self.vllm_config, model_config=draft_model_config)
+torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.02 GiB is free. Including non-PyTorch memory, this process has 78.16 GiB memory in use. Of the allocated memory 77.20 GiB is allocated by PyTorch, and 312.00 MiB is reserved by PyTorch but unallocated.
+";
+    let r = read_log(draft, Engine::Vllm).unwrap();
+    assert!(
+        r.verdict
+            .evidence
+            .iter()
+            .any(|e| e.text.contains("draft model")),
+        "{:?}",
+        r.verdict.evidence
+    );
+    // A text-only traceback names neither.
+    let plain = b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.17 GiB. GPU 0 has a total capacity of 23.55 GiB of which 912.00 MiB is free. Including non-PyTorch memory, this process has 22.64 GiB memory in use. Of the allocated memory 21.80 GiB is allocated by PyTorch, and 420.15 MiB is reserved by PyTorch but unallocated.\n";
+    let r = read_log(plain, Engine::Transformers).unwrap();
+    assert!(!r
+        .verdict
+        .evidence
+        .iter()
+        .any(|e| e.text.contains("vision encoder") || e.text.contains("draft model")));
+}
