@@ -342,16 +342,11 @@ mod tests {
     use serde_json::Value;
 
     fn flash(edit: impl FnOnce(&mut Value)) -> Result<crate::model::Spec, String> {
-        let text =
-            include_str!("../../../tests/fixtures/configs-2026/deepseek-v4-flash/config.json");
-        let mut v: Value = serde_json::from_str(text).unwrap();
-        edit(&mut v);
-        crate::model::config::parse_config(
-            &v.to_string(),
-            std::path::Path::new("config.json"),
+        super::super::parse_edited(
+            include_str!("../../../tests/fixtures/configs-2026/deepseek-v4-flash/config.json"),
             "deepseek-v4",
+            edit,
         )
-        .map_err(|e| e.to_string())
     }
 
     /// V4-Flash by hand from its config.json: 43 layers (2 sliding, 21 CSA, 20 HCA by the first

@@ -122,15 +122,11 @@ mod tests {
     use serde_json::Value;
 
     fn m27(edit: impl FnOnce(&mut Value)) -> Result<crate::model::Spec, String> {
-        let text = include_str!("../../../tests/fixtures/configs-2026/minimax-m2.7/config.json");
-        let mut v: Value = serde_json::from_str(text).unwrap();
-        edit(&mut v);
-        crate::model::config::parse_config(
-            &v.to_string(),
-            std::path::Path::new("config.json"),
+        super::super::parse_edited(
+            include_str!("../../../tests/fixtures/configs-2026/minimax-m2.7/config.json"),
             "minimax",
+            edit,
         )
-        .map_err(|e| e.to_string())
     }
 
     #[test]

@@ -633,3 +633,16 @@ pub(crate) fn common(r: &Reader) -> Result<(u64, u64, u64), InputError> {
         r.u64(&["vocab_size"])?,
     ))
 }
+
+/// A fixture's config.json edited by `edit`, then parsed as `plan` parses it (the families' tests).
+#[cfg(test)]
+pub(crate) fn parse_edited(
+    text: &str,
+    name: &str,
+    edit: impl FnOnce(&mut serde_json::Value),
+) -> Result<crate::model::Spec, String> {
+    let mut v: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    edit(&mut v);
+    crate::model::config::parse_config(&v.to_string(), std::path::Path::new("config.json"), name)
+        .map_err(|e| e.to_string())
+}
