@@ -616,6 +616,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         w.engine,
         budget.max_prompt_tokens,
     ));
+    notes.extend(crate::estimate::ssd_scan_note(&spec, w.engine));
     notes.extend(card::constants_note(
         w.engine,
         req.vram_card.as_deref(),

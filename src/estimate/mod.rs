@@ -275,7 +275,12 @@ fn activations(spec: &Spec, p: &Profile, w: &Workload, d: f64, kv_full: u64) -> 
     };
     // Logits upcast to f32 for sampling, plus the softmax over them.
     let logits = logit_rows.max(p.sampler_warmup_seqs as f64) * v * 8.0;
-    let prefill = step_tokens * per_token + (step_tokens * mlp).max(attn) + logits;
+    let scan = if matches!(p.engine, Engine::Transformers | Engine::TransformersEager) {
+        ssd_scan_bytes(spec, batch, prompt, d)
+    } else {
+        0.0
+    };
+    let prefill = step_tokens * per_token + (step_tokens * mlp).max(attn).max(scan) + logits;
 
     // A decode step: one token per sequence; transformers' `torch.cat` briefly doubles one layer's
     // K (or V) at the full length.
@@ -288,6 +293,71 @@ fn activations(spec: &Spec, p: &Profile, w: &Workload, d: f64, kv_full: u64) -> 
         + concat
         + expanded * batch * w.total_tokens() as f64;
     (prefill as u64, decode as u64)
+}
+
+/// Peak bytes of one Mamba-2 layer's prefill on transformers' pure-torch path: `mamba2_chunk_scan`
+/// and `causal_conv1d_fn` as modeling_nemotron_h.py (and modeling_mamba2.py, modeling_falcon_h1.py,
+/// modeling_granitemoehybrid.py, which share them) run them when mamba-ssm and causal-conv1d are
+/// not installed; the largest over the model's Mamba-2 layer shapes, 0 without any. With
+/// mamba-ssm's fused `mamba_chunk_scan_combined` the scan's transients stay in SRAM and the peak
+/// is far lower, so this over-counts there.
+///
+/// `seq` tokens of `batch` sequences, padded to `S` = a multiple of the chunk `c` (T = batch·S
+/// rows, `nc` = S / c chunks), `h` heads of `p`, `n` state, `g` groups. Alive through the scan:
+/// the mixer's `in_proj` output and conv output in the model dtype (`d` bytes); the scan casts
+/// to float32 and keeps every local until it returns: D_residual and x (T·h·p each), B and C
+/// repeated to every head (T·h·n each), L = exp(segsum) (T·h·c). Then the largest of four
+/// broadcast products, each with what is alive beside it:
+/// - `C[:, :, :, None] * B[:, :, None]` (T·c·h·n) and its sum G (T·c·h);
+/// - `M[..., None] * x[:, :, None]` (T·c·h·p) beside G, M (T·c·h each) and Y_diag (T·h·p);
+/// - `B_decay[..., None, :] * x[..., None]` (T·h·p·n) beside B_decay and the chunk states;
+/// - `C[..., None, :] * states[:, :, None]` (T·h·p·n) beside the nc + 1 states, Y_off and its sum.
+///
+/// Checked against torch.profiler's allocations on CPU by scripts/mamba2-torch-peak.py.
+pub(crate) fn ssd_scan_bytes(spec: &Spec, batch: f64, seq: f64, d: f64) -> f64 {
+    spec.state_groups()
+        .iter()
+        .filter_map(|g| g.scan)
+        .map(|s| {
+            let (h, p, n, c) = (
+                s.heads as f64,
+                s.head_dim as f64,
+                s.state as f64,
+                s.chunk.max(1) as f64,
+            );
+            let groups = s.groups as f64;
+            let nc = (seq / c).ceil();
+            let rows = batch * nc * c;
+            let inner = h * p;
+            let conv = inner + 2.0 * groups * n;
+            let proj = inner + conv + h;
+            // in_proj's and the convolution's outputs, dt, and A·dt with its cumsum (float32).
+            let mixer = d * batch * seq * (proj + conv + h) + 4.0 * rows * 2.0 * h;
+            let base = 4.0 * rows * (2.0 * h * p + 2.0 * h * n + h * c);
+            let intra = 4.0 * rows * (c * h * n + c * h);
+            let values = 4.0 * rows * (2.0 * c * h + c * h * p + h * p);
+            let states = 4.0 * rows * (2.0 * c * h + 2.0 * h * p + h * n + h * p * n)
+                + 4.0 * batch * nc * h * p * n;
+            let out = 4.0 * rows * (2.0 * c * h + 3.0 * h * p + h * n + h * p * n)
+                + 4.0 * batch * (nc + 1.0) * h * p * n;
+            mixer + base + intra.max(values).max(states).max(out)
+        })
+        .fold(0.0, f64::max)
+}
+
+/// What the prefill of a model with Mamba-2 layers assumes under transformers: the pure-torch scan
+/// (`ssd_scan_bytes`); `None` for other engines and models without Mamba-2 layers.
+pub fn ssd_scan_note(spec: &Spec, engine: Engine) -> Option<String> {
+    let transformers = matches!(engine, Engine::Transformers | Engine::TransformersEager);
+    if !transformers || !spec.state_groups().iter().any(|g| g.scan.is_some()) {
+        return None;
+    }
+    Some(
+        "the prefill counts transformers' pure-torch Mamba-2 scan (mamba-ssm not installed), \
+         whose float32 chunk products peak in one layer; with mamba-ssm's fused kernels the \
+         prefill peak is lower"
+            .to_string(),
+    )
 }
 
 /// Bytes one token keeps alive through a layer (hidden-size copies, RoPE tables, ids and mask)
@@ -388,6 +458,51 @@ mod tests {
         };
         let ratio = at(8192) as f64 / at(4096) as f64;
         assert!((3.5..4.5).contains(&ratio), "{ratio}");
+    }
+
+    /// One Mamba-2 layer (`hybrid_override_pattern: "M"`) of the given scan shape.
+    fn one_mamba2(h: u64, p: u64, g: u64, n: u64, c: u64) -> Spec {
+        let json = format!(
+            r#"{{"model_type":"nemotron_h","hidden_size":256,"vocab_size":64,
+            "hybrid_override_pattern":"M","num_attention_heads":4,"num_key_value_heads":4,
+            "intermediate_size":512,"mamba_num_heads":{h},"mamba_head_dim":{p},"n_groups":{g},
+            "ssm_state_size":{n},"chunk_size":{c},"conv_kernel":4}}"#
+        );
+        crate::model::config::parse_config(&json, std::path::Path::new("config.json"), "m").unwrap()
+    }
+
+    /// The mixer's prefill peak above what was alive before it, as torch.profiler recorded
+    /// transformers 5.17's pure-torch path allocating on CPU in bf16
+    /// (scripts/mamba2-torch-peak.py): the closed form is within 0.02 % at every shape, whichever
+    /// of the scan's products is the largest.
+    #[test]
+    fn mamba2_torch_scan_matches_what_torch_allocated() {
+        // (batch, seq, heads, head_dim, groups, state, chunk, measured bytes, closed form)
+        let cases = [
+            (1, 256, 8, 16, 2, 32, 64, 18_966_560, 18_964_480),
+            (1, 500, 8, 16, 2, 32, 64, 37_915_296, 37_913_216),
+            (2, 384, 8, 16, 1, 32, 128, 110_177_312, 110_174_208),
+            (1, 512, 16, 32, 4, 16, 32, 42_832_960, 42_827_776),
+            (1, 1024, 8, 32, 2, 64, 128, 285_839_392, 285_835_264),
+        ];
+        for (b, s, h, p, g, n, c, measured, closed) in cases {
+            let got = ssd_scan_bytes(&one_mamba2(h, p, g, n, c), b as f64, s as f64, 2.0);
+            assert_eq!(got as u64, closed, "{s} tokens, chunk {c}");
+            let off = (got - measured as f64).abs() / measured as f64;
+            assert!(off < 2e-4, "{s} tokens, chunk {c}: {got} vs {measured}");
+        }
+        // No Mamba-2 layer, no scan.
+        assert_eq!(ssd_scan_bytes(&mistral(), 1.0, 2048.0, 2.0), 0.0);
+    }
+
+    /// Only transformers runs the pure-torch scan; vLLM's Triton kernels do not materialise it.
+    #[test]
+    fn mamba2_scan_counts_for_transformers_only() {
+        let m = one_mamba2(64, 64, 8, 128, 128);
+        let act = |engine| estimate(&m, &work(engine, 2048, 1, 1), 140 << 30).activations;
+        let scan = ssd_scan_bytes(&m, 1.0, 2048.0, 2.0) as u64;
+        assert!(act(Engine::Transformers) >= scan);
+        assert!(act(Engine::Vllm) < scan / 10);
     }
 
     #[test]

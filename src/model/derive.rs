@@ -367,6 +367,7 @@ impl Derived {
                     conv_channels: s.conv_channels,
                     conv_kernel: s.conv_kernel,
                     ssm: s.ssm.unwrap_or(0),
+                    scan: None,
                 };
                 match state.iter_mut().find(|g| {
                     (g.conv_channels, g.conv_kernel, g.ssm)

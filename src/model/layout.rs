@@ -91,6 +91,21 @@ pub struct StateGroup {
     pub conv_channels: u64,
     pub conv_kernel: u64,
     pub ssm: u64,
+    /// The Mamba-2 (SSD) mixer's shape when these layers are Mamba-2 layers: what the chunked
+    /// scan's transient tensors are sized by (`None` for Mamba-1 and Gated DeltaNet).
+    #[serde(skip)]
+    pub scan: Option<SsdScan>,
+}
+
+/// One Mamba-2 mixer's scan shape: `heads` × `head_dim` values, `groups` groups of B and C of
+/// `state` each, scanned in chunks of `chunk` tokens (`chunk_size` / `mamba_chunk_size`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SsdScan {
+    pub heads: u64,
+    pub head_dim: u64,
+    pub groups: u64,
+    pub state: u64,
+    pub chunk: u64,
 }
 
 /// Adds tensor groups with `checked` sizes: config values are user input, and a product that

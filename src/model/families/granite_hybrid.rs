@@ -42,6 +42,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
         groups: r.u64(&["mamba_n_groups"])?,
         state: r.u64(&["mamba_d_state"])?,
         kernel: r.u64(&["mamba_d_conv"])?,
+        chunk: super::mamba2::chunk_size(r, &["mamba_chunk_size"], 256)?,
         in_bias: r.bool("mamba_proj_bias").unwrap_or(false),
         conv_bias: r.bool("mamba_conv_bias").unwrap_or(true),
         out_bias: r.bool("mamba_proj_bias").unwrap_or(false),

@@ -107,6 +107,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
                 conv_channels: inner,
                 conv_kernel: d_conv,
                 ssm: mul(r, "mamba_d_state", inner, d_state)?,
+                scan: None,
             }],
         },
         ..Built::default()

@@ -9,7 +9,7 @@
 use super::{add, common, embeddings, finish, mul, Built};
 use crate::error::InputError;
 use crate::model::config::Reader;
-use crate::model::layout::{Layout, StateGroup, Tensors};
+use crate::model::layout::{Layout, SsdScan, StateGroup, Tensors};
 use crate::model::spec::Role;
 
 /// One Mamba-2 mixer's shape.
@@ -20,6 +20,8 @@ pub(super) struct Mixer {
     pub groups: u64,
     pub state: u64,
     pub kernel: u64,
+    /// Tokens per chunk of the SSD scan (`chunk_size` / `mamba_chunk_size`).
+    pub chunk: u64,
     pub in_bias: bool,
     pub conv_bias: bool,
     pub out_bias: bool,
@@ -78,8 +80,22 @@ impl Mixer {
                 mul(r, "num_heads", self.heads, head_dim)?,
                 self.state,
             )?,
+            scan: Some(SsdScan {
+                heads: self.heads,
+                head_dim,
+                groups: self.groups,
+                state: self.state,
+                chunk: self.chunk,
+            }),
         })
     }
+}
+
+/// The SSD scan's chunk length from the first of `keys` the config sets, else the config
+/// class's default (256 for Mamba2Config, FalconH1Config and GraniteMoeHybridConfig, 128 for
+/// NemotronHConfig); 0 is taken as unset.
+pub(super) fn chunk_size(r: &Reader, keys: &[&str], default: u64) -> Result<u64, InputError> {
+    Ok(r.opt_u64(keys)?.filter(|c| *c > 0).unwrap_or(default))
 }
 
 /// A hybrid's `mamba_d_head`, when a number, must be the mixer's inner size over
@@ -111,6 +127,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
         groups: r.u64(&["n_groups"])?,
         state: r.u64(&["state_size"])?,
         kernel: r.u64(&["conv_kernel"])?,
+        chunk: chunk_size(r, &["chunk_size"], 256)?,
         in_bias: r.bool("use_bias").unwrap_or(false),
         conv_bias: r.bool("use_conv_bias").unwrap_or(true),
         out_bias: r.bool("use_bias").unwrap_or(false),

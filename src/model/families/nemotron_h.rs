@@ -173,6 +173,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
         groups: r.u64(&["mamba_n_groups", "n_groups"])?,
         state: r.u64(&["ssm_state_size"])?,
         kernel: r.u64(&["mamba_d_conv", "conv_kernel"])?,
+        chunk: super::mamba2::chunk_size(r, &["mamba_chunk_size", "chunk_size"], 128)?,
         in_bias: r.bool("use_bias").unwrap_or(false),
         conv_bias: r
             .bool("mamba_conv_bias")

@@ -235,6 +235,7 @@ pub(super) fn read(r: &Reader, variant: Variant) -> Result<Built, InputError> {
                     mul(r, "linear_num_value_heads", nv, dk)?,
                     dv,
                 )?,
+                scan: None,
             }],
         },
         ..Built::default()
