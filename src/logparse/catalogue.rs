@@ -809,7 +809,11 @@ fn whole_set(line: &str) -> Option<usize> {
 
 /// The first row whose message is on this line, with its figures.
 pub fn lookup(line: &str) -> Option<Catalogued> {
-    let i = first_row(line)?;
+    catalogued(line, first_row(line)?)
+}
+
+/// Row `i`'s reading of `line` (a line it matches).
+fn catalogued(line: &str, i: usize) -> Option<Catalogued> {
     let row = ROWS.get(i)?;
     let caps = compiled().each.get(i)?.captures(line)?;
     Some(Catalogued {
@@ -839,7 +843,10 @@ pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
     let Some(line) = lines.get(i) else {
         return false;
     };
-    match lookup(line) {
+    let Some(row) = st.memo.catalogue_row.get(lines, i, first_row).flatten() else {
+        return false;
+    };
+    match catalogued(line, row) {
         Some(mut c) => {
             if c.id == "xla-execution-oom" {
                 xla_buffer_assignment(lines, i, &mut c);
