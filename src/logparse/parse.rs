@@ -391,6 +391,8 @@ pub(crate) struct Memos {
     pub(crate) engine_words: LineMemo<bool>,
     /// `words::unrecognised`: out-of-memory words, not a look-alike and not advice.
     pub(crate) oom_words: LineMemo<bool>,
+    /// `hints::mark`: what the line's text alone says to the context.
+    pub(crate) looks: LineMemo<super::hints::Looks>,
 }
 
 /// A memo is no part of what the pass found: two passes that found the same compare equal.
@@ -595,7 +597,7 @@ fn quote(s: &str) -> String {
 pub fn scan(lines: &[String]) -> (Vec<Finding>, Context) {
     let mut st = Scan::default();
     for (i, line) in lines.iter().enumerate() {
-        super::hints::mark(line, i + 1, &mut st.ctx);
+        super::hints::mark(lines, i, &mut st.ctx, &mut st.memo.looks);
         // The bounded reader's own marker (it names "out-of-memory words") is no event.
         let marker = line.starts_with(super::hints::SKIPPED_MARKER)
             || line.starts_with(super::hints::RESUMED_MARKER);
