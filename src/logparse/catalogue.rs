@@ -10,7 +10,9 @@
 
 use std::sync::OnceLock;
 
+use aho_corasick::AhoCorasick;
 use regex::{Captures, Regex, RegexSet};
+use regex_syntax::hir::literal::{ExtractKind, Extractor};
 use serde::Serialize;
 
 use super::parse::{size, Event, Scan, Source};
@@ -690,17 +692,70 @@ pub static ROWS: &[Row] = &[
         "Error: Backend(NotEnoughMemory(32768))"),
 ];
 
-fn compiled() -> &'static (RegexSet, Vec<Regex>) {
-    static CELL: OnceLock<(RegexSet, Vec<Regex>)> = OnceLock::new();
+/// The rows compiled once: each pattern alone, and the literal gate that picks which to try.
+struct Compiled {
+    each: Vec<Regex>,
+    gate: Gate,
+}
+
+/// Every match of a row's regex begins with one of the literals regex-syntax extracts from it
+/// (a finite prefix sequence; see `regex_syntax::hir::literal::Extractor`): a row none of whose
+/// literals is on a line cannot match it. One overlapping Aho-Corasick pass over all the rows'
+/// literals names the few rows a line may hold, and only their own regexes run on it, where the
+/// combined set walks every line with all the rows at once.
+struct Gate {
+    /// The literals of every gated row (`None`: no gate; the whole set runs on every line).
+    literals: Option<AhoCorasick>,
+    /// The row of each literal, by the automaton's pattern index.
+    row_of: Vec<usize>,
+    /// The rows without a finite sequence of non-empty literals: candidates on every line.
+    open: Vec<usize>,
+}
+
+/// The prefix literals every match of `pattern` begins with; `None` when there is no finite
+/// sequence of non-empty ones (any line may then match).
+fn prefix_literals(pattern: &str) -> Option<Vec<Vec<u8>>> {
+    let hir = regex_syntax::parse(pattern).ok()?;
+    let seq = Extractor::new().kind(ExtractKind::Prefix).extract(&hir);
+    let lits = seq.literals()?;
+    if lits.is_empty() || lits.iter().any(|l| l.as_bytes().is_empty()) {
+        return None;
+    }
+    Some(lits.iter().map(|l| l.as_bytes().to_vec()).collect())
+}
+
+fn gate(patterns: &[&str]) -> Gate {
+    let mut literals = Vec::new();
+    let mut row_of = Vec::new();
+    let mut open = Vec::new();
+    for (i, p) in patterns.iter().enumerate() {
+        match prefix_literals(p) {
+            Some(l) => {
+                row_of.extend(std::iter::repeat_n(i, l.len()));
+                literals.extend(l);
+            }
+            None => open.push(i),
+        }
+    }
+    Gate {
+        literals: AhoCorasick::new(&literals).ok(),
+        row_of,
+        open,
+    }
+}
+
+fn compiled() -> &'static Compiled {
+    static CELL: OnceLock<Compiled> = OnceLock::new();
     CELL.get_or_init(|| {
         let patterns: Vec<&str> = ROWS.iter().map(|r| r.pattern).collect();
-        let set = RegexSet::new(&patterns)
-            .unwrap_or_else(|e| unreachable!("static catalogue patterns: {e}"));
         let each = patterns
             .iter()
             .map(|p| Regex::new(p).unwrap_or_else(|e| unreachable!("static pattern {p}: {e}")))
             .collect();
-        (set, each)
+        Compiled {
+            each,
+            gate: gate(&patterns),
+        }
     })
 }
 
@@ -708,23 +763,59 @@ fn compiled() -> &'static (RegexSet, Vec<Regex>) {
 /// fragmentation sentence go to the reader that weighs them (`engines`, `DeviceFragmented`).
 const UNLESS: &[(&str, &str)] = &[("xla-not-possible", "Due to fragmentation")];
 
-/// The first row whose message is on this line, with its figures.
-pub fn lookup(line: &str) -> Option<Catalogued> {
-    let (set, each) = compiled();
+/// Whether row `i` may take `line` (not one that gives way to another reader on it).
+fn takes(i: usize, line: &str) -> bool {
+    ROWS.get(i).is_some_and(|r| {
+        !UNLESS
+            .iter()
+            .any(|(id, words)| *id == r.id && line.contains(words))
+    })
+}
+
+/// The index of the first row whose pattern matches `line` and that takes it.
+fn first_row(line: &str) -> Option<usize> {
+    let c = compiled();
+    let Some(literals) = &c.gate.literals else {
+        return whole_set(line);
+    };
+    // The rows whose literal is on the line, and the open rows, tried in table order.
+    let mut rows = c.gate.open.clone();
+    for m in literals.find_overlapping_iter(line.as_bytes()) {
+        if let Some(&i) = c.gate.row_of.get(m.pattern().as_usize()) {
+            rows.push(i);
+        }
+    }
+    rows.sort_unstable();
+    rows.dedup();
+    rows.into_iter()
+        .find(|&i| c.each.get(i).is_some_and(|r| r.is_match(line)) && takes(i, line))
+}
+
+/// `first_row` by the combined set over all the rows (where the gate could not be built),
+/// compiled on first use.
+fn whole_set(line: &str) -> Option<usize> {
+    static SET: OnceLock<RegexSet> = OnceLock::new();
+    let set = SET.get_or_init(|| {
+        RegexSet::new(ROWS.iter().map(|r| r.pattern))
+            .unwrap_or_else(|e| unreachable!("static catalogue patterns: {e}"))
+    });
     // Most lines hold no row's message: one search that stops at the first match answers them,
     // where listing every matching row walks the line with all the rows at once.
     if !set.is_match(line) {
         return None;
     }
-    let i = set.matches(line).into_iter().find(|&i| {
-        ROWS.get(i).is_some_and(|r| {
-            !UNLESS
-                .iter()
-                .any(|(id, words)| *id == r.id && line.contains(words))
-        })
-    })?;
+    set.matches(line).into_iter().find(|&i| takes(i, line))
+}
+
+/// The first row whose message is on this line, with its figures.
+pub fn lookup(line: &str) -> Option<Catalogued> {
+    catalogued(line, first_row(line)?)
+}
+
+/// Row `i`'s reading of `line` (a line it matches).
+fn catalogued(line: &str, i: usize) -> Option<Catalogued> {
     let row = ROWS.get(i)?;
-    let caps = each.get(i)?.captures(line)?;
+    let caps = compiled().each.get(i)?.captures(line)?;
     Some(Catalogued {
         id: row.id,
         ran_out: row.ran_out,
@@ -752,7 +843,10 @@ pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
     let Some(line) = lines.get(i) else {
         return false;
     };
-    match lookup(line) {
+    let Some(row) = st.memo.catalogue_row.get(lines, i, first_row).flatten() else {
+        return false;
+    };
+    match catalogued(line, row) {
         Some(mut c) => {
             if c.id == "xla-execution-oom" {
                 xla_buffer_assignment(lines, i, &mut c);
@@ -809,6 +903,36 @@ fn xla_buffer_assignment(lines: &[String], i: usize, c: &mut Catalogued) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The gate's answer is the whole set's on every line: each row's example, and every line
+    /// of every log in the corpus (cleaned as `explain` cleans it).
+    #[test]
+    fn the_literal_gate_answers_as_the_whole_set_would() {
+        let whole = whole_set;
+        let mut lines: Vec<String> = ROWS.iter().map(|r| r.example.to_string()).collect();
+        let mut dirs = vec![std::path::PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/logs"
+        ))];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if let Ok(raw) = std::fs::read(&path) {
+                    lines.extend(crate::logparse::clean_lines(&raw));
+                }
+            }
+        }
+        assert!(lines.len() > 1000);
+        for line in &lines {
+            assert_eq!(first_row(line), whole(line), "{line}");
+        }
+        // The gate holds most rows: few go to the set on every line.
+        let gate = &compiled().gate;
+        assert!(gate.literals.is_some());
+        assert!(gate.open.len() * 4 < ROWS.len(), "{:?}", gate.open);
+    }
 
     #[test]
     fn every_row_reads_its_own_example_and_no_earlier_row_takes_it() {

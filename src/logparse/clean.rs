@@ -87,6 +87,10 @@ pub fn decode(raw: &[u8]) -> Cow<'_, str> {
 
 /// Remove ANSI escape sequences (CSI `ESC [ … letter`, OSC `ESC ] … BEL`, and lone escapes).
 pub fn strip_ansi(s: &str) -> String {
+    // Most lines have neither: they are kept as they are, without the walk over their chars.
+    if !s.contains(['\x1b', '\0']) {
+        return s.to_string();
+    }
     let mut out = String::with_capacity(s.len());
     let mut chars = s.chars().peekable();
     while let Some(c) = chars.next() {

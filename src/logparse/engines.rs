@@ -16,7 +16,8 @@ type Reader = fn(&[String], usize, &mut Scan) -> bool;
 /// Offer line `i` to every reader in turn; true when one took it. A line without any reader's
 /// words is no engine's message and skips them all (most lines of a long log).
 pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
-    may_be_engine_message(lines, i) && read_ungated(lines, i, st)
+    st.memo.engine_words.get(lines, i, may_be_engine_message) == Some(true)
+        && read_ungated(lines, i, st)
 }
 
 /// Every reader on line `i`, without the words' gate: what the gate must never change.
@@ -135,7 +136,7 @@ const ENGINE_WORDS: &[&str] = &[
 /// automaton, built once), or it is a case the words cannot vouch for — a line with non-ASCII
 /// text (a case-insensitive regex also matches the Kelvin sign for `k`), or MLX's message wrapped
 /// after "which is", which `apple` reads joined with the next line.
-fn may_be_engine_message(lines: &[String], i: usize) -> bool {
+fn may_be_engine_message(line: &str) -> bool {
     static WORDS: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
         // A DFA: caseless words leave no prefilter, so the automaton itself walks every line.
         AhoCorasick::builder()
@@ -144,9 +145,6 @@ fn may_be_engine_message(lines: &[String], i: usize) -> bool {
             .build(ENGINE_WORDS)
             .ok()
     });
-    let Some(line) = lines.get(i) else {
-        return false;
-    };
     let Some(words) = WORDS.as_ref() else {
         // The automaton always builds from these words; without it every reader runs.
         return true;

@@ -7,7 +7,7 @@ use std::sync::{LazyLock, OnceLock};
 use regex::Regex;
 use serde::Serialize;
 
-use super::parse::{cap_u64, re, size, WordLists};
+use super::parse::{cap_u64, re, size, LineMemo, WordLists};
 
 /// The moment a line shows, for the stage rules of the verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -535,18 +535,39 @@ fn hint_words(line: &str) -> u64 {
     LISTS.mask(line)
 }
 
-/// Mark one line's context: frames, stage signals, workload and model.
-pub fn mark(line: &str, n: usize, ctx: &mut Context) {
-    let words = hint_words(line);
+/// What a line's text alone says to [`mark`]: its hint words, its stage hint, whether it is a
+/// progress line (pure functions of the text, so a line repeated verbatim reuses them).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Looks {
+    words: u64,
+    stage: Option<StageHint>,
+    progress: bool,
+}
+
+fn looks(line: &str) -> Looks {
+    Looks {
+        words: hint_words(line),
+        stage: stage_hint(line),
+        progress: progress(line),
+    }
+}
+
+/// Mark line `i`'s context: frames, stage signals, workload and model. `memo` holds the
+/// [`Looks`] of the last line marked.
+pub(crate) fn mark(lines: &[String], i: usize, ctx: &mut Context, memo: &mut LineMemo<Looks>) {
+    let (Some(line), Some(seen)) = (lines.get(i), memo.get(lines, i, looks)) else {
+        return;
+    };
+    let (line, n, words) = (line.as_str(), i + 1, seen.words);
     frames(line, n, ctx);
     ctx.clock.tick(line);
-    if let Some(h) = stage_hint(line) {
+    if let Some(h) = seen.stage {
         ctx.stage_hints.push((n, h));
     }
     if words & (1 << SERVED_BIT) != 0 {
         ctx.served_ok.push(n);
     }
-    if progress(line) {
+    if seen.progress {
         ctx.steps_done.push(n);
     }
     workload(line, words, n, ctx);
@@ -1246,10 +1267,51 @@ mod tests {
 
     fn marked(lines: &[&str]) -> Context {
         let mut ctx = Context::default();
-        for (i, l) in lines.iter().enumerate() {
-            mark(l, i + 1, &mut ctx);
-        }
+        mark_all(lines, &mut ctx);
         ctx
+    }
+
+    /// Marking with the memo of the last line's looks leaves the context that marking each line
+    /// afresh leaves, on every log of the corpus and on lines repeated verbatim.
+    #[test]
+    fn the_looks_memo_changes_no_context() {
+        let mut logs = vec![
+            "step 1 loss 2.0\nstep 1 loss 2.0\nLoaded model\nLoaded model\nstep 1 loss 2.0"
+                .to_string(),
+        ];
+        let mut dirs = vec![std::path::PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/logs"
+        ))];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if let Ok(raw) = std::fs::read(&path) {
+                    logs.push(String::from_utf8_lossy(&raw).into_owned());
+                }
+            }
+        }
+        assert!(logs.len() > 100);
+        for log in &logs {
+            let lines = crate::logparse::clean_lines(log.as_bytes());
+            let (mut memoised, mut afresh) = (Context::default(), Context::default());
+            let mut memo = LineMemo::default();
+            for i in 0..lines.len() {
+                mark(&lines, i, &mut memoised, &mut memo);
+                mark(&lines, i, &mut afresh, &mut LineMemo::default());
+            }
+            assert_eq!(format!("{memoised:?}"), format!("{afresh:?}"));
+        }
+    }
+
+    fn mark_all(lines: &[&str], ctx: &mut Context) {
+        let lines: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+        let mut memo = LineMemo::default();
+        for i in 0..lines.len() {
+            mark(&lines, i, ctx, &mut memo);
+        }
     }
 
     #[test]
@@ -1434,9 +1496,7 @@ mod tests {
             "ERROR batch{batch_size=1}:prefill",
             "--max-num-seqs 512",
         ];
-        for (i, l) in lines.iter().enumerate() {
-            mark(l, i + 1, &mut ctx);
-        }
+        mark_all(&lines, &mut ctx);
         assert_eq!(ctx.workload.max_model_len, Some(4096));
         assert_eq!(ctx.workload.n_ctx, Some(131072));
         assert_eq!(ctx.workload.batch, Some(1));

@@ -376,6 +376,60 @@ pub struct Scan {
     /// The first lines with out-of-memory words that no reader knew; kept only when the log
     /// has no known event, so they never crowd out one.
     pub unrecognised: Vec<Finding>,
+    /// The answers of pure per-line looks for the last line each was asked of (see [`LineMemo`]).
+    pub(crate) memo: Memos,
+}
+
+/// One [`LineMemo`] per pure look the pass asks of every line.
+#[derive(Default)]
+pub(crate) struct Memos {
+    /// `scan`: the line cannot be an event (no anchor word, or a negation).
+    pub(crate) passed_over: LineMemo<bool>,
+    /// `catalogue::lookup`'s row for the line.
+    pub(crate) catalogue_row: LineMemo<Option<usize>>,
+    /// `engines`: whether the line may be an engine's message.
+    pub(crate) engine_words: LineMemo<bool>,
+    /// `words::unrecognised`: out-of-memory words, not a look-alike and not advice.
+    pub(crate) oom_words: LineMemo<bool>,
+    /// `hints::mark`: what the line's text alone says to the context.
+    pub(crate) looks: LineMemo<super::hints::Looks>,
+}
+
+/// A memo is no part of what the pass found: two passes that found the same compare equal.
+impl std::fmt::Debug for Memos {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Memos")
+    }
+}
+
+/// The answer of a pure function of one line's text for the last line it was asked of, by
+/// index: a line repeated verbatim (a progress bar, a warning printed on every step) is
+/// answered by comparing it with that line instead of running the function again. Only for
+/// functions of the line's text alone, never of its neighbours or of the pass's state.
+#[derive(Debug, Default)]
+pub(crate) struct LineMemo<T> {
+    last: Option<(usize, T)>,
+}
+
+impl<T: Copy> LineMemo<T> {
+    /// `f(lines[i])`, from the memo when the line asked last has the same text. `None` when
+    /// there is no line `i`.
+    pub(crate) fn get(
+        &mut self,
+        lines: &[String],
+        i: usize,
+        f: impl FnOnce(&str) -> T,
+    ) -> Option<T> {
+        let line = lines.get(i)?;
+        if let Some((j, v)) = self.last {
+            if lines.get(j) == Some(line) {
+                return Some(v);
+            }
+        }
+        let v = f(line);
+        self.last = Some((i, v));
+        Some(v)
+    }
 }
 
 impl Scan {
@@ -543,15 +597,14 @@ fn quote(s: &str) -> String {
 pub fn scan(lines: &[String]) -> (Vec<Finding>, Context) {
     let mut st = Scan::default();
     for (i, line) in lines.iter().enumerate() {
-        super::hints::mark(line, i + 1, &mut st.ctx);
+        super::hints::mark(lines, i, &mut st.ctx, &mut st.memo.looks);
         // The bounded reader's own marker (it names "out-of-memory words") is no event.
         let marker = line.starts_with(super::hints::SKIPPED_MARKER)
             || line.starts_with(super::hints::RESUMED_MARKER);
-        if marker
-            || !super::words::worth_reading(line)
-            || super::words::negated(line)
-            || super::words::pinned_fallback(lines, i)
-        {
+        let passed_over = st.memo.passed_over.get(lines, i, |l| {
+            !super::words::worth_reading(l) || super::words::negated(l)
+        });
+        if marker || passed_over != Some(false) || super::words::pinned_fallback(lines, i) {
             continue;
         }
         if super::torch::read(lines, i, &mut st)
@@ -560,7 +613,7 @@ pub fn scan(lines: &[String]) -> (Vec<Finding>, Context) {
         {
             continue;
         }
-        super::words::unrecognised(line, i + 1, &mut st);
+        super::words::unrecognised(lines, i, &mut st);
     }
     if st.findings.is_empty() {
         st.findings = std::mem::take(&mut st.unrecognised);
@@ -666,6 +719,24 @@ mod tests {
 
     pub(crate) fn lines(s: &str) -> Vec<String> {
         s.lines().map(str::to_string).collect()
+    }
+
+    /// The memo answers what the function answers, line by line, for lines repeated in a row,
+    /// apart, or not at all (a count of calls shows it runs once per run of equal lines).
+    #[test]
+    fn a_line_memo_answers_as_the_function_would() {
+        let log = lines("a\na\nb\na\na\na\n\n\nbb\nb\nb");
+        let mut memo = LineMemo::default();
+        let mut calls = 0;
+        for i in 0..log.len() {
+            let got = memo.get(&log, i, |l| {
+                calls += 1;
+                l.len()
+            });
+            assert_eq!(got, Some(log[i].len()), "line {i}");
+        }
+        assert_eq!(calls, 6);
+        assert_eq!(memo.get(&log, log.len(), |_| 0), None);
     }
 
     #[test]

@@ -138,9 +138,16 @@ fn example_in_parentheses(line: &str) -> bool {
 }
 
 /// Keep a line no reader knew when it says out of memory: the log's OOM in an unknown wording.
-pub fn unrecognised(line: &str, n: usize, st: &mut Scan) {
-    if st.unrecognised.len() < 8 && says_oom(line) && !look_alike(line) && !advice(line) {
-        st.add_fallback(n, line, Event::OomWords);
+pub fn unrecognised(lines: &[String], i: usize, st: &mut Scan) {
+    if st.unrecognised.len() >= 8 {
+        return;
+    }
+    let oom_words = st
+        .memo
+        .oom_words
+        .get(lines, i, |l| says_oom(l) && !look_alike(l) && !advice(l));
+    if let (Some(true), Some(line)) = (oom_words, lines.get(i)) {
+        st.add_fallback(i + 1, line, Event::OomWords);
     }
 }
 
