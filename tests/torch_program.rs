@@ -289,7 +289,9 @@ fn the_generated_sequence_is_pytorchs_own_on_all_thirty_six_traces() {
 
 /// Every trial the ground truth ran on the H200 under its ballast (docs/calibration/
 /// transformers-limits-h200-2026-12-0*.jsonl and card-edges-*.jsonl, 36 trials of 9 workloads
-/// bisected from the predicted budget, each in a child forked before CUDA started): 49 trials of the searches at and around the limits
+/// bisected from the predicted budget, each in a child forked before CUDA started; and on the
+/// H100, card-edges-h100-2026-12-07.jsonl: Mistral-7B's 4 trials, Llama-3.1-8B's one, Nemotron's
+/// 6 outside the traced families): 49 trials of the searches at and around the limits
 /// of 8 workloads, of which 16 were traced to make the sequence, and 20 held-out
 /// trials at the edges the model predicted before they ran (9 more workloads: Llama-3.1's scaled
 /// RoPE, SmolLM2's tied head at head_dim 64, eager Mistral and Qwen2.5, batch 2-32; and
@@ -375,7 +377,8 @@ fn the_replay_agrees_with_every_recorded_trial() {
         .collect();
     assert!(unexpected.is_empty(), "{unexpected:?}");
     assert!(wrong.len() <= OPEN.len(), "{}", wrong.join("\n"));
-    assert!(checked >= 102, "{checked}");
-    // Untraced trials off by a segment or a few: the two above, and Llama-3.1-8B's in the card edges.
-    assert!(inexact <= 3, "{inexact}");
+    assert!(checked >= 107, "{checked}");
+    // Untraced trials off by a segment or a few: the two above, and Llama-3.1-8B's b2 at 512 in the
+    // card edges, on the H200 and again on the H100 (the same 2 MiB: the two cards' limits agree).
+    assert!(inexact <= 4, "{inexact}");
 }
