@@ -910,19 +910,8 @@ mod tests {
     fn the_literal_gate_answers_as_the_whole_set_would() {
         let whole = whole_set;
         let mut lines: Vec<String> = ROWS.iter().map(|r| r.example.to_string()).collect();
-        let mut dirs = vec![std::path::PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/logs"
-        ))];
-        while let Some(dir) = dirs.pop() {
-            for entry in std::fs::read_dir(&dir).unwrap().flatten() {
-                let path = entry.path();
-                if path.is_dir() {
-                    dirs.push(path);
-                } else if let Ok(raw) = std::fs::read(&path) {
-                    lines.extend(crate::logparse::clean_lines(&raw));
-                }
-            }
+        for (_, raw) in crate::logparse::corpus_logs() {
+            lines.extend(crate::logparse::clean_lines(&raw));
         }
         assert!(lines.len() > 1000);
         for line in &lines {

@@ -1212,29 +1212,9 @@ mod tests {
     /// line read gated leaves the same result and state as read by every reader.
     #[test]
     fn the_gate_changes_no_result_on_any_corpus_log() {
-        fn logs(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-            let Ok(entries) = std::fs::read_dir(dir) else {
-                return;
-            };
-            for e in entries.flatten() {
-                let p = e.path();
-                if p.is_dir() {
-                    logs(&p, out);
-                } else if p.is_file() {
-                    out.push(p);
-                }
-            }
-        }
-        let mut files = Vec::new();
-        logs(
-            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/logs"),
-            &mut files,
-        );
+        let files = super::super::corpus_logs();
         assert!(files.len() > 100, "{} logs", files.len());
-        for file in files {
-            let Ok(raw) = std::fs::read(&file) else {
-                continue;
-            };
+        for (file, raw) in files {
             let lines = super::super::clean_lines(&raw);
             let (mut gated, mut all) = (Scan::default(), Scan::default());
             for i in 0..lines.len() {

@@ -1279,19 +1279,8 @@ mod tests {
             "step 1 loss 2.0\nstep 1 loss 2.0\nLoaded model\nLoaded model\nstep 1 loss 2.0"
                 .to_string(),
         ];
-        let mut dirs = vec![std::path::PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/logs"
-        ))];
-        while let Some(dir) = dirs.pop() {
-            for entry in std::fs::read_dir(&dir).unwrap().flatten() {
-                let path = entry.path();
-                if path.is_dir() {
-                    dirs.push(path);
-                } else if let Ok(raw) = std::fs::read(&path) {
-                    logs.push(String::from_utf8_lossy(&raw).into_owned());
-                }
-            }
+        for (_, raw) in crate::logparse::corpus_logs() {
+            logs.push(String::from_utf8_lossy(&raw).into_owned());
         }
         assert!(logs.len() > 100);
         for log in &logs {

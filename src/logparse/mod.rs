@@ -14,6 +14,28 @@ pub mod words;
 pub use clean::clean_lines;
 pub use parse::{scan, Context, Event, Finding, Source};
 
+/// Every file of the explain corpus (tests/fixtures/logs, all folders), with its bytes: what the
+/// tests that hold a fast path to the slow one read.
+#[cfg(test)]
+pub(crate) fn corpus_logs() -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut dirs =
+        vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/logs")];
+    let mut out = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for path in entries.flatten().map(|e| e.path()) {
+            if path.is_dir() {
+                dirs.push(path);
+            } else if let Ok(raw) = std::fs::read(&path) {
+                out.push((path, raw));
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

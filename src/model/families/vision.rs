@@ -57,9 +57,14 @@ fn vision_config<'a>(
     r: &'a Reader,
     empty: &'a Map<String, Value>,
 ) -> Result<&'a Map<String, Value>, InputError> {
+    Ok(given_vision_config(r)?.unwrap_or(empty))
+}
+
+/// `vision_config` as the config gives it: `None` when absent or null.
+fn given_vision_config<'a>(r: &'a Reader) -> Result<Option<&'a Map<String, Value>>, InputError> {
     match r.outer.get("vision_config") {
-        Some(Value::Object(o)) => Ok(o),
-        None | Some(Value::Null) => Ok(empty),
+        Some(Value::Object(o)) => Ok(Some(o)),
+        None | Some(Value::Null) => Ok(None),
         Some(other) => Err(r.bad("vision_config", other, "expected an object")),
     }
 }
@@ -159,10 +164,8 @@ fn siglip_gemma3(r: &Reader, text_hidden: u64) -> Result<(Vec<TensorGroup>, u64)
 /// embedder projects hidden (or `output_proj_dims`) to the language model's width; its norm has
 /// no weight.
 fn gemma4(r: &Reader, text_hidden: u64) -> Result<Option<(Vec<TensorGroup>, u64)>, InputError> {
-    let v = match r.outer.get("vision_config") {
-        None | Some(Value::Null) => return Ok(None),
-        Some(Value::Object(o)) => o,
-        Some(other) => return Err(r.bad("vision_config", other, "expected an object")),
+    let Some(v) = given_vision_config(r)? else {
+        return Ok(None);
     };
     let h = field(r, v, "hidden_size", 768)?;
     let inter = field(r, v, "intermediate_size", 3072)?;
