@@ -449,7 +449,8 @@ fn u(v: &serde_json::Value) -> u64 {
 #[test]
 fn vllm_gemma3_profiles_32_images_and_the_encoder_cache_comes_off_the_kv_cache() {
     let home = temp();
-    let plain = vllm_plan(home.path(), GEMMA3, &[]);
+    // `--limit-mm-per-prompt 0`: vLLM takes no images and profiles the language model alone
+    let plain = vllm_plan(home.path(), GEMMA3, &["--limit-mm-per-prompt", "0"]);
     let four = vllm_plan(home.path(), GEMMA3, &["--images", "4"]);
     let eight = vllm_plan(home.path(), GEMMA3, &["--images", "8"]);
     // 4 × 256 image tokens join the 2,048 text tokens
@@ -492,6 +493,16 @@ fn vllm_gemma3_profiles_32_images_and_the_encoder_cache_comes_off_the_kv_cache()
     let row = |j: &serde_json::Value| u(&j["budget"]["table"][0]["max_total_tokens"]);
     assert!(row(&four) < row(&plain), "{} {}", row(&four), row(&plain));
     assert!(plain["vllm_startup"].get("encoder_profile").is_none());
+    // no --images: vLLM profiles the encoder all the same, and the requests are text
+    let none = vllm_plan(home.path(), GEMMA3, &[]);
+    assert_eq!(none["workload"]["prompt_tokens"], 2048);
+    assert!(none.get("images").is_none());
+    assert_eq!(none["vllm_startup"]["encoder_profile"], *e);
+    assert_eq!(
+        none["vllm_startup"]["available_kv_bytes"],
+        s["available_kv_bytes"]
+    );
+    assert_eq!(u(&none["components"]["vision_encoder"]), cache);
 
     // one sequence, two images a prompt: the decoder side allows 1 × 2 items
     let two = vllm_plan(
@@ -535,7 +546,11 @@ fn vllm_gemma3_profiles_32_images_and_the_encoder_cache_comes_off_the_kv_cache()
 #[test]
 fn vllm_qwen25_vl_profiles_six_of_its_largest_images() {
     let home = temp();
-    let plain = vllm_plan(home.path(), QWEN25_VL_FIXTURE, &[]);
+    let plain = vllm_plan(
+        home.path(),
+        QWEN25_VL_FIXTURE,
+        &["--limit-mm-per-prompt", "0"],
+    );
     let four = vllm_plan(
         home.path(),
         QWEN25_VL_FIXTURE,

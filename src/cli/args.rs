@@ -347,9 +347,10 @@ pub struct PlanArgs {
     /// tokens join the prompt and the vision encoder's memory is priced
     #[arg(long, allow_negative_numbers = true)]
     pub images: Option<i64>,
-    /// vLLM: the most images one prompt may carry (vLLM's --limit-mm-per-prompt '{"image": N}')
-    /// [default: 999]
-    #[arg(long, requires = "images", allow_negative_numbers = true)]
+    /// vLLM: the most images one prompt may carry (vLLM's --limit-mm-per-prompt '{"image": N}');
+    /// its start-up profiles the vision encoder for them, with or without --images; 0 turns that
+    /// off [default: 999]
+    #[arg(long, allow_negative_numbers = true)]
     pub limit_mm_per_prompt: Option<i64>,
     /// The images' size, width x height in pixels (1024x768) [default: the model's native size;
     /// Qwen-VL: the largest its processor keeps]

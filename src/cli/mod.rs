@@ -384,7 +384,11 @@ fn deployment(a: &args::PlanArgs) -> Result<llm_oom::request::DeploymentRequest,
             .map_err(InputError::Usage)?,
         limit_mm_per_prompt: a
             .limit_mm_per_prompt
-            .map(|n| within("--limit-mm-per-prompt", n, 4096))
+            // 0 is vLLM's own way to take no images (and skip the encoder's profile)
+            .map(|n| match n {
+                0 => Ok(0),
+                n => within("--limit-mm-per-prompt", n, 4096),
+            })
             .transpose()?,
     })
 }

@@ -665,7 +665,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         llama_server,
         derived,
         deployment: DeploymentFacts::of(&spec, req.engine, &deployment),
-        images: images.map(|l| ImagesFacts {
+        images: images.filter(|l| l.per_request > 0).map(|l| ImagesFacts {
             images: l.per_request,
             model_type: l.input.model_type,
             height: l.cost.height,
@@ -688,8 +688,14 @@ fn image_load(
     notes: &mut Vec<String>,
 ) -> Result<Option<crate::model::images::ImageLoad>> {
     let n = req.deployment.images;
+    if req.deployment.limit_mm_per_prompt.is_some() && req.engine != Engine::Vllm {
+        return Err(InputError::Usage(
+            "--limit-mm-per-prompt is a vLLM flag; add --engine vllm or leave it out".into(),
+        )
+        .into());
+    }
     if n == 0 {
-        return Ok(None);
+        return Ok(vllm_default_profile(req, spec, notes));
     }
     let Some(input) = spec.images else {
         let why = if spec.vision.is_empty() && !spec.notes.iter().any(|s| s.contains("vision")) {
@@ -743,12 +749,6 @@ fn image_load(
             .into());
         }
     }
-    if req.deployment.limit_mm_per_prompt.is_some() && req.engine != Engine::Vllm {
-        return Err(InputError::Usage(
-            "--limit-mm-per-prompt is a vLLM flag; add --engine vllm or leave it out".into(),
-        )
-        .into());
-    }
     if req.exact {
         return Err(InputError::Usage(
             "--images is not in --exact's replayed sequence; leave one of them out".into(),
@@ -792,6 +792,50 @@ fn image_load(
         crate::units::group(w.prompt_tokens)
     ));
     Ok(Some(load))
+}
+
+/// A vision-language model in vLLM without `--images`: V1's start-up still encodes the largest
+/// dummy images its encoder budget holds and keeps them through the language model's profile
+/// (`gpu_model_runner.profile_run` runs whenever the model is multimodal and a modality's
+/// `--limit-mm-per-prompt` is above 0), so what that takes off the KV cache is planned as with
+/// `--images`, with no image tokens in the prompt. `--limit-mm-per-prompt 0` turns it off.
+fn vllm_default_profile(
+    req: &PlanRequest,
+    spec: &crate::model::Spec,
+    notes: &mut Vec<String>,
+) -> Option<crate::model::images::ImageLoad> {
+    let input = spec.images.filter(|_| req.engine == Engine::Vllm)?;
+    let limit = req
+        .deployment
+        .limit_mm_per_prompt
+        .unwrap_or(crate::model::images::VLLM_DEFAULT_LIMIT);
+    if limit == 0 {
+        notes.push(
+            "--limit-mm-per-prompt 0: vLLM takes no images and skips its start-up profile of \
+             the vision encoder (the tower's weights are still counted)"
+                .into(),
+        );
+        return None;
+    }
+    if req.vllm.version == Some(crate::estimate::VllmVersion::V0)
+        || req.gpus.len() > 1
+        || req.parallel.is_set()
+        || req.exact
+    {
+        notes.push(
+            "vLLM also profiles the vision encoder at start-up; that profile is planned for V1 on \
+             one card and is not in this plan (--limit-mm-per-prompt 0 turns it off)"
+                .into(),
+        );
+        return None;
+    }
+    Some(crate::model::images::ImageLoad {
+        input,
+        cost: input.cost(req.deployment.image_size),
+        per_request: 0,
+        limit_mm_per_prompt: limit,
+        vllm_reserve: None,
+    })
 }
 
 /// vLLM's start-up profile of the vision encoder, in words: the images it encodes, what the tower
