@@ -581,7 +581,9 @@ impl ImageInput {
     /// - the attention without flash attention: the f32 `KQ` scores of every head,
     ///   `n_head × n_pos² × 4` (`ggml_soft_max_ext` runs in place), beside five stream-wide
     ///   tensors (residual, Q, K, V made contiguous, the free block above); with flash attention
-    ///   it stays under the MLP;
+    ///   it stays under the MLP. LLaVA's CLIP ViT-L/14-336 gives 31.59 MiB, 4 % under the 32.89
+    ///   MiB a 2024 clip.cpp printed for llava-v1.6-7b's mmproj (ollama/ollama#2706), the one
+    ///   log found without flash attention;
     /// - Qwen2.5-VL's window attention (tools/mtmd/models/qwen2vl.cpp): the `window_mask` input,
     ///   `n_pos² × 4`, live through every layer, and with flash attention its f16 cast,
     ///   `n_pos² × 2`, beside it;
@@ -936,5 +938,16 @@ mod tests {
         let c = l.llamacpp_warmup();
         assert_eq!((c.tokens, c.encoder_positions), (576, 577));
         assert_eq!(l.llamacpp_clip_bytes(&c, true), 577 * (4096 + 3 * 1024) * 4);
+        // Without flash attention: 16 heads × 577² f32 scores beside five copies of the stream,
+        // 31.59 MiB. A 2024 clip.cpp (no flash attention in the encoder yet) printed
+        // "clip_model_load: compute allocated memory: 32.89 MB" (MiB) for llava-v1.6-7b's mmproj,
+        // the same CLIP ViT-L/14-336 (https://github.com/ollama/ollama/issues/2706): the rule is
+        // 4.0 % under that older graph.
+        let no_fa = l.llamacpp_clip_bytes(&c, false);
+        assert_eq!(no_fa, 16 * 577 * 577 * 4 + 5 * 577 * 1024 * 4);
+        assert_eq!(no_fa, 33_124_416);
+        let logged = 32.89 * (1u64 << 20) as f64;
+        let gap = (no_fa as f64 - logged) / logged;
+        assert!((-0.045..-0.035).contains(&gap), "{gap}");
     }
 }
