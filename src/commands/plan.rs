@@ -680,7 +680,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
 
 /// `plan --images`: the prompt grows by the images' tokens (the model's processor rule), and the
 /// planner prices the vision encoder's activations. One line and exit 2 for a text-only model, a
-/// family whose rule is not known, or an engine other than transformers.
+/// family whose rule is not known, or an engine not modelled (ollama, SGLang, candle).
 fn image_load(
     req: &PlanRequest,
     spec: &crate::model::Spec,
@@ -734,7 +734,8 @@ fn image_load(
                 .into());
             }
         }
-        // ollama runs its own vision models (model/models/*), not llama.cpp's mtmd.
+        // ollama runs Gemma-3's and Qwen2.5-VL's towers on its own engine (model/models/*), not
+        // llama.cpp's mtmd: not modelled.
         Engine::LlamaCpp if req.ollama.is_none() => {}
         _ => {
             return Err(InputError::Usage(format!(
