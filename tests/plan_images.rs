@@ -219,7 +219,15 @@ fn bad_image_flags_are_one_line_and_exit_2() {
         ),
         (
             &["--images", "1", "--engine", "sglang"][..],
-            "planned for transformers and vLLM",
+            "planned for transformers, vLLM and llama.cpp; sglang is not modelled",
+        ),
+        (
+            &["--images", "1", "--engine", "ollama"][..],
+            "ollama is not modelled",
+        ),
+        (
+            &["--images", "1", "--engine", "llama.cpp", "-ub", "128"][..],
+            "Gemma-3 decodes an image's 256 tokens with non-causal attention in one ubatch",
         ),
         (
             &[
@@ -576,4 +584,72 @@ fn vllm_qwen25_vl_profiles_six_of_its_largest_images() {
         added
     );
     assert_eq!(u(&four["components"]["vision_encoder"]), added);
+}
+
+/// google/gemma-3-12b-it's config.json.
+const GEMMA3_12B: &str = r#"{"architectures":["Gemma3ForConditionalGeneration"],"boi_token_index":255999,
+"eoi_token_index":256000,"eos_token_id":[1,106],"image_token_index":262144,"initializer_range":0.02,
+"mm_tokens_per_image":256,"model_type":"gemma3","text_config":{"hidden_size":3840,"intermediate_size":15360,
+"model_type":"gemma3_text","num_attention_heads":16,"num_hidden_layers":48,"num_key_value_heads":8,
+"rope_scaling":{"factor":8.0,"rope_type":"linear"},"sliding_window":1024},"torch_dtype":"bfloat16",
+"vision_config":{"hidden_size":1152,"image_size":896,"intermediate_size":4304,"model_type":"siglip_vision_model",
+"num_attention_heads":16,"num_hidden_layers":27,"patch_size":14,"vision_use_head":false}}"#;
+
+/// llama.cpp: the mmproj's weights are the vision tower row, the CLIP compute buffer is the vision
+/// encoder row (once, whatever --images: one image per graph), and `-c` holds the images' tokens.
+#[test]
+fn llamacpp_gemma3_12b_four_images_on_a_24gb_card() {
+    let home = temp();
+    let cfg = write(&home.path().join("gemma-3-12b-it/config.json"), GEMMA3_12B);
+    let model = cfg.to_str().unwrap();
+    let args = [
+        "plan",
+        "-m",
+        model,
+        "--images",
+        "4",
+        "--engine",
+        "llama.cpp",
+        "--dtype",
+        "q4_k_m",
+        "--vram",
+        "24GB",
+    ];
+    let r = run(home.path(), &args);
+    assert_eq!(r.code, 0, "{}{}", r.stdout, r.stderr);
+    for row in [
+        "Workload  3,072 prompt + 256 new tokens × 1 sequence",
+        "│ vision tower   ┆  804 MiB",
+        "│ vision encoder ┆  121 MiB",
+        "the vision encoder row is the CLIP compute buffer (tools/mtmd/clip.cpp, \
+         `alloc_compute_meta`), 121 MiB for one 896x896 image with flash attention on",
+    ] {
+        assert!(r.stdout.contains(row), "{row}\n{}", r.stdout);
+    }
+
+    let mut with_json = args.to_vec();
+    with_json.push("--json");
+    let j = json(&run(home.path(), &with_json).stdout);
+    assert_eq!(j["workload"]["prompt_tokens"], 3072);
+    assert_eq!(j["images"]["tokens_per_image"], 256);
+    assert_eq!(j["images"]["prompt_tokens_added"], 1024);
+    // 4,096 patches × (4,304 + 3 × 1,152) f32: 121.25 MiB, what llama.cpp logs for this tower
+    // (https://github.com/ggml-org/llama.cpp/pull/22790)
+    assert_eq!(j["components"]["vision_encoder"], 127_139_840);
+    // the SigLIP's 421,290,864 parameters in f16
+    assert_eq!(j["components"]["vision_tower"], 842_581_728);
+    // one image at a time: 1 image or 4, the same buffer
+    let mut one = with_json.clone();
+    one[4] = "1";
+    let j1 = json(&run(home.path(), &one).stdout);
+    assert_eq!(j1["components"]["vision_encoder"], 127_139_840);
+    assert_eq!(j1["workload"]["prompt_tokens"], 2048 + 256);
+    // without flash attention the 16 heads' f32 scores of 4,096² positions
+    let mut off = with_json.clone();
+    off.extend(["-fa", "off"]);
+    let j2 = json(&run(home.path(), &off).stdout);
+    assert_eq!(
+        j2["components"]["vision_encoder"],
+        16_u64 * 4096 * 4096 * 4 + 5 * 4096 * 1152 * 4
+    );
 }

@@ -343,8 +343,8 @@ pub struct PlanArgs {
     /// card, 2,048 under 35 GiB]
     #[arg(long, allow_negative_numbers = true)]
     pub chunked_prefill_size: Option<i64>,
-    /// Images in each request's prompt (vision-language models, transformers and vLLM): their
-    /// tokens join the prompt and the vision encoder's memory is priced
+    /// Images in each request's prompt (vision-language models, transformers, vLLM and
+    /// llama.cpp): their tokens join the prompt and the vision encoder's memory is priced
     #[arg(long, allow_negative_numbers = true)]
     pub images: Option<i64>,
     /// vLLM: the most images one prompt may carry (vLLM's --limit-mm-per-prompt '{"image": N}');

@@ -680,7 +680,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
 
 /// `plan --images`: the prompt grows by the images' tokens (the model's processor rule), and the
 /// planner prices the vision encoder's activations. One line and exit 2 for a text-only model, a
-/// family whose rule is not known, or an engine other than transformers.
+/// family whose rule is not known, or an engine not modelled (ollama, SGLang, candle).
 fn image_load(
     req: &PlanRequest,
     spec: &crate::model::Spec,
@@ -740,11 +740,18 @@ fn image_load(
                 .into());
             }
         }
+        // ollama runs Gemma-3's and Qwen2.5-VL's towers on its own engine (model/models/*), not
+        // llama.cpp's mtmd: not modelled.
+        Engine::LlamaCpp if req.ollama.is_none() => {}
         _ => {
             return Err(InputError::Usage(format!(
-                "--images is planned for transformers and vLLM (their processors and vision \
-                 encoders); {} is not modelled: leave --images out or add --engine vllm",
-                req.engine
+                "--images is planned for transformers, vLLM and llama.cpp; {} is not modelled: \
+                 leave --images out or add --engine vllm",
+                if req.ollama.is_some() {
+                    "ollama".to_string()
+                } else {
+                    req.engine.to_string()
+                }
             ))
             .into());
         }
@@ -755,7 +762,15 @@ fn image_load(
         )
         .into());
     }
+    let input = if req.engine == Engine::LlamaCpp {
+        input.for_llamacpp()
+    } else {
+        input
+    };
     let cost = input.cost(req.deployment.image_size);
+    if req.engine == Engine::LlamaCpp {
+        llamacpp_images_check(req, &input, &cost)?;
+    }
     let load = crate::model::images::ImageLoad {
         input,
         cost,
@@ -791,6 +806,9 @@ fn image_load(
         crate::units::group(load.tokens()),
         crate::units::group(w.prompt_tokens)
     ));
+    if req.engine == Engine::LlamaCpp {
+        notes.push(llamacpp_images_note(req, &load));
+    }
     Ok(Some(load))
 }
 
@@ -836,6 +854,56 @@ fn vllm_default_profile(
         limit_mm_per_prompt: limit,
         vllm_reserve: None,
     })
+}
+
+/// llama.cpp decodes Gemma-3's image embeddings with non-causal attention
+/// (tools/mtmd/mtmd.cpp, `mtmd_decode_use_non_causal`), and `llama_decode` then needs the
+/// image's tokens in one ubatch (src/llama-context.cpp: "non-causal attention requires n_ubatch
+/// >= n_tokens"); mtmd-helper hands them over `-b` at a time.
+fn llamacpp_images_check(
+    req: &PlanRequest,
+    input: &crate::model::images::ImageInput,
+    cost: &crate::model::images::ImageCost,
+) -> Result<()> {
+    use crate::estimate::llamacpp::{DEFAULT_BATCH, DEFAULT_UBATCH};
+    if input.model_type != "gemma3" {
+        return Ok(());
+    }
+    let llama = &req.llama;
+    let batch = llama.batch.unwrap_or(DEFAULT_BATCH);
+    let ubatch = llama.ubatch.unwrap_or(DEFAULT_UBATCH).min(batch);
+    if ubatch < cost.tokens {
+        return Err(InputError::Usage(format!(
+            "--images with llama.cpp: Gemma-3 decodes an image's {} tokens with non-causal \
+             attention in one ubatch, and -ub/-b is {ubatch}; raise -ub and -b to {} or more",
+            cost.tokens, cost.tokens
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+/// llama.cpp's vision encoder, in words: what the `vision encoder` row is and where it comes from.
+fn llamacpp_images_note(req: &PlanRequest, load: &crate::model::images::ImageLoad) -> String {
+    let warmup = load.input.llamacpp_warmup();
+    let fa = req.llama.flash_attn.unwrap_or(true);
+    let bytes = load.llamacpp_clip_bytes(fa);
+    let (h, w) = if load.cost.encoder_positions > warmup.encoder_positions {
+        (load.cost.height, load.cost.width)
+    } else {
+        (warmup.height, warmup.width)
+    };
+    format!(
+        "llama.cpp: the vision encoder row is the CLIP compute buffer (tools/mtmd/clip.cpp, \
+         `alloc_compute_meta`), {} for one {w}x{h} image with flash attention {}: reserved at \
+         load for the warm-up image ({}x{}), grown for a larger one, and reused for every image, \
+         which are encoded one at a time; the mmproj weights are the vision tower row (f16, on \
+         the GPU unless --no-mmproj-offload), and -c holds the images' tokens",
+        crate::units::Bytes(bytes),
+        if fa { "on" } else { "off" },
+        warmup.width,
+        warmup.height,
+    )
 }
 
 /// vLLM's start-up profile of the vision encoder, in words: the images it encodes, what the tower

@@ -108,12 +108,27 @@ impl ImageLoad {
         self.per_request.saturating_mul(self.cost.tokens)
     }
 
+    /// llama.cpp: the CLIP compute buffer, reserved once for the warm-up image and grown to the
+    /// largest image it encodes (one at a time, whatever `--images`).
+    pub fn llamacpp_clip_bytes(&self, flash_attn: bool) -> u64 {
+        let warmup = self.input.llamacpp_warmup();
+        let graph = if self.cost.encoder_positions > warmup.encoder_positions {
+            self.cost
+        } else {
+            warmup
+        };
+        self.input.llamacpp_clip_bytes(&graph, flash_attn)
+    }
+
     /// The encoder's peak for `w`: transformers encodes every sequence's images in the prefill's
     /// first forward; eager holds the score matrix.
     pub fn encoder_bytes(&self, w: &crate::estimate::Workload) -> u64 {
         use crate::estimate::Engine;
         if w.engine == Engine::Vllm {
             return self.vllm_reserve.unwrap_or(0);
+        }
+        if w.engine == Engine::LlamaCpp {
+            return self.llamacpp_clip_bytes(crate::estimate::llamacpp::flash_attn(w));
         }
         let eager = w.engine == Engine::TransformersEager;
         let d = w
@@ -501,6 +516,108 @@ impl ImageInput {
     }
 }
 
+/// llama.cpp's Qwen-VL limits (tools/mtmd/clip.cpp, `load_hparams`, projectors `qwen2vl_merger`,
+/// `qwen2.5vl_merger`, `qwen3vl_merger`): `set_limit_image_tokens(8, 4096)`, from 8 to 4,096 tokens
+/// an image, and `set_warmup_n_tokens(46*46)`, the graph reserved at load for a 2,116-token image.
+pub const LLAMACPP_QWEN_MIN_TOKENS: u64 = 8;
+pub const LLAMACPP_QWEN_MAX_TOKENS: u64 = 4096;
+pub const LLAMACPP_QWEN_WARMUP_SIDE_TOKENS: u64 = 46;
+
+impl ImageInput {
+    /// The same tower as llama.cpp's `mtmd` sees it: Gemma-3 and LLaVA keep their fixed count
+    /// (clip.cpp `clip_n_output_tokens`: (896/14)² / 4² = 256, (336/14)² = 576); Qwen-VL resizes
+    /// to multiples of patch × merge between llama.cpp's own 8 and 4,096 tokens an image
+    /// (`set_limit_image_tokens(8, 4096)`), not the transformers processor's `max_pixels`.
+    pub fn for_llamacpp(self) -> ImageInput {
+        let rule = match self.rule {
+            TokenRule::Dynamic { patch, merge, .. } => {
+                let area = patch.saturating_mul(merge).saturating_pow(2);
+                TokenRule::Dynamic {
+                    patch,
+                    merge,
+                    min_pixels: area.saturating_mul(LLAMACPP_QWEN_MIN_TOKENS),
+                    max_pixels: area.saturating_mul(LLAMACPP_QWEN_MAX_TOKENS),
+                }
+            }
+            fixed => fixed,
+        };
+        ImageInput { rule, ..self }
+    }
+
+    /// The image llama.cpp reserves its CLIP graph for at load (clip.cpp `warmup`: a dummy image
+    /// of `warmup_image_size` square): the native size of a fixed rule, 46 × 46 merged tokens for
+    /// Qwen-VL (`set_warmup_n_tokens(46*46)`).
+    pub fn llamacpp_warmup(&self) -> ImageCost {
+        match self.rule {
+            TokenRule::Fixed { .. } => self.cost(None),
+            TokenRule::Dynamic { patch, merge, .. } => {
+                let side = LLAMACPP_QWEN_WARMUP_SIDE_TOKENS
+                    .saturating_mul(merge)
+                    .saturating_mul(patch);
+                ImageCost {
+                    height: side,
+                    width: side,
+                    encoder_positions: (LLAMACPP_QWEN_WARMUP_SIDE_TOKENS * merge).saturating_pow(2),
+                    tokens: LLAMACPP_QWEN_WARMUP_SIDE_TOKENS.pow(2),
+                }
+            }
+        }
+    }
+
+    /// llama.cpp's CLIP compute buffer (`alloc_compute_meta: CUDA0 compute buffer size`) for one
+    /// image of `cost`: ggml-alloc's peak over the encoder graph, every activation float32.
+    ///
+    /// tools/mtmd/clip.cpp encodes one image per graph (`clip_image_build_graph`: "n_batch > 1
+    /// is not supported"), so the buffer is one image's whatever `--images`; `warmup` reserves it
+    /// for the warm-up image and `ggml_backend_sched_alloc_graph` only grows it for a larger one.
+    /// `warmup` tries flash attention first (`CLIP_FLASH_ATTN_TYPE_AUTO`, kept where the backend
+    /// runs `ggml_flash_attn_ext`, as CUDA does).
+    ///
+    /// - the MLP (`build_vit` / `build_ffn`): `n_pos × (k·n_ff + 3·n_embd) × 4` — the up
+    ///   projection (and the gate's, for Qwen2.5-VL's SwiGLU: k = 2) beside three stream-wide
+    ///   tensors (the residual, the normed input and the block that ggml-alloc cannot hand the
+    ///   intermediate-wide tensor). Gemma-3's SigLIP at 896² gives 121.25 MiB, the CUDA0 buffer
+    ///   llama.cpp printed for gemma-3-4b's mmproj (ggml-org/llama.cpp#22790);
+    /// - the attention without flash attention: the f32 `KQ` scores of every head,
+    ///   `n_head × n_pos² × 4` (`ggml_soft_max_ext` runs in place), beside five stream-wide
+    ///   tensors (residual, Q, K, V made contiguous, the free block above); with flash attention
+    ///   it stays under the MLP. LLaVA's CLIP ViT-L/14-336 gives 31.59 MiB, 4 % under the 32.89
+    ///   MiB a 2024 clip.cpp printed for llava-v1.6-7b's mmproj (ollama/ollama#2706), the one
+    ///   log found without flash attention;
+    /// - Qwen2.5-VL's window attention (tools/mtmd/models/qwen2vl.cpp): the `window_mask` input,
+    ///   `n_pos² × 4`, live through every layer, and with flash attention its f16 cast,
+    ///   `n_pos² × 2`, beside it;
+    /// - Qwen3-VL's DeepStack features, one f32 `projection_dim` vector a token per index.
+    pub fn llamacpp_clip_bytes(&self, cost: &ImageCost, flash_attn: bool) -> u64 {
+        let n = cost.encoder_positions;
+        let f32_of = |values: u64| values.saturating_mul(4);
+        let stream = n.saturating_mul(self.hidden);
+        let k = if self.gated_mlp { 2 } else { 1 };
+        let mlp = f32_of(
+            n.saturating_mul(self.intermediate)
+                .saturating_mul(k)
+                .saturating_add(stream.saturating_mul(3)),
+        );
+        let attention = if flash_attn {
+            0
+        } else {
+            f32_of(
+                self.heads
+                    .saturating_mul(n.saturating_mul(n))
+                    .saturating_add(stream.saturating_mul(5)),
+            )
+        };
+        let mask = if self.model_type == "qwen2_5_vl" {
+            let per = if flash_attn { 4 + 2 } else { 4 };
+            n.saturating_mul(n).saturating_mul(per)
+        } else {
+            0
+        };
+        let held = f32_of(cost.tokens.saturating_mul(self.held_per_token));
+        mlp.max(attention).saturating_add(mask).saturating_add(held)
+    }
+}
+
 /// `--image-size WxH` (width × height, as image tools say it): (height, width).
 pub fn parse_size(s: &str) -> Result<(u64, u64), String> {
     let bad = || {
@@ -733,5 +850,104 @@ mod tests {
         assert!(parse_size("0x5").is_err());
         assert!(parse_size("big").is_err());
         assert!(parse_size("1x1000").is_err());
+    }
+
+    /// llama.cpp's CLIP compute buffer against what llama.cpp printed. The one log found with a
+    /// mmproj's `alloc_compute_meta` line on a current build: gemma-3-4b-it's (SigLIP 27 × 1152,
+    /// 16 heads, n_ff 4304, 896²), CUDA0, flash attention enabled,
+    /// "alloc_compute_meta: CUDA0 compute buffer size = 121.25 MiB"
+    /// (https://github.com/ggml-org/llama.cpp/pull/22790). Gemma-3 12B and 27B ship the same
+    /// tower, so the same buffer.
+    #[test]
+    fn llamacpp_gemma3_clip_buffer_is_the_logged_121_25_mib() {
+        let g = gemma3().for_llamacpp();
+        let c = g.llamacpp_warmup();
+        assert_eq!((c.width, c.encoder_positions, c.tokens), (896, 4096, 256));
+        // 4,096 patches × (4,304 + 3 × 1,152) f32 values: 121.25 MiB, the logged figure exactly
+        let fa = g.llamacpp_clip_bytes(&c, true);
+        assert_eq!(fa, 4096 * (4304 + 3 * 1152) * 4);
+        assert_eq!(fa, 127_139_840);
+        assert_eq!(fa * 100 / (1 << 20), 12_125);
+        // without flash attention the 16 heads' f32 scores, 1 GiB, lead (no log found to pin)
+        assert_eq!(
+            g.llamacpp_clip_bytes(&c, false),
+            16 * 4096 * 4096 * 4 + 5 * 4096 * 1152 * 4
+        );
+        // one image per graph: the same buffer for 1 or 16 images
+        let load = |n| ImageLoad {
+            input: g,
+            cost: c,
+            per_request: n,
+            limit_mm_per_prompt: VLLM_DEFAULT_LIMIT,
+            vllm_reserve: None,
+        };
+        assert_eq!(load(1).llamacpp_clip_bytes(true), fa);
+        assert_eq!(load(16).llamacpp_clip_bytes(true), fa);
+    }
+
+    #[test]
+    fn llamacpp_qwen_takes_8_to_4096_tokens_and_warms_up_at_46_squared() {
+        let q = qwen25().for_llamacpp();
+        // llama.cpp's max: 4,096 tokens, 64 × 28 = 1,792 px a side, where transformers keeps 1,280
+        let most = q.cost(None);
+        assert_eq!((most.height, most.width, most.tokens), (1792, 1792, 4096));
+        // 1024²: round(1024 / 28) × 28 = 1,036, within llama.cpp's max (transformers: 980)
+        assert_eq!(q.cost(Some((1024, 1024))).height, 1036);
+        assert_eq!(qwen25().cost(Some((1024, 1024))).height, 980);
+        let warm = q.llamacpp_warmup();
+        assert_eq!(
+            (warm.height, warm.encoder_positions, warm.tokens),
+            (1288, 8464, 2116)
+        );
+        // the SwiGLU MLP (gate and up) and the window mask in f32 and its f16 cast
+        let n: u64 = 8464;
+        assert_eq!(
+            q.llamacpp_clip_bytes(&warm, true),
+            n * (2 * 3420 + 3 * 1280) * 4 + n * n * 6
+        );
+        assert_eq!(
+            q.llamacpp_clip_bytes(&warm, false),
+            16 * n * n * 4 + 5 * n * 1280 * 4 + n * n * 4
+        );
+        // a smaller image reuses the warm-up's buffer, a larger one grows it
+        let load = |cost| ImageLoad {
+            input: q,
+            cost,
+            per_request: 2,
+            limit_mm_per_prompt: VLLM_DEFAULT_LIMIT,
+            vllm_reserve: None,
+        };
+        let small = q.cost(Some((448, 448)));
+        assert_eq!(
+            load(small).llamacpp_clip_bytes(true),
+            q.llamacpp_clip_bytes(&warm, true)
+        );
+        assert_eq!(
+            load(most).llamacpp_clip_bytes(true),
+            q.llamacpp_clip_bytes(&most, true)
+        );
+        // Gemma-3 keeps its fixed 256 tokens
+        assert_eq!(gemma3().for_llamacpp(), gemma3());
+    }
+
+    #[test]
+    fn llamacpp_llava_attends_577_positions() {
+        let l = config(
+            r#"{"model_type":"llava","vision_config":{"image_size":336,"patch_size":14,"hidden_size":1024,"intermediate_size":4096,"num_attention_heads":16}}"#,
+        );
+        let c = l.llamacpp_warmup();
+        assert_eq!((c.tokens, c.encoder_positions), (576, 577));
+        assert_eq!(l.llamacpp_clip_bytes(&c, true), 577 * (4096 + 3 * 1024) * 4);
+        // Without flash attention: 16 heads × 577² f32 scores beside five copies of the stream,
+        // 31.59 MiB. A 2024 clip.cpp (no flash attention in the encoder yet) printed
+        // "clip_model_load: compute allocated memory: 32.89 MB" (MiB) for llava-v1.6-7b's mmproj,
+        // the same CLIP ViT-L/14-336 (https://github.com/ollama/ollama/issues/2706): the rule is
+        // 4.0 % under that older graph.
+        let no_fa = l.llamacpp_clip_bytes(&c, false);
+        assert_eq!(no_fa, 16 * 577 * 577 * 4 + 5 * 577 * 1024 * 4);
+        assert_eq!(no_fa, 33_124_416);
+        let logged = 32.89 * (1u64 << 20) as f64;
+        let gap = (no_fa as f64 - logged) / logged;
+        assert!((-0.045..-0.035).contains(&gap), "{gap}");
     }
 }
