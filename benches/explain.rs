@@ -29,7 +29,49 @@ fn bench(c: &mut Criterion) {
     group.bench_function("4 MB of memory-word lines", |b| {
         b.iter(|| explain(std::hint::black_box(&log), &req))
     });
+    // A log dense with distinct OOM messages: the corpus's logs (every folder) concatenated in
+    // path order, once (no line repeats from one log to the next), and repeated to 8 MB (what a
+    // long log of many OOMs and restarts looks like; the repeated lines reuse their looks).
+    let corpus = corpus_logs();
+    group.throughput(Throughput::Bytes(corpus.len() as u64));
+    group.bench_function("corpus logs once", |b| {
+        b.iter(|| explain(std::hint::black_box(&corpus), &req))
+    });
+    let mut dense = Vec::new();
+    while !corpus.is_empty() && dense.len() < 8_000_000 {
+        dense.extend_from_slice(&corpus);
+    }
+    dense.truncate(8_000_000);
+    group.throughput(Throughput::Bytes(dense.len() as u64));
+    group.bench_function("8 MB of corpus logs", |b| {
+        b.iter(|| explain(std::hint::black_box(&dense), &req))
+    });
     group.finish();
+}
+
+/// Every `.log` file under tests/fixtures/logs, concatenated in path order.
+fn corpus_logs() -> Vec<u8> {
+    let mut dirs =
+        vec![std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/logs")];
+    let mut paths = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for path in entries.flatten().map(|e| e.path()) {
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "log") {
+                paths.push(path);
+            }
+        }
+    }
+    paths.sort();
+    paths
+        .iter()
+        .filter_map(|p| std::fs::read(p).ok())
+        .flatten()
+        .collect()
 }
 
 criterion_group!(benches, bench);

@@ -542,11 +542,30 @@ pub(crate) struct Looks {
     words: u64,
     stage: Option<StageHint>,
     progress: bool,
+    frame_keys: u16,
+    /// The calls [`mark`] lists by line: bit 0 transformers' one-piece load
+    /// (`caching_allocator_warmup`), bit 1 a CUDA context's creation, bit 2 TensorRT-LLM's
+    /// runtime buffers of a step.
+    calls: u8,
 }
 
 fn looks(line: &str) -> Looks {
+    let call = |k: u8, words: &[&str]| {
+        if words.iter().any(|w| line.contains(w)) {
+            1 << k
+        } else {
+            0
+        }
+    };
     Looks {
+        calls: call(0, &["caching_allocator_warmup"])
+            | call(1, &["cuCtxCreate", "cuDevicePrimaryCtxRetain"])
+            | call(
+                2,
+                &["RuntimeBuffers::reshape", "RuntimeBuffers::prepareStep"],
+            ),
         words: hint_words(line),
+        frame_keys: frame_keys(line),
         stage: stage_hint(line),
         progress: progress(line),
     }
@@ -559,7 +578,7 @@ pub(crate) fn mark(lines: &[String], i: usize, ctx: &mut Context, memo: &mut Lin
         return;
     };
     let (line, n, words) = (line.as_str(), i + 1, seen.words);
-    frames(line, n, ctx);
+    frames(line, seen.frame_keys, n, ctx);
     ctx.clock.tick(line);
     if let Some(h) = seen.stage {
         ctx.stage_hints.push((n, h));
@@ -573,14 +592,15 @@ pub(crate) fn mark(lines: &[String], i: usize, ctx: &mut Context, memo: &mut Lin
     workload(line, words, n, ctx);
     vllm_figures(line, words, &mut ctx.vllm);
     device_at_start(line, n, ctx);
-    if line.contains("caching_allocator_warmup") {
-        ctx.one_piece_load_lines.push(n);
-    }
-    if line.contains("cuCtxCreate") || line.contains("cuDevicePrimaryCtxRetain") {
-        ctx.context_create_lines.push(n);
-    }
-    if line.contains("RuntimeBuffers::reshape") || line.contains("RuntimeBuffers::prepareStep") {
-        ctx.runtime_step_lines.push(n);
+    let lists = [
+        &mut ctx.one_piece_load_lines,
+        &mut ctx.context_create_lines,
+        &mut ctx.runtime_step_lines,
+    ];
+    for (k, v) in lists.into_iter().enumerate() {
+        if seen.calls & (1 << k) != 0 {
+            v.push(n);
+        }
     }
     if let Some(w) = weights_loaded(line, words) {
         ctx.weights_loaded = Some((n, w.0, w.1));
@@ -613,8 +633,10 @@ fn progress(line: &str) -> bool {
     .is_match(line)
 }
 
-/// The traceback frames the older rules use (load, generation, eager attention, MLP, cache).
-fn frames(line: &str, n: usize, ctx: &mut Context) {
+/// Which lists of frame keys of [`frames`] `line` holds: bit `k` for list `k` (load,
+/// generation, eager attention, MLP, cache, optimizer, vision, draft), bit 8 for a thread's
+/// exception. A pure function of the text, so [`Looks`] keeps it for a repeated line.
+fn frame_keys(line: &str) -> u16 {
     const LOAD: &[&str] = &[
         "from_pretrained",
         "_load_pretrained_model",
@@ -756,31 +778,52 @@ fn frames(line: &str, n: usize, ctx: &mut Context) {
         ]
         .concat()
     };
+    if !literals(&ANY, all).is_match(line) {
+        return 0;
+    }
+    let has = |keys: &[&str]| keys.iter().any(|k| line.contains(k));
+    let lists = [
+        LOAD, GENERATION, EAGER, ACTIVATION, CACHE, OPTIMIZER, VISION, DRAFT,
+    ];
+    let mut mask = 0u16;
+    for (k, keys) in lists.iter().enumerate() {
+        if has(keys) {
+            mask |= 1 << k;
+        }
+    }
+    if line.contains("Exception in thread") {
+        mask |= 1 << 8;
+    }
+    mask
+}
+
+/// The traceback frames the older rules use (load, generation, eager attention, MLP, cache):
+/// `keys` is the line's [`frame_keys`].
+fn frames(line: &str, keys: u16, n: usize, ctx: &mut Context) {
     // mistral.rs prints its backtrace inline: `Backtrace [{ fn: "…::dequantize_f16" }, …]`.
     if rust_frame(line) || line.contains("Backtrace [{ fn: ") {
         rust_frame_part(line, n, ctx);
     }
     python_frame(line, n, ctx);
-    if !literals(&ANY, all).is_match(line) {
+    if keys == 0 {
         return;
     }
-    let has = |keys: &[&str]| keys.iter().any(|k| line.contains(k));
-    let lists: [(&[&str], &mut Vec<usize>); 8] = [
-        (LOAD, &mut ctx.load_lines),
-        (GENERATION, &mut ctx.generation_lines),
-        (EAGER, &mut ctx.eager_attention_lines),
-        (ACTIVATION, &mut ctx.activation_lines),
-        (CACHE, &mut ctx.cache_lines),
-        (OPTIMIZER, &mut ctx.optimizer_lines),
-        (VISION, &mut ctx.vision_lines),
-        (DRAFT, &mut ctx.draft_lines),
+    let lists: [&mut Vec<usize>; 8] = [
+        &mut ctx.load_lines,
+        &mut ctx.generation_lines,
+        &mut ctx.eager_attention_lines,
+        &mut ctx.activation_lines,
+        &mut ctx.cache_lines,
+        &mut ctx.optimizer_lines,
+        &mut ctx.vision_lines,
+        &mut ctx.draft_lines,
     ];
-    for (keys, v) in lists {
-        if has(keys) {
+    for (k, v) in lists.into_iter().enumerate() {
+        if keys & (1 << k) != 0 {
             v.push(n);
         }
     }
-    if line.contains("Exception in thread") {
+    if keys & (1 << 8) != 0 {
         ctx.thread_exceptions.push(n);
     }
 }

@@ -6,7 +6,9 @@ use std::sync::OnceLock;
 
 use regex::Regex;
 
-use super::parse::{cap_size, cap_u64, re, re_built, Event, Scan, TorchOom, SIZE};
+use super::parse::{
+    cap_size, cap_u64, contains_caseless, re, re_built, Event, Scan, TorchOom, SIZE,
+};
 
 /// Read a PyTorch message at line `i`; true when the line was one.
 pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
@@ -23,7 +25,13 @@ pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
     });
     // Other libraries name their own OutOfMemoryError (Ray's is the host's): not PyTorch's.
     let foreign = line.contains("ray.exceptions.OutOfMemoryError");
-    if head.is_match(line) && !line.contains("warming up sampler") && !foreign {
+    // Each of the head's alternatives holds one of these words: a line with none is not it,
+    // and the cheap look spares the regex most lines.
+    let may_be_head = line.contains("Tried to allocate")
+        || line.contains("OutOfMemoryError")
+        || line.contains("total capacity")
+        || contains_caseless(line, "out of memory");
+    if may_be_head && head.is_match(line) && !line.contains("warming up sampler") && !foreign {
         // IPython / Jupyter head a traceback with the exception's name; the message itself
         // comes at its end (unsloth-465): the head is not a second error.
         if ipython_head(line) {
@@ -264,6 +272,10 @@ fn mps(window: &str) -> TorchOom {
 fn summary(lines: &[String], i: usize, st: &mut Scan) -> bool {
     static OOMS: OnceLock<Regex> = OnceLock::new();
     static ROW: OnceLock<Regex> = OnceLock::new();
+    // The regex's own literal first: most lines have none, and a capture search costs more.
+    if !lines[i].contains("CUDA OOMs:") {
+        return false;
+    }
     let ooms = re(&OOMS, r"CUDA OOMs:\s*(\d+)");
     let Some(c) = ooms.captures(&lines[i]) else {
         return false;
