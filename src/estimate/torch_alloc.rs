@@ -80,9 +80,16 @@ struct FreeBlocks(Vec<(u64, u64, usize)>);
 
 impl FreeBlocks {
     /// The smallest block of at least `size` bytes (ties: the lowest address).
+    #[cfg(test)]
     fn first_holding(&self, size: u64) -> Option<(u64, u64, usize)> {
         let at = self.0.partition_point(|k| k.0 < size);
         self.0.get(at).copied()
+    }
+    /// Take the smallest block of at least `size` bytes (ties: the lowest address) out of the
+    /// pool: `first_holding` and `remove` in one search.
+    fn take_holding(&mut self, size: u64) -> Option<(u64, u64, usize)> {
+        let at = self.0.partition_point(|k| k.0 < size);
+        (at < self.0.len()).then(|| self.0.remove(at))
     }
     fn insert(&mut self, key: (u64, u64, usize)) {
         if let Err(at) = self.0.binary_search(&key) {
@@ -92,6 +99,32 @@ impl FreeBlocks {
     fn remove(&mut self, key: &(u64, u64, usize)) {
         if let Ok(at) = self.0.binary_search(key) {
             self.0.remove(at);
+        }
+    }
+    /// `remove(old)` then `insert(new)`, moving only the blocks between the two places instead of
+    /// the pool's tail twice: a freed block that merges with a cached neighbour takes its place.
+    fn replace(&mut self, old: &(u64, u64, usize), new: (u64, u64, usize)) {
+        if *old == new {
+            self.insert(new);
+            return;
+        }
+        let Ok(i) = self.0.binary_search(old) else {
+            self.insert(new);
+            return;
+        };
+        match self.0.binary_search(&new) {
+            Ok(_) => {
+                self.0.remove(i);
+            }
+            // `j` counts `old` when `new` sorts after it
+            Err(j) if j > i => {
+                self.0[i..j].rotate_left(1);
+                self.0[j - 1] = new;
+            }
+            Err(j) => {
+                self.0[j..=i].rotate_right(1);
+                self.0[j] = new;
+            }
         }
     }
     fn iter(&self) -> impl Iterator<Item = &(u64, u64, usize)> {
@@ -185,12 +218,8 @@ impl CachingAllocator {
         let size = rounded(size);
         let small = size <= SMALL_SIZE;
         let pool = usize::from(!small);
-        let found = self.pools[pool].first_holding(size);
-        let id = match found {
-            Some(key) => {
-                self.pools[pool].remove(&key);
-                key.2
-            }
+        let id = match self.pools[pool].take_holding(size) {
+            Some(key) => key.2,
             None => self.new_segment(size, small, segment_ptr)?,
         };
         self.split(id, size);
@@ -304,13 +333,17 @@ impl CachingAllocator {
         }
         self.allocated = self.allocated.saturating_sub(b.size);
         self.blocks[id].allocated = false;
-        for other in [b.prev, b.next].into_iter().flatten() {
+        // The cached neighbours it absorbs leave the pool as the merged block enters it.
+        let mut absorbed = [None, None];
+        for (slot, other) in [b.prev, b.next].into_iter().enumerate() {
+            let Some(other) = other else {
+                continue;
+            };
             let o = self.blocks[other];
             if o.allocated {
                 continue;
             }
-            let key = self.key(other);
-            self.pools[usize::from(!o.small)].remove(&key);
+            absorbed[slot] = Some(self.key(other));
             let me = &mut self.blocks[id];
             if Some(other) == me.prev {
                 me.ptr = o.ptr;
@@ -328,7 +361,15 @@ impl CachingAllocator {
             self.retired.push(other);
         }
         let key = self.key(id);
-        self.pools[usize::from(!self.blocks[id].small)].insert(key);
+        let pool = &mut self.pools[usize::from(!self.blocks[id].small)];
+        match absorbed {
+            [None, None] => pool.insert(key),
+            [Some(one), None] | [None, Some(one)] => pool.replace(&one, key),
+            [Some(before), Some(after)] => {
+                pool.remove(&before);
+                pool.replace(&after, key);
+            }
+        }
     }
 
     /// Free the tensor whose block is `index` (`Allocation::index`); an index not allocated is
@@ -421,17 +462,32 @@ mod tests {
         for step in 0..20_000usize {
             x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
             let key = ((x >> 60) * MIN_BLOCK, (x >> 40) & 0xff, step % 97);
-            match (x >> 33) % 3 {
+            match (x >> 33) % 4 {
                 0 | 1 => {
                     set.insert(key);
                     pool.insert(key);
+                }
+                2 => {
+                    // a cached block (or none) replaced by another key, as a merge does
+                    let old = set
+                        .iter()
+                        .nth((x >> 20) as usize % (set.len() + 1))
+                        .copied();
+                    let old = old.unwrap_or(key);
+                    set.remove(&old);
+                    set.insert(key);
+                    pool.replace(&old, key);
                 }
                 _ => {
                     let hit = set.range((key.0, 0, 0)..).next().copied();
                     assert_eq!(pool.first_holding(key.0), hit);
                     if let Some(k) = hit {
                         set.remove(&k);
-                        pool.remove(&k);
+                        if x & 1 == 0 {
+                            pool.remove(&k);
+                        } else {
+                            assert_eq!(pool.take_holding(key.0), Some(k));
+                        }
                     }
                 }
             }
