@@ -324,3 +324,34 @@ fn hostile_mmproj_files_and_other_engines_are_one_line_and_exit_2() {
         r.stderr
     );
 }
+
+/// A config.json model with --mmproj: the file's tensors take the place of the tower the config
+/// implies (priced f16 by rule), and the rest of the weights stay as they were.
+#[test]
+fn mmproj_replaces_a_config_paths_vision_tower() {
+    let home = temp();
+    let mm = write_gemma3_mmproj(home.path(), "mmproj.gguf", vec![]);
+    let gemma3 = Path::new(env!("CARGO_MANIFEST_DIR")).join("presets/gemma-3-27b-it.json");
+    let base = [
+        "--engine",
+        "llama.cpp",
+        "--dtype",
+        "q4_k_m",
+        "--images",
+        "1",
+        "--json",
+    ];
+    let without = json(&plan(home.path(), &gemma3, &base).stdout);
+    let mut args = base.to_vec();
+    args.extend(["--mmproj", mm.to_str().unwrap()]);
+    let with = json(&plan(home.path(), &gemma3, &args).stdout);
+    let c = |j: &serde_json::Value, k: &str| j["components"][k].as_u64().unwrap();
+    assert_eq!(c(&with, "vision_tower"), MMPROJ_BYTES);
+    assert_eq!(
+        c(&with, "weights") + c(&without, "vision_tower"),
+        c(&without, "weights") + MMPROJ_BYTES
+    );
+    // the same SigLIP, the same CLIP compute buffer and tokens
+    assert_eq!(c(&with, "vision_encoder"), c(&without, "vision_encoder"));
+    assert_eq!(with["images"], without["images"]);
+}

@@ -318,6 +318,7 @@ mod tests {
     enum Meta {
         Str(&'static str),
         U32(u32),
+        U64(u64),
         Bool(bool),
         Bools(Vec<bool>),
     }
@@ -341,6 +342,10 @@ mod tests {
                 }
                 Meta::U32(n) => {
                     b.extend(4u32.to_le_bytes());
+                    b.extend(n.to_le_bytes());
+                }
+                Meta::U64(n) => {
+                    b.extend(10u32.to_le_bytes());
                     b.extend(n.to_le_bytes());
                 }
                 Meta::Bool(x) => {
@@ -603,6 +608,59 @@ mod tests {
             with("clip.projector_type", Meta::Str("x\ny")),
         ] {
             assert_eq!(e.lines().count(), 1, "{e}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Any numbers in the geometry keys, any projector llm-oom knows: refused, or read and
+        /// priced (tokens, warm-up, CLIP buffer) without a panic or an overflow.
+        #[test]
+        fn hostile_geometry_is_refused_or_priced(
+            values in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::strategy::Just(0u64),
+                    proptest::strategy::Just(1u64),
+                    0u64..100_000,
+                    proptest::prelude::any::<u64>(),
+                ],
+                10,
+            ),
+            projector in 0usize..KNOWN_PROJECTORS.len(),
+            dims in proptest::collection::vec(proptest::prelude::any::<u32>(), 1..4),
+        ) {
+            let keys = [
+                "clip.vision.image_size",
+                "clip.vision.patch_size",
+                "clip.vision.embedding_length",
+                "clip.vision.feed_forward_length",
+                "clip.vision.block_count",
+                "clip.vision.attention.head_count",
+                "clip.vision.projection_dim",
+                "clip.vision.projector.scale_factor",
+                "clip.vision.spatial_merge_size",
+                "clip.vision.n_wa_pattern",
+            ];
+            let names: [&'static str; 6] = KNOWN_PROJECTORS;
+            let mut meta = vec![("clip.projector_type", Meta::Str(names[projector]))];
+            for (k, v) in keys.iter().zip(values) {
+                meta.push((k, Meta::U64(v)));
+            }
+            meta.push(("clip.vision.is_deepstack_layers", Meta::Bools(vec![true; 3])));
+            let tensors = vec![(
+                "v.blk.0.ffn_up.weight".to_string(),
+                dims.into_iter().map(u64::from).collect(),
+                F16,
+            )];
+            if let Ok(m) = read(&meta, &tensors) {
+                let i = m.input;
+                for size in [None, Some((1, 1)), Some((65_536, 65_536))] {
+                    let c = i.cost(size);
+                    let _ = i.llamacpp_clip_bytes(&c, true);
+                    let _ = i.llamacpp_clip_bytes(&c, false);
+                }
+                let w = i.llamacpp_warmup();
+                let _ = i.llamacpp_clip_bytes(&w, false);
+            }
         }
     }
 }
