@@ -163,6 +163,8 @@ pub struct DeploymentRequest {
     pub image_size: Option<(u64, u64)>,
     /// vLLM's `--limit-mm-per-prompt` for images [default: vLLM's 999].
     pub limit_mm_per_prompt: Option<u64>,
+    /// llama.cpp's `--mmproj`: the multimodal projector GGUF beside the model.
+    pub mmproj: Option<std::path::PathBuf>,
     /// `--mtp`: the model's own multi-token-prediction layers as the draft.
     pub mtp: bool,
 }

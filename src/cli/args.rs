@@ -356,6 +356,11 @@ pub struct PlanArgs {
     /// Qwen-VL: the largest its processor keeps]
     #[arg(long, requires = "images")]
     pub image_size: Option<String>,
+    /// llama.cpp: the multimodal projector GGUF (`--mmproj`, `-mm`): its vision tower's weights
+    /// and the CLIP compute buffer its warm-up reserves are counted, with or without --images,
+    /// and --images is priced by its projector type (a GGUF --model has no vision tower of its own)
+    #[arg(long, help_heading = "llama.cpp")]
+    pub mmproj: Option<std::path::PathBuf>,
     /// LoRA adapters of this rank beside the model (vLLM: --max-lora-rank); training's optimizer
     /// state is not priced
     #[arg(long, allow_negative_numbers = true)]

@@ -19,14 +19,15 @@ use llm_oom::report::{self, render, Format, Render};
 use llm_oom::ExitStatus;
 
 /// llama.cpp's short flags of several letters (`-np 4`, `-ub 1024`, `-fa on`, `-fit off`,
-/// `-fitt 512`, `-fitc 8192`, `-kvu`), so that part of a llama-server command line can be pasted:
+/// `-fitt 512`, `-fitc 8192`, `-kvu`, `-mm FILE`), so that part of a llama-server command line can be pasted:
 /// each is given its long name before clap reads it (clap's short flags are one letter). What
 /// follows `--` (the program `watch` runs) is left as it is.
 pub fn llama_short_flags(
     args: impl IntoIterator<Item = std::ffi::OsString>,
 ) -> Vec<std::ffi::OsString> {
-    const LONG: [(&str, &str); 7] = [
+    const LONG: [(&str, &str); 8] = [
         ("-np", "--parallel"),
+        ("-mm", "--mmproj"),
         ("-ub", "--ubatch-size"),
         ("-fa", "--flash-attn"),
         ("-fit", "--fit"),
@@ -382,6 +383,7 @@ fn deployment(a: &args::PlanArgs) -> Result<llm_oom::request::DeploymentRequest,
             .map(llm_oom::model::images::parse_size)
             .transpose()
             .map_err(InputError::Usage)?,
+        mmproj: a.mmproj.clone(),
         limit_mm_per_prompt: a
             .limit_mm_per_prompt
             // 0 is vLLM's own way to take no images (and skip the encoder's profile)

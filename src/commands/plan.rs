@@ -227,6 +227,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         .into());
     }
     let (ResolvedModel { spec, source }, derived) = resolve_model(req, model)?;
+    let (spec, mmproj_note) = attach_mmproj(req, spec)?;
     let draft = match req.deployment.draft_model.as_deref() {
         Some(m) => Some(
             resolve(m)
@@ -260,6 +261,7 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
         }
     }
     let mut notes = spec.notes.clone();
+    notes.extend(mmproj_note);
     let mut w = req.workload(&spec);
     // vLLM's --kv-cache-dtype sets the KV dtype; --kv-dtype beside it must say the same.
     if let Some(k) = req.vllm.kv_cache_dtype {
@@ -695,6 +697,9 @@ fn image_load(
         .into());
     }
     if n == 0 {
+        if let Some(load) = llamacpp_mmproj_warmup(req, spec, notes) {
+            return Ok(Some(load));
+        }
         return Ok(vllm_default_profile(req, spec, notes));
     }
     let Some(input) = spec.images else {
@@ -812,6 +817,77 @@ fn image_load(
     Ok(Some(load))
 }
 
+/// llama.cpp's `--mmproj FILE` (`model::mmproj`): the projector file's weights become the vision
+/// tower and its projector type the image rule, so `--images` works for a GGUF model too. Refused
+/// (one line) for the other engines: only llama.cpp's mtmd reads an mmproj.
+fn attach_mmproj(
+    req: &PlanRequest,
+    mut spec: crate::model::Spec,
+) -> Result<(crate::model::Spec, Option<String>)> {
+    let Some(path) = req.deployment.mmproj.as_deref() else {
+        return Ok((spec, None));
+    };
+    if req.engine != Engine::LlamaCpp || req.ollama.is_some() {
+        return Err(InputError::Usage(format!(
+            "--mmproj is llama.cpp's multimodal projector; add --engine llama.cpp or leave it \
+             out (this plan is for {})",
+            if req.ollama.is_some() {
+                "ollama".to_string()
+            } else {
+                req.engine.to_string()
+            }
+        ))
+        .into());
+    }
+    let m = crate::model::mmproj::read_mmproj(path)?;
+    spec.images = Some(m.input);
+    spec.mmproj_bytes = Some(m.total_bytes);
+    let note = format!(
+        "--mmproj {}: a {} projector over a ViT of {} blocks, {} wide; its {} tensors ({} \
+         parameters, {}) are the vision tower row, on the GPU unless --no-mmproj-offload",
+        path.display(),
+        m.projector,
+        m.blocks,
+        crate::units::group(m.input.hidden),
+        crate::units::group(m.tensor_count),
+        crate::units::group(m.parameters),
+        crate::units::Bytes(m.total_bytes),
+    );
+    Ok((spec, Some(note)))
+}
+
+/// `--mmproj` without `--images`: llama.cpp loads the projector and warms its CLIP graph up at
+/// start (tools/mtmd/clip.cpp `warmup`, reserving the compute buffer for the warm-up image), so
+/// the vision encoder row holds that buffer though no image is sent.
+fn llamacpp_mmproj_warmup(
+    req: &PlanRequest,
+    spec: &crate::model::Spec,
+    notes: &mut Vec<String>,
+) -> Option<crate::model::images::ImageLoad> {
+    let input = spec.images.filter(|_| {
+        req.engine == Engine::LlamaCpp && req.ollama.is_none() && req.deployment.mmproj.is_some()
+    })?;
+    let load = crate::model::images::ImageLoad {
+        input,
+        cost: input.llamacpp_warmup(),
+        per_request: 0,
+        limit_mm_per_prompt: crate::model::images::VLLM_DEFAULT_LIMIT,
+        vllm_reserve: None,
+    };
+    let fa = req.llama.flash_attn.unwrap_or(true);
+    notes.push(format!(
+        "--mmproj without --images: llama.cpp still loads the projector and warms up its CLIP \
+         compute buffer at start ({} for the {}x{} warm-up image with flash attention {}), so the \
+         vision tower and vision encoder rows are counted; --images N adds the images' tokens \
+         to the prompt",
+        crate::units::Bytes(load.llamacpp_clip_bytes(fa)),
+        load.cost.width,
+        load.cost.height,
+        if fa { "on" } else { "off" },
+    ));
+    Some(load)
+}
+
 /// A vision-language model in vLLM without `--images`: V1's start-up still encodes the largest
 /// dummy images its encoder budget holds and keeps them through the language model's profile
 /// (`gpu_model_runner.profile_run` runs whenever the model is multimodal and a modality's
@@ -897,12 +973,17 @@ fn llamacpp_images_note(req: &PlanRequest, load: &crate::model::images::ImageLoa
         "llama.cpp: the vision encoder row is the CLIP compute buffer (tools/mtmd/clip.cpp, \
          `alloc_compute_meta`), {} for one {w}x{h} image with flash attention {}: reserved at \
          load for the warm-up image ({}x{}), grown for a larger one, and reused for every image, \
-         which are encoded one at a time; the mmproj weights are the vision tower row (f16, on \
+         which are encoded one at a time; the mmproj weights are the vision tower row ({}, on \
          the GPU unless --no-mmproj-offload), and -c holds the images' tokens",
         crate::units::Bytes(bytes),
         if fa { "on" } else { "off" },
         warmup.width,
         warmup.height,
+        if req.deployment.mmproj.is_some() {
+            "the --mmproj file's tensors as stored"
+        } else {
+            "f16"
+        },
     )
 }
 

@@ -12,6 +12,24 @@ use crate::model::{Role, Spec, TensorGroup};
 /// priced from its real tensor table, not from this rule. Saturating: a model whose bytes do not
 /// fit in 64 bits prices at `u64::MAX`, which no card holds.
 pub fn weight_bytes(spec: &Spec, dtype: WeightDtype) -> u64 {
+    // llama.cpp's --mmproj: the projector file's own bytes stand for the vision tower.
+    let Some(mmproj) = spec.mmproj_bytes else {
+        return model_bytes(spec, dtype);
+    };
+    let own_vision = spec
+        .tensors()
+        .iter()
+        .filter(|t| t.role == Role::Vision)
+        .map(|t| group_bytes(spec, t, dtype))
+        .fold(0, u64::saturating_add);
+    model_bytes(spec, dtype)
+        .saturating_sub(own_vision)
+        .saturating_add(mmproj)
+}
+
+/// The model's own weights: the GGUF's or the checkpoint's real bytes when stored as asked, else
+/// the rule over its tensors.
+fn model_bytes(spec: &Spec, dtype: WeightDtype) -> u64 {
     if let Some(g) = &spec.gguf {
         if dtype == spec.native_dtype {
             return g.total_bytes;
@@ -31,8 +49,12 @@ pub fn weight_bytes(spec: &Spec, dtype: WeightDtype) -> u64 {
 
 /// The vision tower's share of the weights in `dtype`: its tensors are `Role::Vision`, whether a
 /// family counted them (`spec.vision`) or transformers built them (`plan --python`'s layout),
-/// kept at the checkpoint's dense precision (llama.cpp's mmproj in f16).
+/// kept at the checkpoint's dense precision (llama.cpp's mmproj in f16), or llama.cpp's
+/// `--mmproj` file's real bytes when one is given.
 pub fn vision_bytes(spec: &Spec, dtype: WeightDtype) -> u64 {
+    if let Some(mmproj) = spec.mmproj_bytes {
+        return mmproj;
+    }
     if spec.vision.is_empty() && spec.layout.is_none() {
         return 0;
     }

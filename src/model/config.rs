@@ -487,6 +487,7 @@ impl Reader<'_> {
             keep_dense,
             vision: Vec::new(),
             images: None,
+            mmproj_bytes: None,
         })
     }
 
@@ -599,6 +600,7 @@ impl Reader<'_> {
             keep_dense,
             vision: Vec::new(),
             images: None,
+            mmproj_bytes: None,
         })
     }
 

@@ -462,6 +462,7 @@ impl Derived {
             keep_dense: base.keep_dense,
             vision: Vec::new(),
             images: None,
+            mmproj_bytes: None,
         })
     }
 }

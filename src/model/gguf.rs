@@ -358,11 +358,12 @@ fn spec_from_content(c: &Content, path: &Path, name: &str) -> Result<Spec, Input
         keep_dense: Vec::new(),
         vision: Vec::new(),
         images: None,
+        mmproj_bytes: None,
     })
 }
 
 /// A header number within the ceiling of what it counts (`limits::for_key`).
-fn within(path: &Path, key: &str, n: u64) -> Result<u64, InputError> {
+pub(crate) fn within(path: &Path, key: &str, n: u64) -> Result<u64, InputError> {
     let (max, what) = crate::limits::for_key(key);
     if n > max {
         return Err(InputError::BadField {
@@ -380,7 +381,7 @@ fn within(path: &Path, key: &str, n: u64) -> Result<u64, InputError> {
 
 /// A tensor's element count, refused past `limits::MAX_TENSOR_ELEMENTS` (dims of 2^33 × 2^33
 /// would wrap 64 bits to 0 bytes).
-fn elements(path: &Path, name: &str, dims: &[usize]) -> Result<u64, InputError> {
+pub(crate) fn elements(path: &Path, name: &str, dims: &[usize]) -> Result<u64, InputError> {
     let n = dims
         .iter()
         .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64))
@@ -393,7 +394,7 @@ fn elements(path: &Path, name: &str, dims: &[usize]) -> Result<u64, InputError> 
     })
 }
 
-fn as_u64(v: &Value) -> Option<u64> {
+pub(crate) fn as_u64(v: &Value) -> Option<u64> {
     match v {
         Value::U8(n) => Some(*n as u64),
         Value::U16(n) => Some(*n as u64),

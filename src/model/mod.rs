@@ -9,6 +9,7 @@ pub mod gguf;
 pub mod guard;
 pub mod images;
 pub mod layout;
+pub mod mmproj;
 pub mod ollama_tags;
 pub mod presets;
 pub mod quant;

@@ -68,6 +68,11 @@ pub struct Spec {
     /// encoder's shape; `None` for a text-only model or a family whose rule is not known.
     #[serde(skip)]
     pub images: Option<super::images::ImageInput>,
+    /// llama.cpp's `--mmproj`: the projector file's real tensor bytes (`model::mmproj`). When set
+    /// they are the vision tower, in place of any `Role::Vision` tensors above, whatever the
+    /// language model's dtype: the mmproj is loaded as it is stored.
+    #[serde(skip)]
+    pub mmproj_bytes: Option<u64>,
 }
 
 /// Facts that change a model's outputs but not its memory.
