@@ -577,3 +577,38 @@ fn vllm_qwen25_vl_profiles_six_of_its_largest_images() {
     );
     assert_eq!(u(&four["components"]["vision_encoder"]), added);
 }
+
+/// transformers 5.17.0's `Mistral3Config().to_dict()` (its defaults are Mistral-Small-3.1-24B's:
+/// a 1540 px Pixtral tower with 14 px patches, spatial_merge_size 2, a 40-layer mistral text
+/// model); built from the class, not copied from the model's repository.
+const MISTRAL3_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/vision/mistral3-defaults.json"
+);
+
+#[test]
+fn mistral3_gives_a_1024_square_37_rows_of_38_tokens() {
+    let home = temp();
+    let out = run(
+        home.path(),
+        &[
+            "plan",
+            "-m",
+            MISTRAL3_FIXTURE,
+            "--images",
+            "2",
+            "--image-size",
+            "1024x1024",
+            "--vram",
+            "80GB",
+            "--json",
+        ],
+    );
+    let j = json(&out.stdout);
+    // PixtralProcessor: 1024 → 1036 (37 cells of 28 px), 37 rows × (37 + [IMG_BREAK]) = 1,406
+    assert_eq!(j["images"]["height"], 1036);
+    assert_eq!(j["images"]["tokens_per_image"], 1406);
+    assert_eq!(j["workload"]["prompt_tokens"], 2048 + 2 * 1406);
+    // both images' 5,476 patches in one sequence: the MLP's peak beside the 10,952² bf16 mask
+    assert_eq!(j["components"]["vision_encoder"], 621_197_440u64);
+}

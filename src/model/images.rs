@@ -47,7 +47,35 @@ pub enum TokenRule {
         min_pixels: u64,
         max_pixels: u64,
     },
+    /// Pixtral's processor (Mistral-Small-3.x, Pixtral-12B): the image is shrunk (never grown)
+    /// to fit `longest_edge`, each side rounded up to a multiple of patch × merge; a row of cells
+    /// ends in `[IMG_BREAK]`, the last in `[IMG_END]`.
+    Rows {
+        patch: u64,
+        merge: u64,
+        longest_edge: u64,
+    },
 }
+
+impl TokenRule {
+    /// The rule in words, for `plan`'s note.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            TokenRule::Fixed { .. } => "a fixed count per image, as the processor expands it",
+            TokenRule::Dynamic { .. } => {
+                "smart_resize to multiples of patch × merge, then one token per merged patch"
+            }
+            TokenRule::Rows { .. } => {
+                "fit to the longest edge in whole patch × merge cells, one token per cell and one \
+                 [IMG_BREAK] / [IMG_END] per row"
+            }
+        }
+    }
+}
+
+/// The families whose image rule is known, as the refusal names them.
+pub const KNOWN_FAMILIES: &str =
+    "Gemma-3, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5, LLaVA, Mistral-Small-3.x and Pixtral are";
 
 /// A vision-language model's image input: its token rule and its encoder's shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -75,6 +103,10 @@ pub struct ImageInput {
     /// A gated MLP (Qwen2.5-VL's gate/up/down) holds three intermediate tensors at its peak, a
     /// plain one (fc1, act, fc2) two.
     pub gated_mlp: bool,
+    /// Every image's patches in one sequence under a block-diagonal mask (Pixtral): the mask,
+    /// (images × positions)² in the compute dtype, is held through the tower (SDPA and eager
+    /// alike), and eager's scores cover the whole sequence.
+    pub one_sequence: bool,
 }
 
 /// One image as the processor sees it: its size after resizing, its patches and its tokens.
@@ -255,6 +287,7 @@ pub fn read(outer: &Map<String, Value>) -> Option<ImageInput> {
                 held_per_token: 0,
                 rotary_fp32: false,
                 gated_mlp: false,
+                one_sequence: false,
             })
         }
         // Qwen2_5_VLVisionConfig (hidden_size 1280 in the published configs; the class default
@@ -291,6 +324,7 @@ pub fn read(outer: &Map<String, Value>) -> Option<ImageInput> {
                 held_per_token: 0,
                 rotary_fp32: true,
                 gated_mlp: !qwen2,
+                one_sequence: false,
             })
         }
         // Qwen3VLVisionConfig / Qwen3_5VisionConfig (hidden_size 1152, intermediate_size 4304,
@@ -327,8 +361,21 @@ pub fn read(outer: &Map<String, Value>) -> Option<ImageInput> {
                 held_per_token: deepstack.saturating_mul(field(v, "out_hidden_size", 3584)),
                 rotary_fp32: true,
                 gated_mlp: false,
+                one_sequence: false,
             })
         }
+        // Mistral3Config (Mistral-Small-3.1/3.2: its PixtralVisionConfig defaults image_size
+        // 1540, patch_size 14, and the top level's spatial_merge_size 2), LlavaConfig with a
+        // Pixtral tower (Pixtral-12B: 1024, 16, no merge) and a bare PixtralVisionConfig.
+        "mistral3" => Some(pixtral(
+            v,
+            field(outer, "spatial_merge_size", 2),
+            "mistral3",
+        )),
+        "llava" if v.get("model_type").and_then(Value::as_str) == Some("pixtral") => {
+            Some(pixtral(v, 1, "llava"))
+        }
+        "pixtral" => Some(pixtral(outer, 1, "pixtral")),
         // LlavaConfig's CLIPVisionConfig (336/14 for llava-1.5).
         "llava" => {
             let size = field(v, "image_size", 336);
@@ -349,10 +396,59 @@ pub fn read(outer: &Map<String, Value>) -> Option<ImageInput> {
                 held_per_token: 0,
                 rotary_fp32: false,
                 gated_mlp: false,
+                one_sequence: false,
             })
         }
         _ => None,
     }
+}
+
+/// A Pixtral tower (`models/pixtral/configuration_pixtral.py`, `PixtralVisionConfig`: hidden_size
+/// 1024, intermediate_size 4096, num_attention_heads 16, image_size 1024, patch_size 16) and its
+/// processor (`models/pixtral/processing_pixtral.py`, `PixtralProcessor`, which hands the image
+/// processor patch_size × spatial_merge_size): the published preprocessor configs' longest_edge
+/// is the tower's image_size (1540 for Mistral-Small-3.1, 1024 for Pixtral-12B).
+fn pixtral(v: &Map<String, Value>, merge: u64, model_type: &'static str) -> ImageInput {
+    let patch = field(v, "patch_size", 16);
+    ImageInput {
+        model_type,
+        rule: TokenRule::Rows {
+            patch,
+            merge,
+            longest_edge: field(v, "image_size", 1024),
+        },
+        native: None,
+        patch,
+        hidden: field(v, "hidden_size", 1024),
+        heads: field(v, "num_attention_heads", 16),
+        intermediate: field(v, "intermediate_size", 4096),
+        extra_positions: 0,
+        batched_attention: true,
+        held_per_token: 0,
+        rotary_fp32: false,
+        gated_mlp: true,
+        one_sequence: true,
+    }
+}
+
+/// Pixtral's `get_resize_output_image_size` (`models/pixtral/image_processing_pil_pixtral.py`,
+/// 5.17.0): with ratio = max(H / L, W / L) above 1 each side becomes ⌊side / ratio⌋; then each is
+/// rounded up to a multiple of `cell`. (height, width) in, (height, width) out.
+pub fn pixtral_resize(height: u64, width: u64, longest_edge: u64, cell: u64) -> (u64, u64) {
+    let (h, w) = (height.max(1), width.max(1));
+    let l = longest_edge.max(1) as f64;
+    let ratio = (h as f64 / l).max(w as f64 / l);
+    let (h, w) = if ratio > 1.0 {
+        (
+            (h as f64 / ratio).floor() as u64,
+            (w as f64 / ratio).floor() as u64,
+        )
+    } else {
+        (h, w)
+    };
+    let cell = cell.max(1);
+    let up = |n: u64| (n.saturating_sub(1) / cell + 1).saturating_mul(cell);
+    (up(h), up(w))
 }
 
 /// Python's `round(n / d)` for integers: half to even, as `smart_resize` rounds.
@@ -442,6 +538,25 @@ impl ImageInput {
                     tokens: (h / p / m).saturating_mul(w / p / m),
                 }
             }
+            TokenRule::Rows {
+                patch,
+                merge,
+                longest_edge,
+            } => {
+                let cell = patch.saturating_mul(merge).max(1);
+                // no size: the largest image kept, longest_edge on both sides.
+                let (h, w) = size.unwrap_or((longest_edge, longest_edge));
+                let (h, w) = pixtral_resize(h, w, longest_edge, cell);
+                let p = patch.max(1);
+                let (rows, cols) = (h / cell, w / cell);
+                ImageCost {
+                    height: h,
+                    width: w,
+                    encoder_positions: (h / p).saturating_mul(w / p),
+                    // `_get_num_multimodal_tokens`: (cols + 1) × rows, the break or end per row.
+                    tokens: rows.saturating_mul(cols.saturating_add(1)),
+                }
+            }
         }
     }
 
@@ -450,6 +565,9 @@ impl ImageInput {
     pub fn encoder_bytes(&self, cost: &ImageCost, images: u64, d: u64, eager: bool) -> u64 {
         let s = cost.encoder_positions;
         let stream = images.saturating_mul(s).saturating_mul(self.hidden);
+        if self.one_sequence {
+            return self.one_sequence_bytes(s, images, d, eager);
+        }
         let scores = if eager {
             let at_once = if self.batched_attention { images } else { 1 };
             // the scores in the compute dtype and their float32 softmax
@@ -498,6 +616,39 @@ impl ImageInput {
             .saturating_mul(self.held_per_token)
             .saturating_mul(d);
         attention.max(mlp).saturating_add(held)
+    }
+
+    /// Pixtral's tower (`models/pixtral/modeling_pixtral.py`, `PixtralVisionModel`): every image's
+    /// `s` patches are one sequence of n = images × s positions, and outside flash attention
+    /// `generate_block_attention_mask` builds an n × n mask in the compute dtype that lives through
+    /// every block. Held beside it at the attention's peak: the patch conv's output (the
+    /// `patch_embeds_list` views keep it), `ln_pre`'s output, the layer's input and
+    /// `attention_norm`'s output, with q, k, v and, while `apply_rotary_pos_emb` (in the compute
+    /// dtype) makes k's embedding, q's embedding, `k * cos` and `rotate_half(k) * sin`: 4 + 6
+    /// copies of the stream; eager adds heads × n² scores and their float32 softmax. At the MLP's:
+    /// five copies (the post-attention residual and `ffn_norm`'s output for the last two) and the
+    /// gated MLP's three intermediate tensors. Derived from the source, not measured on a GPU.
+    fn one_sequence_bytes(&self, s: u64, images: u64, d: u64, eager: bool) -> u64 {
+        let n = images.saturating_mul(s);
+        let stream = n.saturating_mul(self.hidden);
+        let mask = n.saturating_mul(n).saturating_mul(d);
+        let scores = if eager {
+            self.heads
+                .saturating_mul(n.saturating_mul(n))
+                .saturating_mul(d.saturating_add(4))
+        } else {
+            0
+        };
+        let attention = stream
+            .saturating_mul(10)
+            .saturating_mul(d)
+            .saturating_add(scores);
+        let mlp = stream.saturating_mul(5).saturating_mul(d).saturating_add(
+            n.saturating_mul(self.intermediate)
+                .saturating_mul(3)
+                .saturating_mul(d),
+        );
+        attention.max(mlp).saturating_add(mask)
     }
 }
 
@@ -700,6 +851,101 @@ mod tests {
         // the tower's transient is freed before the language model's run; the cache is not
         assert_eq!(p.peak_with(0), p.encoder_bytes + p.cache_bytes);
         assert_eq!(p.peak_with(u64::MAX), u64::MAX);
+    }
+
+    fn mistral3() -> ImageInput {
+        config(include_str!(
+            "../../tests/fixtures/vision/mistral3-defaults.json"
+        ))
+    }
+
+    // The token counts below are what transformers 5.17.0's processor gives a blank image of
+    // that size (image processor only; the tokens as `PixtralProcessor.replace_image_token`
+    // expands them, (cols + 1) × rows). Run with Pillow beside the venv's python:
+    //   python -c 'from PIL import Image; from transformers.models.pixtral.image_processing_pil_pixtral import PixtralImageProcessorPil as P; L,p,m=1540,14,2; w,h=4000,3000; H,W=P(size={"longest_edge":L},patch_size=p*m)(Image.new("RGB",(w,h)))["image_sizes"][0]; print(H,W,(H//(p*m))*(W//(p*m)+1),(H//p)*(W//p))'
+    // (L, p, m = 1024, 16, 1 for Pixtral-12B).
+    #[test]
+    fn mistral3_fits_the_longest_edge_in_28_px_cells_with_a_break_per_row() {
+        let m = mistral3();
+        assert_eq!(m.model_type, "mistral3");
+        assert_eq!(
+            m.rule,
+            TokenRule::Rows {
+                patch: 14,
+                merge: 2,
+                longest_edge: 1540
+            }
+        );
+        // 1024 × 1024 is not grown: ⌈1024 / 28⌉ = 37 cells → 1036 px; 37 × 38 = 1,406 tokens
+        // (processor: 1036 1036 1406 5476), 74² = 5,476 patches of 14 px.
+        let c = m.cost(Some((1024, 1024)));
+        assert_eq!(
+            (c.height, c.width, c.tokens, c.encoder_positions),
+            (1036, 1036, 1406, 5476)
+        );
+        // 4000 wide × 3000 high: ratio 4000 / 1540, 3000 → 1155 → 1176, 4000 → 1540;
+        // 42 rows × 56 = 2,352 tokens (processor: 1176 1540 2352 9240).
+        let c = m.cost(Some((3000, 4000)));
+        assert_eq!(
+            (c.height, c.width, c.tokens, c.encoder_positions),
+            (1176, 1540, 2352, 9240)
+        );
+        // 300 wide × 500 high: 18 rows × 12 = 216 tokens (processor: 504 308 216 792).
+        let c = m.cost(Some((500, 300)));
+        assert_eq!(
+            (c.height, c.width, c.tokens, c.encoder_positions),
+            (504, 308, 216, 792)
+        );
+        // 2000 wide × 1000 high: 28 rows × 56 = 1,568 tokens (processor: 784 1540 1568 6160).
+        assert_eq!(m.cost(Some((1000, 2000))).tokens, 1568);
+        // no size: 1540², 55 rows × 56 = 3,080 tokens, 110² patches
+        let most = m.cost(None);
+        assert_eq!((most.tokens, most.encoder_positions), (3080, 12_100));
+    }
+
+    #[test]
+    fn pixtral_12b_has_16_px_patches_and_no_merge() {
+        let p = config(
+            r#"{"model_type":"llava","vision_config":{"model_type":"pixtral","image_size":1024,"patch_size":16,"hidden_size":1024,"intermediate_size":4096,"num_attention_heads":16}}"#,
+        );
+        assert_eq!(p.model_type, "llava");
+        // processor: 1024 1024 4160 4096; 768 1024 3120 3072; 512 304 640 608
+        let c = p.cost(Some((1024, 1024)));
+        assert_eq!((c.tokens, c.encoder_positions), (4160, 4096));
+        let c = p.cost(Some((3000, 4000)));
+        assert_eq!(
+            (c.height, c.width, c.tokens, c.encoder_positions),
+            (768, 1024, 3120, 3072)
+        );
+        let c = p.cost(Some((500, 300)));
+        assert_eq!(
+            (c.height, c.width, c.tokens, c.encoder_positions),
+            (512, 304, 640, 608)
+        );
+        // a bare PixtralVisionConfig reads the same
+        let bare = config(r#"{"model_type":"pixtral"}"#);
+        assert_eq!(bare.cost(Some((1024, 1024))), p.cost(Some((1024, 1024))));
+        // a CLIP LLaVA is still the fixed rule
+        let clip =
+            config(r#"{"model_type":"llava","vision_config":{"model_type":"clip_vision_model"}}"#);
+        assert_eq!(clip.rule, TokenRule::Fixed { tokens: 576 });
+    }
+
+    #[test]
+    fn pixtral_holds_one_mask_over_every_images_patches() {
+        let m = mistral3();
+        let c = m.cost(Some((1024, 1024)));
+        let n = 2 * 5476u64;
+        // SDPA: the MLP's five copies of the stream and three 4,096-wide tensors, beside the
+        // n × n bf16 mask
+        let mlp = n * 1024 * 5 * 2 + n * 4096 * 3 * 2;
+        assert_eq!(m.encoder_bytes(&c, 2, 2, false), mlp + n * n * 2);
+        assert_eq!(m.encoder_bytes(&c, 2, 2, false), 621_197_440);
+        // eager: 16 heads × n² scores (bf16 and their f32 softmax) over both images at once
+        assert_eq!(
+            m.encoder_bytes(&c, 2, 2, true),
+            n * 1024 * 10 * 2 + 16 * n * n * 6 + n * n * 2
+        );
     }
 
     #[test]
