@@ -612,3 +612,56 @@ fn mistral3_gives_a_1024_square_37_rows_of_38_tokens() {
     // both images' 5,476 patches in one sequence: the MLP's peak beside the 10,952² bf16 mask
     assert_eq!(j["components"]["vision_encoder"], 621_197_440u64);
 }
+
+/// transformers 5.17.0's `InternVLConfig().to_dict()` (448 px tiles of 14 px patches,
+/// downsample_ratio 0.5, a 32-layer qwen2 text model); built from the class, not copied from a
+/// model's repository.
+const INTERNVL_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/vision/internvl-defaults.json"
+);
+
+const LLAMA4_SCOUT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/presets/llama-4-scout-17b-16e-instruct.json"
+);
+
+fn two_square_images(model: &str, vram: &str) -> serde_json::Value {
+    let home = temp();
+    let out = run(
+        home.path(),
+        &[
+            "plan",
+            "-m",
+            model,
+            "--images",
+            "2",
+            "--image-size",
+            "1024x1024",
+            "--vram",
+            vram,
+            "--json",
+        ],
+    );
+    json(&out.stdout)
+}
+
+#[test]
+fn internvl_tiles_a_1024_square_in_3_by_3_and_a_thumbnail() {
+    let j = two_square_images(INTERNVL_FIXTURE, "80GB");
+    // GotOcr2ImageProcessor: 9 tiles and the thumbnail, 2 + 10 × 256 = 2,562 tokens an image
+    assert_eq!(j["images"]["tokens_per_image"], 2562);
+    assert_eq!(j["workload"]["prompt_tokens"], 2048 + 2 * 2562);
+    // 20 tiles of 1,025 positions as one batch: the MLP's peak
+    assert_eq!(j["components"]["vision_encoder"], 503_808_000u64);
+}
+
+#[test]
+fn llama4_tiles_a_1024_square_in_4_by_4_and_a_global_tile() {
+    let j = two_square_images(LLAMA4_SCOUT, "400GB");
+    // Llama4Processor: 17 tiles × 144, 16 separators and 3 markers = 2,467 tokens an image
+    assert_eq!(j["images"]["tokens_per_image"], 2467);
+    assert_eq!(j["workload"]["prompt_tokens"], 2048 + 2 * 2467);
+    // 34 tiles of 577 positions: the attention's peak with its float32 rotary
+    assert_eq!(j["components"]["vision_encoder"], 939_152_896u64);
+}

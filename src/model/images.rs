@@ -55,6 +55,32 @@ pub enum TokenRule {
         merge: u64,
         longest_edge: u64,
     },
+    /// Tiles of `tile` px (Llama-4, InternVL): the processor picks a grid of at most `max_tiles`
+    /// tiles for the image's shape, adds one whole-image tile when the grid has more than one,
+    /// and each tile gives `tokens_per_tile` tokens.
+    Tiles {
+        tile: u64,
+        max_tiles: u64,
+        tokens_per_tile: u64,
+        canvas: Canvas,
+    },
+}
+
+/// How a tiled processor picks its grid and spells the image in the prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Canvas {
+    /// `Llama4ImageProcessor` (`models/llama4/image_processing_llama4.py`, `get_best_fit`): the
+    /// canvas the image reaches with the least upscaling (else the least downscaling), the
+    /// smallest such; `Llama4Processor._prompt_split_image` writes `<|image_start|>`, each tile's
+    /// tokens followed by `<|tile_x_separator|>` (or `<|tile_y_separator|>` at a row's end),
+    /// `<|image|>`, the global tile's tokens and `<|image_end|>`.
+    Llama4,
+    /// `GotOcr2ImageProcessor` with `crop_to_patches` (`models/got_ocr2/image_processing_pil_got_ocr2.py`,
+    /// `get_optimal_tiled_canvas`): the grid whose aspect ratio is nearest the image's, ties to
+    /// more tiles while the image's area exceeds half the grid's; `InternVLProcessor` writes
+    /// `<img>`, the tiles' tokens (the thumbnail's last) and `</img>`.
+    InternVl,
 }
 
 impl TokenRule {
@@ -69,13 +95,18 @@ impl TokenRule {
                 "fit to the longest edge in whole patch × merge cells, one token per cell and one \
                  [IMG_BREAK] / [IMG_END] per row"
             }
+            TokenRule::Tiles { .. } => {
+                "a grid of tiles for the image's shape and one whole-image tile, a fixed count \
+                 per tile with the separators the processor writes"
+            }
         }
     }
 }
 
 /// The families whose image rule is known, as the refusal names them.
 pub const KNOWN_FAMILIES: &str =
-    "Gemma-3, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5, LLaVA, Mistral-Small-3.x and Pixtral are";
+    "Gemma-3, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5, LLaVA, Mistral-Small-3.x, Pixtral, \
+     Llama-4 and InternVL are";
 
 /// A vision-language model's image input: its token rule and its encoder's shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -376,6 +407,79 @@ pub fn read(outer: &Map<String, Value>) -> Option<ImageInput> {
             Some(pixtral(v, 1, "llava"))
         }
         "pixtral" => Some(pixtral(outer, 1, "pixtral")),
+        // Llama4VisionConfig (hidden_size 768, intermediate_size 5632, num_attention_heads 16,
+        // image_size 448, patch_size 14, pixel_shuffle_ratio 0.5; Llama-4-Scout/Maverick ship
+        // 1408 and 336) and the processor's max_patches 16. Tokens a tile: (image_size /
+        // patch_size)² / round(1 / ratio²), 144 for 336 / 14. The tower runs the tiles as one
+        // batch of 1 + patches positions (its CLS), its rotary embedding in float32
+        // (`vision_apply_rotary_emb`), a plain fc1 / fc2 MLP.
+        "llama4" => {
+            let tile = field(v, "image_size", 448);
+            let patch = field(v, "patch_size", 14);
+            let ratio = v
+                .get("pixel_shuffle_ratio")
+                .and_then(Value::as_f64)
+                .filter(|r| *r > 0.0 && *r <= 1.0)
+                .unwrap_or(0.5);
+            let downsample = ((1.0 / (ratio * ratio)).round() as u64).max(1);
+            let side = tile / patch.max(1);
+            Some(ImageInput {
+                model_type: "llama4",
+                rule: TokenRule::Tiles {
+                    tile,
+                    max_tiles: 16,
+                    tokens_per_tile: side.saturating_mul(side) / downsample,
+                    canvas: Canvas::Llama4,
+                },
+                native: None,
+                patch,
+                hidden: field(v, "hidden_size", 768),
+                heads: field(v, "num_attention_heads", 16),
+                intermediate: field(v, "intermediate_size", 5632),
+                extra_positions: 1,
+                batched_attention: true,
+                held_per_token: 0,
+                rotary_fp32: true,
+                gated_mlp: false,
+                one_sequence: false,
+            })
+        }
+        // InternVLConfig / InternVLVisionConfig (hidden_size 1024, intermediate_size 4096,
+        // num_attention_heads 16, image_size and patch_size [448, 448] / [14, 14]) and the
+        // top level's downsample_ratio 0.5: `InternVLProcessor`'s image_seq_length is
+        // (448 / 14)² × 0.5² = 256 a tile, max_patches 12 (`GotOcr2ImageProcessor`). The tower is
+        // a ViT over 1 + patches positions a tile (its CLS), the tiles as one batch, fc1 / fc2.
+        "internvl" => {
+            let tile = side_field(v, "image_size", 448);
+            let patch = side_field(v, "patch_size", 14);
+            let ratio = outer
+                .get("downsample_ratio")
+                .and_then(Value::as_f64)
+                .filter(|r| *r > 0.0 && *r <= 1.0)
+                .unwrap_or(0.5);
+            let side = tile / patch.max(1);
+            let tokens = (side.saturating_mul(side) as f64 * ratio * ratio) as u64;
+            Some(ImageInput {
+                model_type: "internvl",
+                rule: TokenRule::Tiles {
+                    tile,
+                    max_tiles: 12,
+                    tokens_per_tile: tokens,
+                    canvas: Canvas::InternVl,
+                },
+                native: None,
+                patch,
+                hidden: field(v, "hidden_size", 1024),
+                heads: field(v, "num_attention_heads", 16),
+                intermediate: field(v, "intermediate_size", 4096),
+                extra_positions: 1,
+                batched_attention: true,
+                held_per_token: 0,
+                rotary_fp32: false,
+                gated_mlp: false,
+                one_sequence: false,
+            })
+        }
         // LlavaConfig's CLIPVisionConfig (336/14 for llava-1.5).
         "llava" => {
             let size = field(v, "image_size", 336);
@@ -401,6 +505,97 @@ pub fn read(outer: &Map<String, Value>) -> Option<ImageInput> {
         }
         _ => None,
     }
+}
+
+/// A side given as one number or as [height, width] (InternVL's vision config): its first.
+fn side_field(v: &Map<String, Value>, key: &str, default: u64) -> u64 {
+    match v.get(key) {
+        Some(Value::Array(a)) => a
+            .first()
+            .and_then(Value::as_u64)
+            .filter(|&n| n > 0 && n <= 1 << 20)
+            .unwrap_or(default),
+        _ => field(v, key, default),
+    }
+}
+
+/// `Llama4ImageProcessor`'s grid (rows, columns) for an image of (height, width):
+/// `find_supported_resolutions` lists every rows × columns with at most `max_tiles` tiles (in
+/// its dictionary's order), `get_best_fit` takes the least upscale at or above 1 (else the
+/// largest downscale), float32 as torch computes it, and among equal scales the smallest area,
+/// the first on a tie.
+fn llama4_grid(height: u64, width: u64, tile: u64, max_tiles: u64) -> (u64, u64) {
+    let mut groups: Vec<(f64, Vec<(u64, u64)>)> = Vec::new();
+    for chunks in (1..=max_tiles.max(1)).rev() {
+        for a in (1..=chunks).filter(|a| chunks % a == 0) {
+            let b = chunks / a;
+            let ratio = a as f64 / b as f64;
+            match groups.iter_mut().find(|(r, _)| *r == ratio) {
+                Some((_, g)) => g.push((a, b)),
+                None => groups.push((ratio, vec![(a, b)])),
+            }
+        }
+    }
+    let grids: Vec<(u64, u64)> = groups.into_iter().flat_map(|(_, g)| g).collect();
+    let (oh, ow) = (height.max(1) as f32, width.max(1) as f32);
+    let t = tile.max(1);
+    let scale = |&(a, b): &(u64, u64)| {
+        let sh = a.saturating_mul(t) as f32 / oh;
+        let sw = b.saturating_mul(t) as f32 / ow;
+        if sh > sw {
+            sw
+        } else {
+            sh
+        }
+    };
+    let up = grids
+        .iter()
+        .map(scale)
+        .filter(|s| *s >= 1.0)
+        .fold(None, |m: Option<f32>, s| Some(m.map_or(s, |m| m.min(s))));
+    let chosen = up.unwrap_or_else(|| {
+        grids
+            .iter()
+            .map(scale)
+            .filter(|s| *s < 1.0)
+            .fold(f32::MIN, f32::max)
+    });
+    grids
+        .iter()
+        .filter(|g| scale(g) == chosen)
+        .fold(None, |best: Option<(u64, u64)>, &g| match best {
+            Some(b) if b.0 * b.1 <= g.0 * g.1 => Some(b),
+            _ => Some(g),
+        })
+        .unwrap_or((1, 1))
+}
+
+/// `get_optimal_tiled_canvas` (`models/got_ocr2/image_processing_pil_got_ocr2.py`) for InternVL:
+/// (rows, columns) for an image of (height, width), between 1 and `max_tiles` tiles.
+fn internvl_grid(height: u64, width: u64, tile: u64, max_tiles: u64) -> (u64, u64) {
+    let max = max_tiles.max(1);
+    let mut grids: Vec<(u64, u64)> = (1..=max)
+        .flat_map(|w| (1..=max).map(move |h| (w, h)))
+        .filter(|(w, h)| w * h <= max)
+        .collect();
+    // Python's sorted is stable, as is sort_by_key.
+    grids.sort_by_key(|(w, h)| w * h);
+    let (h, w) = (height.max(1) as f64, width.max(1) as f64);
+    let aspect = w / h;
+    let area = w * h;
+    let t = tile as f64;
+    let mut best_diff = f64::INFINITY;
+    let mut best = (1, 1);
+    for (gw, gh) in grids {
+        let diff = (aspect - gw as f64 / gh as f64).abs();
+        if diff < best_diff {
+            best_diff = diff;
+            best = (gw, gh);
+        } else if diff == best_diff && area > 0.5 * t * t * (gw * gh) as f64 {
+            best = (gw, gh);
+        }
+    }
+    (best.1, best.0)
 }
 
 /// A Pixtral tower (`models/pixtral/configuration_pixtral.py`, `PixtralVisionConfig`: hidden_size
@@ -557,12 +752,81 @@ impl ImageInput {
                     tokens: rows.saturating_mul(cols.saturating_add(1)),
                 }
             }
+            TokenRule::Tiles {
+                tile,
+                max_tiles,
+                tokens_per_tile,
+                canvas,
+            } => {
+                let (rows, cols) = match (size, canvas) {
+                    (Some((h, w)), Canvas::Llama4) => llama4_grid(h, w, tile, max_tiles),
+                    (Some((h, w)), Canvas::InternVl) => internvl_grid(h, w, tile, max_tiles),
+                    // no size: a grid of the most tiles, as near square as they divide.
+                    (None, _) => {
+                        let n = max_tiles.max(1);
+                        let a = (1..=n.isqrt().max(1))
+                            .rev()
+                            .find(|a| n % a == 0)
+                            .unwrap_or(1);
+                        (a, n / a)
+                    }
+                };
+                let grid = rows.saturating_mul(cols);
+                let tiles = if grid > 1 { grid + 1 } else { 1 };
+                let per = tokens_per_tile;
+                let tokens = match canvas {
+                    // start, <|image|>, end, the global tile; each grid tile and its separator
+                    Canvas::Llama4 => {
+                        let tiled = if grid > 1 {
+                            grid.saturating_mul(per.saturating_add(1))
+                        } else {
+                            0
+                        };
+                        per.saturating_add(3).saturating_add(tiled)
+                    }
+                    // <img>, the tiles, </img>
+                    Canvas::InternVl => tiles.saturating_mul(per).saturating_add(2),
+                };
+                ImageCost {
+                    height: rows.saturating_mul(tile),
+                    width: cols.saturating_mul(tile),
+                    encoder_positions: tiles.saturating_mul(self.tile_positions()),
+                    tokens,
+                }
+            }
         }
     }
 
     /// The vision encoder's peak transient bytes for `images` images of `cost` at once, in a
     /// compute dtype of `d` bytes; `eager` holds the attention's score matrix.
     pub fn encoder_bytes(&self, cost: &ImageCost, images: u64, d: u64, eager: bool) -> u64 {
+        if let TokenRule::Tiles { .. } = self.rule {
+            // a tiled tower encodes each tile as one image of the batch
+            let per_tile = self.tile_positions().max(1);
+            let tile = ImageCost {
+                encoder_positions: per_tile,
+                tokens: 0,
+                ..*cost
+            };
+            let tiles = images.saturating_mul(cost.encoder_positions / per_tile);
+            return self.encoder_bytes_of(&tile, tiles, d, eager);
+        }
+        self.encoder_bytes_of(cost, images, d, eager)
+    }
+
+    /// Positions one tile gives the encoder: its patches and the CLS.
+    fn tile_positions(&self) -> u64 {
+        match self.rule {
+            TokenRule::Tiles { tile, .. } => {
+                let side = tile / self.patch.max(1);
+                side.saturating_mul(side)
+                    .saturating_add(self.extra_positions)
+            }
+            _ => 0,
+        }
+    }
+
+    fn encoder_bytes_of(&self, cost: &ImageCost, images: u64, d: u64, eager: bool) -> u64 {
         let s = cost.encoder_positions;
         let stream = images.saturating_mul(s).saturating_mul(self.hidden);
         if self.one_sequence {
@@ -948,6 +1212,97 @@ mod tests {
         );
     }
 
+    // `Llama4ImageProcessor` (torchvision backend) on a blank image, and the tokens
+    // `Llama4Processor._prompt_split_image` writes for its aspect ratio (every special token
+    // counted):
+    //   python -c 'from PIL import Image; from transformers.models.llama4.image_processing_llama4 import Llama4ImageProcessor as P; from transformers.models.llama4.processing_llama4 import Llama4Processor as Q; w,h=4000,3000; o=P(size={"height":336,"width":336},max_patches=16)(Image.new("RGB",(w,h))); ar=o["aspect_ratios"][0].tolist(); print(ar, Q._prompt_split_image(None, ar, (336//14)**2//4).count("<|"))'
+    #[test]
+    fn llama4_tiles_336_px_with_a_global_tile_and_separators() {
+        let l = config(include_str!(
+            "../../presets/llama-4-scout-17b-16e-instruct.json"
+        ));
+        assert_eq!(l.model_type, "llama4");
+        assert_eq!(
+            l.rule,
+            TokenRule::Tiles {
+                tile: 336,
+                max_tiles: 16,
+                tokens_per_tile: 144,
+                canvas: Canvas::Llama4
+            }
+        );
+        // 1024²: processor [4, 4], 2,467 tokens: 16 tiles and the global one × 144, 16
+        // separators, <|image_start|>, <|image|>, <|image_end|>; 17 tiles × 577 positions
+        let c = l.cost(Some((1024, 1024)));
+        assert_eq!((c.height, c.width), (1344, 1344));
+        assert_eq!((c.tokens, c.encoder_positions), (2467, 17 * 577));
+        // 4000 wide × 3000 high: [3, 4], 1,887 tokens
+        let c = l.cost(Some((3000, 4000)));
+        assert_eq!((c.height, c.width, c.tokens), (1008, 1344, 1887));
+        // 300 wide × 500 high: [2, 1], 437 tokens
+        let c = l.cost(Some((500, 300)));
+        assert_eq!((c.height, c.width, c.tokens), (672, 336, 437));
+        // 336²: [1, 1], one tile and no global: 147 tokens
+        assert_eq!(l.cost(Some((336, 336))).tokens, 147);
+        // 2000 wide × 500 high: [2, 6], 1,887 tokens
+        let c = l.cost(Some((500, 2000)));
+        assert_eq!((c.height, c.width, c.tokens), (672, 2016, 1887));
+        // no size: 16 tiles, 2,467 tokens
+        assert_eq!(l.cost(None).tokens, 2467);
+        // the tiles are the tower's batch: 2 images × 17 tiles of 577 positions, Qwen's
+        // attention peak (float32 rotary) at 1,408 wide
+        assert_eq!(l.encoder_bytes(&c, 1, 2, false), 13 * 577 * 1408 * 34);
+        let c = l.cost(Some((1024, 1024)));
+        assert_eq!(l.encoder_bytes(&c, 2, 2, false), 939_152_896);
+        assert_eq!(
+            l.encoder_bytes(&c, 2, 2, true),
+            34 * 577 * 1408 * 34 + 34 * 16 * 577 * 577 * 6
+        );
+    }
+
+    // `GotOcr2ImageProcessorPil` as `InternVLProcessor` runs it (crop_to_patches, 448 px,
+    // max_patches 12) on a blank image; tokens 2 + 256 × num_patches
+    // (`InternVLProcessor._get_num_multimodal_tokens`):
+    //   python -c 'from PIL import Image; from transformers.models.got_ocr2.image_processing_pil_got_ocr2 import GotOcr2ImageProcessorPil as P; w,h=4000,3000; n=int(P(size={"height":448,"width":448},crop_to_patches=True,min_patches=1,max_patches=12)(Image.new("RGB",(w,h)))["num_patches"][0]); print(n, 2+256*n)'
+    #[test]
+    fn internvl_tiles_448_px_with_a_thumbnail() {
+        let i = config(include_str!(
+            "../../tests/fixtures/vision/internvl-defaults.json"
+        ));
+        assert_eq!(i.model_type, "internvl");
+        assert_eq!(
+            i.rule,
+            TokenRule::Tiles {
+                tile: 448,
+                max_tiles: 12,
+                tokens_per_tile: 256,
+                canvas: Canvas::InternVl
+            }
+        );
+        // 1024²: 3 × 3 and the thumbnail, 10 patches, 2,562 tokens (processor: 10 2562)
+        let c = i.cost(Some((1024, 1024)));
+        assert_eq!((c.tokens, c.encoder_positions), (2562, 10 * 1025));
+        // 4000 wide × 3000 high: 4 × 3 + 1 = 13, 3,330 (processor: 13 3330)
+        assert_eq!(i.cost(Some((3000, 4000))).tokens, 3330);
+        // 300 wide × 500 high: 7, 1,794 (processor: 7 1794)
+        assert_eq!(i.cost(Some((500, 300))).tokens, 1794);
+        // 448²: one tile, no thumbnail, 258 (processor: 1 258)
+        assert_eq!(i.cost(Some((448, 448))).tokens, 258);
+        // 2000 wide × 500 high: 4 × 1 + 1 = 5, 1,282 (processor: 5 1282)
+        assert_eq!(i.cost(Some((500, 2000))).tokens, 1282);
+        // 800 wide × 600 high: 13, 3,330 (processor: 13 3330)
+        assert_eq!(i.cost(Some((600, 800))).tokens, 3330);
+        // no size: 12 tiles and the thumbnail
+        assert_eq!(i.cost(None).tokens, 13 * 256 + 2);
+        // SigLIP's rule over 2 × 10 tiles of 1,025 positions: the MLP's peak
+        let n = 20 * 1025u64;
+        assert_eq!(
+            i.encoder_bytes(&c, 2, 2, false),
+            n * 1024 * 4 * 2 + n * 4096 * 2 * 2
+        );
+        assert_eq!(i.encoder_bytes(&c, 2, 2, false), 503_808_000);
+    }
+
     #[test]
     fn text_models_have_no_image_input() {
         let v: Value =
@@ -963,6 +1318,17 @@ mod tests {
         for size in [None, Some((MAX_SIDE, MAX_SIDE)), Some((1, 200))] {
             let c = huge.cost(size);
             let _ = huge.encoder_bytes(&c, MAX_IMAGES * 1024, 4, true);
+        }
+        for tiled in [
+            r#"{"model_type":"llama4","vision_config":{"image_size":1048576,"patch_size":1,"hidden_size":1048576,"pixel_shuffle_ratio":1e-9}}"#,
+            r#"{"model_type":"internvl","downsample_ratio":1.0,"vision_config":{"image_size":[1048576,1048576],"patch_size":[1,1]}}"#,
+            r#"{"model_type":"mistral3","spatial_merge_size":1048576,"vision_config":{"image_size":1048576,"patch_size":1048576}}"#,
+        ] {
+            let t = config(tiled);
+            for size in [None, Some((MAX_SIDE, MAX_SIDE)), Some((1, 200))] {
+                let c = t.cost(size);
+                let _ = t.encoder_bytes(&c, MAX_IMAGES * 1024, 4, true);
+            }
         }
         let g = config(
             r#"{"model_type":"gemma3","vision_config":{"image_size":1048576,"patch_size":1,"num_attention_heads":1048576}}"#,
