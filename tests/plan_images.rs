@@ -665,3 +665,24 @@ fn llama4_tiles_a_1024_square_in_4_by_4_and_a_global_tile() {
     // 34 tiles of 577 positions: the attention's peak with its float32 rotary
     assert_eq!(j["components"]["vision_encoder"], 939_152_896u64);
 }
+
+/// transformers 5.17.0's `Phi4MultimodalConfig().to_dict()` (Phi-4-multimodal-instruct's shape:
+/// a 448 px SigLIP of 14 px patches, a 32-layer text model); built from the class, not copied
+/// from the model's repository.
+const PHI4_MM_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/vision/phi4-multimodal-defaults.json"
+);
+
+#[test]
+fn phi4_multimodal_crops_a_1024_square_in_3_by_3_and_a_global_crop() {
+    let j = two_square_images(PHI4_MM_FIXTURE, "80GB");
+    // Phi4MultimodalImageProcessor: 256 + 1 + 48 × 48 + 48 + 16 = 2,625 tokens an image
+    assert_eq!(j["images"]["tokens_per_image"], 2625);
+    assert_eq!(j["workload"]["prompt_tokens"], 2048 + 2 * 2625);
+    // 20 crops of 1,024 positions as one batch: SigLIP's MLP peak
+    assert_eq!(
+        j["components"]["vision_encoder"],
+        20u64 * 1024 * 1152 * 4 * 2 + 20 * 1024 * 4304 * 2 * 2
+    );
+}

@@ -81,6 +81,12 @@ pub enum Canvas {
     /// more tiles while the image's area exceeds half the grid's; `InternVLProcessor` writes
     /// `<img>`, the tiles' tokens (the thumbnail's last) and `</img>`.
     InternVl,
+    /// `Phi4MultimodalImageProcessor` (`models/phi4_multimodal/image_processing_phi4_multimodal.py`,
+    /// `dynamic_preprocess`): ⌈W / 448⌉ × ⌈H / 448⌉ crops when at most `dynamic_hd` (36), else
+    /// the nearest aspect ratio as InternVL picks it; the image is resized into that canvas and
+    /// padded, and the tokens are 256 + 1 + the padding mask's kept cells at half resolution
+    /// (R × C) + one a row (R) + 16. A global crop always joins the grid.
+    Phi4,
 }
 
 impl TokenRule {
@@ -106,7 +112,7 @@ impl TokenRule {
 /// The families whose image rule is known, as the refusal names them.
 pub const KNOWN_FAMILIES: &str =
     "Gemma-3, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5, LLaVA, Mistral-Small-3.x, Pixtral, \
-     Llama-4 and InternVL are";
+     Llama-4, InternVL and Phi-4-multimodal are";
 
 /// A vision-language model's image input: its token rule and its encoder's shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -480,6 +486,33 @@ pub fn read(outer: &Map<String, Value>) -> Option<ImageInput> {
                 one_sequence: false,
             })
         }
+        // Phi4MultimodalConfig / Phi4MultimodalVisionConfig (a SigLIP: hidden_size 1152,
+        // intermediate_size 4304, num_attention_heads 16, image_size (crop_size) 448,
+        // patch_size 14) and the processor's dynamic_hd 36. The tower runs every crop (the global
+        // one and the grid's) as one batch of 32² positions.
+        "phi4_multimodal" => {
+            let tile = field(v, "crop_size", field(v, "image_size", 448));
+            Some(ImageInput {
+                model_type: "phi4_multimodal",
+                rule: TokenRule::Tiles {
+                    tile,
+                    max_tiles: 36,
+                    tokens_per_tile: 256,
+                    canvas: Canvas::Phi4,
+                },
+                native: None,
+                patch: field(v, "patch_size", 14),
+                hidden: field(v, "hidden_size", 1152),
+                heads: field(v, "num_attention_heads", 16),
+                intermediate: field(v, "intermediate_size", 4304),
+                extra_positions: 0,
+                batched_attention: true,
+                held_per_token: 0,
+                rotary_fp32: false,
+                gated_mlp: false,
+                one_sequence: false,
+            })
+        }
         // LlavaConfig's CLIPVisionConfig (336/14 for llava-1.5).
         "llava" => {
             let size = field(v, "image_size", 336);
@@ -596,6 +629,43 @@ fn internvl_grid(height: u64, width: u64, tile: u64, max_tiles: u64) -> (u64, u6
         }
     }
     (best.1, best.0)
+}
+
+/// `Phi4MultimodalImageProcessor.dynamic_preprocess` and `_preprocess` for an image of
+/// (height, width): the grid (rows, columns) and the image's tokens. The padding mask is
+/// `tile / patch` cells a crop side; a pad of at least one patch blanks ⌊pad / patch⌋ of its last
+/// rows (or columns); the mask's even rows and columns kept give R × C, and the tokens are
+/// 256 + 1 + R × C + R + 16. Among grids of one area, Python's `sorted` over a set keeps the
+/// set's order, which this walks width-major; an aspect-ratio tie between two such grids could
+/// differ.
+fn phi4_grid(height: u64, width: u64, tile: u64, patch: u64, max_tiles: u64) -> (u64, u64, u64) {
+    let (oh, ow) = (height.max(1), width.max(1));
+    let t = tile.max(1);
+    let p = patch.max(1);
+    let (cw, ch) = (ow.div_ceil(t), oh.div_ceil(t));
+    let (rows, cols) = if cw.saturating_mul(ch) > max_tiles {
+        internvl_grid(oh, ow, t, max_tiles)
+    } else {
+        (ch, cw)
+    };
+    let (tw, th) = (cols.saturating_mul(t), rows.saturating_mul(t));
+    let rw = tw as f64 / ow as f64;
+    let rh = th as f64 / oh as f64;
+    let (pad_w, pad_h) = if rw < rh {
+        (0, th.saturating_sub((oh as f64 * rw) as u64))
+    } else {
+        (tw.saturating_sub((ow as f64 * rh) as u64), 0)
+    };
+    let mask = t / p;
+    let blank = |pad: u64| if pad >= p { pad / p } else { 0 };
+    let kept_rows = mask.saturating_mul(rows).saturating_sub(blank(pad_h));
+    let kept_cols = mask.saturating_mul(cols).saturating_sub(blank(pad_w));
+    let (r, c) = (kept_rows.div_ceil(2), kept_cols.div_ceil(2));
+    let tokens = r
+        .saturating_mul(c)
+        .saturating_add(r)
+        .saturating_add(256 + 1 + 16);
+    (rows, cols, tokens)
 }
 
 /// A Pixtral tower (`models/pixtral/configuration_pixtral.py`, `PixtralVisionConfig`: hidden_size
@@ -761,6 +831,12 @@ impl ImageInput {
                 let (rows, cols) = match (size, canvas) {
                     (Some((h, w)), Canvas::Llama4) => llama4_grid(h, w, tile, max_tiles),
                     (Some((h, w)), Canvas::InternVl) => internvl_grid(h, w, tile, max_tiles),
+                    (Some((h, w)), Canvas::Phi4) => {
+                        let (r, c, _) = phi4_grid(h, w, tile, self.patch, max_tiles);
+                        (r, c)
+                    }
+                    // no size, Phi-4: the most tokens, a column of crops (one token more a row)
+                    (None, Canvas::Phi4) => (max_tiles.max(1), 1),
                     // no size: a grid of the most tiles, as near square as they divide.
                     (None, _) => {
                         let n = max_tiles.max(1);
@@ -772,7 +848,11 @@ impl ImageInput {
                     }
                 };
                 let grid = rows.saturating_mul(cols);
-                let tiles = if grid > 1 { grid + 1 } else { 1 };
+                let tiles = if grid > 1 || canvas == Canvas::Phi4 {
+                    grid.saturating_add(1)
+                } else {
+                    1
+                };
                 let per = tokens_per_tile;
                 let tokens = match canvas {
                     // start, <|image|>, end, the global tile; each grid tile and its separator
@@ -786,6 +866,17 @@ impl ImageInput {
                     }
                     // <img>, the tiles, </img>
                     Canvas::InternVl => tiles.saturating_mul(per).saturating_add(2),
+                    Canvas::Phi4 => match size {
+                        Some((h, w)) => phi4_grid(h, w, tile, self.patch, max_tiles).2,
+                        // an image filling the canvas: no padding
+                        None => {
+                            let half = (tile / self.patch.max(1)).div_ceil(2);
+                            let r = half.saturating_mul(rows);
+                            r.saturating_mul(half.saturating_mul(cols))
+                                .saturating_add(r)
+                                .saturating_add(256 + 1 + 16)
+                        }
+                    },
                 };
                 ImageCost {
                     height: rows.saturating_mul(tile),
@@ -1301,6 +1392,48 @@ mod tests {
             n * 1024 * 4 * 2 + n * 4096 * 2 * 2
         );
         assert_eq!(i.encoder_bytes(&c, 2, 2, false), 503_808_000);
+    }
+
+    // `Phi4MultimodalImageProcessor` (torchvision backend) on a blank image:
+    //   python -c 'from PIL import Image; from transformers.models.phi4_multimodal.image_processing_phi4_multimodal import Phi4MultimodalImageProcessor as P; w,h=800,600; o=P(size={"height":448,"width":448},patch_size=14,dynamic_hd=36)(Image.new("RGB",(w,h))); print(o["num_img_tokens"][0], o["image_sizes"][0].tolist(), tuple(o["image_pixel_values"].shape))'
+    #[test]
+    fn phi4_multimodal_counts_the_padding_masks_kept_cells() {
+        let p = config(include_str!(
+            "../../tests/fixtures/vision/phi4-multimodal-defaults.json"
+        ));
+        assert_eq!(p.model_type, "phi4_multimodal");
+        // 1024²: 3 × 3 crops of 448, no padding: 256 + 1 + 48 × 48 + 48 + 16 = 2,625
+        // (processor: 2625 [1344, 1344], 10 crops)
+        let c = p.cost(Some((1024, 1024)));
+        assert_eq!((c.height, c.width, c.tokens), (1344, 1344, 2625));
+        assert_eq!(c.encoder_positions, 10 * 1024);
+        // 4000 wide × 3000 high: 4 × 3 crops (processor: 3393 [1344, 1792], 13 crops)
+        let c = p.cost(Some((3000, 4000)));
+        assert_eq!((c.height, c.width, c.tokens), (1344, 1792, 3393));
+        // 300 wide × 500 high: 1 × 2 crops, 150 px of padding blank 10 mask rows: 27 × 16
+        // kept (processor: 732 [896, 448], 3 crops)
+        let c = p.cost(Some((500, 300)));
+        assert_eq!((c.height, c.width, c.tokens), (896, 448, 732));
+        // 448²: one crop and the global one (processor: 545 [448, 448], 2 crops)
+        let c = p.cost(Some((448, 448)));
+        assert_eq!((c.tokens, c.encoder_positions), (545, 2 * 1024));
+        // 2000 wide × 500 high (processor: 1893 [896, 2240], 11 crops)
+        assert_eq!(p.cost(Some((500, 2000))).tokens, 1893);
+        // 800 wide × 600 high (processor: 1065 [896, 896], 5 crops)
+        assert_eq!(p.cost(Some((600, 800))).tokens, 1065);
+        // 8000 wide × 500 high: 18 × 2 = 36 crops fit dynamic_hd (processor: 5475 [896, 8064])
+        let c = p.cost(Some((500, 8000)));
+        assert_eq!((c.height, c.width, c.tokens), (896, 8064, 5475));
+        // past 36 crops the nearest aspect ratio: 10000 × 1000 → 10 × 1 (processor: 2849
+        // [448, 4480]); 3000² → 6 × 6 (9585 [2688, 2688]); 5000 × 2000 → 5 × 2 (2865 [896, 2240])
+        let c = p.cost(Some((1000, 10_000)));
+        assert_eq!((c.height, c.width, c.tokens), (448, 4480, 2849));
+        let c = p.cost(Some((3000, 3000)));
+        assert_eq!((c.height, c.width, c.tokens), (2688, 2688, 9585));
+        let c = p.cost(Some((2000, 5000)));
+        assert_eq!((c.height, c.width, c.tokens), (896, 2240, 2865));
+        // no size: a column of 36 crops, 256 + 1 + 576 × 16 + 576 + 16
+        assert_eq!(p.cost(None).tokens, 10_065);
     }
 
     #[test]
