@@ -18,6 +18,13 @@
 //!   (4096²); (H/16)·(W/16) patches, (H/32)·(W/32) tokens.
 //! - LLaVA (`models/llava/processing_llava.py`): (image_size / patch_size)² tokens, 576 for
 //!   336/14 (the CLS token is dropped by the `default` feature select strategy).
+//! - Mistral-Small-3.x and Pixtral (`models/pixtral/processing_pixtral.py`): [`TokenRule::Rows`].
+//! - Llama-4, InternVL and Phi-4-multimodal: tiles, [`TokenRule::Tiles`] and [`Canvas`].
+//!   Phi-3.5-vision's processor is remote code, not in transformers, and is not covered.
+//!
+//! The new families' encoder rules (Pixtral, Llama-4, InternVL, Phi-4-multimodal) follow the
+//! same counting from the transformers source; unlike Gemma-3's they are derived, not measured on
+//! a GPU.
 //!
 //! The encoder (`models/siglip/modeling_siglip.py`, `models/qwen2_5_vl/modeling_qwen2_5_vl.py`,
 //! `models/clip/modeling_clip.py`): a ViT over the image's patches. Its largest moment is one
@@ -118,7 +125,7 @@ pub const KNOWN_FAMILIES: &str =
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ImageInput {
     /// `gemma3`, `qwen2_5_vl`, `qwen2_vl`, `qwen3_vl`, `qwen3_vl_moe`, `qwen3_5`, `qwen3_5_moe`,
-    /// `llava`.
+    /// `llava`, `mistral3`, `pixtral`, `llama4`, `internvl`, `phi4_multimodal`.
     pub model_type: &'static str,
     pub rule: TokenRule,
     /// The size the processor resizes to (fixed rules); `None` for a dynamic rule.
