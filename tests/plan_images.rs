@@ -653,3 +653,112 @@ fn llamacpp_gemma3_12b_four_images_on_a_24gb_card() {
         16_u64 * 4096 * 4096 * 4 + 5 * 4096 * 1152 * 4
     );
 }
+
+/// transformers 5.17.0's `Mistral3Config().to_dict()` (its defaults are Mistral-Small-3.1-24B's:
+/// a 1540 px Pixtral tower with 14 px patches, spatial_merge_size 2, a 40-layer mistral text
+/// model); built from the class, not copied from the model's repository.
+const MISTRAL3_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/vision/mistral3-defaults.json"
+);
+
+#[test]
+fn mistral3_gives_a_1024_square_37_rows_of_38_tokens() {
+    let home = temp();
+    let out = run(
+        home.path(),
+        &[
+            "plan",
+            "-m",
+            MISTRAL3_FIXTURE,
+            "--images",
+            "2",
+            "--image-size",
+            "1024x1024",
+            "--vram",
+            "80GB",
+            "--json",
+        ],
+    );
+    let j = json(&out.stdout);
+    // PixtralProcessor: 1024 → 1036 (37 cells of 28 px), 37 rows × (37 + [IMG_BREAK]) = 1,406
+    assert_eq!(j["images"]["height"], 1036);
+    assert_eq!(j["images"]["tokens_per_image"], 1406);
+    assert_eq!(j["workload"]["prompt_tokens"], 2048 + 2 * 1406);
+    // both images' 5,476 patches in one sequence: the MLP's peak beside the 10,952² bf16 mask
+    assert_eq!(j["components"]["vision_encoder"], 621_197_440u64);
+}
+
+/// transformers 5.17.0's `InternVLConfig().to_dict()` (448 px tiles of 14 px patches,
+/// downsample_ratio 0.5, a 32-layer qwen2 text model); built from the class, not copied from a
+/// model's repository.
+const INTERNVL_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/vision/internvl-defaults.json"
+);
+
+const LLAMA4_SCOUT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/presets/llama-4-scout-17b-16e-instruct.json"
+);
+
+fn two_square_images(model: &str, vram: &str) -> serde_json::Value {
+    let home = temp();
+    let out = run(
+        home.path(),
+        &[
+            "plan",
+            "-m",
+            model,
+            "--images",
+            "2",
+            "--image-size",
+            "1024x1024",
+            "--vram",
+            vram,
+            "--json",
+        ],
+    );
+    json(&out.stdout)
+}
+
+#[test]
+fn internvl_tiles_a_1024_square_in_3_by_3_and_a_thumbnail() {
+    let j = two_square_images(INTERNVL_FIXTURE, "80GB");
+    // GotOcr2ImageProcessor: 9 tiles and the thumbnail, 2 + 10 × 256 = 2,562 tokens an image
+    assert_eq!(j["images"]["tokens_per_image"], 2562);
+    assert_eq!(j["workload"]["prompt_tokens"], 2048 + 2 * 2562);
+    // 20 tiles of 1,025 positions as one batch: the MLP's peak
+    assert_eq!(j["components"]["vision_encoder"], 503_808_000u64);
+}
+
+#[test]
+fn llama4_tiles_a_1024_square_in_4_by_4_and_a_global_tile() {
+    let j = two_square_images(LLAMA4_SCOUT, "400GB");
+    // Llama4Processor: 17 tiles × 144, 16 separators and 3 markers = 2,467 tokens an image
+    assert_eq!(j["images"]["tokens_per_image"], 2467);
+    assert_eq!(j["workload"]["prompt_tokens"], 2048 + 2 * 2467);
+    // 34 tiles of 577 positions: the attention's peak with its float32 rotary
+    assert_eq!(j["components"]["vision_encoder"], 939_152_896u64);
+}
+
+/// transformers 5.17.0's `Phi4MultimodalConfig().to_dict()` (Phi-4-multimodal-instruct's shape:
+/// a 448 px SigLIP of 14 px patches, a 32-layer text model); built from the class, not copied
+/// from the model's repository.
+const PHI4_MM_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/vision/phi4-multimodal-defaults.json"
+);
+
+#[test]
+fn phi4_multimodal_crops_a_1024_square_in_3_by_3_and_a_global_crop() {
+    let j = two_square_images(PHI4_MM_FIXTURE, "80GB");
+    // Phi4MultimodalImageProcessor: 256 + 1 + 48 × 48 + 48 + 16 = 2,625 tokens an image
+    assert_eq!(j["images"]["tokens_per_image"], 2625);
+    assert_eq!(j["workload"]["prompt_tokens"], 2048 + 2 * 2625);
+    // 20 crops of 1,024 positions as one batch: SigLIP's MLP peak
+    assert_eq!(
+        j["components"]["vision_encoder"],
+        20u64 * 1024 * 1152 * 4 * 2 + 20 * 1024 * 4304 * 2 * 2
+    );
+}

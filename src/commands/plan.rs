@@ -704,9 +704,12 @@ fn image_load(
     }
     let Some(input) = spec.images else {
         let why = if spec.vision.is_empty() && !spec.notes.iter().any(|s| s.contains("vision")) {
-            "is a text-only model"
+            "is a text-only model".to_string()
         } else {
-            "is multimodal, but its image rule is not known (Gemma-3, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5 and LLaVA are)"
+            format!(
+                "is multimodal, but its image rule is not known ({})",
+                crate::model::images::KNOWN_FAMILIES
+            )
         };
         return Err(InputError::Usage(format!(
             "--images: {} {why}; leave --images out",
@@ -767,6 +770,19 @@ fn image_load(
         )
         .into());
     }
+    if req.engine == Engine::LlamaCpp
+        && !matches!(
+            input.rule,
+            crate::model::images::TokenRule::Fixed { .. }
+                | crate::model::images::TokenRule::Dynamic { .. }
+        )
+    {
+        return Err(InputError::Usage(format!(
+            "--images with llama.cpp is planned for Gemma-3, Qwen-VL and LLaVA (their mtmd              encoders); {}'s is not modelled: leave --images out or add --engine vllm",
+            input.model_type
+        ))
+        .into());
+    }
     let input = if req.engine == Engine::LlamaCpp {
         input.for_llamacpp()
     } else {
@@ -801,12 +817,7 @@ fn image_load(
         cost.width,
         cost.height,
         crate::units::group(cost.tokens),
-        match input.rule {
-            crate::model::images::TokenRule::Fixed { .. } =>
-                "a fixed count per image, as the processor expands it",
-            crate::model::images::TokenRule::Dynamic { .. } =>
-                "smart_resize to multiples of patch × merge, then one token per merged patch",
-        },
+        input.rule.describe(),
         crate::units::group(text),
         crate::units::group(load.tokens()),
         crate::units::group(w.prompt_tokens)

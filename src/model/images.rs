@@ -18,6 +18,13 @@
 //!   (4096²); (H/16)·(W/16) patches, (H/32)·(W/32) tokens.
 //! - LLaVA (`models/llava/processing_llava.py`): (image_size / patch_size)² tokens, 576 for
 //!   336/14 (the CLS token is dropped by the `default` feature select strategy).
+//! - Mistral-Small-3.x and Pixtral (`models/pixtral/processing_pixtral.py`): [`TokenRule::Rows`].
+//! - Llama-4, InternVL and Phi-4-multimodal: tiles, [`TokenRule::Tiles`] and [`Canvas`].
+//!   Phi-3.5-vision's processor is remote code, not in transformers, and is not covered.
+//!
+//! The new families' encoder rules (Pixtral, Llama-4, InternVL, Phi-4-multimodal) follow the
+//! same counting from the transformers source; unlike Gemma-3's they are derived, not measured on
+//! a GPU.
 //!
 //! The encoder (`models/siglip/modeling_siglip.py`, `models/qwen2_5_vl/modeling_qwen2_5_vl.py`,
 //! `models/clip/modeling_clip.py`): a ViT over the image's patches. Its largest moment is one
@@ -47,13 +54,78 @@ pub enum TokenRule {
         min_pixels: u64,
         max_pixels: u64,
     },
+    /// Pixtral's processor (Mistral-Small-3.x, Pixtral-12B): the image is shrunk (never grown)
+    /// to fit `longest_edge`, each side rounded up to a multiple of patch × merge; a row of cells
+    /// ends in `[IMG_BREAK]`, the last in `[IMG_END]`.
+    Rows {
+        patch: u64,
+        merge: u64,
+        longest_edge: u64,
+    },
+    /// Tiles of `tile` px (Llama-4, InternVL): the processor picks a grid of at most `max_tiles`
+    /// tiles for the image's shape, adds one whole-image tile when the grid has more than one,
+    /// and each tile gives `tokens_per_tile` tokens.
+    Tiles {
+        tile: u64,
+        max_tiles: u64,
+        tokens_per_tile: u64,
+        canvas: Canvas,
+    },
 }
+
+/// How a tiled processor picks its grid and spells the image in the prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Canvas {
+    /// `Llama4ImageProcessor` (`models/llama4/image_processing_llama4.py`, `get_best_fit`): the
+    /// canvas the image reaches with the least upscaling (else the least downscaling), the
+    /// smallest such; `Llama4Processor._prompt_split_image` writes `<|image_start|>`, each tile's
+    /// tokens followed by `<|tile_x_separator|>` (or `<|tile_y_separator|>` at a row's end),
+    /// `<|image|>`, the global tile's tokens and `<|image_end|>`.
+    Llama4,
+    /// `GotOcr2ImageProcessor` with `crop_to_patches` (`models/got_ocr2/image_processing_pil_got_ocr2.py`,
+    /// `get_optimal_tiled_canvas`): the grid whose aspect ratio is nearest the image's, ties to
+    /// more tiles while the image's area exceeds half the grid's; `InternVLProcessor` writes
+    /// `<img>`, the tiles' tokens (the thumbnail's last) and `</img>`.
+    InternVl,
+    /// `Phi4MultimodalImageProcessor` (`models/phi4_multimodal/image_processing_phi4_multimodal.py`,
+    /// `dynamic_preprocess`): ⌈W / 448⌉ × ⌈H / 448⌉ crops when at most `dynamic_hd` (36), else
+    /// the nearest aspect ratio as InternVL picks it; the image is resized into that canvas and
+    /// padded, and the tokens are 256 + 1 + the padding mask's kept cells at half resolution
+    /// (R × C) + one a row (R) + 16. A global crop always joins the grid.
+    Phi4,
+}
+
+impl TokenRule {
+    /// The rule in words, for `plan`'s note.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            TokenRule::Fixed { .. } => "a fixed count per image, as the processor expands it",
+            TokenRule::Dynamic { .. } => {
+                "smart_resize to multiples of patch × merge, then one token per merged patch"
+            }
+            TokenRule::Rows { .. } => {
+                "fit to the longest edge in whole patch × merge cells, one token per cell and one \
+                 [IMG_BREAK] / [IMG_END] per row"
+            }
+            TokenRule::Tiles { .. } => {
+                "a grid of tiles for the image's shape and one whole-image tile, a fixed count \
+                 per tile with the separators the processor writes"
+            }
+        }
+    }
+}
+
+/// The families whose image rule is known, as the refusal names them.
+pub const KNOWN_FAMILIES: &str =
+    "Gemma-3, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5, LLaVA, Mistral-Small-3.x, Pixtral, \
+     Llama-4, InternVL and Phi-4-multimodal are";
 
 /// A vision-language model's image input: its token rule and its encoder's shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ImageInput {
     /// `gemma3`, `qwen2_5_vl`, `qwen2_vl`, `qwen3_vl`, `qwen3_vl_moe`, `qwen3_5`, `qwen3_5_moe`,
-    /// `llava`.
+    /// `llava`, `mistral3`, `pixtral`, `llama4`, `internvl`, `phi4_multimodal`.
     pub model_type: &'static str,
     pub rule: TokenRule,
     /// The size the processor resizes to (fixed rules); `None` for a dynamic rule.
@@ -75,6 +147,10 @@ pub struct ImageInput {
     /// A gated MLP (Qwen2.5-VL's gate/up/down) holds three intermediate tensors at its peak, a
     /// plain one (fc1, act, fc2) two.
     pub gated_mlp: bool,
+    /// Every image's patches in one sequence under a block-diagonal mask (Pixtral): the mask,
+    /// (images × positions)² in the compute dtype, is held through the tower (SDPA and eager
+    /// alike), and eager's scores cover the whole sequence.
+    pub one_sequence: bool,
 }
 
 /// One image as the processor sees it: its size after resizing, its patches and its tokens.
@@ -270,6 +346,7 @@ pub fn read(outer: &Map<String, Value>) -> Option<ImageInput> {
                 held_per_token: 0,
                 rotary_fp32: false,
                 gated_mlp: false,
+                one_sequence: false,
             })
         }
         // Qwen2_5_VLVisionConfig (hidden_size 1280 in the published configs; the class default
@@ -306,6 +383,7 @@ pub fn read(outer: &Map<String, Value>) -> Option<ImageInput> {
                 held_per_token: 0,
                 rotary_fp32: true,
                 gated_mlp: !qwen2,
+                one_sequence: false,
             })
         }
         // Qwen3VLVisionConfig / Qwen3_5VisionConfig (hidden_size 1152, intermediate_size 4304,
@@ -342,6 +420,119 @@ pub fn read(outer: &Map<String, Value>) -> Option<ImageInput> {
                 held_per_token: deepstack.saturating_mul(field(v, "out_hidden_size", 3584)),
                 rotary_fp32: true,
                 gated_mlp: false,
+                one_sequence: false,
+            })
+        }
+        // Mistral3Config (Mistral-Small-3.1/3.2: its PixtralVisionConfig defaults image_size
+        // 1540, patch_size 14, and the top level's spatial_merge_size 2), LlavaConfig with a
+        // Pixtral tower (Pixtral-12B: 1024, 16, no merge) and a bare PixtralVisionConfig.
+        "mistral3" => Some(pixtral(
+            v,
+            field(outer, "spatial_merge_size", 2),
+            "mistral3",
+        )),
+        "llava" if v.get("model_type").and_then(Value::as_str) == Some("pixtral") => {
+            Some(pixtral(v, 1, "llava"))
+        }
+        "pixtral" => Some(pixtral(outer, 1, "pixtral")),
+        // Llama4VisionConfig (hidden_size 768, intermediate_size 5632, num_attention_heads 16,
+        // image_size 448, patch_size 14, pixel_shuffle_ratio 0.5; Llama-4-Scout/Maverick ship
+        // 1408 and 336) and the processor's max_patches 16. Tokens a tile: (image_size /
+        // patch_size)² / round(1 / ratio²), 144 for 336 / 14. The tower runs the tiles as one
+        // batch of 1 + patches positions (its CLS), its rotary embedding in float32
+        // (`vision_apply_rotary_emb`), a plain fc1 / fc2 MLP.
+        "llama4" => {
+            let tile = field(v, "image_size", 448);
+            let patch = field(v, "patch_size", 14);
+            let ratio = v
+                .get("pixel_shuffle_ratio")
+                .and_then(Value::as_f64)
+                .filter(|r| *r > 0.0 && *r <= 1.0)
+                .unwrap_or(0.5);
+            let downsample = ((1.0 / (ratio * ratio)).round() as u64).max(1);
+            let side = tile / patch.max(1);
+            Some(ImageInput {
+                model_type: "llama4",
+                rule: TokenRule::Tiles {
+                    tile,
+                    max_tiles: 16,
+                    tokens_per_tile: side.saturating_mul(side) / downsample,
+                    canvas: Canvas::Llama4,
+                },
+                native: None,
+                patch,
+                hidden: field(v, "hidden_size", 768),
+                heads: field(v, "num_attention_heads", 16),
+                intermediate: field(v, "intermediate_size", 5632),
+                extra_positions: 1,
+                batched_attention: true,
+                held_per_token: 0,
+                rotary_fp32: true,
+                gated_mlp: false,
+                one_sequence: false,
+            })
+        }
+        // InternVLConfig / InternVLVisionConfig (hidden_size 1024, intermediate_size 4096,
+        // num_attention_heads 16, image_size and patch_size [448, 448] / [14, 14]) and the
+        // top level's downsample_ratio 0.5: `InternVLProcessor`'s image_seq_length is
+        // (448 / 14)² × 0.5² = 256 a tile, max_patches 12 (`GotOcr2ImageProcessor`). The tower is
+        // a ViT over 1 + patches positions a tile (its CLS), the tiles as one batch, fc1 / fc2.
+        "internvl" => {
+            let tile = side_field(v, "image_size", 448);
+            let patch = side_field(v, "patch_size", 14);
+            let ratio = outer
+                .get("downsample_ratio")
+                .and_then(Value::as_f64)
+                .filter(|r| *r > 0.0 && *r <= 1.0)
+                .unwrap_or(0.5);
+            let side = tile / patch.max(1);
+            let tokens = (side.saturating_mul(side) as f64 * ratio * ratio) as u64;
+            Some(ImageInput {
+                model_type: "internvl",
+                rule: TokenRule::Tiles {
+                    tile,
+                    max_tiles: 12,
+                    tokens_per_tile: tokens,
+                    canvas: Canvas::InternVl,
+                },
+                native: None,
+                patch,
+                hidden: field(v, "hidden_size", 1024),
+                heads: field(v, "num_attention_heads", 16),
+                intermediate: field(v, "intermediate_size", 4096),
+                extra_positions: 1,
+                batched_attention: true,
+                held_per_token: 0,
+                rotary_fp32: false,
+                gated_mlp: false,
+                one_sequence: false,
+            })
+        }
+        // Phi4MultimodalConfig / Phi4MultimodalVisionConfig (a SigLIP: hidden_size 1152,
+        // intermediate_size 4304, num_attention_heads 16, image_size (crop_size) 448,
+        // patch_size 14) and the processor's dynamic_hd 36. The tower runs every crop (the global
+        // one and the grid's) as one batch of 32² positions.
+        "phi4_multimodal" => {
+            let tile = field(v, "crop_size", field(v, "image_size", 448));
+            Some(ImageInput {
+                model_type: "phi4_multimodal",
+                rule: TokenRule::Tiles {
+                    tile,
+                    max_tiles: 36,
+                    tokens_per_tile: 256,
+                    canvas: Canvas::Phi4,
+                },
+                native: None,
+                patch: field(v, "patch_size", 14),
+                hidden: field(v, "hidden_size", 1152),
+                heads: field(v, "num_attention_heads", 16),
+                intermediate: field(v, "intermediate_size", 4304),
+                extra_positions: 0,
+                batched_attention: true,
+                held_per_token: 0,
+                rotary_fp32: false,
+                gated_mlp: false,
+                one_sequence: false,
             })
         }
         // LlavaConfig's CLIPVisionConfig (336/14 for llava-1.5).
@@ -364,10 +555,187 @@ pub fn read(outer: &Map<String, Value>) -> Option<ImageInput> {
                 held_per_token: 0,
                 rotary_fp32: false,
                 gated_mlp: false,
+                one_sequence: false,
             })
         }
         _ => None,
     }
+}
+
+/// A side given as one number or as [height, width] (InternVL's vision config): its first.
+fn side_field(v: &Map<String, Value>, key: &str, default: u64) -> u64 {
+    match v.get(key) {
+        Some(Value::Array(a)) => a
+            .first()
+            .and_then(Value::as_u64)
+            .filter(|&n| n > 0 && n <= 1 << 20)
+            .unwrap_or(default),
+        _ => field(v, key, default),
+    }
+}
+
+/// `Llama4ImageProcessor`'s grid (rows, columns) for an image of (height, width):
+/// `find_supported_resolutions` lists every rows × columns with at most `max_tiles` tiles (in
+/// its dictionary's order), `get_best_fit` takes the least upscale at or above 1 (else the
+/// largest downscale), float32 as torch computes it, and among equal scales the smallest area,
+/// the first on a tie.
+fn llama4_grid(height: u64, width: u64, tile: u64, max_tiles: u64) -> (u64, u64) {
+    let mut groups: Vec<(f64, Vec<(u64, u64)>)> = Vec::new();
+    for chunks in (1..=max_tiles.max(1)).rev() {
+        for a in (1..=chunks).filter(|a| chunks % a == 0) {
+            let b = chunks / a;
+            let ratio = a as f64 / b as f64;
+            match groups.iter_mut().find(|(r, _)| *r == ratio) {
+                Some((_, g)) => g.push((a, b)),
+                None => groups.push((ratio, vec![(a, b)])),
+            }
+        }
+    }
+    let grids: Vec<(u64, u64)> = groups.into_iter().flat_map(|(_, g)| g).collect();
+    let (oh, ow) = (height.max(1) as f32, width.max(1) as f32);
+    let t = tile.max(1);
+    let scale = |&(a, b): &(u64, u64)| {
+        let sh = a.saturating_mul(t) as f32 / oh;
+        let sw = b.saturating_mul(t) as f32 / ow;
+        if sh > sw {
+            sw
+        } else {
+            sh
+        }
+    };
+    let up = grids
+        .iter()
+        .map(scale)
+        .filter(|s| *s >= 1.0)
+        .fold(None, |m: Option<f32>, s| Some(m.map_or(s, |m| m.min(s))));
+    let chosen = up.unwrap_or_else(|| {
+        grids
+            .iter()
+            .map(scale)
+            .filter(|s| *s < 1.0)
+            .fold(f32::MIN, f32::max)
+    });
+    grids
+        .iter()
+        .filter(|g| scale(g) == chosen)
+        .fold(None, |best: Option<(u64, u64)>, &g| match best {
+            Some(b) if b.0 * b.1 <= g.0 * g.1 => Some(b),
+            _ => Some(g),
+        })
+        .unwrap_or((1, 1))
+}
+
+/// `get_optimal_tiled_canvas` (`models/got_ocr2/image_processing_pil_got_ocr2.py`) for InternVL:
+/// (rows, columns) for an image of (height, width), between 1 and `max_tiles` tiles.
+fn internvl_grid(height: u64, width: u64, tile: u64, max_tiles: u64) -> (u64, u64) {
+    let max = max_tiles.max(1);
+    let mut grids: Vec<(u64, u64)> = (1..=max)
+        .flat_map(|w| (1..=max).map(move |h| (w, h)))
+        .filter(|(w, h)| w * h <= max)
+        .collect();
+    // Python's sorted is stable, as is sort_by_key.
+    grids.sort_by_key(|(w, h)| w * h);
+    let (h, w) = (height.max(1) as f64, width.max(1) as f64);
+    let aspect = w / h;
+    let area = w * h;
+    let t = tile as f64;
+    let mut best_diff = f64::INFINITY;
+    let mut best = (1, 1);
+    for (gw, gh) in grids {
+        let diff = (aspect - gw as f64 / gh as f64).abs();
+        if diff < best_diff {
+            best_diff = diff;
+            best = (gw, gh);
+        } else if diff == best_diff && area > 0.5 * t * t * (gw * gh) as f64 {
+            best = (gw, gh);
+        }
+    }
+    (best.1, best.0)
+}
+
+/// `Phi4MultimodalImageProcessor.dynamic_preprocess` and `_preprocess` for an image of
+/// (height, width): the grid (rows, columns) and the image's tokens. The padding mask is
+/// `tile / patch` cells a crop side; a pad of at least one patch blanks ⌊pad / patch⌋ of its last
+/// rows (or columns); the mask's even rows and columns kept give R × C, and the tokens are
+/// 256 + 1 + R × C + R + 16. Among grids of one area, Python's `sorted` over a set keeps the
+/// set's order, which this walks width-major; an aspect-ratio tie between two such grids could
+/// differ.
+fn phi4_grid(height: u64, width: u64, tile: u64, patch: u64, max_tiles: u64) -> (u64, u64, u64) {
+    let (oh, ow) = (height.max(1), width.max(1));
+    let t = tile.max(1);
+    let p = patch.max(1);
+    let (cw, ch) = (ow.div_ceil(t), oh.div_ceil(t));
+    let (rows, cols) = if cw.saturating_mul(ch) > max_tiles {
+        internvl_grid(oh, ow, t, max_tiles)
+    } else {
+        (ch, cw)
+    };
+    let (tw, th) = (cols.saturating_mul(t), rows.saturating_mul(t));
+    let rw = tw as f64 / ow as f64;
+    let rh = th as f64 / oh as f64;
+    let (pad_w, pad_h) = if rw < rh {
+        (0, th.saturating_sub((oh as f64 * rw) as u64))
+    } else {
+        (tw.saturating_sub((ow as f64 * rh) as u64), 0)
+    };
+    let mask = t / p;
+    let blank = |pad: u64| if pad >= p { pad / p } else { 0 };
+    let kept_rows = mask.saturating_mul(rows).saturating_sub(blank(pad_h));
+    let kept_cols = mask.saturating_mul(cols).saturating_sub(blank(pad_w));
+    let (r, c) = (kept_rows.div_ceil(2), kept_cols.div_ceil(2));
+    let tokens = r
+        .saturating_mul(c)
+        .saturating_add(r)
+        .saturating_add(256 + 1 + 16);
+    (rows, cols, tokens)
+}
+
+/// A Pixtral tower (`models/pixtral/configuration_pixtral.py`, `PixtralVisionConfig`: hidden_size
+/// 1024, intermediate_size 4096, num_attention_heads 16, image_size 1024, patch_size 16) and its
+/// processor (`models/pixtral/processing_pixtral.py`, `PixtralProcessor`, which hands the image
+/// processor patch_size × spatial_merge_size): the published preprocessor configs' longest_edge
+/// is the tower's image_size (1540 for Mistral-Small-3.1, 1024 for Pixtral-12B).
+fn pixtral(v: &Map<String, Value>, merge: u64, model_type: &'static str) -> ImageInput {
+    let patch = field(v, "patch_size", 16);
+    ImageInput {
+        model_type,
+        rule: TokenRule::Rows {
+            patch,
+            merge,
+            longest_edge: field(v, "image_size", 1024),
+        },
+        native: None,
+        patch,
+        hidden: field(v, "hidden_size", 1024),
+        heads: field(v, "num_attention_heads", 16),
+        intermediate: field(v, "intermediate_size", 4096),
+        extra_positions: 0,
+        batched_attention: true,
+        held_per_token: 0,
+        rotary_fp32: false,
+        gated_mlp: true,
+        one_sequence: true,
+    }
+}
+
+/// Pixtral's `get_resize_output_image_size` (`models/pixtral/image_processing_pil_pixtral.py`,
+/// 5.17.0): with ratio = max(H / L, W / L) above 1 each side becomes ⌊side / ratio⌋; then each is
+/// rounded up to a multiple of `cell`. (height, width) in, (height, width) out.
+pub fn pixtral_resize(height: u64, width: u64, longest_edge: u64, cell: u64) -> (u64, u64) {
+    let (h, w) = (height.max(1), width.max(1));
+    let l = longest_edge.max(1) as f64;
+    let ratio = (h as f64 / l).max(w as f64 / l);
+    let (h, w) = if ratio > 1.0 {
+        (
+            (h as f64 / ratio).floor() as u64,
+            (w as f64 / ratio).floor() as u64,
+        )
+    } else {
+        (h, w)
+    };
+    let cell = cell.max(1);
+    let up = |n: u64| (n.saturating_sub(1) / cell + 1).saturating_mul(cell);
+    (up(h), up(w))
 }
 
 /// Python's `round(n / d)` for integers: half to even, as `smart_resize` rounds.
@@ -457,14 +825,126 @@ impl ImageInput {
                     tokens: (h / p / m).saturating_mul(w / p / m),
                 }
             }
+            TokenRule::Rows {
+                patch,
+                merge,
+                longest_edge,
+            } => {
+                let cell = patch.saturating_mul(merge).max(1);
+                // no size: the largest image kept, longest_edge on both sides.
+                let (h, w) = size.unwrap_or((longest_edge, longest_edge));
+                let (h, w) = pixtral_resize(h, w, longest_edge, cell);
+                let p = patch.max(1);
+                let (rows, cols) = (h / cell, w / cell);
+                ImageCost {
+                    height: h,
+                    width: w,
+                    encoder_positions: (h / p).saturating_mul(w / p),
+                    // `_get_num_multimodal_tokens`: (cols + 1) × rows, the break or end per row.
+                    tokens: rows.saturating_mul(cols.saturating_add(1)),
+                }
+            }
+            TokenRule::Tiles {
+                tile,
+                max_tiles,
+                tokens_per_tile,
+                canvas,
+            } => {
+                let (rows, cols) = match (size, canvas) {
+                    (Some((h, w)), Canvas::Llama4) => llama4_grid(h, w, tile, max_tiles),
+                    (Some((h, w)), Canvas::InternVl) => internvl_grid(h, w, tile, max_tiles),
+                    (Some((h, w)), Canvas::Phi4) => {
+                        let (r, c, _) = phi4_grid(h, w, tile, self.patch, max_tiles);
+                        (r, c)
+                    }
+                    // no size, Phi-4: the most tokens, a column of crops (one token more a row)
+                    (None, Canvas::Phi4) => (max_tiles.max(1), 1),
+                    // no size: a grid of the most tiles, as near square as they divide.
+                    (None, _) => {
+                        let n = max_tiles.max(1);
+                        let a = (1..=n.isqrt().max(1))
+                            .rev()
+                            .find(|a| n % a == 0)
+                            .unwrap_or(1);
+                        (a, n / a)
+                    }
+                };
+                let grid = rows.saturating_mul(cols);
+                let tiles = if grid > 1 || canvas == Canvas::Phi4 {
+                    grid.saturating_add(1)
+                } else {
+                    1
+                };
+                let per = tokens_per_tile;
+                let tokens = match canvas {
+                    // start, <|image|>, end, the global tile; each grid tile and its separator
+                    Canvas::Llama4 => {
+                        let tiled = if grid > 1 {
+                            grid.saturating_mul(per.saturating_add(1))
+                        } else {
+                            0
+                        };
+                        per.saturating_add(3).saturating_add(tiled)
+                    }
+                    // <img>, the tiles, </img>
+                    Canvas::InternVl => tiles.saturating_mul(per).saturating_add(2),
+                    Canvas::Phi4 => match size {
+                        Some((h, w)) => phi4_grid(h, w, tile, self.patch, max_tiles).2,
+                        // an image filling the canvas: no padding
+                        None => {
+                            let half = (tile / self.patch.max(1)).div_ceil(2);
+                            let r = half.saturating_mul(rows);
+                            r.saturating_mul(half.saturating_mul(cols))
+                                .saturating_add(r)
+                                .saturating_add(256 + 1 + 16)
+                        }
+                    },
+                };
+                ImageCost {
+                    height: rows.saturating_mul(tile),
+                    width: cols.saturating_mul(tile),
+                    encoder_positions: tiles.saturating_mul(self.tile_positions()),
+                    tokens,
+                }
+            }
         }
     }
 
     /// The vision encoder's peak transient bytes for `images` images of `cost` at once, in a
     /// compute dtype of `d` bytes; `eager` holds the attention's score matrix.
     pub fn encoder_bytes(&self, cost: &ImageCost, images: u64, d: u64, eager: bool) -> u64 {
+        if let TokenRule::Tiles { .. } = self.rule {
+            // a tiled tower encodes each tile as one image of the batch
+            let per_tile = self.tile_positions().max(1);
+            let tile = ImageCost {
+                encoder_positions: per_tile,
+                tokens: 0,
+                ..*cost
+            };
+            let tiles = images.saturating_mul(cost.encoder_positions / per_tile);
+            return self.encoder_bytes_of(&tile, tiles, d, eager);
+        }
+        self.encoder_bytes_of(cost, images, d, eager)
+    }
+
+    /// Positions one tile gives the encoder: its patches and the CLS.
+    fn tile_positions(&self) -> u64 {
+        match self.rule {
+            TokenRule::Tiles { tile, .. } => {
+                let side = tile / self.patch.max(1);
+                side.saturating_mul(side)
+                    .saturating_add(self.extra_positions)
+            }
+            _ => 0,
+        }
+    }
+
+    fn encoder_bytes_of(&self, cost: &ImageCost, images: u64, d: u64, eager: bool) -> u64 {
         let s = cost.encoder_positions;
         let stream = images.saturating_mul(s).saturating_mul(self.hidden);
+        if self.one_sequence {
+            return self.one_sequence_bytes(s, images, d, eager);
+        }
         let scores = if eager {
             let at_once = if self.batched_attention { images } else { 1 };
             // the scores in the compute dtype and their float32 softmax
@@ -514,6 +994,39 @@ impl ImageInput {
             .saturating_mul(d);
         attention.max(mlp).saturating_add(held)
     }
+
+    /// Pixtral's tower (`models/pixtral/modeling_pixtral.py`, `PixtralVisionModel`): every image's
+    /// `s` patches are one sequence of n = images × s positions, and outside flash attention
+    /// `generate_block_attention_mask` builds an n × n mask in the compute dtype that lives through
+    /// every block. Held beside it at the attention's peak: the patch conv's output (the
+    /// `patch_embeds_list` views keep it), `ln_pre`'s output, the layer's input and
+    /// `attention_norm`'s output, with q, k, v and, while `apply_rotary_pos_emb` (in the compute
+    /// dtype) makes k's embedding, q's embedding, `k * cos` and `rotate_half(k) * sin`: 4 + 6
+    /// copies of the stream; eager adds heads × n² scores and their float32 softmax. At the MLP's:
+    /// five copies (the post-attention residual and `ffn_norm`'s output for the last two) and the
+    /// gated MLP's three intermediate tensors. Derived from the source, not measured on a GPU.
+    fn one_sequence_bytes(&self, s: u64, images: u64, d: u64, eager: bool) -> u64 {
+        let n = images.saturating_mul(s);
+        let stream = n.saturating_mul(self.hidden);
+        let mask = n.saturating_mul(n).saturating_mul(d);
+        let scores = if eager {
+            self.heads
+                .saturating_mul(n.saturating_mul(n))
+                .saturating_mul(d.saturating_add(4))
+        } else {
+            0
+        };
+        let attention = stream
+            .saturating_mul(10)
+            .saturating_mul(d)
+            .saturating_add(scores);
+        let mlp = stream.saturating_mul(5).saturating_mul(d).saturating_add(
+            n.saturating_mul(self.intermediate)
+                .saturating_mul(3)
+                .saturating_mul(d),
+        );
+        attention.max(mlp).saturating_add(mask)
+    }
 }
 
 /// llama.cpp's Qwen-VL limits (tools/mtmd/clip.cpp, `load_hparams`, projectors `qwen2vl_merger`,
@@ -549,7 +1062,10 @@ impl ImageInput {
     /// Qwen-VL (`set_warmup_n_tokens(46*46)`).
     pub fn llamacpp_warmup(&self) -> ImageCost {
         match self.rule {
-            TokenRule::Fixed { .. } => self.cost(None),
+            // (plan refuses the tiled and row families with llama.cpp: their native size here)
+            TokenRule::Fixed { .. } | TokenRule::Rows { .. } | TokenRule::Tiles { .. } => {
+                self.cost(None)
+            }
             TokenRule::Dynamic { patch, merge, .. } => {
                 let side = LLAMACPP_QWEN_WARMUP_SIDE_TOKENS
                     .saturating_mul(merge)
@@ -819,6 +1335,234 @@ mod tests {
         assert_eq!(p.peak_with(u64::MAX), u64::MAX);
     }
 
+    fn mistral3() -> ImageInput {
+        config(include_str!(
+            "../../tests/fixtures/vision/mistral3-defaults.json"
+        ))
+    }
+
+    // The token counts below are what transformers 5.17.0's processor gives a blank image of
+    // that size (image processor only; the tokens as `PixtralProcessor.replace_image_token`
+    // expands them, (cols + 1) × rows). Run with Pillow beside the venv's python:
+    //   python -c 'from PIL import Image; from transformers.models.pixtral.image_processing_pil_pixtral import PixtralImageProcessorPil as P; L,p,m=1540,14,2; w,h=4000,3000; H,W=P(size={"longest_edge":L},patch_size=p*m)(Image.new("RGB",(w,h)))["image_sizes"][0]; print(H,W,(H//(p*m))*(W//(p*m)+1),(H//p)*(W//p))'
+    // (L, p, m = 1024, 16, 1 for Pixtral-12B).
+    #[test]
+    fn mistral3_fits_the_longest_edge_in_28_px_cells_with_a_break_per_row() {
+        let m = mistral3();
+        assert_eq!(m.model_type, "mistral3");
+        assert_eq!(
+            m.rule,
+            TokenRule::Rows {
+                patch: 14,
+                merge: 2,
+                longest_edge: 1540
+            }
+        );
+        // 1024 × 1024 is not grown: ⌈1024 / 28⌉ = 37 cells → 1036 px; 37 × 38 = 1,406 tokens
+        // (processor: 1036 1036 1406 5476), 74² = 5,476 patches of 14 px.
+        let c = m.cost(Some((1024, 1024)));
+        assert_eq!(
+            (c.height, c.width, c.tokens, c.encoder_positions),
+            (1036, 1036, 1406, 5476)
+        );
+        // 4000 wide × 3000 high: ratio 4000 / 1540, 3000 → 1155 → 1176, 4000 → 1540;
+        // 42 rows × 56 = 2,352 tokens (processor: 1176 1540 2352 9240).
+        let c = m.cost(Some((3000, 4000)));
+        assert_eq!(
+            (c.height, c.width, c.tokens, c.encoder_positions),
+            (1176, 1540, 2352, 9240)
+        );
+        // 300 wide × 500 high: 18 rows × 12 = 216 tokens (processor: 504 308 216 792).
+        let c = m.cost(Some((500, 300)));
+        assert_eq!(
+            (c.height, c.width, c.tokens, c.encoder_positions),
+            (504, 308, 216, 792)
+        );
+        // 2000 wide × 1000 high: 28 rows × 56 = 1,568 tokens (processor: 784 1540 1568 6160).
+        assert_eq!(m.cost(Some((1000, 2000))).tokens, 1568);
+        // no size: 1540², 55 rows × 56 = 3,080 tokens, 110² patches
+        let most = m.cost(None);
+        assert_eq!((most.tokens, most.encoder_positions), (3080, 12_100));
+    }
+
+    #[test]
+    fn pixtral_12b_has_16_px_patches_and_no_merge() {
+        let p = config(
+            r#"{"model_type":"llava","vision_config":{"model_type":"pixtral","image_size":1024,"patch_size":16,"hidden_size":1024,"intermediate_size":4096,"num_attention_heads":16}}"#,
+        );
+        assert_eq!(p.model_type, "llava");
+        // processor: 1024 1024 4160 4096; 768 1024 3120 3072; 512 304 640 608
+        let c = p.cost(Some((1024, 1024)));
+        assert_eq!((c.tokens, c.encoder_positions), (4160, 4096));
+        let c = p.cost(Some((3000, 4000)));
+        assert_eq!(
+            (c.height, c.width, c.tokens, c.encoder_positions),
+            (768, 1024, 3120, 3072)
+        );
+        let c = p.cost(Some((500, 300)));
+        assert_eq!(
+            (c.height, c.width, c.tokens, c.encoder_positions),
+            (512, 304, 640, 608)
+        );
+        // a bare PixtralVisionConfig reads the same
+        let bare = config(r#"{"model_type":"pixtral"}"#);
+        assert_eq!(bare.cost(Some((1024, 1024))), p.cost(Some((1024, 1024))));
+        // a CLIP LLaVA is still the fixed rule
+        let clip =
+            config(r#"{"model_type":"llava","vision_config":{"model_type":"clip_vision_model"}}"#);
+        assert_eq!(clip.rule, TokenRule::Fixed { tokens: 576 });
+    }
+
+    #[test]
+    fn pixtral_holds_one_mask_over_every_images_patches() {
+        let m = mistral3();
+        let c = m.cost(Some((1024, 1024)));
+        let n = 2 * 5476u64;
+        // SDPA: the MLP's five copies of the stream and three 4,096-wide tensors, beside the
+        // n × n bf16 mask
+        let mlp = n * 1024 * 5 * 2 + n * 4096 * 3 * 2;
+        assert_eq!(m.encoder_bytes(&c, 2, 2, false), mlp + n * n * 2);
+        assert_eq!(m.encoder_bytes(&c, 2, 2, false), 621_197_440);
+        // eager: 16 heads × n² scores (bf16 and their f32 softmax) over both images at once
+        assert_eq!(
+            m.encoder_bytes(&c, 2, 2, true),
+            n * 1024 * 10 * 2 + 16 * n * n * 6 + n * n * 2
+        );
+    }
+
+    // `Llama4ImageProcessor` (torchvision backend) on a blank image, and the tokens
+    // `Llama4Processor._prompt_split_image` writes for its aspect ratio (every special token
+    // counted):
+    //   python -c 'from PIL import Image; from transformers.models.llama4.image_processing_llama4 import Llama4ImageProcessor as P; from transformers.models.llama4.processing_llama4 import Llama4Processor as Q; w,h=4000,3000; o=P(size={"height":336,"width":336},max_patches=16)(Image.new("RGB",(w,h))); ar=o["aspect_ratios"][0].tolist(); print(ar, Q._prompt_split_image(None, ar, (336//14)**2//4).count("<|"))'
+    #[test]
+    fn llama4_tiles_336_px_with_a_global_tile_and_separators() {
+        let l = config(include_str!(
+            "../../presets/llama-4-scout-17b-16e-instruct.json"
+        ));
+        assert_eq!(l.model_type, "llama4");
+        assert_eq!(
+            l.rule,
+            TokenRule::Tiles {
+                tile: 336,
+                max_tiles: 16,
+                tokens_per_tile: 144,
+                canvas: Canvas::Llama4
+            }
+        );
+        // 1024²: processor [4, 4], 2,467 tokens: 16 tiles and the global one × 144, 16
+        // separators, <|image_start|>, <|image|>, <|image_end|>; 17 tiles × 577 positions
+        let c = l.cost(Some((1024, 1024)));
+        assert_eq!((c.height, c.width), (1344, 1344));
+        assert_eq!((c.tokens, c.encoder_positions), (2467, 17 * 577));
+        // 4000 wide × 3000 high: [3, 4], 1,887 tokens
+        let c = l.cost(Some((3000, 4000)));
+        assert_eq!((c.height, c.width, c.tokens), (1008, 1344, 1887));
+        // 300 wide × 500 high: [2, 1], 437 tokens
+        let c = l.cost(Some((500, 300)));
+        assert_eq!((c.height, c.width, c.tokens), (672, 336, 437));
+        // 336²: [1, 1], one tile and no global: 147 tokens
+        assert_eq!(l.cost(Some((336, 336))).tokens, 147);
+        // 2000 wide × 500 high: [2, 6], 1,887 tokens
+        let c = l.cost(Some((500, 2000)));
+        assert_eq!((c.height, c.width, c.tokens), (672, 2016, 1887));
+        // no size: 16 tiles, 2,467 tokens
+        assert_eq!(l.cost(None).tokens, 2467);
+        // the tiles are the tower's batch: 2 images × 17 tiles of 577 positions, Qwen's
+        // attention peak (float32 rotary) at 1,408 wide
+        assert_eq!(l.encoder_bytes(&c, 1, 2, false), 13 * 577 * 1408 * 34);
+        let c = l.cost(Some((1024, 1024)));
+        assert_eq!(l.encoder_bytes(&c, 2, 2, false), 939_152_896);
+        assert_eq!(
+            l.encoder_bytes(&c, 2, 2, true),
+            34 * 577 * 1408 * 34 + 34 * 16 * 577 * 577 * 6
+        );
+    }
+
+    // `GotOcr2ImageProcessorPil` as `InternVLProcessor` runs it (crop_to_patches, 448 px,
+    // max_patches 12) on a blank image; tokens 2 + 256 × num_patches
+    // (`InternVLProcessor._get_num_multimodal_tokens`):
+    //   python -c 'from PIL import Image; from transformers.models.got_ocr2.image_processing_pil_got_ocr2 import GotOcr2ImageProcessorPil as P; w,h=4000,3000; n=int(P(size={"height":448,"width":448},crop_to_patches=True,min_patches=1,max_patches=12)(Image.new("RGB",(w,h)))["num_patches"][0]); print(n, 2+256*n)'
+    #[test]
+    fn internvl_tiles_448_px_with_a_thumbnail() {
+        let i = config(include_str!(
+            "../../tests/fixtures/vision/internvl-defaults.json"
+        ));
+        assert_eq!(i.model_type, "internvl");
+        assert_eq!(
+            i.rule,
+            TokenRule::Tiles {
+                tile: 448,
+                max_tiles: 12,
+                tokens_per_tile: 256,
+                canvas: Canvas::InternVl
+            }
+        );
+        // 1024²: 3 × 3 and the thumbnail, 10 patches, 2,562 tokens (processor: 10 2562)
+        let c = i.cost(Some((1024, 1024)));
+        assert_eq!((c.tokens, c.encoder_positions), (2562, 10 * 1025));
+        // 4000 wide × 3000 high: 4 × 3 + 1 = 13, 3,330 (processor: 13 3330)
+        assert_eq!(i.cost(Some((3000, 4000))).tokens, 3330);
+        // 300 wide × 500 high: 7, 1,794 (processor: 7 1794)
+        assert_eq!(i.cost(Some((500, 300))).tokens, 1794);
+        // 448²: one tile, no thumbnail, 258 (processor: 1 258)
+        assert_eq!(i.cost(Some((448, 448))).tokens, 258);
+        // 2000 wide × 500 high: 4 × 1 + 1 = 5, 1,282 (processor: 5 1282)
+        assert_eq!(i.cost(Some((500, 2000))).tokens, 1282);
+        // 800 wide × 600 high: 13, 3,330 (processor: 13 3330)
+        assert_eq!(i.cost(Some((600, 800))).tokens, 3330);
+        // no size: 12 tiles and the thumbnail
+        assert_eq!(i.cost(None).tokens, 13 * 256 + 2);
+        // SigLIP's rule over 2 × 10 tiles of 1,025 positions: the MLP's peak
+        let n = 20 * 1025u64;
+        assert_eq!(
+            i.encoder_bytes(&c, 2, 2, false),
+            n * 1024 * 4 * 2 + n * 4096 * 2 * 2
+        );
+        assert_eq!(i.encoder_bytes(&c, 2, 2, false), 503_808_000);
+    }
+
+    // `Phi4MultimodalImageProcessor` (torchvision backend) on a blank image:
+    //   python -c 'from PIL import Image; from transformers.models.phi4_multimodal.image_processing_phi4_multimodal import Phi4MultimodalImageProcessor as P; w,h=800,600; o=P(size={"height":448,"width":448},patch_size=14,dynamic_hd=36)(Image.new("RGB",(w,h))); print(o["num_img_tokens"][0], o["image_sizes"][0].tolist(), tuple(o["image_pixel_values"].shape))'
+    #[test]
+    fn phi4_multimodal_counts_the_padding_masks_kept_cells() {
+        let p = config(include_str!(
+            "../../tests/fixtures/vision/phi4-multimodal-defaults.json"
+        ));
+        assert_eq!(p.model_type, "phi4_multimodal");
+        // 1024²: 3 × 3 crops of 448, no padding: 256 + 1 + 48 × 48 + 48 + 16 = 2,625
+        // (processor: 2625 [1344, 1344], 10 crops)
+        let c = p.cost(Some((1024, 1024)));
+        assert_eq!((c.height, c.width, c.tokens), (1344, 1344, 2625));
+        assert_eq!(c.encoder_positions, 10 * 1024);
+        // 4000 wide × 3000 high: 4 × 3 crops (processor: 3393 [1344, 1792], 13 crops)
+        let c = p.cost(Some((3000, 4000)));
+        assert_eq!((c.height, c.width, c.tokens), (1344, 1792, 3393));
+        // 300 wide × 500 high: 1 × 2 crops, 150 px of padding blank 10 mask rows: 27 × 16
+        // kept (processor: 732 [896, 448], 3 crops)
+        let c = p.cost(Some((500, 300)));
+        assert_eq!((c.height, c.width, c.tokens), (896, 448, 732));
+        // 448²: one crop and the global one (processor: 545 [448, 448], 2 crops)
+        let c = p.cost(Some((448, 448)));
+        assert_eq!((c.tokens, c.encoder_positions), (545, 2 * 1024));
+        // 2000 wide × 500 high (processor: 1893 [896, 2240], 11 crops)
+        assert_eq!(p.cost(Some((500, 2000))).tokens, 1893);
+        // 800 wide × 600 high (processor: 1065 [896, 896], 5 crops)
+        assert_eq!(p.cost(Some((600, 800))).tokens, 1065);
+        // 8000 wide × 500 high: 18 × 2 = 36 crops fit dynamic_hd (processor: 5475 [896, 8064])
+        let c = p.cost(Some((500, 8000)));
+        assert_eq!((c.height, c.width, c.tokens), (896, 8064, 5475));
+        // past 36 crops the nearest aspect ratio: 10000 × 1000 → 10 × 1 (processor: 2849
+        // [448, 4480]); 3000² → 6 × 6 (9585 [2688, 2688]); 5000 × 2000 → 5 × 2 (2865 [896, 2240])
+        let c = p.cost(Some((1000, 10_000)));
+        assert_eq!((c.height, c.width, c.tokens), (448, 4480, 2849));
+        let c = p.cost(Some((3000, 3000)));
+        assert_eq!((c.height, c.width, c.tokens), (2688, 2688, 9585));
+        let c = p.cost(Some((2000, 5000)));
+        assert_eq!((c.height, c.width, c.tokens), (896, 2240, 2865));
+        // no size: a column of 36 crops, 256 + 1 + 576 × 16 + 576 + 16
+        assert_eq!(p.cost(None).tokens, 10_065);
+    }
+
     #[test]
     fn text_models_have_no_image_input() {
         let v: Value =
@@ -834,6 +1578,17 @@ mod tests {
         for size in [None, Some((MAX_SIDE, MAX_SIDE)), Some((1, 200))] {
             let c = huge.cost(size);
             let _ = huge.encoder_bytes(&c, MAX_IMAGES * 1024, 4, true);
+        }
+        for tiled in [
+            r#"{"model_type":"llama4","vision_config":{"image_size":1048576,"patch_size":1,"hidden_size":1048576,"pixel_shuffle_ratio":1e-9}}"#,
+            r#"{"model_type":"internvl","downsample_ratio":1.0,"vision_config":{"image_size":[1048576,1048576],"patch_size":[1,1]}}"#,
+            r#"{"model_type":"mistral3","spatial_merge_size":1048576,"vision_config":{"image_size":1048576,"patch_size":1048576}}"#,
+        ] {
+            let t = config(tiled);
+            for size in [None, Some((MAX_SIDE, MAX_SIDE)), Some((1, 200))] {
+                let c = t.cost(size);
+                let _ = t.encoder_bytes(&c, MAX_IMAGES * 1024, 4, true);
+            }
         }
         let g = config(
             r#"{"model_type":"gemma3","vision_config":{"image_size":1048576,"patch_size":1,"num_attention_heads":1048576}}"#,

@@ -189,6 +189,7 @@ fn from_content(c: &Content, path: &Path) -> Result<Mmproj, InputError> {
         held_per_token: 0,
         rotary_fp32: false,
         gated_mlp: has("v.blk.0.ffn_gate.weight"),
+        one_sequence: false,
     };
     let input = match projector.as_str() {
         // clip.cpp: `n_merge = 4` unless `clip.vision.projector.scale_factor` says otherwise;
