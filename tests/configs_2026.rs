@@ -82,6 +82,18 @@ const CONFIGS: &[Config] = &[
         },
         true,
     ),
+    // Remote code no transformers release knows (`kimi_k3`, its text model a `kimi_linear` of its
+    // own): `--python` says so and plans the family's count, which
+    // `kimi_k3_counts_what_its_checkpoint_holds` holds to the checkpoint's safetensors headers.
+    (
+        "kimi-k3",
+        "kimi_k3",
+        "kimi_k3",
+        Offline::Family {
+            vision_left_out: true,
+        },
+        false,
+    ),
     // A remote-code model: no transformers release knows `mimo_v2`, so `--python` refuses it;
     // offline it is sized as transformers 5.25's `mimo_v2_flash`, which
     // `mimo_v2_5_is_sized_as_transformers_builds_mimo_v2_flash` checks against the meta device.
@@ -231,6 +243,90 @@ fn kimi_k2_5_sizes_its_int4_experts_as_the_checkpoint_stores_them() {
     // 553.2 GiB for the language model; the checkpoint's 554.30 GiB holds the vision tower too.
     let gib = v["weights_bytes"].as_f64().unwrap() / (1u64 << 30) as f64;
     assert!((553.0..554.3).contains(&gib), "{gib}");
+}
+
+/// Kimi-K3 (`kimi_k3`): Kimi Delta Attention in 69 layers, gated MLA in 24, 896 SiTU experts on
+/// a 3584-wide latent. The language model's 2,779,484,476,000 parameters are what the
+/// checkpoint's safetensors headers hold (its manifest source: 1,503,647,073,024 elements, the
+/// MXFP4 experts two to a byte with a uint8 scale per 32, `A_log` zero-padded from 96 to 128 per
+/// KDA layer, the MoonViT tower and projector 447,358,976); the unit test
+/// `kimi_k3_counts_the_remote_code_model` spells that sum out. Only the 24 MLA layers cache per
+/// token: the 512 + 64 latent, 27,648 bytes in bf16; the KDA layers keep a fixed state.
+#[test]
+fn kimi_k3_counts_what_its_checkpoint_holds() {
+    let out = plan("kimi-k3", &[]);
+    let v = json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(v["model"]["parameters"], 2_779_484_476_000_u64);
+    assert_eq!(v["kv_cache_bytes_per_token"], 24 * (512 + 64) * 2);
+    let notes = v["notes"].to_string();
+    assert!(
+        notes.contains("Kimi Delta Attention in 69 of 93 layers"),
+        "{notes}"
+    );
+    assert!(notes.contains("MoonViT vision tower"), "{notes}");
+    assert!(notes.contains("mxfp4-pack-quantized"), "{notes}");
+}
+
+/// Step-3.7-Flash's shape in the hub's spelling (`step3p7` wrapping `step3p5`). No copy of the
+/// released config.json was found, so there is no fixture: the config is the unit test's
+/// `flash_shaped` (45 layers, 12 full of 64 query heads and 33 sliding of 96 with a window of
+/// 512, 8 KV groups × 128, dense layers 0-2, 288 experts of 1280 and a shared one, three MTP
+/// layers padding the lists), written out here. Offline the family counts the language model;
+/// with transformers 5.25 (which builds `Step3p7ForConditionalGeneration`) the meta device
+/// counts the same plus the vision tower and projector, and caches the same K and V.
+#[test]
+fn step_3_7_flash_shape_is_sized_as_transformers_5_25_builds_it() {
+    let n = 48;
+    let types: Vec<&str> = (0..n)
+        .map(|i| {
+            if i % 4 == 0 {
+                "full_attention"
+            } else {
+                "sliding_attention"
+            }
+        })
+        .collect();
+    let moe: Vec<String> = (3..n).map(|i| i.to_string()).collect();
+    let config = serde_json::json!({
+        "architectures": ["Step3p7ForConditionalGeneration"],
+        "model_type": "step3p7",
+        "text_config": {
+            "architectures": ["Step3p5ForCausalLM"], "model_type": "step3p5",
+            "hidden_size": 4096, "intermediate_size": 11264, "num_hidden_layers": 45,
+            "num_nextn_predict_layers": 3, "vocab_size": 128896, "num_attention_heads": 64,
+            "num_attention_groups": 8, "head_dim": 128,
+            "attention_other_setting": {"attention_type": "sliding_attention",
+                "num_attention_heads": 96, "num_attention_groups": 8, "head_dim": 128},
+            "layer_types": types, "sliding_window": 512, "moe_num_experts": 288, "moe_top_k": 8,
+            "moe_intermediate_size": 1280, "share_expert_dim": 1280,
+            "moe_layers_enum": moe.join(","), "use_head_wise_attn_gate": true,
+            "tie_word_embeddings": false
+        }
+    });
+    let dir = temp();
+    let path = dir.path().join("config.json");
+    std::fs::write(&path, config.to_string()).unwrap();
+    let home = temp();
+    let out = llm_oom(home.path())
+        .args(["plan", "--json", "--vram", "1120GiB", "-m"])
+        .arg(dir.path())
+        .output()
+        .expect("the binary runs");
+    let v = json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(v["weights_from"], "config");
+    let params = v["model"]["parameters"].as_u64().unwrap();
+    let kv = v["kv_cache_bytes_per_token"].as_u64().unwrap();
+    assert_eq!((params, kv), (196_956_130_368, 45 * 2 * 8 * 128 * 2));
+    let Some(py) = python() else {
+        eprintln!("LLM_OOM_TEST_PYTHON_TF525 unset: the meta-device comparison skipped");
+        return;
+    };
+    let (built, vision, built_kv) = script_counts(&py, &path);
+    assert_eq!(
+        (built, vision, built_kv),
+        (198_937_145_152, 1_981_014_784, kv)
+    );
+    assert_eq!(params, built - vision);
 }
 
 /// Plans `name` offline with `engine`: (parameters, the MTP layer's parameters, KV bytes per

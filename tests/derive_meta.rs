@@ -58,7 +58,17 @@ fn every_hand_written_family_counts_what_transformers_builds() {
             .collect()
     });
     assert_eq!(built.len(), presets::PRESETS.len());
+    // Remote code no transformers release builds: nothing to hold it to here (its count is held
+    // to its checkpoint's headers by tests/configs_2026.rs).
+    const REMOTE_CODE: &[&str] = &["moonshotai/Kimi-K3"];
     for (id, text, d) in built {
+        if REMOTE_CODE.contains(&id) {
+            assert!(
+                d.is_err(),
+                "{id}: transformers builds it now; hold it to the build"
+            );
+            continue;
+        }
         let hand = presets::load(id, text).expect("it parses");
         let d = d.unwrap_or_else(|e| panic!("{id}: {e}"));
         let meta = derived_spec(&hand, &d);

@@ -825,6 +825,13 @@ const FAMILIES: &[(&str, Family)] = &[
     // MiMo-V2.5's `mimo_v2` (remote code) is transformers 5.25's `mimo_v2_flash`.
     ("mimo_v2", Family::Layout(Kind::MiMoV2)),
     ("mimo_v2_flash", Family::Layout(Kind::MiMoV2)),
+    // Kimi-K3: its `text_config` is a remote-code `kimi_linear` (`Family::of` reads the wrapper's
+    // type for it; transformers' own `kimi_linear`, Kimi-Linear-48B, is another decoder).
+    ("kimi_k3", Family::Layout(Kind::KimiK3)),
+    // Step-3.7: `step3p7` wraps a `step3p5` text model, both read by transformers 5.25's
+    // configuration_step3p7.py.
+    ("step3p5", Family::Layout(Kind::Step3p7)),
+    ("step3p7", Family::Layout(Kind::Step3p7)),
     // Qwen2-VL / Qwen2.5-VL: the language model is qwen2's (top level in the published configs,
     // `text_config` in transformers 5's); the vision tower is `families::vision`.
     ("qwen2_vl", Family::Qwen2),
@@ -862,6 +869,9 @@ impl Family {
     fn of(model_type: &str, outer: &Obj) -> Option<Family> {
         if let Some((_, family)) = FAMILIES.iter().find(|(name, _)| *name == model_type) {
             return Some(*family);
+        }
+        if super::families::claims_kimi_k3(model_type, outer) {
+            return Some(Family::Layout(Kind::KimiK3));
         }
         // A causal LM whose transformers module is llama's block under another name is sized like
         // llama; any other model type is left to `Reader::not_generic`.

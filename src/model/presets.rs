@@ -172,6 +172,15 @@ pub const PRESETS: &[(&str, &str)] = &[
         "moonshotai/Kimi-K2.5",
         include_str!("../../presets/kimi-k2.5.json"),
     ),
+    // moonshotai/Kimi-K3: its raw config.json, copied from a public model-inspection report
+    // (GitHub index file 62826164383; tests/fixtures/configs-2026/manifest.json); fields naming
+    // tokens or loading code left out. 2,779,484,476,000 parameters (remote code: no transformers
+    // release builds it), the MoonViT tower not counted; its MXFP4 experts sit in
+    // `text_config.quantization_config`, which is not read, so it is sized in bf16.
+    (
+        "moonshotai/Kimi-K3",
+        include_str!("../../presets/kimi-k3.json"),
+    ),
     // MiniMaxAI/MiniMax-M2.7: its raw config.json, copied from a public model-inspection report
     // (GitHub index file 62693775865; tests/fixtures/configs-2026/manifest.json); fields naming
     // tokens, dropout or loading code left out. 228,689,764,864 parameters; FP8 in 128×128 blocks.

@@ -10,6 +10,7 @@ mod gemma4;
 mod gpt_oss;
 mod granite_hybrid;
 mod jamba;
+mod kimi_k3;
 mod llama4;
 mod mamba2;
 mod mimo_v2;
@@ -17,6 +18,7 @@ mod minimax_m2;
 mod nemotron_h;
 mod phimoe;
 mod qwen3_next;
+mod step3p7;
 pub(crate) mod vision;
 
 use serde_json::{json, Map, Value};
@@ -70,6 +72,14 @@ pub(crate) enum Kind {
     /// with sinks, full layers every sixth, K and V of different head dims, experts after a
     /// dense first layer.
     MiMoV2,
+    /// kimi_k3 (Kimi-K3, its `text_config` a remote-code `kimi_linear`): Kimi Delta Attention in
+    /// three layers of four, gated MLA in the rest, SiTU experts on a latent of their own beside
+    /// shared experts, attention residuals.
+    KimiK3,
+    /// step3p7 / step3p5 (Step-3.7-Flash's text model): sliding layers of their own query-head
+    /// count beside full ones, a head-wise attention gate, a shared expert beside sigmoid-routed
+    /// experts after dense first layers.
+    Step3p7,
 }
 
 impl Kind {
@@ -206,6 +216,25 @@ impl Kind {
                 "layer_types",
                 "mlp_layer_types",
             ],
+            Kind::KimiK3 => &[
+                "kv_lora_rank",
+                "q_lora_rank",
+                "qk_rope_head_dim",
+                "first_k_dense_replace",
+                "moe_layer_freq",
+                "moe_intermediate_size",
+                "num_experts",
+                "linear_",
+            ],
+            // `moe_layers_enum` and `attention_other_setting` are the hub's spellings
+            // `Step3p7TextConfig` reads.
+            Kind::Step3p7 => &[
+                "n_routed_experts",
+                "num_local_experts",
+                "moe_intermediate_size",
+                "num_experts_per_tok",
+                "layer_types",
+            ],
             Kind::Gemma4 => &[
                 "num_experts",
                 "moe_intermediate_size",
@@ -220,7 +249,9 @@ impl Kind {
     pub(crate) fn layer_types(self) -> &'static [&'static str] {
         match self {
             Kind::Llama4 => &["chunked_attention", "full_attention"],
-            Kind::GptOss | Kind::Gemma4 | Kind::MiMoV2 => &["sliding_attention", "full_attention"],
+            Kind::GptOss | Kind::Gemma4 | Kind::MiMoV2 | Kind::Step3p7 => {
+                &["sliding_attention", "full_attention"]
+            }
             Kind::Qwen3Next | Kind::Qwen35 => &["linear_attention", "full_attention"],
             Kind::GraniteHybrid => &["mamba", "attention"],
             Kind::Deepseek => &["deepseek_sparse_attention"],
@@ -254,6 +285,11 @@ pub(crate) struct Built {
     pub notes: Vec<String>,
 }
 
+/// Whether `model_type` (the text model's) under `outer` is Kimi-K3's decoder.
+pub(crate) fn claims_kimi_k3(model_type: &str, outer: &Map<String, Value>) -> bool {
+    kimi_k3::claims(model_type, outer)
+}
+
 pub(crate) fn read(kind: Kind, r: &Reader) -> Result<Built, InputError> {
     match kind {
         Kind::Deepseek => deepseek::read(r),
@@ -281,6 +317,8 @@ pub(crate) fn read(kind: Kind, r: &Reader) -> Result<Built, InputError> {
         Kind::NemotronH => nemotron_h::read(r),
         Kind::Gemma4 => gemma4::read(r),
         Kind::MiMoV2 => mimo_v2::read(r),
+        Kind::KimiK3 => kimi_k3::read(r),
+        Kind::Step3p7 => step3p7::read(r),
     }
 }
 
@@ -447,6 +485,15 @@ pub fn defaults(model_type: &str) -> Map<String, Value> {
             "head_dim": 192, "v_head_dim": 128, "moe_intermediate_size": 2048,
             "n_routed_experts": 256, "num_experts_per_tok": 8, "sliding_window": 129,
             "attention_bias": false, "tie_word_embeddings": false
+        }),
+        // Step3p7TextConfig (configuration_step3p7.py, transformers 5.25): Step-3.7-Flash's
+        // shape, but for the published vocabulary of 128,896.
+        "step3p5" | "step3p7" => json!({
+            "vocab_size": 128_815, "hidden_size": 4096, "intermediate_size": 11_264,
+            "num_hidden_layers": 45, "num_attention_heads": 64, "num_key_value_heads": 8,
+            "head_dim": 128, "moe_intermediate_size": 1280, "n_routed_experts": 288,
+            "share_expert_dim": 1280, "num_experts_per_tok": 8, "attention_bias": false,
+            "tie_word_embeddings": false
         }),
         _ => json!({}),
     };
