@@ -265,6 +265,15 @@ fn kimi_k3_counts_what_its_checkpoint_holds() {
     );
     assert!(notes.contains("MoonViT vision tower"), "{notes}");
     assert!(notes.contains("mxfp4-pack-quantized"), "{notes}");
+    // the checkpoint's language model, 1,559,965,606,912 bytes by its safetensors headers: the
+    // experts' 3 × 92 × 896 packed matrices and uint8 scales, the rest bf16 — less the f32
+    // tensors counted at bf16: q/k/v conv1d (3 × 69 × 12,288 × 4), dt_bias (69 × 12,288),
+    // o_norm (69 × 128), e_score_correction_bias (92 × 896) and A_log (69 × 128 f32 stored
+    // against 69 × 96 counted)
+    let f32_at_bf16 = 2 * (3 * 69 * 12_288 * 4 + 69 * 12_288 + 69 * 128 + 92 * 896)
+        + (69 * 128 * 4 - 69 * 96 * 2);
+    assert_eq!(f32_at_bf16, 22_249_280);
+    assert_eq!(v["weights_bytes"], 1_559_965_606_912_u64 - f32_at_bf16);
 }
 
 /// Step-3.7-Flash's shape in the hub's spelling (`step3p7` wrapping `step3p5`). No copy of the

@@ -61,6 +61,7 @@ fn adds_up(v: &Value) {
         "adapters",
         "draft_weights",
         "draft_kv_cache",
+        "vision_encoder",
     ]
     .iter()
     .map(|k| c(v, k))

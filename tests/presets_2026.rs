@@ -81,8 +81,9 @@ const PRESETS: &[Pinned] = &[
         weights: Some(594_205_858_816),
     },
     // tests/configs_2026.rs: kimi_k3_counts_what_its_checkpoint_holds (the language model, the
-    // MoonViT tower left out; in bf16, as `text_config.quantization_config` is not read). Only
-    // the 24 MLA layers cache per token: the 512 + 64 latent.
+    // MoonViT tower left out; the routed experts in MXFP4 as `text_config.quantization_config`
+    // declares, 22,249,280 bytes under the checkpoint's 1,559,965,606,912: its float32 vectors
+    // and convolutions at bf16). Only the 24 MLA layers cache per token: the 512 + 64 latent.
     Pinned {
         fixture: "kimi-k3",
         id: "moonshotai/Kimi-K3",
@@ -90,7 +91,7 @@ const PRESETS: &[Pinned] = &[
         mtp: None,
         kv: 27_648,
         kv_vllm: 27_648,
-        weights: Some(2 * 2_779_484_476_000),
+        weights: Some(1_559_965_606_912 - 22_249_280),
     },
     Pinned {
         fixture: "minimax-m2.7",

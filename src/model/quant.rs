@@ -36,7 +36,13 @@ pub(crate) fn read(
             TORCH_DTYPES.join(", ")
         ));
     }
-    let Some(Value::Object(q)) = r.outer.get("quantization_config") else {
+    // A multimodal checkpoint may declare it on its language model only (Kimi-K3's
+    // `text_config.quantization_config`), which is what the format applies to.
+    let nested = r
+        .outer
+        .get("text_config")
+        .and_then(|t| t.get("quantization_config"));
+    let Some(Value::Object(q)) = r.outer.get("quantization_config").or(nested) else {
         return Ok((base, Vec::new()));
     };
     let bits = |obj: &Obj, keys: &[&str], allowed: std::ops::RangeInclusive<u8>| {
@@ -188,6 +194,10 @@ fn compressed_tensors(q: &Obj) -> Option<WeightDtype> {
         ("float", 4) if w.get("group_size").and_then(Value::as_u64) == Some(16) => {
             Some(WeightDtype::Nvfp4)
         }
+        // `mxfp4-pack-quantized`: OCP MXFP4, e2m1 values with one e8m0 (uint8) scale per 32.
+        ("float", 4) if w.get("group_size").and_then(Value::as_u64) == Some(32) => {
+            Some(WeightDtype::Mxfp4)
+        }
         // int4/int8 weight-only (W4A16): packed ints with a scale per group, and a zero point
         // unless the scheme is symmetric.
         ("int", b) if (2..=8).contains(&b) => {
@@ -297,6 +307,9 @@ fn roles_of(pattern: &str) -> Vec<Role> {
     }
     if p.contains("mamba") || p.contains("linear_attn") || p.contains("mixer") {
         out.push(Role::Mixer);
+    }
+    if p.contains("vision") || p.contains("visual") || p.contains("mm_projector") {
+        out.push(Role::Vision);
     }
     out
 }

@@ -165,15 +165,17 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     t.add(Role::AttnV, p, h, kda);
     t.add(Role::Conv, p, kernel, kda.saturating_mul(3)); // q_conv1d, k_conv1d, v_conv1d
     t.vector(kda_heads, kda); // A_log
-    t.add(Role::Mixer, kda_dim, h, kda); // f_a_proj
-    t.add(Role::Mixer, p, kda_dim, kda); // f_b_proj
+                              // The KDA's gate projections sit under `self_attn` in the checkpoint (as its tensor list
+                              // names them), so the quantization's `re:.*self_attn.*` keeps them in bf16 with the q/k/v.
+    t.add(Role::AttnQ, kda_dim, h, kda); // f_a_proj
+    t.add(Role::AttnQ, p, kda_dim, kda); // f_b_proj
     t.vector(p, kda); // dt_bias
-    t.add(Role::Mixer, kda_heads, h, kda); // b_proj
+    t.add(Role::AttnQ, kda_heads, h, kda); // b_proj
     if full_rank {
-        t.add(Role::Mixer, p, h, kda); // g_proj
+        t.add(Role::AttnQ, p, h, kda); // g_proj
     } else {
-        t.add(Role::Mixer, kda_dim, h, kda); // g_a_proj
-        t.add(Role::Mixer, p, kda_dim, kda); // g_b_proj
+        t.add(Role::AttnQ, kda_dim, h, kda); // g_a_proj
+        t.add(Role::AttnQ, p, kda_dim, kda); // g_b_proj
     }
     t.vector(kda_dim, kda); // o_norm
     t.add(Role::AttnO, h, p, kda);
@@ -242,7 +244,7 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     }
     if r.outer.get("quantization_config").is_none() && r.get("quantization_config").is_some() {
         notes.push(
-            "the checkpoint stores the routed experts in MXFP4 (`text_config.quantization_config`, compressed-tensors `mxfp4-pack-quantized`, a uint8 scale per 32), which llm-oom does not read inside `text_config`: the weights are sized in the config's dtype; Kimi-K3's checkpoint holds its language model in 1,559,965,606,912 bytes (1,453.66 GiB with the tower, as its safetensors headers sum)".to_string(),
+            "the weights are as `text_config.quantization_config` declares them: the routed experts in MXFP4 (compressed-tensors `mxfp4-pack-quantized`, a uint8 scale per 32), the rest in bf16 as its ignore list and the checkpoint keep them; Kimi-K3's checkpoint holds its language model in 1,559,965,606,912 bytes, 22,249,280 more than this count: the convolutions, dt_bias, A_log, o_norm and e_score_correction_bias it stores in float32 are counted here at bf16".to_string(),
         );
     }
     let row = KvRow::Latent {
