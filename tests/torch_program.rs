@@ -290,8 +290,9 @@ fn the_generated_sequence_is_pytorchs_own_on_all_thirty_six_traces() {
 /// Every trial the ground truth ran on the H200 under its ballast (docs/calibration/
 /// transformers-limits-h200-2026-12-0*.jsonl and card-edges-*.jsonl, 36 trials of 9 workloads
 /// bisected from the predicted budget, each in a child forked before CUDA started; and on the
-/// H100, card-edges-h100-2026-12-07.jsonl: Mistral-7B's 4 trials, Llama-3.1-8B's one, Nemotron's
-/// 6 outside the traced families): 49 trials of the searches at and around the limits
+/// H100, card-edges-h100-2026-12-07.jsonl: Mistral-7B's 4 trials, Llama-3.1-8B's 4, Qwen2.5-7B's
+/// 5, Phi-3-mini's 4, eager Llama-2-7B's 4, Qwen2.5-0.5B's 5 and Nemotron's 6 outside the traced
+/// families): 49 trials of the searches at and around the limits
 /// of 8 workloads, of which 16 were traced to make the sequence, and 20 held-out
 /// trials at the edges the model predicted before they ran (9 more workloads: Llama-3.1's scaled
 /// RoPE, SmolLM2's tied head at head_dim 64, eager Mistral and Qwen2.5, batch 2-32; and
@@ -366,19 +367,24 @@ fn the_replay_agrees_with_every_recorded_trial() {
         }
     }
     eprintln!("{checked} trials replayed, {skipped} outside the traced families, {inexact} peaks not to the byte");
-    // The one trial the replay misses, left open (docs/accuracy.md): Qwen2.5-7B's prompt of exactly
-    // 4,096 tokens failed in cuDNN's attention (`mha_graph.execute`) with its pool 56 MiB above the
-    // replay's peak, where 4,029 ran and 4,097 runs out as replayed. Untraced; no other trial of a
-    // power-of-two prompt sits at a limit.
+    // The one trial the replay misses, left open (docs/accuracy.md), on the H200 and again on the
+    // H100: Qwen2.5-7B's prompt of exactly 4,096 tokens failed in cuDNN's attention
+    // (`mha_graph.execute`) with its pool 56 MiB above the replay's peak, where 4,029 ran and 4,097
+    // runs out as replayed. Traced on the H100 (docs/calibration/alloc-traces-h100-2026-12-07):
+    // the same requests as at 4,032 tokens, but the first layer's 56 MiB request at
+    // modeling_qwen2.py:250 takes a new segment where 4,032's fits a cached block — every
+    // activation of that prompt is a whole number of 2 MiB, and the replay's block reuse differs
+    // there.
     const OPEN: &[&str] = &["qwen2.5-7b-instruct \"sdpa\" b1 n128 p4096: ran false, replay None"];
     let unexpected: Vec<&String> = wrong
         .iter()
         .filter(|w| !OPEN.iter().any(|o| w.starts_with(o)))
         .collect();
     assert!(unexpected.is_empty(), "{unexpected:?}");
-    assert!(wrong.len() <= OPEN.len(), "{}", wrong.join("\n"));
-    assert!(checked >= 107, "{checked}");
+    // the open trial once on each card
+    assert!(wrong.len() <= 2 * OPEN.len(), "{}", wrong.join("\n"));
+    assert!(checked >= 128, "{checked}");
     // Untraced trials off by a segment or a few: the two above, and Llama-3.1-8B's b2 at 512 in the
-    // card edges, on the H200 and again on the H100 (the same 2 MiB: the two cards' limits agree).
-    assert!(inexact <= 4, "{inexact}");
+    // card edges, on the H200 and twice on the H100 (the same 2 MiB: the two cards' limits agree).
+    assert!(inexact <= 5, "{inexact}");
 }
