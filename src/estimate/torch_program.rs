@@ -430,18 +430,19 @@ impl<S: Sink> Gen<'_, S> {
         Ok(c3)
     }
 
-    /// SDPA's small workspace in a decode step (cuDNN's split-K buffers): on the H200 always
-    /// 4·heads·splits·(head_dim + 2) + 128 bytes (11 traced shapes, to the byte). The splits
-    /// follow cuDNN's own heuristic, seen as: at head_dim 128, 8 up to 2,048 cached tokens, 16 up
-    /// to 3,072, 32 beyond (none seen below 1,024); at head_dim 64, 128 with 14 heads and 64 with 9,
-    /// whatever the length; none at head_dim 96. A guess between these is at most one small-pool
-    /// segment (2 MiB) off.
+    /// SDPA's small workspace in a decode step (cuDNN's split-K buffers): on the H200 and the
+    /// H100 always 4·heads·splits·(head_dim + 2) + 128 bytes (12 traced shapes, to the byte). The
+    /// splits follow cuDNN's own heuristic, seen as: at head_dim 128, 8 up to 2,048 cached tokens,
+    /// 16 up to 3,072 with 32 heads and up to 4,064 with Qwen2.5-7B's 28 (the H100's traces: 16
+    /// from 4,030 to 4,064, 32 from 4,065), 32 beyond (none seen below 1,024); at head_dim 64, 128
+    /// with 14 heads and 64 with 9, whatever the length; none at head_dim 96. A guess between these
+    /// is at most one small-pool segment (2 MiB) off.
     fn sdpa_workspace(&self, t: u64, len: u64) -> Option<u64> {
         if t > 1 {
             return Some(256);
         }
         let splits: u64 = match self.s.head_dim {
-            128 if len > 3072 => 32,
+            128 if len > 4064 || (len > 3072 && self.s.heads >= 32) => 32,
             128 if len > 2048 => 16,
             128 if len > 1024 => 8,
             64 if self.s.heads >= 12 => 128,
