@@ -6,58 +6,13 @@ mod util;
 
 use std::path::{Path, PathBuf};
 
-use util::{json, run, temp};
+use util::{gguf, json, run, temp, Meta};
 
 const F32: u32 = 0;
 const F16: u32 = 1;
 const Q4_K: u32 = 12;
 const Q6_K: u32 = 14;
 
-/// A metadata value as a GGUF v3 header writes it.
-enum Meta {
-    Str(&'static str),
-    U32(u32),
-    Bool(bool),
-}
-
-/// GGUF v3 bytes: the metadata, then the tensor infos (no data).
-fn gguf(meta: &[(&str, Meta)], tensors: &[(String, Vec<u64>, u32)]) -> Vec<u8> {
-    let mut b = b"GGUF".to_vec();
-    b.extend(3u32.to_le_bytes());
-    b.extend((tensors.len() as u64).to_le_bytes());
-    b.extend((meta.len() as u64).to_le_bytes());
-    let string = |b: &mut Vec<u8>, s: &str| {
-        b.extend((s.len() as u64).to_le_bytes());
-        b.extend(s.as_bytes());
-    };
-    for (k, v) in meta {
-        string(&mut b, k);
-        match v {
-            Meta::Str(s) => {
-                b.extend(8u32.to_le_bytes());
-                string(&mut b, s);
-            }
-            Meta::U32(n) => {
-                b.extend(4u32.to_le_bytes());
-                b.extend(n.to_le_bytes());
-            }
-            Meta::Bool(x) => {
-                b.extend(7u32.to_le_bytes());
-                b.push(u8::from(*x));
-            }
-        }
-    }
-    for (name, dims, dtype) in tensors {
-        string(&mut b, name);
-        b.extend((dims.len() as u32).to_le_bytes());
-        for d in dims {
-            b.extend(d.to_le_bytes());
-        }
-        b.extend(dtype.to_le_bytes());
-        b.extend(0u64.to_le_bytes());
-    }
-    b
-}
 
 /// gemma-3-4b-it's language model as a Q4_K_M GGUF holds it (Q6_K for V and the FFN down
 /// projection here throughout).

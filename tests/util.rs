@@ -89,30 +89,42 @@ pub const TINY_LLAMA: &str = r#"{"architectures":["LlamaForCausalLM"],"model_typ
 "intermediate_size":688,"num_hidden_layers":4,"num_attention_heads":8,"num_key_value_heads":2,
 "vocab_size":1000,"max_position_embeddings":4096,"tie_word_embeddings":false,"torch_dtype":"bfloat16"}"#;
 
-/// A GGUF v3 header: `general.architecture` = llama, integer metadata, tensor infos (no data).
-pub fn gguf_header(meta: &[(String, u64)], tensors: &[(String, Vec<u64>, u32)]) -> Vec<u8> {
+/// A metadata value as a GGUF v3 header writes it.
+pub enum Meta {
+    Str(&'static str),
+    U32(u32),
+    U64(u64),
+    Bool(bool),
+}
+
+/// GGUF v3 bytes: the metadata, then the tensor infos (no data).
+pub fn gguf(meta: &[(&str, Meta)], tensors: &[(String, Vec<u64>, u32)]) -> Vec<u8> {
     let mut b = b"GGUF".to_vec();
     b.extend(3u32.to_le_bytes());
     b.extend((tensors.len() as u64).to_le_bytes());
-    b.extend((meta.len() as u64 + 1).to_le_bytes());
+    b.extend((meta.len() as u64).to_le_bytes());
     let string = |b: &mut Vec<u8>, s: &str| {
         b.extend((s.len() as u64).to_le_bytes());
         b.extend(s.as_bytes());
     };
-    string(&mut b, "general.architecture");
-    b.extend(8u32.to_le_bytes());
-    string(&mut b, "llama");
-    // As llama.cpp writes them: u32 where the value fits, else u64.
     for (k, v) in meta {
         string(&mut b, k);
-        match u32::try_from(*v) {
-            Ok(small) => {
-                b.extend(4u32.to_le_bytes());
-                b.extend(small.to_le_bytes());
+        match v {
+            Meta::Str(s) => {
+                b.extend(8u32.to_le_bytes());
+                string(&mut b, s);
             }
-            Err(_) => {
+            Meta::U32(n) => {
+                b.extend(4u32.to_le_bytes());
+                b.extend(n.to_le_bytes());
+            }
+            Meta::U64(n) => {
                 b.extend(10u32.to_le_bytes());
-                b.extend(v.to_le_bytes());
+                b.extend(n.to_le_bytes());
+            }
+            Meta::Bool(x) => {
+                b.extend(7u32.to_le_bytes());
+                b.push(u8::from(*x));
             }
         }
     }
@@ -126,4 +138,18 @@ pub fn gguf_header(meta: &[(String, u64)], tensors: &[(String, Vec<u64>, u32)]) 
         b.extend(0u64.to_le_bytes());
     }
     b
+}
+
+/// A GGUF v3 header: `general.architecture` = llama, integer metadata (u32 where the value
+/// fits, else u64, as llama.cpp writes them), tensor infos (no data).
+pub fn gguf_header(meta: &[(String, u64)], tensors: &[(String, Vec<u64>, u32)]) -> Vec<u8> {
+    let mut all = vec![("general.architecture", Meta::Str("llama"))];
+    all.extend(meta.iter().map(|(k, v)| {
+        let v = match u32::try_from(*v) {
+            Ok(small) => Meta::U32(small),
+            Err(_) => Meta::U64(*v),
+        };
+        (k.as_str(), v)
+    }));
+    gguf(&all, tensors)
 }

@@ -14,6 +14,12 @@
 //! - With no cached block, a new segment is asked of the driver. When that fails, every cached
 //!   segment that is wholly free is handed back (`release_cached_blocks`) and the driver is asked
 //!   once more; failing again is the out-of-memory error.
+//! - Where the driver puts a segment decides a tie between two equal cached blocks (the lower
+//!   address wins). As the H100's traces show it (docs/calibration/alloc-traces-h100-2026-12-07):
+//!   address space is reserved downward in whole 32 MiB, and a later large-pool segment that fits
+//!   the unused end of an earlier reservation goes there, above the segments made since. At
+//!   Qwen2.5-7B's 4,096-token prompt, where every activation is a whole number of 2 MiB, that
+//!   decides which of two 28 MiB blocks a request takes, and so whether the decode runs.
 //!
 //! Replaying the allocator traces of the ground truth's own transformers runs (recorded with
 //! `torch.cuda.memory._record_memory_history` on the H200, scripts/gpu/alloc-trace.py) gives
@@ -30,6 +36,8 @@ const SMALL_BUFFER: u64 = 2 * MIB;
 const LARGE_BUFFER: u64 = 20 * MIB;
 const MIN_LARGE_ALLOC: u64 = 10 * MIB;
 const ROUND_LARGE: u64 = 2 * MIB;
+/// The driver's address reservations are whole multiples of this (the H100's traces).
+const VA_CHUNK: u64 = 32 * MIB;
 
 /// What the driver keeps back from a `cudaMalloc` on the H200 (driver 580): a 278 MiB segment
 /// failed with 279.1 MiB reported free (Llama-2-7B eager, 1,509 tokens,
@@ -141,6 +149,8 @@ pub struct CachingAllocator {
     retired: Vec<usize>,
     pools: [FreeBlocks; 2],
     next_ptr: u64,
+    /// The unused ends of the driver's address reservations (start, length), newest last.
+    tails: Vec<(u64, u64)>,
     reserved: u64,
     allocated: u64,
     peak_reserved: u64,
@@ -178,6 +188,7 @@ impl CachingAllocator {
             retired: Vec::new(),
             pools: [FreeBlocks::default(), FreeBlocks::default()],
             next_ptr: 1 << 47,
+            tails: Vec::new(),
             reserved: 0,
             allocated: 0,
             peak_reserved: 0,
@@ -248,13 +259,10 @@ impl CachingAllocator {
                 });
             }
         }
-        let ptr = ptr.unwrap_or_else(|| {
-            // Fresh address space below the last segment, a 2 MiB gap apart.
-            self.next_ptr = self
-                .next_ptr
-                .saturating_sub(segment.saturating_add(ROUND_LARGE));
-            self.next_ptr
-        });
+        let ptr = match ptr {
+            Some(p) => p,
+            None => self.place(segment, small),
+        };
         self.reserved = self.reserved.saturating_add(segment);
         self.peak_reserved = self.peak_reserved.max(self.reserved);
         self.segments = self.segments.saturating_add(1);
@@ -266,6 +274,26 @@ impl CachingAllocator {
             prev: None,
             next: None,
         }))
+    }
+
+    /// Where the driver puts a new segment: a large one that fits the unused end of an earlier
+    /// reservation goes there (the newest such end first), above the segments made since;
+    /// otherwise fresh address space below the last reservation, rounded up to 32 MiB.
+    fn place(&mut self, segment: u64, small: bool) -> u64 {
+        if !small {
+            if let Some(i) = self.tails.iter().rposition(|&(_, len)| len >= segment) {
+                let (start, len) = self.tails[i];
+                self.tails[i] = (start.saturating_add(segment), len - segment);
+                return start;
+            }
+        }
+        let reservation = segment.div_ceil(VA_CHUNK).saturating_mul(VA_CHUNK);
+        self.next_ptr = self.next_ptr.saturating_sub(reservation);
+        if !small && reservation > segment {
+            self.tails
+                .push((self.next_ptr.saturating_add(segment), reservation - segment));
+        }
+        self.next_ptr
     }
 
     fn fits(&self, segment: u64) -> bool {
