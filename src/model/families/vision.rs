@@ -30,9 +30,11 @@ fn deepstack_default(model_type: &str) -> Option<u64> {
     }
 }
 
-/// Whether `model_type` is a wrapper built with this vision tower.
+/// Whether `model_type` is a wrapper whose own `tie_word_embeddings` governs its language model:
+/// Qwen3-VL's and Qwen3.5's, and Mistral-3's (transformers 5.17 ties Mistral-3's embeddings by
+/// the top-level flag, whatever `text_config` says).
 pub(crate) fn is_wrapper(model_type: &str) -> bool {
-    deepstack_default(model_type).is_some()
+    deepstack_default(model_type).is_some() || model_type == "mistral3"
 }
 
 /// The vision tower's tensors and its depth for the wrapper the config's top level names
@@ -47,6 +49,8 @@ pub(crate) fn tower(
         Some("gemma4") => gemma4(r, text_hidden),
         Some("qwen2_vl") => qwen2(r, false).map(Some),
         Some("qwen2_5_vl") => qwen2(r, true).map(Some),
+        Some("mistral3") => mistral3(r, text_hidden).map(Some),
+        Some("llava") => llava(r, text_hidden),
         _ => qwen(r),
     }
 }
@@ -198,6 +202,166 @@ fn gemma4(r: &Reader, text_hidden: u64) -> Result<Option<(Vec<TensorGroup>, u64)
     if flag("use_clipped_linears") {
         t.push(vision(1, 1, mul(r, f, depth, 7 * 4)?));
     }
+    Ok(Some((
+        t.into_iter()
+            .filter(|t| t.count > 0 && t.rows > 0)
+            .collect(),
+        depth,
+    )))
+}
+
+/// The count of vision feature layers the projector concatenates: one for an integer
+/// `vision_feature_layer` (or none given), the list's length for a list.
+fn feature_layers(r: &Reader) -> Result<u64, InputError> {
+    match r.outer.get("vision_feature_layer") {
+        None | Some(Value::Null) | Some(Value::Number(_)) => Ok(1),
+        Some(Value::Array(a)) if !a.is_empty() => Ok(a.len() as u64),
+        Some(x) => Err(r.bad(
+            "vision_feature_layer",
+            x,
+            "expected a layer index or a list of them",
+        )),
+    }
+}
+
+/// The wrapper's `multimodal_projector_bias`, or its config class's `default`.
+fn projector_bias(r: &Reader, default: bool) -> bool {
+    r.outer
+        .get("multimodal_projector_bias")
+        .and_then(Value::as_bool)
+        .unwrap_or(default)
+}
+
+/// A two-layer projector (transformers 5.17 `LlavaMultiModalProjector`, and the same linears in
+/// `Mistral3MultiModalProjector`): vision hidden × `feature_layers` → text hidden → text hidden,
+/// with biases when `bias`.
+fn two_linears(
+    r: &Reader,
+    vision_hidden: u64,
+    text_hidden: u64,
+    bias: bool,
+) -> Result<Vec<TensorGroup>, InputError> {
+    let f = "vision_config.hidden_size";
+    let input = mul(r, f, vision_hidden, feature_layers(r)?)?;
+    let mut t = vec![
+        vision(text_hidden, input, 1),
+        vision(text_hidden, text_hidden, 1),
+    ];
+    if bias {
+        t.push(vision(1, text_hidden, 2));
+    }
+    Ok(t)
+}
+
+/// Pixtral's tower (transformers 5.17 `PixtralVisionModel`, modeling_pixtral.py): a Conv2d patch
+/// embedding without bias (`num_channels` × `patch_size`² → hidden), the `ln_pre` RMSNorm, and
+/// `num_hidden_layers` blocks of two RMSNorms, q/k/v/o of hidden × hidden without bias and a
+/// gate/up/down MLP of `intermediate_size` without bias; its rotary embedding holds no
+/// parameters. `patch` is the patch size the wrapper's config class falls back on.
+fn pixtral(
+    r: &Reader,
+    v: &Map<String, Value>,
+    patch: u64,
+) -> Result<(Vec<TensorGroup>, u64, u64), InputError> {
+    let h = field(r, v, "hidden_size", 1024)?;
+    let inter = field(r, v, "intermediate_size", 4096)?;
+    let depth = field(r, v, "num_hidden_layers", 24)?;
+    let channels = field(r, v, "num_channels", 3)?;
+    let patch = field(r, v, "patch_size", patch)?;
+    let f = "vision_config.hidden_size";
+    let t = vec![
+        vision(h, mul(r, f, channels, mul(r, f, patch, patch)?)?, 1),
+        vision(1, h, 1),
+        vision(h, h, mul(r, f, depth, 4)?),
+        vision(inter, h, mul(r, f, depth, 2)?),
+        vision(h, inter, depth),
+        vision(1, h, mul(r, f, depth, 2)?),
+    ];
+    Ok((t, depth, h))
+}
+
+/// Mistral-3's tower (transformers 5.17 `Mistral3Model`): Pixtral (Mistral3Config's own Pixtral
+/// settings, patch 14, when the config has no `vision_config`; `PixtralVisionConfig`'s, patch
+/// 16, for a field a given one leaves out), then `Mistral3MultiModalProjector`: an RMSNorm over
+/// the vision hidden, the patch merger's `merging_layer` (hidden · `spatial_merge_size`² →
+/// hidden, no bias) and the two linears, with biases only when `multimodal_projector_bias`.
+fn mistral3(r: &Reader, text_hidden: u64) -> Result<(Vec<TensorGroup>, u64), InputError> {
+    let (mut t, depth, h) = match given_vision_config(r)? {
+        Some(v) => pixtral(r, v, 16)?,
+        None => pixtral(r, &Map::new(), 14)?,
+    };
+    let merge = match r.outer.get("spatial_merge_size") {
+        None | Some(Value::Null) => 2,
+        Some(x) => match x.as_u64() {
+            Some(n) if n > 0 && n <= 1 << 10 => n,
+            _ => {
+                return Err(r.bad(
+                    "spatial_merge_size",
+                    x,
+                    "expected an integer from 1 to 1,024",
+                ))
+            }
+        },
+    };
+    let f = "spatial_merge_size";
+    t.push(vision(1, h, 1));
+    t.push(vision(h, mul(r, f, h, mul(r, f, merge, merge)?)?, 1));
+    t.extend(two_linears(r, h, text_hidden, projector_bias(r, false))?);
+    Ok((t, depth))
+}
+
+/// CLIP's vision tower (transformers 5.17 `CLIPVisionModel`, `CLIPVisionConfig` defaults where
+/// the config is silent): the class embedding, a Conv2d patch embedding without bias, learned
+/// position embeddings ((image_size / patch_size)² + 1), the pre LayerNorm, `num_hidden_layers`
+/// layers (two LayerNorms, q/k/v/out and a fc1/fc2 MLP, all with bias) and the post LayerNorm.
+/// Every layer is built, the one a `vision_feature_layer` of -2 leaves unused included.
+fn clip(
+    r: &Reader,
+    v: &Map<String, Value>,
+    defaults: [u64; 5],
+) -> Result<(Vec<TensorGroup>, u64, u64), InputError> {
+    let [h, inter, depth, image, patch] = defaults;
+    let h = field(r, v, "hidden_size", h)?;
+    let inter = field(r, v, "intermediate_size", inter)?;
+    let depth = field(r, v, "num_hidden_layers", depth)?;
+    let channels = field(r, v, "num_channels", 3)?;
+    let image = field(r, v, "image_size", image)?;
+    let patch = field(r, v, "patch_size", patch)?;
+    let f = "vision_config.hidden_size";
+    let side = image / patch;
+    let positions = add(r, f, mul(r, f, side, side)?, 1)?;
+    let t = vec![
+        vision(1, h, 1),
+        vision(h, mul(r, f, channels, mul(r, f, patch, patch)?)?, 1),
+        vision(positions, h, 1),
+        // the pre and post LayerNorms, weight and bias each
+        vision(1, h, 4),
+        // per layer: q, k, v, out and their biases, two LayerNorms (weight and bias each)
+        vision(h, h, mul(r, f, depth, 4)?),
+        vision(1, h, mul(r, f, depth, 8)?),
+        vision(inter, h, depth),
+        vision(1, inter, depth),
+        vision(h, inter, depth),
+        vision(1, h, depth),
+    ];
+    Ok((t, depth, h))
+}
+
+/// LLaVA's tower (transformers 5.17 `LlavaModel`): `AutoModel` of `vision_config`, CLIP (the
+/// default `model_type`) or Pixtral, then `LlavaMultiModalProjector` (two linears, with biases
+/// unless `multimodal_projector_bias` is false). With no `vision_config` LlavaConfig builds CLIP
+/// ViT-L/14 at 336 pixels. `None` for another vision model (left to the note).
+fn llava(r: &Reader, text_hidden: u64) -> Result<Option<(Vec<TensorGroup>, u64)>, InputError> {
+    let empty = Map::new();
+    let given = given_vision_config(r)?;
+    let v = given.unwrap_or(&empty);
+    let (mut t, depth, h) = match v.get("model_type").and_then(Value::as_str) {
+        None if given.is_none() => clip(r, v, [1024, 4096, 24, 336, 14])?,
+        None | Some("clip_vision_model") => clip(r, v, [768, 3072, 12, 224, 32])?,
+        Some("pixtral") => pixtral(r, v, 16)?,
+        Some(_) => return Ok(None),
+    };
+    t.extend(two_linears(r, h, text_hidden, projector_bias(r, true))?);
     Ok(Some((
         t.into_iter()
             .filter(|t| t.count > 0 && t.rows > 0)
