@@ -95,10 +95,8 @@ pub(super) fn read(r: &Reader) -> Result<Built, InputError> {
     .into_iter()
     .filter(|g| g.layers > 0)
     .collect();
-    let mut notes = Vec::new();
-    if r.outer.contains_key("vision_config") {
-        notes.push("the text model is sized; the vision encoder in vision_config (≈0.9 B parameters for Llama-4) is not counted".into());
-    }
+    // The vision tower is counted by vision.rs, which says so in its own note.
+    let notes = Vec::new();
     Ok(Built {
         hidden: h,
         intermediate: inter_mlp,

@@ -9,7 +9,10 @@
 //!
 //! Also the towers of Gemma-3 (transformers 5.17 `SiglipVisionModel` with Gemma-3's
 //! `Gemma3MultiModalProjector`), Qwen2-VL (`Qwen2VisionTransformerPretrainedModel`) and
-//! Qwen2.5-VL (`Qwen2_5_VisionTransformerPretrainedModel`), each held to transformers' own
+//! Qwen2.5-VL (`Qwen2_5_VisionTransformerPretrainedModel`), Mistral-3 (`PixtralVisionModel` with
+//! `Mistral3MultiModalProjector`), LLaVA (`CLIPVisionModel` or `PixtralVisionModel` with
+//! `LlavaMultiModalProjector`), Llama-4 (`Llama4VisionModel` with its projector) and InternVL
+//! (`InternVLVisionModel` with `InternVLMultiModalProjector`), each held to transformers' own
 //! parameter count by tests/derive_meta.rs, and Gemma-4's (transformers 5.25 `Gemma4VisionModel`),
 //! held to it by tests/configs_2026.rs.
 
@@ -30,13 +33,16 @@ fn deepstack_default(model_type: &str) -> Option<u64> {
     }
 }
 
-/// Whether `model_type` is a wrapper built with this vision tower.
+/// Whether `model_type` is a wrapper whose own `tie_word_embeddings` governs its language model:
+/// Qwen3-VL's and Qwen3.5's, Mistral-3's and InternVL's (transformers 5.17 ties these two by the
+/// top-level flag, whatever `text_config` says).
 pub(crate) fn is_wrapper(model_type: &str) -> bool {
-    deepstack_default(model_type).is_some()
+    deepstack_default(model_type).is_some() || matches!(model_type, "mistral3" | "internvl")
 }
 
 /// The vision tower's tensors and its depth for the wrapper the config's top level names
-/// (Qwen3-VL, Qwen3.5, Gemma-3, Gemma-4, Qwen2-VL, Qwen2.5-VL); `None` for a text-only config.
+/// (Qwen3-VL, Qwen3.5, Gemma-3, Gemma-4, Qwen2-VL, Qwen2.5-VL, Mistral-3, LLaVA, Llama-4,
+/// InternVL); `None` for a text-only config or a LLaVA vision model not counted here.
 /// `text_hidden` is the language model's width (Gemma-3's projector maps into it).
 pub(crate) fn tower(
     r: &Reader,
@@ -47,6 +53,10 @@ pub(crate) fn tower(
         Some("gemma4") => gemma4(r, text_hidden),
         Some("qwen2_vl") => qwen2(r, false).map(Some),
         Some("qwen2_5_vl") => qwen2(r, true).map(Some),
+        Some("mistral3") => mistral3(r, text_hidden).map(Some),
+        Some("llava") => llava(r, text_hidden),
+        Some("llama4") => llama4(r, text_hidden).map(Some),
+        Some("internvl") => internvl(r, text_hidden).map(Some),
         _ => qwen(r),
     }
 }
@@ -204,6 +214,327 @@ fn gemma4(r: &Reader, text_hidden: u64) -> Result<Option<(Vec<TensorGroup>, u64)
             .collect(),
         depth,
     )))
+}
+
+/// The count of vision feature layers the projector concatenates: one for an integer
+/// `vision_feature_layer` (or none given), the list's length for a list.
+fn feature_layers(r: &Reader) -> Result<u64, InputError> {
+    match r.outer.get("vision_feature_layer") {
+        None | Some(Value::Null) | Some(Value::Number(_)) => Ok(1),
+        Some(Value::Array(a)) if !a.is_empty() => Ok(a.len() as u64),
+        Some(x) => Err(r.bad(
+            "vision_feature_layer",
+            x,
+            "expected a layer index or a list of them",
+        )),
+    }
+}
+
+/// The wrapper's `multimodal_projector_bias`, or its config class's `default`.
+fn projector_bias(r: &Reader, default: bool) -> bool {
+    r.outer
+        .get("multimodal_projector_bias")
+        .and_then(Value::as_bool)
+        .unwrap_or(default)
+}
+
+/// A two-layer projector (transformers 5.17 `LlavaMultiModalProjector`, and the same linears in
+/// `Mistral3MultiModalProjector`): vision hidden × `feature_layers` → text hidden → text hidden,
+/// with biases when `bias`.
+fn two_linears(
+    r: &Reader,
+    vision_hidden: u64,
+    text_hidden: u64,
+    bias: bool,
+) -> Result<Vec<TensorGroup>, InputError> {
+    let f = "vision_config.hidden_size";
+    let input = mul(r, f, vision_hidden, feature_layers(r)?)?;
+    let mut t = vec![
+        vision(text_hidden, input, 1),
+        vision(text_hidden, text_hidden, 1),
+    ];
+    if bias {
+        t.push(vision(1, text_hidden, 2));
+    }
+    Ok(t)
+}
+
+/// Pixtral's tower (transformers 5.17 `PixtralVisionModel`, modeling_pixtral.py): a Conv2d patch
+/// embedding without bias (`num_channels` × `patch_size`² → hidden), the `ln_pre` RMSNorm, and
+/// `num_hidden_layers` blocks of two RMSNorms, q/k/v/o of hidden × hidden without bias and a
+/// gate/up/down MLP of `intermediate_size` without bias; its rotary embedding holds no
+/// parameters. `patch` is the patch size the wrapper's config class falls back on.
+fn pixtral(
+    r: &Reader,
+    v: &Map<String, Value>,
+    patch: u64,
+) -> Result<(Vec<TensorGroup>, u64, u64), InputError> {
+    let h = field(r, v, "hidden_size", 1024)?;
+    let inter = field(r, v, "intermediate_size", 4096)?;
+    let depth = field(r, v, "num_hidden_layers", 24)?;
+    let channels = field(r, v, "num_channels", 3)?;
+    let patch = field(r, v, "patch_size", patch)?;
+    let f = "vision_config.hidden_size";
+    let t = vec![
+        vision(h, mul(r, f, channels, mul(r, f, patch, patch)?)?, 1),
+        vision(1, h, 1),
+        vision(h, h, mul(r, f, depth, 4)?),
+        vision(inter, h, mul(r, f, depth, 2)?),
+        vision(h, inter, depth),
+        vision(1, h, mul(r, f, depth, 2)?),
+    ];
+    Ok((t, depth, h))
+}
+
+/// Mistral-3's tower (transformers 5.17 `Mistral3Model`): Pixtral (Mistral3Config's own Pixtral
+/// settings, patch 14, when the config has no `vision_config`; `PixtralVisionConfig`'s, patch
+/// 16, for a field a given one leaves out), then `Mistral3MultiModalProjector`: an RMSNorm over
+/// the vision hidden, the patch merger's `merging_layer` (hidden · `spatial_merge_size`² →
+/// hidden, no bias) and the two linears, with biases only when `multimodal_projector_bias`.
+fn mistral3(r: &Reader, text_hidden: u64) -> Result<(Vec<TensorGroup>, u64), InputError> {
+    let (mut t, depth, h) = match given_vision_config(r)? {
+        Some(v) => pixtral(r, v, 16)?,
+        None => pixtral(r, &Map::new(), 14)?,
+    };
+    let merge = match r.outer.get("spatial_merge_size") {
+        None | Some(Value::Null) => 2,
+        Some(x) => match x.as_u64() {
+            Some(n) if n > 0 && n <= 1 << 10 => n,
+            _ => {
+                return Err(r.bad(
+                    "spatial_merge_size",
+                    x,
+                    "expected an integer from 1 to 1,024",
+                ))
+            }
+        },
+    };
+    let f = "spatial_merge_size";
+    t.push(vision(1, h, 1));
+    t.push(vision(h, mul(r, f, h, mul(r, f, merge, merge)?)?, 1));
+    t.extend(two_linears(r, h, text_hidden, projector_bias(r, false))?);
+    Ok((t, depth))
+}
+
+/// CLIP's vision tower (transformers 5.17 `CLIPVisionModel`, `CLIPVisionConfig` defaults where
+/// the config is silent): the class embedding, a Conv2d patch embedding without bias, learned
+/// position embeddings ((image_size / patch_size)² + 1), the pre LayerNorm, `num_hidden_layers`
+/// layers (two LayerNorms, q/k/v/out and a fc1/fc2 MLP, all with bias) and the post LayerNorm.
+/// Every layer is built, the one a `vision_feature_layer` of -2 leaves unused included.
+fn clip(
+    r: &Reader,
+    v: &Map<String, Value>,
+    defaults: [u64; 5],
+) -> Result<(Vec<TensorGroup>, u64, u64), InputError> {
+    let [h, inter, depth, image, patch] = defaults;
+    let h = field(r, v, "hidden_size", h)?;
+    let inter = field(r, v, "intermediate_size", inter)?;
+    let depth = field(r, v, "num_hidden_layers", depth)?;
+    let channels = field(r, v, "num_channels", 3)?;
+    let image = field(r, v, "image_size", image)?;
+    let patch = field(r, v, "patch_size", patch)?;
+    let f = "vision_config.hidden_size";
+    let side = image / patch;
+    let positions = add(r, f, mul(r, f, side, side)?, 1)?;
+    let t = vec![
+        vision(1, h, 1),
+        vision(h, mul(r, f, channels, mul(r, f, patch, patch)?)?, 1),
+        vision(positions, h, 1),
+        // the pre and post LayerNorms, weight and bias each
+        vision(1, h, 4),
+        // per layer: q, k, v, out and their biases, two LayerNorms (weight and bias each)
+        vision(h, h, mul(r, f, depth, 4)?),
+        vision(1, h, mul(r, f, depth, 8)?),
+        vision(inter, h, depth),
+        vision(1, inter, depth),
+        vision(h, inter, depth),
+        vision(1, h, depth),
+    ];
+    Ok((t, depth, h))
+}
+
+/// LLaVA's tower (transformers 5.17 `LlavaModel`): `AutoModel` of `vision_config`, CLIP (the
+/// default `model_type`) or Pixtral, then `LlavaMultiModalProjector` (two linears, with biases
+/// unless `multimodal_projector_bias` is false). With no `vision_config` LlavaConfig builds CLIP
+/// ViT-L/14 at 336 pixels. `None` for another vision model (left to the note).
+fn llava(r: &Reader, text_hidden: u64) -> Result<Option<(Vec<TensorGroup>, u64)>, InputError> {
+    let empty = Map::new();
+    let given = given_vision_config(r)?;
+    let v = given.unwrap_or(&empty);
+    let (mut t, depth, h) = match v.get("model_type").and_then(Value::as_str) {
+        None if given.is_none() => clip(r, v, [1024, 4096, 24, 336, 14])?,
+        None | Some("clip_vision_model") => clip(r, v, [768, 3072, 12, 224, 32])?,
+        Some("pixtral") => pixtral(r, v, 16)?,
+        Some(_) => return Ok(None),
+    };
+    t.extend(two_linears(r, h, text_hidden, projector_bias(r, true))?);
+    Ok(Some((
+        t.into_iter()
+            .filter(|t| t.count > 0 && t.rows > 0)
+            .collect(),
+        depth,
+    )))
+}
+
+/// Llama-4's tower (transformers 5.17 `Llama4VisionModel` and `Llama4MultiModalProjector`,
+/// modeling_llama4.py; `Llama4VisionConfig` defaults where the config is silent, the whole
+/// default tower when it has no `vision_config`): the unfold patch embedding's linear
+/// (`num_channels` × `patch_size`² → hidden, no bias), the class embedding, learned position
+/// embeddings ((image_size / patch_size)² + 1), the pre and post LayerNorms, `num_hidden_layers`
+/// layers (two LayerNorms, q/k/v/o of `num_attention_heads` × hidden / heads with bias, a fc1/fc2
+/// MLP of `intermediate_size` with bias), the pixel-shuffle adapter's two linears without bias
+/// (`intermediate_size` → `projector_input_dim`, `projector_output_dim` squared), then the
+/// projector's `vision_output_dim` → text hidden, no bias.
+fn llama4(r: &Reader, text_hidden: u64) -> Result<(Vec<TensorGroup>, u64), InputError> {
+    let empty = Map::new();
+    let v = vision_config(r, &empty)?;
+    let h = field(r, v, "hidden_size", 768)?;
+    let inter = field(r, v, "intermediate_size", 5632)?;
+    let depth = field(r, v, "num_hidden_layers", 34)?;
+    let heads = field(r, v, "num_attention_heads", 16)?;
+    let channels = field(r, v, "num_channels", 3)?;
+    let image = field(r, v, "image_size", 448)?;
+    let patch = field(r, v, "patch_size", 14)?;
+    let proj_in = field(r, v, "projector_input_dim", 4096)?;
+    let proj_out = field(r, v, "projector_output_dim", 4096)?;
+    let out = field(r, v, "vision_output_dim", 7680)?;
+    let f = "vision_config.hidden_size";
+    let side = image / patch;
+    let positions = add(r, f, mul(r, f, side, side)?, 1)?;
+    let q = mul(r, f, heads, h / heads)?;
+    let t = vec![
+        vision(h, mul(r, f, channels, mul(r, f, patch, patch)?)?, 1),
+        vision(1, h, 1),
+        vision(positions, h, 1),
+        // the pre and post LayerNorms, weight and bias each
+        vision(1, h, 4),
+        // per layer: q, k, v and their biases, o, then o's and fc2's biases and two LayerNorms
+        vision(q, h, mul(r, f, depth, 3)?),
+        vision(1, q, mul(r, f, depth, 3)?),
+        vision(h, q, depth),
+        vision(1, h, mul(r, f, depth, 6)?),
+        vision(inter, h, depth),
+        vision(1, inter, depth),
+        vision(h, inter, depth),
+        // the adapter's MLP, then the projector
+        vision(proj_in, inter, 1),
+        vision(proj_out, proj_out, 1),
+        vision(text_hidden, out, 1),
+    ];
+    Ok((
+        t.into_iter()
+            .filter(|t| t.count > 0 && t.rows > 0)
+            .collect(),
+        depth,
+    ))
+}
+
+/// `vision_config.key` as a (height, width) pair: an integer for both or a list of two, or
+/// `default` for both when absent.
+fn pair(
+    r: &Reader,
+    v: &Map<String, Value>,
+    key: &str,
+    default: u64,
+) -> Result<(u64, u64), InputError> {
+    let name = format!("vision_config.{key}");
+    let one = |x: &Value| match x.as_u64() {
+        Some(n) if n > 0 && n <= 1 << 20 => Ok(n),
+        _ => Err(r.bad(
+            &name,
+            x,
+            "expected an integer from 1 to 1,048,576 or a list of two",
+        )),
+    };
+    match v.get(key) {
+        None | Some(Value::Null) => Ok((default, default)),
+        Some(Value::Array(a)) if a.len() == 2 => Ok((one(&a[0])?, one(&a[1])?)),
+        Some(x) => one(x).map(|n| (n, n)),
+    }
+}
+
+/// InternVL's tower (transformers 5.17 `InternVLVisionModel` and `InternVLMultiModalProjector`,
+/// modeling_internvl.py; `InternVLVisionConfig` defaults where the config is silent, the whole
+/// default tower when it has no `vision_config`): the CLS token, the mask token when
+/// `use_mask_token`, a Conv2d patch embedding with bias, absolute position embeddings (the
+/// patches and one) when `use_absolute_position_embeddings`, `num_hidden_layers` layers (q/k/v with biases only
+/// when `attention_bias`, the output projection with bias, q and k RMSNorms of hidden when
+/// `use_qk_norm`, a fc1/fc2 MLP with biases, two norms of `norm_type`, LayerNorm with bias or
+/// RMSNorm, and the layer-scale vectors `lambda_1` and `lambda_2`), the final LayerNorm unless
+/// `use_mean_pooling`, then the projector: a LayerNorm over hidden · (1 / `downsample_ratio`)²
+/// and two linears with biases into the language model's width.
+fn internvl(r: &Reader, text_hidden: u64) -> Result<(Vec<TensorGroup>, u64), InputError> {
+    let empty = Map::new();
+    let v = vision_config(r, &empty)?;
+    let h = field(r, v, "hidden_size", 1024)?;
+    let inter = field(r, v, "intermediate_size", 4096)?;
+    let depth = field(r, v, "num_hidden_layers", 24)?;
+    let channels = field(r, v, "num_channels", 3)?;
+    let (image_h, image_w) = pair(r, v, "image_size", 448)?;
+    let (patch_h, patch_w) = pair(r, v, "patch_size", 14)?;
+    let flag = |key: &str, default: bool| v.get(key).and_then(Value::as_bool).unwrap_or(default);
+    let rms = match v.get("norm_type") {
+        None | Some(Value::Null) => false,
+        Some(x) if x.as_str() == Some("layer_norm") => false,
+        Some(x) if x.as_str() == Some("rms_norm") => true,
+        Some(x) => {
+            return Err(r.bad(
+                "vision_config.norm_type",
+                x,
+                "expected \"layer_norm\" or \"rms_norm\"",
+            ))
+        }
+    };
+    // int(1 / downsample_ratio), the side of the square of patches merged into one token
+    let side = match r.outer.get("downsample_ratio") {
+        None | Some(Value::Null) => 2,
+        Some(x) => match x.as_f64() {
+            Some(d) if d > 0.0 && d <= 1.0 && 1.0 / d <= 1024.0 => (1.0 / d) as u64,
+            _ => return Err(r.bad("downsample_ratio", x, "expected a number in (0, 1]")),
+        },
+    };
+    let f = "vision_config.hidden_size";
+    let patches = mul(r, f, image_h / patch_h, image_w / patch_w)?;
+    let merged = mul(r, f, h, mul(r, f, side, side)?)?;
+    let norm = if rms { 1 } else { 2 };
+    let mut t = vec![
+        vision(1, h, 1),
+        vision(h, mul(r, f, channels, mul(r, f, patch_h, patch_w)?)?, 1),
+        vision(1, h, 1),
+        // per layer: q, k, v and the output projection, its bias, fc2's bias, two norms and the
+        // two layer-scale vectors
+        vision(h, h, mul(r, f, depth, 4)?),
+        vision(1, h, mul(r, f, depth, add(r, f, 4, 2 * norm)?)?),
+        vision(inter, h, depth),
+        vision(1, inter, depth),
+        vision(h, inter, depth),
+        // the projector: its LayerNorm, then two linears with biases
+        vision(1, merged, 2),
+        vision(text_hidden, merged, 1),
+        vision(text_hidden, text_hidden, 1),
+        vision(1, text_hidden, 2),
+    ];
+    if flag("use_mask_token", false) {
+        t.push(vision(1, h, 1));
+    }
+    if flag("use_absolute_position_embeddings", true) {
+        t.push(vision(add(r, f, patches, 1)?, h, 1));
+    }
+    if flag("attention_bias", false) {
+        t.push(vision(1, h, mul(r, f, depth, 3)?));
+    }
+    if flag("use_qk_norm", false) {
+        t.push(vision(1, h, mul(r, f, depth, 2)?));
+    }
+    if !flag("use_mean_pooling", true) {
+        t.push(vision(1, h, 2));
+    }
+    Ok((
+        t.into_iter()
+            .filter(|t| t.count > 0 && t.rows > 0)
+            .collect(),
+        depth,
+    ))
 }
 
 /// Qwen2-VL's and Qwen2.5-VL's tower (transformers 5.17 `Qwen2VisionTransformerPretrainedModel`
@@ -381,6 +712,29 @@ mod tests {
         let v = r#""vision_config":{"hidden_size":1152,"image_size":896,"intermediate_size":4304,
             "num_attention_heads":16,"num_hidden_layers":27,"patch_size":14}"#;
         assert_eq!(tower(&format!("{{{GEMMA3_TEXT},{v}}}")), 438_298_688);
+    }
+
+    const MISTRAL_TEXT: &str = r#""text_config":{"model_type":"mistral","hidden_size":5120,
+        "intermediate_size":32768,"num_attention_heads":32,"num_hidden_layers":40,
+        "num_key_value_heads":8,"head_dim":128,"vocab_size":131072}"#;
+
+    /// transformers 5.17 on the meta device: Mistral3Config's own Pixtral (patch 14) when the
+    /// config has no vision_config, 438,958,080 with the projector into 5,120; a LLaVA config
+    /// with a SigLIP tower is left to the note.
+    #[test]
+    fn mistral3_without_vision_config_takes_its_own_pixtral_and_llava_siglip_is_left_out() {
+        let m3 = format!(r#"{{"model_type":"mistral3",{MISTRAL_TEXT}}}"#);
+        assert_eq!(tower(&m3), 438_958_080);
+        let siglip = format!(
+            r#"{{"model_type":"llava",{MISTRAL_TEXT},
+            "vision_config":{{"model_type":"siglip_vision_model"}}}}"#
+        );
+        let spec = load("t", &siglip).expect("it parses");
+        assert!(spec.vision.is_empty());
+        assert!(spec
+            .notes
+            .iter()
+            .any(|n| n == crate::model::config::VISION_NOT_COUNTED));
     }
 
     #[test]
