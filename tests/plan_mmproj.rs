@@ -13,7 +13,6 @@ const F16: u32 = 1;
 const Q4_K: u32 = 12;
 const Q6_K: u32 = 14;
 
-
 /// gemma-3-4b-it's language model as a Q4_K_M GGUF holds it (Q6_K for V and the FFN down
 /// projection here throughout).
 fn write_gemma3_4b(dir: &Path) -> PathBuf {
