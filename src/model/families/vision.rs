@@ -43,12 +43,14 @@ pub(crate) fn is_wrapper(model_type: &str) -> bool {
 /// The vision tower's tensors and its depth for the wrapper the config's top level names
 /// (Qwen3-VL, Qwen3.5, Gemma-3, Gemma-4, Qwen2-VL, Qwen2.5-VL, Mistral-3, LLaVA, Llama-4,
 /// InternVL); `None` for a text-only config or a LLaVA vision model not counted here.
-/// `text_hidden` is the language model's width (Gemma-3's projector maps into it).
+/// `text_hidden` is the language model's width (Gemma-3's projector maps into it). Groups a
+/// config leaves empty (a bias it turns off, a count of zero) are dropped here, once for every
+/// tower.
 pub(crate) fn tower(
     r: &Reader,
     text_hidden: u64,
 ) -> Result<Option<(Vec<TensorGroup>, u64)>, InputError> {
-    match r.outer.get("model_type").and_then(Value::as_str) {
+    let built = match r.outer.get("model_type").and_then(Value::as_str) {
         Some("gemma3") => siglip_gemma3(r, text_hidden).map(Some),
         Some("gemma4") => gemma4(r, text_hidden),
         Some("qwen2_vl") => qwen2(r, false).map(Some),
@@ -58,7 +60,14 @@ pub(crate) fn tower(
         Some("llama4") => llama4(r, text_hidden).map(Some),
         Some("internvl") => internvl(r, text_hidden).map(Some),
         _ => qwen(r),
-    }
+    }?;
+    Ok(built.map(|(t, depth)| {
+        let t = t
+            .into_iter()
+            .filter(|t| t.count > 0 && t.rows > 0)
+            .collect();
+        (t, depth)
+    }))
 }
 
 /// The config's `vision_config` (empty when it has none: transformers then builds the tower
@@ -155,12 +164,7 @@ fn siglip_gemma3(r: &Reader, text_hidden: u64) -> Result<(Vec<TensorGroup>, u64)
             vision(1, h, 1),
         ]);
     }
-    Ok((
-        t.into_iter()
-            .filter(|t| t.count > 0 && t.rows > 0)
-            .collect(),
-        depth,
-    ))
+    Ok((t, depth))
 }
 
 /// Gemma-4's tower (transformers 5.25 `Gemma4VisionModel` and `Gemma4MultimodalEmbedder`,
@@ -208,12 +212,7 @@ fn gemma4(r: &Reader, text_hidden: u64) -> Result<Option<(Vec<TensorGroup>, u64)
     if flag("use_clipped_linears") {
         t.push(vision(1, 1, mul(r, f, depth, 7 * 4)?));
     }
-    Ok(Some((
-        t.into_iter()
-            .filter(|t| t.count > 0 && t.rows > 0)
-            .collect(),
-        depth,
-    )))
+    Ok(Some((t, depth)))
 }
 
 /// The count of vision feature layers the projector concatenates: one for an integer
@@ -368,12 +367,7 @@ fn llava(r: &Reader, text_hidden: u64) -> Result<Option<(Vec<TensorGroup>, u64)>
         Some(_) => return Ok(None),
     };
     t.extend(two_linears(r, h, text_hidden, projector_bias(r, true))?);
-    Ok(Some((
-        t.into_iter()
-            .filter(|t| t.count > 0 && t.rows > 0)
-            .collect(),
-        depth,
-    )))
+    Ok(Some((t, depth)))
 }
 
 /// Llama-4's tower (transformers 5.17 `Llama4VisionModel` and `Llama4MultiModalProjector`,
@@ -421,12 +415,7 @@ fn llama4(r: &Reader, text_hidden: u64) -> Result<(Vec<TensorGroup>, u64), Input
         vision(proj_out, proj_out, 1),
         vision(text_hidden, out, 1),
     ];
-    Ok((
-        t.into_iter()
-            .filter(|t| t.count > 0 && t.rows > 0)
-            .collect(),
-        depth,
-    ))
+    Ok((t, depth))
 }
 
 /// `vision_config.key` as a (height, width) pair: an integer for both or a list of two, or
@@ -529,12 +518,7 @@ fn internvl(r: &Reader, text_hidden: u64) -> Result<(Vec<TensorGroup>, u64), Inp
     if !flag("use_mean_pooling", true) {
         t.push(vision(1, h, 2));
     }
-    Ok((
-        t.into_iter()
-            .filter(|t| t.count > 0 && t.rows > 0)
-            .collect(),
-        depth,
-    ))
+    Ok((t, depth))
 }
 
 /// Qwen2-VL's and Qwen2.5-VL's tower (transformers 5.17 `Qwen2VisionTransformerPretrainedModel`
@@ -684,10 +668,7 @@ fn qwen(r: &Reader) -> Result<Option<(Vec<TensorGroup>, u64)>, InputError> {
         g(out, merged, mergers),
         g(1, out, mergers),
     ];
-    Ok(Some((
-        t.into_iter().filter(|t| t.count > 0).collect(),
-        depth,
-    )))
+    Ok(Some((t, depth)))
 }
 
 #[cfg(test)]
