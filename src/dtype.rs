@@ -106,6 +106,16 @@ pub enum WeightDtype {
         bits: u8,
         group_size: u64,
     },
+    /// torchao's int4 weight-only (`Int4WeightOnlyConfig`; its plain, tile-packed and
+    /// preshuffled tensors alike): two values per byte, a bf16 scale and a bf16 zero point per
+    /// (output, group of `group_size` inputs). Tile packing's padding to whole tiles is not counted.
+    TorchaoInt4 {
+        group_size: u64,
+    },
+    /// torchao's int8 weights (`Int8WeightOnlyConfig`, `Int8DynamicActivationInt8WeightConfig`):
+    /// one byte per weight with a bf16 scale and an int64 zero point per output row
+    /// (`AffineQuantizedTensor`, plain layout).
+    TorchaoInt8,
 }
 
 /// Where an FP8 checkpoint keeps its f32 scales.
@@ -215,6 +225,8 @@ impl fmt::Display for WeightDtype {
             WeightDtype::Mxfp4 => f.write_str("mxfp4"),
             WeightDtype::Nvfp4 => f.write_str("nvfp4"),
             WeightDtype::Hqq { bits, group_size } => write!(f, "hqq-{bits}bit-g{group_size}"),
+            WeightDtype::TorchaoInt4 { group_size } => write!(f, "torchao-int4-g{group_size}"),
+            WeightDtype::TorchaoInt8 => f.write_str("torchao-int8"),
         }
     }
 }

@@ -276,16 +276,20 @@ fn kimi_k3_counts_what_its_checkpoint_holds() {
     assert_eq!(v["weights_bytes"], 1_559_965_606_912_u64 - f32_at_bf16);
 }
 
-/// Step-3.7-Flash's shape in the hub's spelling (`step3p7` wrapping `step3p5`). No copy of the
-/// released config.json was found, so there is no fixture: the config is the unit test's
-/// `flash_shaped` (45 layers, 12 full of 64 query heads and 33 sliding of 96 with a window of
-/// 512, 8 KV groups × 128, dense layers 0-2, 288 experts of 1280 and a shared one, three MTP
-/// layers padding the lists), written out here. Offline the family counts the language model;
-/// with transformers 5.25 (which builds `Step3p7ForConditionalGeneration`) the meta device
-/// counts the same plus the vision tower and projector, and caches the same K and V.
+/// Step-3.7-Flash in the hub's spelling (`step3p7` wrapping `step3p5`). No verbatim copy of the
+/// released config.json was found, so there is no fixture; the config below holds every field
+/// that sizes the model, each as a public test asserts it of the released
+/// `stepfun-ai/Step-3.7-Flash-NVFP4` config.json and its GGUF (GitHub index file 57398570390):
+/// 45 layers of 4,096, `layer_types` full every fourth (0, 4, …, 44) and sliding otherwise with a
+/// window of 512, 64 query heads on full layers and 96 on sliding ones, 8 KV heads of 128 on
+/// every layer, dense layers 0-2 of 11,264, `moe_layers_enum` 3..=44 with 288 experts of 1,280
+/// (top 8) and a shared one of 1,280, a head-wise attention gate, a vocabulary of 128,896 and an
+/// untied head (`output.weight` apart from `token_embd.weight`). Offline the family counts the
+/// language model; with transformers 5.25 (which builds `Step3p7ForConditionalGeneration`) the
+/// meta device counts the same plus the vision tower and projector, and caches the same K and V.
 #[test]
 fn step_3_7_flash_shape_is_sized_as_transformers_5_25_builds_it() {
-    let n = 48;
+    let n = 45;
     let types: Vec<&str> = (0..n)
         .map(|i| {
             if i % 4 == 0 {
@@ -303,6 +307,7 @@ fn step_3_7_flash_shape_is_sized_as_transformers_5_25_builds_it() {
             "architectures": ["Step3p5ForCausalLM"], "model_type": "step3p5",
             "hidden_size": 4096, "intermediate_size": 11264, "num_hidden_layers": 45,
             "num_nextn_predict_layers": 3, "vocab_size": 128896, "num_attention_heads": 64,
+            "max_position_embeddings": 262144,
             "num_attention_groups": 8, "head_dim": 128,
             "attention_other_setting": {"attention_type": "sliding_attention",
                 "num_attention_heads": 96, "num_attention_groups": 8, "head_dim": 128},

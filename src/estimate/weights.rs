@@ -170,6 +170,12 @@ pub fn group_bytes(spec: &Spec, t: &TensorGroup, dtype: WeightDtype) -> u64 {
         WeightDtype::Hqq { bits, group_size } => {
             count * (packed(n, bits as u64) + s(4) * s(n.div_ceil(group_size.max(1))))
         }
+        // torchao int4: packed values plus a bf16 scale and zero point per (output, group).
+        WeightDtype::TorchaoInt4 { group_size } => {
+            count * (packed(n, 4) + s(4) * rows * s(t.cols.div_ceil(group_size.max(1))))
+        }
+        // torchao int8: a byte per weight, a bf16 scale and an int64 zero point per output row.
+        WeightDtype::TorchaoInt8 => count * (sn + s(10) * rows),
         // LLM.int8(): int8 weight `CB` plus an f32 scale per output row `SCB`.
         WeightDtype::Int8 => count * (sn + s(4) * rows),
         // bitsandbytes 4-bit: two weights per byte, an absmax per block of 64; with double
@@ -284,6 +290,30 @@ mod tests {
         let kv = 128 * 4096 - 4 * 32;
         assert_eq!(rank("ignored") - rank("plain"), 94 * (2 * qo + 2 * kv));
         assert_eq!(rank("ignored") - rank("plain"), 1_675_215_360);
+    }
+
+    /// torchao's tensors for one 4096 × 4096 projection (rows are outputs): int4 `qdata`
+    /// [4096, 2048] bytes with bf16 `scale` and `zero_point` [32, 4096] each at group 128; int8
+    /// `int_data` [4096, 4096] with a bf16 scale and an int64 zero point per row.
+    #[test]
+    fn torchao_int4_and_int8_store_what_their_tensors_hold() {
+        let spec = preset("llama-3.1-8b-instruct");
+        let q = TensorGroup {
+            role: Role::AttnQ,
+            rows: 4096,
+            cols: 4096,
+            count: 32,
+            routed: false,
+        };
+        let int4 = WeightDtype::TorchaoInt4 { group_size: 128 };
+        assert_eq!(
+            group_bytes(&spec, &q, int4),
+            32 * (4096 * 2048 + 2 * 2 * 32 * 4096)
+        );
+        assert_eq!(
+            group_bytes(&spec, &q, WeightDtype::TorchaoInt8),
+            32 * (4096 * 4096 + 4096 * (2 + 8))
+        );
     }
 
     #[test]

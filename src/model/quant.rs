@@ -119,6 +119,12 @@ pub(crate) fn read(
                 group_size: g("group_size").filter(|g| *g > 0).unwrap_or(64),
             }
         }
+        "torchao" => torchao(q).unwrap_or_else(|| {
+            notes.push(format!(
+                "this torchao quant_type is not priced yet; weights sized as {base} — pass --dtype to override"
+            ));
+            base
+        }),
         other => {
             notes.push(format!(
                 "quantization_config `{other}` is not priced yet; weights sized as {base} — pass --dtype to override"
@@ -217,6 +223,41 @@ fn compressed_tensors(q: &Obj) -> Option<WeightDtype> {
         }
         _ => None,
     }
+}
+
+/// torchao, as transformers' `TorchAoConfig.to_dict` writes it: `quant_type`
+/// `{"default": {"_type": "Int4WeightOnlyConfig", "_version": 2, "_data": {"group_size": 128, …}}}`
+/// (transformers 5.17, utils/quantization_config.py). Float8 weight-only quantizes per row; the
+/// dynamic-activation Float8 config per tensor unless its `granularity` says `PerRow`.
+fn torchao(q: &Obj) -> Option<WeightDtype> {
+    let c = q.get("quant_type")?.get("default")?;
+    let data = c.get("_data");
+    let per_row = data
+        .and_then(|d| d.get("granularity"))
+        .is_some_and(|g| g.to_string().contains("PerRow"));
+    Some(match c.get("_type")?.as_str()? {
+        "Int4WeightOnlyConfig" => WeightDtype::TorchaoInt4 {
+            group_size: data
+                .and_then(|d| d.get("group_size"))
+                .and_then(Value::as_u64)
+                .filter(|g| *g > 0)
+                .unwrap_or(128),
+        },
+        "Int8WeightOnlyConfig" | "Int8DynamicActivationInt8WeightConfig" => {
+            WeightDtype::TorchaoInt8
+        }
+        "Float8WeightOnlyConfig" => WeightDtype::Fp8 {
+            scale: Fp8Scale::Channel,
+        },
+        "Float8DynamicActivationFloat8WeightConfig" => WeightDtype::Fp8 {
+            scale: if per_row {
+                Fp8Scale::Channel
+            } else {
+                Fp8Scale::Tensor
+            },
+        },
+        _ => return None,
+    })
 }
 
 /// The roles named by `modules_to_not_convert`, `ignored_layers`, `ignore`,
@@ -350,6 +391,52 @@ mod tests {
                 group_size: 32
             })
         );
+    }
+
+    /// The `quant_type` transformers' `TorchAoConfig.to_dict` writes (torchao's `config_to_dict`:
+    /// `_type`, `_version`, `_data`), one per config class llm-oom prices.
+    #[test]
+    fn torchao_quant_types_are_read_from_their_config_dicts() {
+        let q = |t: &str, data: &str| {
+            obj(&format!(
+                r#"{{"quant_method": "torchao", "quant_type": {{"default":
+                    {{"_type": "{t}", "_version": 2, "_data": {data}}}}}}}"#
+            ))
+        };
+        let int4 = r#"{"group_size": 32, "int4_packing_format":
+            {"_type": "Int4PackingFormat", "_data": "PLAIN"}}"#;
+        assert_eq!(
+            torchao(&q("Int4WeightOnlyConfig", int4)),
+            Some(WeightDtype::TorchaoInt4 { group_size: 32 })
+        );
+        assert_eq!(
+            torchao(&q("Int4WeightOnlyConfig", "{}")),
+            Some(WeightDtype::TorchaoInt4 { group_size: 128 })
+        );
+        for t in [
+            "Int8WeightOnlyConfig",
+            "Int8DynamicActivationInt8WeightConfig",
+        ] {
+            assert_eq!(torchao(&q(t, "{}")), Some(WeightDtype::TorchaoInt8));
+        }
+        let channel = Some(WeightDtype::Fp8 {
+            scale: Fp8Scale::Channel,
+        });
+        assert_eq!(torchao(&q("Float8WeightOnlyConfig", "{}")), channel);
+        assert_eq!(
+            torchao(&q("Float8DynamicActivationFloat8WeightConfig", "{}")),
+            Some(WeightDtype::Fp8 {
+                scale: Fp8Scale::Tensor
+            })
+        );
+        let per_row = r#"{"granularity": [{"_type": "PerRow", "_data": {"dim": -1}},
+            {"_type": "PerRow", "_data": {"dim": -1}}]}"#;
+        assert_eq!(
+            torchao(&q("Float8DynamicActivationFloat8WeightConfig", per_row)),
+            channel
+        );
+        assert_eq!(torchao(&q("UIntXWeightOnlyConfig", "{}")), None);
+        assert_eq!(torchao(&obj(r#"{"quant_type": "int4_weight_only"}"#)), None);
     }
 
     /// MiniMax-M2's FP8 `modules_to_not_convert`: `gate` is the router, and the correction bias
