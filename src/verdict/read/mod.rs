@@ -26,6 +26,7 @@ mod confidence;
 mod context;
 mod devices;
 mod figureless;
+mod other_engines;
 mod serving;
 #[cfg(test)]
 mod tests;
@@ -39,6 +40,7 @@ pub use torch::{weights_from_name, Accounting};
 use context::*;
 use devices::*;
 use figureless::*;
+use other_engines::*;
 use serving::*;
 use torch::*;
 use torch_rules::*;
