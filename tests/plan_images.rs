@@ -654,6 +654,62 @@ fn llamacpp_gemma3_12b_four_images_on_a_24gb_card() {
     );
 }
 
+/// llama.cpp's mmproj on two cards: tools/mtmd/clip.cpp opens its backend on the first GPU, so
+/// cuda:0 holds the whole vision tower and the CLIP compute buffer beside its layers, and the
+/// layers share only the language model (the same bytes per layer as the text model alone).
+#[test]
+fn llamacpp_puts_the_mmproj_and_its_buffer_on_the_first_gpu() {
+    let home = temp();
+    let plan = |model: &str, images: &[&str]| {
+        let mut args = vec![
+            "plan",
+            "-m",
+            model,
+            "--engine",
+            "llama.cpp",
+            "--dtype",
+            "q4_k_m",
+            "--vram",
+            "2x12GiB",
+            "--json",
+        ];
+        args.extend(images);
+        json(&run(home.path(), &args).stdout)
+    };
+    let vlm = plan(GEMMA3, &["--images", "2"]);
+    let gpus = vlm["placement"]["devices"].as_array().unwrap().clone();
+    let row = |i: usize, k: &str| gpus[i][k].as_u64().unwrap();
+    assert_eq!(gpus[0]["device"], "cuda:0");
+    assert!(gpus[0]["holds"].to_string().contains("mmproj"), "{gpus:?}");
+    assert!(!gpus[1]["holds"].to_string().contains("mmproj"), "{gpus:?}");
+    let encoder = vlm["components"]["vision_encoder"].as_u64().unwrap();
+    assert!(encoder > 0);
+    assert_eq!(
+        row(0, "activations_bytes") - row(1, "activations_bytes"),
+        encoder
+    );
+    // Its language model alone (the preset's text_config as a gemma3_text config), split the
+    // same way: cuda:0 holds exactly the tower more, cuda:1 the same.
+    let preset: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(GEMMA3).unwrap()).unwrap();
+    let mut text = preset["text_config"].clone();
+    text["model_type"] = "gemma3_text".into();
+    text["architectures"] = serde_json::json!(["Gemma3ForCausalLM"]);
+    let cfg = write(
+        &home.path().join("gemma-3-27b-text/config.json"),
+        &text.to_string(),
+    );
+    let alone = plan(cfg.to_str().unwrap(), &[]);
+    let text_gpus = alone["placement"]["devices"].as_array().unwrap().clone();
+    assert_eq!(text_gpus[0]["layers"], gpus[0]["layers"]);
+    assert!(!text_gpus[0]["holds"].to_string().contains("mmproj"));
+    assert_eq!(
+        row(0, "weights_bytes") - text_gpus[0]["weights_bytes"].as_u64().unwrap(),
+        vlm["components"]["vision_tower"].as_u64().unwrap()
+    );
+    assert_eq!(text_gpus[1]["weights_bytes"], gpus[1]["weights_bytes"]);
+}
+
 /// transformers 5.17.0's `Mistral3Config().to_dict()` (its defaults are Mistral-Small-3.1-24B's:
 /// a 1540 px Pixtral tower with 14 px patches, spatial_merge_size 2, a 40-layer mistral text
 /// model); built from the class, not copied from the model's repository.

@@ -15,7 +15,7 @@ use crate::estimate::Estimate;
 use crate::model::Spec;
 
 use super::accelerate::Place;
-use super::{finish_with, parts, priced, Devices, Fix, Placement};
+use super::{finish_with, parts_and_tower, priced, Devices, Fix, Placement};
 
 /// The device of each of the `n_layer + 1` slots (the layers, then the output layer).
 pub fn slots(n_layer: u64, ngl: u64, split: &[f64]) -> Vec<Place> {
@@ -71,7 +71,16 @@ pub fn plan_layers(
     s: &Split,
     e: &Estimate,
 ) -> Placement {
-    let real = parts(spec, |t| group_bytes(spec, t, dtype));
+    let (real, tower) = parts_and_tower(spec, |t| group_bytes(spec, t, dtype));
+    // The mmproj (the vision tower) and its CLIP compute buffer (the vision encoder row) sit on
+    // the first GPU whatever -ngl says: tools/mtmd/clip.cpp initialises its backend with the
+    // first device of type GPU (`ggml_backend_init_by_type`), on the CPU without one.
+    let mmproj_at = if d.gpus.is_empty() {
+        Place::Cpu
+    } else {
+        Place::Gpu(0)
+    };
+    let mmproj = tower > 0 || e.vision_encoder > 0;
     let n = spec.num_layers;
     let at = slots(n, s.ngl, &s.tensor_split);
     let kv_per_layer = e.kv_cache / n.max(1);
@@ -96,6 +105,10 @@ pub fn plan_layers(
             holds.push("token_embd".into());
             weights = weights.saturating_add(real.embed);
         }
+        if mmproj && place == mmproj_at {
+            holds.push("mmproj".into());
+            weights = weights.saturating_add(tower);
+        }
         let gpu = matches!(place, Place::Gpu(_));
         // the cache sits with its layer; with --no-kv-offload all of it stays on the CPU
         let kv_layers = match (s.kv_offload, gpu) {
@@ -112,6 +125,9 @@ pub fn plan_layers(
         if matches!(place, Place::Gpu(_)) {
             // llama.cpp's own margin: it allocates its buffers once (estimate::llamacpp).
             row.set_margin(crate::estimate::llamacpp::safety_margin(capacity));
+        }
+        if mmproj && place == mmproj_at {
+            row.add_activations(e.vision_encoder);
         }
         devices.push(row);
     }

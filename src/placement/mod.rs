@@ -59,6 +59,15 @@ impl DeviceShare {
             .saturating_sub(signed(margin));
         self.margin_bytes = margin;
     }
+
+    /// Adds `bytes` of compute buffers beside the layers' (llama.cpp's CLIP buffer on the
+    /// device that holds the mmproj).
+    pub(crate) fn add_activations(&mut self, bytes: u64) {
+        self.activations_bytes = self.activations_bytes.saturating_add(bytes);
+        self.free_bytes = self
+            .free_bytes
+            .saturating_sub(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
 }
 
 /// The placement of one model and workload over the devices.
@@ -103,6 +112,21 @@ pub struct Parts {
 /// The parts' bytes with `bytes` pricing each tensor group; the decoder layers share what is
 /// neither embeddings, head nor final norm (the mean, for models whose layers differ).
 pub fn parts(spec: &Spec, bytes: impl Fn(&TensorGroup) -> u64) -> Parts {
+    split_parts(spec, bytes, false).0
+}
+
+/// [`parts`] with the vision tower apart: the layers share only the language model's body, and
+/// the tower's bytes are returned beside (llama.cpp loads it from its own mmproj file, whole, on
+/// one device).
+pub fn parts_and_tower(spec: &Spec, bytes: impl Fn(&TensorGroup) -> u64) -> (Parts, u64) {
+    split_parts(spec, bytes, true)
+}
+
+fn split_parts(
+    spec: &Spec,
+    bytes: impl Fn(&TensorGroup) -> u64,
+    tower_apart: bool,
+) -> (Parts, u64) {
     let groups = spec.tensors();
     let of = |role: Role| -> u64 { groups.iter().filter(|t| t.role == role).map(&bytes).sum() };
     let norm = bytes(&TensorGroup {
@@ -112,24 +136,28 @@ pub fn parts(spec: &Spec, bytes: impl Fn(&TensorGroup) -> u64) -> Parts {
         count: 1,
         routed: false,
     });
+    let tower = if tower_apart { of(Role::Vision) } else { 0 };
     let body: u64 = groups
         .iter()
         .filter(|t| !matches!(t.role, Role::Embedding | Role::LmHead))
         .map(&bytes)
         .sum();
-    let layer = body.saturating_sub(norm) / spec.num_layers.max(1);
+    let layer = body.saturating_sub(norm).saturating_sub(tower) / spec.num_layers.max(1);
     let embed = of(Role::Embedding);
     let head = if spec.tie_word_embeddings {
         embed
     } else {
         of(Role::LmHead)
     };
-    Parts {
-        embed,
-        layer,
-        norm,
-        head,
-    }
+    (
+        Parts {
+            embed,
+            layer,
+            norm,
+            head,
+        },
+        tower,
+    )
 }
 
 /// transformers' `param_element_size`: bitsandbytes counts a quantized linear weight at 0.5
