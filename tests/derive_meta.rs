@@ -100,7 +100,8 @@ fn every_hand_written_family_counts_what_transformers_builds() {
 
 /// The multimodal configs whose vision tower (and projector) a hand-written family counts:
 /// Gemma-3's SigLIP, Qwen2-VL's and Qwen2.5-VL's ViT, Mistral-3's Pixtral with its patch merger,
-/// LLaVA's CLIP (every layer built) Pixtral-12B's LLaVA-wrapped Pixtral, Llama-4's ViT with its pixel-shuffle adapter, and InternVL's ViT with its projector. The plan's parameters are transformers'
+/// LLaVA's CLIP (every layer built), LLaVA-NeXT's (with its `image_newline`), Pixtral-12B's
+/// LLaVA-wrapped Pixtral, Llama-4's ViT with its pixel-shuffle adapter, and InternVL's ViT with its projector. The plan's parameters are transformers'
 /// whole model, tower included.
 #[test]
 fn every_counted_vision_tower_is_what_transformers_builds() {
@@ -116,6 +117,7 @@ fn every_counted_vision_tower_is_what_transformers_builds() {
         "tests/fixtures/vision/qwen2.5-vl-7b-instruct.json",
         "tests/fixtures/vision/mistral3-defaults.json",
         "tests/fixtures/vision/llava-1.5-7b-hf.json",
+        "tests/fixtures/vision/llava-v1.6-mistral-7b-hf.json",
         "tests/fixtures/vision/pixtral-12b.json",
         "presets/llama-4-scout-17b-16e-instruct.json",
         "tests/fixtures/vision/internvl-defaults.json",

@@ -818,3 +818,51 @@ fn phi4_multimodal_crops_a_1024_square_in_3_by_3_and_a_global_crop() {
         20u64 * 1024 * 1152 * 4 * 2 + 20 * 1024 * 4304 * 2 * 2
     );
 }
+
+/// llava-hf/llava-v1.6-mistral-7b-hf's config.json (LLaVA-NeXT: CLIP ViT-L/14-336, the five
+/// `image_grid_pinpoints`, a Mistral-7B text model).
+const LLAVA_NEXT_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/vision/llava-v1.6-mistral-7b-hf.json"
+);
+
+#[test]
+fn llava_next_fits_a_1024_by_768_image_in_2_by_2_crops_and_the_base() {
+    let home = temp();
+    let args = [
+        "plan",
+        "-m",
+        LLAVA_NEXT_FIXTURE,
+        "--images",
+        "2",
+        "--image-size",
+        "1024x768",
+        "--vram",
+        "80GB",
+        "--json",
+    ];
+    let j = json(&run(home.path(), &args).stdout);
+    // LlavaNextProcessor: the 672² canvas, 48 × 48 features less 12 rows of padding, 36 × 48 +
+    // 36 newlines + the base crop's 576 = 2,340 tokens an image
+    assert_eq!(j["images"]["tokens_per_image"], 2340);
+    assert_eq!(j["images"]["height"], 672);
+    assert_eq!(j["images"]["width"], 672);
+    assert_eq!(j["workload"]["prompt_tokens"], 2048 + 2 * 2340);
+    // 2 × 5 crops of 577 positions as one CLIP batch: the MLP's peak
+    assert_eq!(
+        j["components"]["vision_encoder"],
+        10u64 * 577 * 1024 * 4 * 2 + 10 * 577 * 4096 * 2 * 2
+    );
+    // LLaVA-1.5's CLIP and projector and the 4,096 of `image_newline`, as transformers 5.17
+    // builds LlavaNextForConditionalGeneration on the meta device
+    assert_eq!(j["model"]["parameters"], 7_566_747_648u64);
+    assert_eq!(j["components"]["vision_tower"], 324_491_264u64 * 2);
+    // llama.cpp's mtmd tiling is not modelled: one line, exit code 2
+    let mut args = args.to_vec();
+    args.extend(["--engine", "llama.cpp"]);
+    let out = util::llm_oom(home.path()).args(&args).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("llava_next"), "{err}");
+}

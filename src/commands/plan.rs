@@ -778,7 +778,8 @@ fn image_load(
         )
     {
         return Err(InputError::Usage(format!(
-            "--images with llama.cpp is planned for Gemma-3, Qwen-VL and LLaVA (their mtmd              encoders); {}'s is not modelled: leave --images out or add --engine vllm",
+            "--images with llama.cpp is planned for Gemma-3, Qwen-VL and LLaVA (their mtmd \
+             encoders); {}'s is not modelled: leave --images out or add --engine vllm",
             input.model_type
         ))
         .into());
@@ -808,6 +809,9 @@ fn image_load(
         }
         (crate::model::images::TokenRule::Fixed { .. }, Some(_)) => {
             "resized by the processor to ".to_string()
+        }
+        (crate::model::images::TokenRule::AnyRes { .. }, _) => {
+            "fit into a crop grid of ".to_string()
         }
         _ => String::new(),
     };

@@ -18,12 +18,16 @@
 //!   (4096²); (H/16)·(W/16) patches, (H/32)·(W/32) tokens.
 //! - LLaVA (`models/llava/processing_llava.py`): (image_size / patch_size)² tokens, 576 for
 //!   336/14 (the CLS token is dropped by the `default` feature select strategy).
+//! - LLaVA-NeXT (`models/llava_next/processing_llava_next.py`, `_get_number_of_features`):
+//!   [`TokenRule::AnyRes`], a grid of 336 px crops picked from `image_grid_pinpoints` beside the
+//!   whole image, the padding's rows and columns cut off and one `image_newline` a row.
 //! - Mistral-Small-3.x and Pixtral (`models/pixtral/processing_pixtral.py`): [`TokenRule::Rows`].
 //! - Llama-4, InternVL and Phi-4-multimodal: tiles, [`TokenRule::Tiles`] and [`Canvas`].
 //!   Phi-3.5-vision's processor is remote code, not in transformers, and is not covered.
 //!
-//! The new families' encoder rules (Pixtral, Llama-4, InternVL, Phi-4-multimodal) follow the
-//! same counting from the transformers source; unlike Gemma-3's they are derived, not measured on
+//! The new families' encoder rules (Pixtral, Llama-4, InternVL, Phi-4-multimodal, LLaVA-NeXT:
+//! CLIP over each image's 1 + rows × columns crops as one batch) follow the same counting from
+//! the transformers source; unlike Gemma-3's they are derived, not measured on
 //! a GPU.
 //!
 //! The encoder (`models/siglip/modeling_siglip.py`, `models/qwen2_5_vl/modeling_qwen2_5_vl.py`,
@@ -71,6 +75,74 @@ pub enum TokenRule {
         tokens_per_tile: u64,
         canvas: Canvas,
     },
+    /// LLaVA-NeXT's any resolution (`LlavaNextProcessor._get_number_of_features`,
+    /// transformers 5.17): `select_best_resolution` picks the canvas of `pinpoints` that keeps the
+    /// most of the image's pixels (then wastes the fewest); the canvas is cut into `tile` px
+    /// crops and the whole image resized to one more. The base crop gives (tile / patch)² tokens
+    /// (`base_extra` more under the `full` feature select strategy, its CLS); the canvas's
+    /// (tile / patch)·rows × (tile / patch)·columns features lose the rows (or columns) of
+    /// padding the aspect ratio leaves, and each remaining row gets one `image_newline`.
+    AnyRes {
+        tile: u64,
+        patch: u64,
+        base_extra: u64,
+        pinpoints: Pinpoints,
+    },
+}
+
+/// The most `image_grid_pinpoints` an [`TokenRule::AnyRes`] rule holds (LLaVA-NeXT ships 5,
+/// LLaVA-OneVision 36); kept small, with sides of 16 bits, so the rule stays a small `Copy`
+/// value.
+pub const MAX_PINPOINTS: usize = 40;
+
+/// `image_grid_pinpoints`: the canvases (height, width) in px an any-resolution processor picks
+/// from, in the config's order (its ties go to the first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pinpoints {
+    len: u8,
+    grid: [(u16, u16); MAX_PINPOINTS],
+}
+
+impl Pinpoints {
+    /// Every entry a [height, width] pair of sides from `tile` to 65,535; `None` for an
+    /// empty list, a longer one than [`MAX_PINPOINTS`] or another entry (the processor would
+    /// fail on a side under the crop).
+    fn read(v: &Value, tile: u64) -> Option<Pinpoints> {
+        let list = v.as_array()?;
+        if list.is_empty() || list.len() > MAX_PINPOINTS {
+            return None;
+        }
+        let mut grid = [(0, 0); MAX_PINPOINTS];
+        for (slot, entry) in grid.iter_mut().zip(list) {
+            let side = |i: usize| {
+                entry
+                    .as_array()
+                    .filter(|a| a.len() == 2)
+                    .and_then(|a| a[i].as_u64())
+                    .filter(|&n| n >= tile)
+                    .and_then(|n| u16::try_from(n).ok())
+            };
+            *slot = (side(0)?, side(1)?);
+        }
+        Some(Pinpoints {
+            len: u8::try_from(list.len()).ok()?,
+            grid,
+        })
+    }
+
+    /// The canvases (height, width) in px.
+    pub fn to_vec(&self) -> Vec<(u64, u64)> {
+        self.grid[..usize::from(self.len)]
+            .iter()
+            .map(|&(h, w)| (u64::from(h), u64::from(w)))
+            .collect()
+    }
+}
+
+impl Serialize for Pinpoints {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.to_vec().into_iter().map(|(h, w)| [h, w]))
+    }
 }
 
 /// How a tiled processor picks its grid and spells the image in the prompt.
@@ -112,20 +184,24 @@ impl TokenRule {
                 "a grid of tiles for the image's shape and one whole-image tile, a fixed count \
                  per tile with the separators the processor writes"
             }
+            TokenRule::AnyRes { .. } => {
+                "the best image_grid_pinpoints canvas in crops and the whole image as one more, \
+                 the padding's features cut and one image_newline a row"
+            }
         }
     }
 }
 
 /// The families whose image rule is known, as the refusal names them.
 pub const KNOWN_FAMILIES: &str =
-    "Gemma-3, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5, LLaVA, Mistral-Small-3.x, Pixtral, \
-     Llama-4, InternVL and Phi-4-multimodal are";
+    "Gemma-3, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5, LLaVA, LLaVA-NeXT, Mistral-Small-3.x, \
+     Pixtral, Llama-4, InternVL and Phi-4-multimodal are";
 
 /// A vision-language model's image input: its token rule and its encoder's shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ImageInput {
     /// `gemma3`, `qwen2_5_vl`, `qwen2_vl`, `qwen3_vl`, `qwen3_vl_moe`, `qwen3_5`, `qwen3_5_moe`,
-    /// `llava`, `mistral3`, `pixtral`, `llama4`, `internvl`, `phi4_multimodal`.
+    /// `llava`, `llava_next`, `mistral3`, `pixtral`, `llama4`, `internvl`, `phi4_multimodal`.
     pub model_type: &'static str,
     pub rule: TokenRule,
     /// The size the processor resizes to (fixed rules); `None` for a dynamic rule.
@@ -535,6 +611,45 @@ pub fn read(outer: &Map<String, Value>) -> Option<ImageInput> {
                 one_sequence: false,
             })
         }
+        // LlavaNextConfig (configuration_llava_next.py): its CLIPVisionConfig (336/14 when it has
+        // none), `image_grid_pinpoints` (the class's five canvases when absent; the processor
+        // reads its own preprocessor_config.json's, the same list in the published checkpoints)
+        // and `vision_feature_select_strategy` (`default` drops the CLS, `full` keeps it). CLIP
+        // runs the 1 + rows × columns crops as one batch of 1 + (336/14)² positions each.
+        "llava_next" => {
+            let tile = field(v, "image_size", 336);
+            let patch = field(v, "patch_size", 14);
+            let default_pinpoints =
+                serde_json::json!([[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]]);
+            let pinpoints = match outer.get("image_grid_pinpoints") {
+                None | Some(Value::Null) => Pinpoints::read(&default_pinpoints, tile)?,
+                Some(given) => Pinpoints::read(given, tile)?,
+            };
+            let full = outer
+                .get("vision_feature_select_strategy")
+                .and_then(Value::as_str)
+                == Some("full");
+            Some(ImageInput {
+                model_type: "llava_next",
+                rule: TokenRule::AnyRes {
+                    tile,
+                    patch,
+                    base_extra: u64::from(full),
+                    pinpoints,
+                },
+                native: None,
+                patch,
+                hidden: field(v, "hidden_size", 1024),
+                heads: field(v, "num_attention_heads", 16),
+                intermediate: field(v, "intermediate_size", 4096),
+                extra_positions: 1,
+                batched_attention: true,
+                held_per_token: 0,
+                rotary_fp32: false,
+                gated_mlp: false,
+                one_sequence: false,
+            })
+        }
         // LlavaConfig's CLIPVisionConfig (336/14 for llava-1.5).
         "llava" => {
             let size = field(v, "image_size", 336);
@@ -623,6 +738,67 @@ fn llama4_grid(height: u64, width: u64, tile: u64, max_tiles: u64) -> (u64, u64)
             _ => Some(g),
         })
         .unwrap_or((1, 1))
+}
+
+/// `select_best_resolution` (transformers 5.17 `image_processing_utils.py`): the canvas
+/// (height, width) of `pinpoints` that keeps the most of an image of (height, width) once it is
+/// fit inside (`int` of each side times the float scale), ties to the one wasting the fewest
+/// pixels, then to the first.
+fn select_best_resolution(height: u64, width: u64, pinpoints: &[(u64, u64)]) -> (u64, u64) {
+    let (oh, ow) = (height.max(1), width.max(1));
+    let original = oh.saturating_mul(ow);
+    let mut best = None;
+    let (mut max_effective, mut min_wasted) = (0u64, u64::MAX);
+    for &(h, w) in pinpoints {
+        let scale = (w as f64 / ow as f64).min(h as f64 / oh as f64);
+        let (dw, dh) = ((ow as f64 * scale) as u64, (oh as f64 * scale) as u64);
+        let effective = dw.saturating_mul(dh).min(original);
+        let wasted = w.saturating_mul(h).saturating_sub(effective);
+        if effective > max_effective || (effective == max_effective && wasted < min_wasted) {
+            max_effective = effective;
+            min_wasted = wasted;
+            best = Some((h, w));
+        }
+    }
+    best.unwrap_or((oh, ow))
+}
+
+/// `LlavaNextProcessor._get_number_of_features` and `_get_unpadded_features`
+/// (`models/llava_next/processing_llava_next.py`, 5.17) for an image of (height, width), with
+/// the `default` strategy's CLS dropped: the canvas (height, width), its crops (the base one
+/// included, as `image_size_to_num_patches` counts them) and the image's tokens.
+fn anyres(
+    height: u64,
+    width: u64,
+    tile: u64,
+    patch: u64,
+    base_extra: u64,
+    pinpoints: &[(u64, u64)],
+) -> ((u64, u64), u64, u64) {
+    let (oh, ow) = (height.max(1), width.max(1));
+    let t = tile.max(1);
+    let (bh, bw) = select_best_resolution(oh, ow, pinpoints);
+    let (sh, sw) = (bh / t, bw / t);
+    let side = t / patch.max(1);
+    let (mut ch, mut cw) = (side.saturating_mul(sh), side.saturating_mul(sw));
+    // Python's `int(round(x, 7))`: to 7 decimals, then toward zero.
+    let round7 = |x: f64| ((x * 1e7).round() / 1e7) as u64;
+    if ch > 0 && cw > 0 {
+        if ow as f64 / oh as f64 > cw as f64 / ch as f64 {
+            let new_h = round7(oh as f64 * (cw as f64 / ow as f64));
+            ch = ch.saturating_sub(ch.saturating_sub(new_h) / 2 * 2);
+        } else {
+            let new_w = round7(ow as f64 * (ch as f64 / oh as f64));
+            cw = cw.saturating_sub(cw.saturating_sub(new_w) / 2 * 2);
+        }
+    }
+    let tokens = ch
+        .saturating_mul(cw)
+        .saturating_add(ch)
+        .saturating_add(side.saturating_mul(side))
+        .saturating_add(base_extra);
+    let crops = sh.saturating_mul(sw).saturating_add(1);
+    ((bh, bw), crops, tokens)
 }
 
 /// `get_optimal_tiled_canvas` (`models/got_ocr2/image_processing_pil_got_ocr2.py`) for InternVL:
@@ -907,14 +1083,42 @@ impl ImageInput {
                     tokens,
                 }
             }
+            TokenRule::AnyRes {
+                tile,
+                patch,
+                base_extra,
+                pinpoints,
+            } => {
+                let canvases = pinpoints.to_vec();
+                let at = |(h, w)| anyres(h, w, tile, patch, base_extra, &canvases);
+                let ((h, w), crops, tokens) = match size {
+                    Some(s) => at(s),
+                    // no size: the most tokens, an image the size of the best canvas for it
+                    // (vLLM's `get_image_size_with_most_features` walks the same pinpoints).
+                    None => canvases
+                        .iter()
+                        .map(|&p| at(p))
+                        .fold(None, |best: Option<((u64, u64), u64, u64)>, c| match best {
+                            Some(b) if b.2 >= c.2 => Some(b),
+                            _ => Some(c),
+                        })
+                        .unwrap_or_else(|| at((tile, tile))),
+                };
+                ImageCost {
+                    height: h,
+                    width: w,
+                    encoder_positions: crops.saturating_mul(self.tile_positions()),
+                    tokens,
+                }
+            }
         }
     }
 
     /// The vision encoder's peak transient bytes for `images` images of `cost` at once, in a
     /// compute dtype of `d` bytes; `eager` holds the attention's score matrix.
     pub fn encoder_bytes(&self, cost: &ImageCost, images: u64, d: u64, eager: bool) -> u64 {
-        if let TokenRule::Tiles { .. } = self.rule {
-            // a tiled tower encodes each tile as one image of the batch
+        if let TokenRule::Tiles { .. } | TokenRule::AnyRes { .. } = self.rule {
+            // a tiled tower encodes each tile (LLaVA-NeXT: each crop) as one image of the batch
             let per_tile = self.tile_positions().max(1);
             let tile = ImageCost {
                 encoder_positions: per_tile,
@@ -930,7 +1134,7 @@ impl ImageInput {
     /// Positions one tile gives the encoder: its patches and the CLS.
     fn tile_positions(&self) -> u64 {
         match self.rule {
-            TokenRule::Tiles { tile, .. } => {
+            TokenRule::Tiles { tile, .. } | TokenRule::AnyRes { tile, .. } => {
                 let side = tile / self.patch.max(1);
                 side.saturating_mul(side)
                     .saturating_add(self.extra_positions)
@@ -1063,9 +1267,10 @@ impl ImageInput {
     pub fn llamacpp_warmup(&self) -> ImageCost {
         match self.rule {
             // (plan refuses the tiled and row families with llama.cpp: their native size here)
-            TokenRule::Fixed { .. } | TokenRule::Rows { .. } | TokenRule::Tiles { .. } => {
-                self.cost(None)
-            }
+            TokenRule::Fixed { .. }
+            | TokenRule::Rows { .. }
+            | TokenRule::Tiles { .. }
+            | TokenRule::AnyRes { .. } => self.cost(None),
             TokenRule::Dynamic { patch, merge, .. } => {
                 let side = LLAMACPP_QWEN_WARMUP_SIDE_TOKENS
                     .saturating_mul(merge)
@@ -1284,6 +1489,109 @@ mod tests {
         );
         let c = l.cost(None);
         assert_eq!((c.tokens, c.encoder_positions), (576, 577));
+    }
+
+    fn llava_next() -> ImageInput {
+        config(include_str!(
+            "../../tests/fixtures/vision/llava-v1.6-mistral-7b-hf.json"
+        ))
+    }
+
+    /// (height, width, tokens, crops) from transformers 5.17.0's `LlavaNextProcessor` with
+    /// llava-v1.6-mistral-7b-hf's processor settings (patch_size 14,
+    /// vision_feature_select_strategy `default`, num_additional_image_tokens 1, the five
+    /// pinpoints, size 336): `_get_num_multimodal_tokens(image_sizes=[(h, w), …])` for the
+    /// tokens and `modeling_llava_next.image_size_to_num_patches((h, w), pinpoints, 336)` for
+    /// the crops. The image processor itself needs torchvision and PIL, absent from the venv;
+    /// `_get_num_multimodal_tokens` is the same `_get_number_of_features` its `__call__` runs.
+    const LLAVA_NEXT_PROCESSOR: [(u64, u64, u64, u64); 22] = [
+        (768, 1024, 2340, 5),
+        (1024, 768, 2352, 5),
+        (336, 336, 1176, 3),
+        (672, 672, 2928, 5),
+        (1024, 1024, 2928, 5),
+        (480, 640, 2340, 5),
+        (640, 480, 2352, 5),
+        (1080, 1920, 1948, 5),
+        (1920, 1080, 1968, 5),
+        (100, 100, 1176, 3),
+        (500, 2000, 1890, 4),
+        (2000, 500, 1944, 4),
+        (336, 1008, 2328, 4),
+        (1008, 336, 2376, 4),
+        (600, 800, 2340, 5),
+        (720, 1280, 1948, 5),
+        (3000, 4000, 2340, 5),
+        (224, 224, 1176, 3),
+        (1000, 350, 2276, 4),
+        (350, 1000, 2232, 4),
+        (400, 500, 2438, 5),
+        (900, 13, 792, 4),
+    ];
+
+    #[test]
+    fn llava_next_tokens_equal_transformers_processor() {
+        let l = llava_next();
+        assert_eq!(l.model_type, "llava_next");
+        for (h, w, tokens, crops) in LLAVA_NEXT_PROCESSOR {
+            let c = l.cost(Some((h, w)));
+            assert_eq!(
+                (c.tokens, c.encoder_positions),
+                (tokens, crops * 577),
+                "{w}x{h}"
+            );
+        }
+        // 1024 × 768 (w × h): the 672² canvas, 2 × 2 crops; 48 × 48 features less 6 padding
+        // rows on each side: 36 × 48 + 36 newlines + the base crop's 576 = 2,340.
+        let c = l.cost(Some((768, 1024)));
+        assert_eq!((c.height, c.width), (672, 672));
+        // no size: the most tokens, a 672² image
+        let most = l.cost(None);
+        assert_eq!((most.tokens, most.encoder_positions), (2928, 5 * 577));
+    }
+
+    #[test]
+    fn llava_next_encodes_each_crop_as_one_clip_image() {
+        let l = llava_next();
+        let c = l.cost(Some((768, 1024)));
+        // 2 images × 5 crops, each 577 positions: the CLIP rule with a batch of 10
+        let llava = config(
+            r#"{"model_type":"llava","vision_config":{"image_size":336,"patch_size":14,"hidden_size":1024,"intermediate_size":4096,"num_attention_heads":16}}"#,
+        );
+        let one = llava.cost(None);
+        for eager in [false, true] {
+            assert_eq!(
+                l.encoder_bytes(&c, 2, 2, eager),
+                llava.encoder_bytes(&one, 10, 2, eager)
+            );
+        }
+        assert_eq!(l.encoder_bytes(&c, 2, 2, false), 141_803_520);
+    }
+
+    #[test]
+    fn llava_next_pinpoints_are_read_or_refused() {
+        // the class default when absent; `full` keeps the base crop's CLS
+        let d = config(r#"{"model_type":"llava_next","vision_feature_select_strategy":"full"}"#);
+        assert_eq!(d.cost(Some((768, 1024))).tokens, 2341);
+        for bad in [
+            r#"[]"#,
+            r#"[[336]]"#,
+            r#"[[100, 672]]"#,
+            r#"[[336, "672"]]"#,
+            r#"[[336, 65536]]"#,
+            r#""anyres""#,
+        ] {
+            let text = format!(r#"{{"model_type":"llava_next","image_grid_pinpoints":{bad}}}"#);
+            let v: Value = serde_json::from_str(&text).unwrap();
+            assert!(read(v.as_object().unwrap()).is_none(), "{bad}");
+        }
+        // a single canvas: every image gets it
+        let one = config(r#"{"model_type":"llava_next","image_grid_pinpoints":[[672,672]]}"#);
+        assert_eq!(one.cost(Some((336, 336))).tokens, 576 + 48 * 48 + 48);
+        assert_eq!(
+            select_best_resolution(1, 1, &[(336, 672), (672, 336)]),
+            (336, 672)
+        );
     }
 
     #[test]

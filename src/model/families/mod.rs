@@ -336,6 +336,14 @@ pub fn defaults(model_type: &str) -> Map<String, Value> {
             "sliding_window": 4096, "sliding_window_pattern": 6,
             "hidden_activation": "gelu_pytorch_tanh"
         }),
+        // MistralConfig (transformers 5.17, configuration_mistral.py): the sizes LLaVA-NeXT's
+        // published `text_config` (llava-v1.6-mistral-7b-hf) leaves to the class. Its
+        // num_key_value_heads (8) and context are not filled: that config gives both, as every
+        // published Mistral config does, and a config without them keeps the llama-like reading.
+        "mistral" => json!({
+            "vocab_size": 32_000, "hidden_size": 4096, "intermediate_size": 14_336,
+            "num_hidden_layers": 32, "num_attention_heads": 32, "tie_word_embeddings": false
+        }),
         // DeepseekV3Config.
         "deepseek_v3" | "kimi_k2" => json!({
             "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64,

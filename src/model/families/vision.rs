@@ -11,7 +11,8 @@
 //! `Gemma3MultiModalProjector`), Qwen2-VL (`Qwen2VisionTransformerPretrainedModel`) and
 //! Qwen2.5-VL (`Qwen2_5_VisionTransformerPretrainedModel`), Mistral-3 (`PixtralVisionModel` with
 //! `Mistral3MultiModalProjector`), LLaVA (`CLIPVisionModel` or `PixtralVisionModel` with
-//! `LlavaMultiModalProjector`), Llama-4 (`Llama4VisionModel` with its projector) and InternVL
+//! `LlavaMultiModalProjector`), LLaVA-NeXT (LLaVA's and its `image_newline`), Llama-4
+//! (`Llama4VisionModel` with its projector) and InternVL
 //! (`InternVLVisionModel` with `InternVLMultiModalProjector`), each held to transformers' own
 //! parameter count by tests/derive_meta.rs, and Gemma-4's (transformers 5.25 `Gemma4VisionModel`),
 //! held to it by tests/configs_2026.rs.
@@ -41,8 +42,8 @@ pub(crate) fn is_wrapper(model_type: &str) -> bool {
 }
 
 /// The vision tower's tensors and its depth for the wrapper the config's top level names
-/// (Qwen3-VL, Qwen3.5, Gemma-3, Gemma-4, Qwen2-VL, Qwen2.5-VL, Mistral-3, LLaVA, Llama-4,
-/// InternVL); `None` for a text-only config or a LLaVA vision model not counted here.
+/// (Qwen3-VL, Qwen3.5, Gemma-3, Gemma-4, Qwen2-VL, Qwen2.5-VL, Mistral-3, LLaVA, LLaVA-NeXT,
+/// Llama-4, InternVL); `None` for a text-only config or a LLaVA vision model not counted here.
 /// `text_hidden` is the language model's width (Gemma-3's projector maps into it). Groups a
 /// config leaves empty (a bias it turns off, a count of zero) are dropped here, once for every
 /// tower.
@@ -57,6 +58,7 @@ pub(crate) fn tower(
         Some("qwen2_5_vl") => qwen2(r, true).map(Some),
         Some("mistral3") => mistral3(r, text_hidden).map(Some),
         Some("llava") => llava(r, text_hidden),
+        Some("llava_next") => llava_next(r, text_hidden),
         Some("llama4") => llama4(r, text_hidden).map(Some),
         Some("internvl") => internvl(r, text_hidden).map(Some),
         _ => qwen(r),
@@ -368,6 +370,17 @@ fn llava(r: &Reader, text_hidden: u64) -> Result<Option<(Vec<TensorGroup>, u64)>
     };
     t.extend(two_linears(r, h, text_hidden, projector_bias(r, true))?);
     Ok(Some((t, depth)))
+}
+
+/// LLaVA-NeXT's tower (transformers 5.17 `LlavaNextModel`, modeling_llava_next.py): LLaVA's
+/// (`AutoModel` of `vision_config`, CLIP ViT-L/14 at 336 pixels when it has none;
+/// `LlavaNextMultiModalProjector` is the same two linears), and `image_newline`, one text-hidden
+/// vector the model appends to each row of an image's features.
+fn llava_next(r: &Reader, text_hidden: u64) -> Result<Option<(Vec<TensorGroup>, u64)>, InputError> {
+    Ok(llava(r, text_hidden)?.map(|(mut t, depth)| {
+        t.push(vision(1, text_hidden, 1));
+        (t, depth)
+    }))
 }
 
 /// Llama-4's tower (transformers 5.17 `Llama4VisionModel` and `Llama4MultiModalProjector`,
@@ -716,6 +729,18 @@ mod tests {
             .notes
             .iter()
             .any(|n| n == crate::model::config::VISION_NOT_COUNTED));
+    }
+
+    /// transformers 5.17 on the meta device (`LlavaNextForConditionalGeneration`):
+    /// llava-v1.6-mistral-7b-hf holds 7,566,747,648 parameters, 324,491,264 of them outside the
+    /// language model — LLaVA-1.5's CLIP and projector into 4,096 and the 4,096 of
+    /// `image_newline`.
+    #[test]
+    fn llava_next_is_llavas_tower_and_its_image_newline() {
+        let text = include_str!("../../../tests/fixtures/vision/llava-v1.6-mistral-7b-hf.json");
+        let spec = load("t", text).expect("it parses");
+        assert_eq!(tower(text), 324_491_264);
+        assert_eq!(spec.parameters(), 7_566_747_648);
     }
 
     #[test]
