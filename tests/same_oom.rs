@@ -3,7 +3,10 @@
 //! tests/fixtures/same-oom/) handed to the three readers a user has — `explain` on the program's
 //! stderr, `explain` on PyTorch's allocator record, and `watch` of a program that prints the same
 //! output and leaves the same record where llm-oom's hook leaves it. Each must name the run's
-//! cause. Where one still does not, the case is listed in `KNOWN` with the reason, and the test
+//! cause. Beside them, `diagnose` of the same workload, recorded on an H200
+//! (`scripts/gpu/same-oom-diagnose.sh`, `diagnose-h200.json` in each case's folder,
+//! docs/calibration/same-oom-diagnose-h200-2026-12-07.jsonl): its recorded verdict is read, as
+//! CI has no GPU to run it. Where one still does not, the case is listed in `KNOWN` with the reason, and the test
 //! fails when a listed miss no longer happens, so the list cannot go stale.
 
 use std::path::{Path, PathBuf};
@@ -79,6 +82,24 @@ const KNOWN: &[(&str, &str, &str, &str)] = &[
         "record",
         "kv_cache",
         "as served-ramp: the record names the KV cache that filled the cap, at confidence 0.5",
+    ),
+    (
+        "served-ramp",
+        "diagnose",
+        "concurrency",
+        "diagnose answers for a fresh process, and on the H200, with the card that run had (the \
+         18 GiB cap + its 0.73 GiB of CUDA context), its decisive fresh process ran out too: \
+         7,840 × 2 sits at the edge (its budget 7,795, 0.6 % under; the H100's fresh process ran \
+         7,840 under the cap); its note keeps a long-lived process to 95 % and names \
+         expandable_segments",
+    ),
+    (
+        "served-ramp-b1",
+        "diagnose",
+        "none",
+        "a fresh process runs 4,548 tokens (as the H100's did): the long-lived process's failure \
+         is not in a fresh run, and the note says a process that ran other sizes can run out \
+         below 3,830 (95 %) and names expandable_segments",
     ),
 ];
 
@@ -158,18 +179,27 @@ sys.exit(1)
     cause_of(&json, &format!("watch of {case}"))
 }
 
+/// The cause `diagnose` gave for the same workload on the GPU, from its recorded `--json`.
+fn recorded_diagnose(case: &str) -> String {
+    let path = dir(case).join("diagnose-h200.json");
+    let json = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    cause_of(&json, &format!("diagnose of {case}"))
+}
+
 #[test]
 fn explain_watch_and_the_allocator_record_name_each_runs_cause() {
     let home = util::temp();
     let home = home.path();
     let mut misses = Vec::new();
-    let mut table =
-        String::from("case            truth          stderr         record         watch\n");
+    let mut table = String::from(
+        "case            truth          stderr         record         watch          diagnose\n",
+    );
     for &(case, truth) in CASES {
         let answers = [
             ("stderr", explain(home, &dir(case).join("stderr.log"))),
             ("record", explain(home, &dir(case).join("snapshot.pickle"))),
             ("watch", watch(home, case)),
+            ("diagnose", recorded_diagnose(case)),
         ];
         table.push_str(&format!("{case:<15} {truth:<14}"));
         for (reader, got) in &answers {
