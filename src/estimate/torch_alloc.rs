@@ -87,15 +87,21 @@ const CLASSES: usize = (CLASSED / MIN_BLOCK) as usize + 1;
 /// Words of the bitmap of non-empty classes (at most 128, the summary's bits).
 const WORDS: usize = CLASSES.div_ceil(64);
 
+/// No block: the end of a class's list.
+const NONE: usize = usize::MAX;
+
 /// One pool's cached free blocks by (size, address, block), in the allocator's best-fit order
 /// (smallest that holds the request, then the lowest address). A decode step makes and frees
 /// thousands of small tensors, so a block whose size is a multiple of `MIN_BLOCK` up to 2 MiB
-/// sits in its size's class (its addresses in order), found through a two-level bitmap of the
-/// non-empty classes in a few word operations; any other block is in a sorted vector, as a set.
+/// is in its size's class, a list in address order linked through the block's index, found
+/// through a two-level bitmap of the non-empty classes in a few word operations; any other block
+/// is in a sorted vector, as a set. A block is cached at most once.
 #[derive(Debug, Clone)]
 struct FreeBlocks {
-    /// (address, block) of each class's blocks, sorted.
-    classes: Vec<Vec<(u64, usize)>>,
+    /// The first block of each class (`NONE`: empty).
+    heads: Vec<usize>,
+    /// By block index: the next block of its class, and its address.
+    links: Vec<(usize, u64)>,
     /// Bit `c` of the class bitmap: class `c` holds a block.
     bits: [u64; WORDS],
     /// Bit `w`: word `w` of `bits` is not zero.
@@ -107,7 +113,8 @@ struct FreeBlocks {
 impl Default for FreeBlocks {
     fn default() -> Self {
         FreeBlocks {
-            classes: vec![Vec::new(); CLASSES],
+            heads: vec![NONE; CLASSES],
+            links: Vec::new(),
             bits: [0; WORDS],
             summary: 0,
             rest: Vec::new(),
@@ -142,10 +149,13 @@ impl FreeBlocks {
         let classed = usize::try_from(size.div_ceil(MIN_BLOCK))
             .ok()
             .and_then(|c| self.class_from(c))
-            .and_then(|c| {
-                let &(ptr, id) = self.classes[c].first()?;
-                Some((c as u64 * MIN_BLOCK, ptr, id))
+            .map(|c| {
+                let id = self.heads[c];
+                (c as u64 * MIN_BLOCK, self.links[id].1, id)
             });
+        if self.rest.is_empty() {
+            return classed;
+        }
         let at = self.rest.partition_point(|k| k.0 < size);
         let other = self.rest.get(at).copied();
         match (classed, other) {
@@ -162,6 +172,20 @@ impl FreeBlocks {
         Some(key)
     }
 
+    /// Whether block `id` is in the list of class `c`, and the block before it there.
+    fn find(&self, c: usize, id: usize) -> Option<usize> {
+        let mut before = NONE;
+        let mut at = self.heads[c];
+        while at != NONE {
+            if at == id {
+                return Some(before);
+            }
+            before = at;
+            at = self.links[at].0;
+        }
+        None
+    }
+
     fn insert(&mut self, key: (u64, u64, usize)) {
         let Some(c) = class_of(key.0) else {
             if let Err(at) = self.rest.binary_search(&key) {
@@ -169,12 +193,28 @@ impl FreeBlocks {
             }
             return;
         };
-        let class = &mut self.classes[c];
-        if let Err(at) = class.binary_search(&(key.1, key.2)) {
-            class.insert(at, (key.1, key.2));
-            self.bits[c / 64] |= 1 << (c % 64);
-            self.summary |= 1 << (c / 64);
+        let (_, ptr, id) = key;
+        if self.find(c, id).is_some() {
+            return;
         }
+        if self.links.len() <= id {
+            self.links.resize(id + 1, (NONE, 0));
+        }
+        // after every block of a lower (address, index)
+        let mut before = NONE;
+        let mut at = self.heads[c];
+        while at != NONE && (self.links[at].1, at) < (ptr, id) {
+            before = at;
+            at = self.links[at].0;
+        }
+        self.links[id] = (at, ptr);
+        if before == NONE {
+            self.heads[c] = id;
+        } else {
+            self.links[before].0 = id;
+        }
+        self.bits[c / 64] |= 1 << (c % 64);
+        self.summary |= 1 << (c / 64);
     }
 
     fn remove(&mut self, key: &(u64, u64, usize)) {
@@ -184,14 +224,23 @@ impl FreeBlocks {
             }
             return;
         };
-        let class = &mut self.classes[c];
-        if let Ok(at) = class.binary_search(&(key.1, key.2)) {
-            class.remove(at);
-            if class.is_empty() {
-                self.bits[c / 64] &= !(1 << (c % 64));
-                if self.bits[c / 64] == 0 {
-                    self.summary &= !(1 << (c / 64));
-                }
+        let id = key.2;
+        let Some(before) = self.find(c, id) else {
+            return;
+        };
+        if self.links[id].1 != key.1 {
+            return;
+        }
+        let next = self.links[id].0;
+        if before == NONE {
+            self.heads[c] = next;
+        } else {
+            self.links[before].0 = next;
+        }
+        if self.heads[c] == NONE {
+            self.bits[c / 64] &= !(1 << (c % 64));
+            if self.bits[c / 64] == 0 {
+                self.summary &= !(1 << (c / 64));
             }
         }
     }
@@ -205,10 +254,14 @@ impl FreeBlocks {
 
     /// Every cached block, in the pool's order.
     fn keys(&self) -> Vec<(u64, u64, usize)> {
-        let mut all: Vec<(u64, u64, usize)> = (self.classes.iter().enumerate())
-            .flat_map(|(c, v)| v.iter().map(move |&(ptr, id)| (c as u64 * MIN_BLOCK, ptr, id)))
-            .chain(self.rest.iter().copied())
-            .collect();
+        let mut all = self.rest.clone();
+        for (c, &head) in self.heads.iter().enumerate() {
+            let mut at = head;
+            while at != NONE {
+                all.push((c as u64 * MIN_BLOCK, self.links[at].1, at));
+                at = self.links[at].0;
+            }
+        }
         all.sort_unstable();
         all
     }
@@ -559,10 +612,13 @@ mod tests {
         let mut x: u64 = 12_345;
         for step in 0..20_000usize {
             x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            // sizes in the classes, past them, and between two classes, with ties
+            // sizes in the classes, past them, and between two classes, with ties; a block is
+            // cached at most once, so its index follows from its size and address
             let sizes = [0, MIN_BLOCK, 3 * MIN_BLOCK, CLASSED, CLASSED + MIN_BLOCK, 700, 2_000];
-            let size = sizes[(x >> 60) as usize % sizes.len()] + ((x >> 57) & 1) * 4 * MIN_BLOCK;
-            let key = (size, (x >> 40) & 0xff, step % 97);
+            let class = (x >> 60) as usize % sizes.len() * 2 + ((x >> 57) & 1) as usize;
+            let size = sizes[class / 2] + (class % 2) as u64 * 4 * MIN_BLOCK;
+            let ptr = (x >> 40) & 0x3f;
+            let key = (size, ptr, class * 64 + ptr as usize);
             match (x >> 33) % 4 {
                 0 | 1 => {
                     set.insert(key);
