@@ -124,7 +124,7 @@ impl Default for FreeBlocks {
 
 /// The class of a block of `size` bytes, if it is kept by class.
 fn class_of(size: u64) -> Option<usize> {
-    (size % MIN_BLOCK == 0 && size <= CLASSED).then(|| (size / MIN_BLOCK) as usize)
+    (size % MIN_BLOCK == 0 && size <= CLASSED).then_some((size / MIN_BLOCK) as usize)
 }
 
 impl FreeBlocks {
@@ -610,11 +610,19 @@ mod tests {
         let mut pool = FreeBlocks::default();
         // a small linear congruential sequence: sizes from a few classes so that ties happen
         let mut x: u64 = 12_345;
-        for step in 0..20_000usize {
+        for _ in 0..20_000usize {
             x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
             // sizes in the classes, past them, and between two classes, with ties; a block is
             // cached at most once, so its index follows from its size and address
-            let sizes = [0, MIN_BLOCK, 3 * MIN_BLOCK, CLASSED, CLASSED + MIN_BLOCK, 700, 2_000];
+            let sizes = [
+                0,
+                MIN_BLOCK,
+                3 * MIN_BLOCK,
+                CLASSED,
+                CLASSED + MIN_BLOCK,
+                700,
+                2_000,
+            ];
             let class = (x >> 60) as usize % sizes.len() * 2 + ((x >> 57) & 1) as usize;
             let size = sizes[class / 2] + (class % 2) as u64 * 4 * MIN_BLOCK;
             let ptr = (x >> 40) & 0x3f;
