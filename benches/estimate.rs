@@ -50,6 +50,28 @@ fn bench(c: &mut Criterion) {
             })
         })
     });
+    // `plan --exact` on a 24 GiB card: the verdict, the budget's searches and the what-if, each
+    // a bisection of replays (a fresh planner each time, so that no run is kept from the last).
+    let default = Workload {
+        prompt_tokens: 2048,
+        max_new_tokens: 256,
+        batch: 1,
+        ..w
+    };
+    slow.bench_function(
+        "plan --exact (Mistral-7B, 2,048 + 256 tokens, 24 GiB)",
+        |b| {
+            b.iter(|| {
+                let planner = Planner::new(&spec, 24u64 << 30).with_pool();
+                let w = std::hint::black_box(&default);
+                (
+                    llm_oom::verdict::predicted::forecast(&planner, w).replayed,
+                    planner.budget(w),
+                    planner.quantization_what_if(w),
+                )
+            })
+        },
+    );
     slow.finish();
     c.bench_function("preset parse", |b| {
         b.iter(|| presets::load(id, std::hint::black_box(json)))

@@ -80,63 +80,190 @@ impl Allocation {
     }
 }
 
-/// One pool's cached free blocks by (size, address, block): a sorted vector, as a set. A pool
-/// holds tens of blocks, where a binary search and a short move beat a tree's nodes; the order is
-/// the allocator's best-fit order (smallest that holds the request, then the lowest address).
-#[derive(Debug, Clone, Default)]
-struct FreeBlocks(Vec<(u64, u64, usize)>);
+/// Cached blocks of up to this many bytes (every small-pool block) are kept by size class.
+const CLASSED: u64 = SMALL_BUFFER;
+/// One class per multiple of `MIN_BLOCK` up to `CLASSED`, 0 included.
+const CLASSES: usize = (CLASSED / MIN_BLOCK) as usize + 1;
+/// Words of the bitmap of non-empty classes (at most 128, the summary's bits).
+const WORDS: usize = CLASSES.div_ceil(64);
+
+/// No block: the end of a class's list.
+const NONE: usize = usize::MAX;
+
+/// One pool's cached free blocks by (size, address, block), in the allocator's best-fit order
+/// (smallest that holds the request, then the lowest address). A decode step makes and frees
+/// thousands of small tensors, so a block whose size is a multiple of `MIN_BLOCK` up to 2 MiB
+/// is in its size's class, a list in address order linked through the block's index, found
+/// through a two-level bitmap of the non-empty classes in a few word operations; any other block
+/// is in a sorted vector, as a set. A block is cached at most once.
+#[derive(Debug, Clone)]
+struct FreeBlocks {
+    /// The first block of each class (`NONE`: empty).
+    heads: Vec<usize>,
+    /// By block index: the next block of its class, and its address.
+    links: Vec<(usize, u64)>,
+    /// Bit `c` of the class bitmap: class `c` holds a block.
+    bits: [u64; WORDS],
+    /// Bit `w`: word `w` of `bits` is not zero.
+    summary: u128,
+    /// Blocks outside the classes, sorted.
+    rest: Vec<(u64, u64, usize)>,
+}
+
+impl Default for FreeBlocks {
+    fn default() -> Self {
+        FreeBlocks {
+            heads: vec![NONE; CLASSES],
+            links: Vec::new(),
+            bits: [0; WORDS],
+            summary: 0,
+            rest: Vec::new(),
+        }
+    }
+}
+
+/// The class of a block of `size` bytes, if it is kept by class.
+fn class_of(size: u64) -> Option<usize> {
+    (size % MIN_BLOCK == 0 && size <= CLASSED).then_some((size / MIN_BLOCK) as usize)
+}
 
 impl FreeBlocks {
+    /// The first non-empty class from `c` on.
+    fn class_from(&self, c: usize) -> Option<usize> {
+        let w = c / 64;
+        let word = *self.bits.get(w)?;
+        let here = word & (!0u64 << (c % 64));
+        if here != 0 {
+            return Some(w * 64 + here.trailing_zeros() as usize);
+        }
+        let above = self.summary & (!0u128).checked_shl(w as u32 + 1).unwrap_or(0);
+        if above == 0 {
+            return None;
+        }
+        let w = above.trailing_zeros() as usize;
+        Some(w * 64 + self.bits[w].trailing_zeros() as usize)
+    }
+
     /// The smallest block of at least `size` bytes (ties: the lowest address).
-    #[cfg(test)]
     fn first_holding(&self, size: u64) -> Option<(u64, u64, usize)> {
-        let at = self.0.partition_point(|k| k.0 < size);
-        self.0.get(at).copied()
+        let classed = usize::try_from(size.div_ceil(MIN_BLOCK))
+            .ok()
+            .and_then(|c| self.class_from(c))
+            .map(|c| {
+                let id = self.heads[c];
+                (c as u64 * MIN_BLOCK, self.links[id].1, id)
+            });
+        if self.rest.is_empty() {
+            return classed;
+        }
+        let at = self.rest.partition_point(|k| k.0 < size);
+        let other = self.rest.get(at).copied();
+        match (classed, other) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
+
     /// Take the smallest block of at least `size` bytes (ties: the lowest address) out of the
-    /// pool: `first_holding` and `remove` in one search.
+    /// pool.
     fn take_holding(&mut self, size: u64) -> Option<(u64, u64, usize)> {
-        let at = self.0.partition_point(|k| k.0 < size);
-        (at < self.0.len()).then(|| self.0.remove(at))
+        let key = self.first_holding(size)?;
+        self.remove(&key);
+        Some(key)
     }
+
+    /// Whether block `id` is in the list of class `c`, and the block before it there.
+    fn find(&self, c: usize, id: usize) -> Option<usize> {
+        let mut before = NONE;
+        let mut at = self.heads[c];
+        while at != NONE {
+            if at == id {
+                return Some(before);
+            }
+            before = at;
+            at = self.links[at].0;
+        }
+        None
+    }
+
     fn insert(&mut self, key: (u64, u64, usize)) {
-        if let Err(at) = self.0.binary_search(&key) {
-            self.0.insert(at, key);
-        }
-    }
-    fn remove(&mut self, key: &(u64, u64, usize)) {
-        if let Ok(at) = self.0.binary_search(key) {
-            self.0.remove(at);
-        }
-    }
-    /// `remove(old)` then `insert(new)`, moving only the blocks between the two places instead of
-    /// the pool's tail twice: a freed block that merges with a cached neighbour takes its place.
-    fn replace(&mut self, old: &(u64, u64, usize), new: (u64, u64, usize)) {
-        if *old == new {
-            self.insert(new);
-            return;
-        }
-        let Ok(i) = self.0.binary_search(old) else {
-            self.insert(new);
+        let Some(c) = class_of(key.0) else {
+            if let Err(at) = self.rest.binary_search(&key) {
+                self.rest.insert(at, key);
+            }
             return;
         };
-        match self.0.binary_search(&new) {
-            Ok(_) => {
-                self.0.remove(i);
+        let (_, ptr, id) = key;
+        if self.find(c, id).is_some() {
+            return;
+        }
+        if self.links.len() <= id {
+            self.links.resize(id + 1, (NONE, 0));
+        }
+        // after every block of a lower (address, index)
+        let mut before = NONE;
+        let mut at = self.heads[c];
+        while at != NONE && (self.links[at].1, at) < (ptr, id) {
+            before = at;
+            at = self.links[at].0;
+        }
+        self.links[id] = (at, ptr);
+        if before == NONE {
+            self.heads[c] = id;
+        } else {
+            self.links[before].0 = id;
+        }
+        self.bits[c / 64] |= 1 << (c % 64);
+        self.summary |= 1 << (c / 64);
+    }
+
+    fn remove(&mut self, key: &(u64, u64, usize)) {
+        let Some(c) = class_of(key.0) else {
+            if let Ok(at) = self.rest.binary_search(key) {
+                self.rest.remove(at);
             }
-            // `j` counts `old` when `new` sorts after it
-            Err(j) if j > i => {
-                self.0[i..j].rotate_left(1);
-                self.0[j - 1] = new;
-            }
-            Err(j) => {
-                self.0[j..=i].rotate_right(1);
-                self.0[j] = new;
+            return;
+        };
+        let id = key.2;
+        let Some(before) = self.find(c, id) else {
+            return;
+        };
+        if self.links[id].1 != key.1 {
+            return;
+        }
+        let next = self.links[id].0;
+        if before == NONE {
+            self.heads[c] = next;
+        } else {
+            self.links[before].0 = next;
+        }
+        if self.heads[c] == NONE {
+            self.bits[c / 64] &= !(1 << (c % 64));
+            if self.bits[c / 64] == 0 {
+                self.summary &= !(1 << (c / 64));
             }
         }
     }
-    fn iter(&self) -> impl Iterator<Item = &(u64, u64, usize)> {
-        self.0.iter()
+
+    /// `remove(old)` then `insert(new)`: a freed block that merges with a cached neighbour
+    /// takes its place.
+    fn replace(&mut self, old: &(u64, u64, usize), new: (u64, u64, usize)) {
+        self.remove(old);
+        self.insert(new);
+    }
+
+    /// Every cached block, in the pool's order.
+    fn keys(&self) -> Vec<(u64, u64, usize)> {
+        let mut all = self.rest.clone();
+        for (c, &head) in self.heads.iter().enumerate() {
+            let mut at = head;
+            while at != NONE {
+                all.push((c as u64 * MIN_BLOCK, self.links[at].1, at));
+                at = self.links[at].0;
+            }
+        }
+        all.sort_unstable();
+        all
     }
 }
 
@@ -409,10 +536,8 @@ impl CachingAllocator {
     /// `torch.cuda.empty_cache()`: hand back every cached segment that is wholly free.
     pub fn empty_cache(&mut self) {
         for pool in 0..2 {
-            let whole: Vec<(u64, u64, usize)> = self.pools[pool]
-                .iter()
+            let whole: Vec<(u64, u64, usize)> = (self.pools[pool].keys().into_iter())
                 .filter(|k| self.is_whole_segment(k.2))
-                .copied()
                 .collect();
             for k in whole {
                 self.release(pool, k);
@@ -423,10 +548,8 @@ impl CachingAllocator {
     /// Hand back the wholly free segment at `ptr`, if there is one (a recorded `segment_free`).
     pub fn release_segment(&mut self, ptr: u64) -> bool {
         for pool in 0..2 {
-            let hit = self.pools[pool]
-                .iter()
-                .find(|k| self.blocks[k.2].ptr == ptr && self.is_whole_segment(k.2))
-                .copied();
+            let hit = (self.pools[pool].keys().into_iter())
+                .find(|k| self.blocks[k.2].ptr == ptr && self.is_whole_segment(k.2));
             if let Some(k) = hit {
                 self.release(pool, k);
                 return true;
@@ -481,15 +604,29 @@ mod tests {
     }
 
     #[test]
-    fn the_sorted_pool_keeps_the_order_of_an_ordered_set() {
+    fn the_pool_keeps_the_order_of_an_ordered_set() {
         use std::collections::BTreeSet;
         let mut set = BTreeSet::new();
         let mut pool = FreeBlocks::default();
         // a small linear congruential sequence: sizes from a few classes so that ties happen
         let mut x: u64 = 12_345;
-        for step in 0..20_000usize {
+        for _ in 0..20_000usize {
             x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            let key = ((x >> 60) * MIN_BLOCK, (x >> 40) & 0xff, step % 97);
+            // sizes in the classes, past them, and between two classes, with ties; a block is
+            // cached at most once, so its index follows from its size and address
+            let sizes = [
+                0,
+                MIN_BLOCK,
+                3 * MIN_BLOCK,
+                CLASSED,
+                CLASSED + MIN_BLOCK,
+                700,
+                2_000,
+            ];
+            let class = (x >> 60) as usize % sizes.len() * 2 + ((x >> 57) & 1) as usize;
+            let size = sizes[class / 2] + (class % 2) as u64 * 4 * MIN_BLOCK;
+            let ptr = (x >> 40) & 0x3f;
+            let key = (size, ptr, class * 64 + ptr as usize);
             match (x >> 33) % 4 {
                 0 | 1 => {
                     set.insert(key);
@@ -519,7 +656,7 @@ mod tests {
                     }
                 }
             }
-            assert!(pool.iter().eq(set.iter()));
+            assert!(pool.keys().iter().eq(set.iter()));
         }
     }
 
