@@ -88,13 +88,26 @@ pub fn from_snapshot(r: &SnapshotReport) -> Verdict {
             ),
         });
     }
+    let rule = rule_of(r, cause);
+    // A prefill's activations filling the limit: a batch of sequences and one long prompt leave
+    // the same record (it holds sizes, not shapes), so what multiplied them is not known here
+    // (H100 same-oom batch-32 and batch-48 against long-prompt).
+    let multiplier_unknown = rule == Code::R6 && cause == Cause::Activations;
+    if multiplier_unknown {
+        evidence.push(Evidence::text(
+            "the record holds no batch size: a batch of sequences and one long prompt leave the \
+             same activations; the program's batch line (`llm-oom watch -- <the command>`) or the \
+             workload (--model, --prompt-tokens, --batch) tells which",
+        ));
+    }
     Verdict {
-        rule: Some(rule_of(r, cause)),
+        rule: Some(rule),
         cause,
         stage,
         confidence: match (r.history, cause) {
             (_, Cause::None) => 0.9,
             (_, Cause::Unknown) => 0.3,
+            _ if multiplier_unknown => 0.5,
             // Cached holes that could hold the request beside a filled limit: what filled it is the
             // likelier cause, but a long-lived process's fragmentation leaves the same record
             // (rule W2; docs/calibration/same-oom-served-ramp-h100-2026-12-06.jsonl).

@@ -372,7 +372,7 @@ codes! {
         r#"The request and most live bytes are outside the model's frames (a script's own tensors) → `unknown` (other)."#
         r#"H200 fragmented (a ballast of 125 GiB)"#;
     R6 Record
-        r#"Otherwise what filled the limit: the larger of the KV cache and the activations, the failed step's need counted toward the part it was growing (a decode step's small buffer beside a grown cache is the cache; a prefill's MLP buffer the activations); the weights when only they are live."#
+        r#"Otherwise what filled the limit: the larger of the KV cache and the activations, the failed step's need counted toward the part it was growing (a decode step's small buffer beside a grown cache is the cache; a prefill's MLP buffer the activations); the weights when only they are live. Activations named so are at confidence 0.5, saying the record holds no batch size (a batch and one long prompt leave the same record) and what settles it."#
         r#"H100 same-oom kv-decode, long-prompt, batch-32; H200 long_prompt, batch"#;
     R7 Record
         r#"A record with allocator history and no `oom` entry: the allocator never failed while it recorded → no OOM."#
