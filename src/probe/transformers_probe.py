@@ -1501,12 +1501,11 @@ class Child:
         cap = min(SEARCH_CAP, free)
         if m.pool_cap is not None:
             cap = min(cap, max(0, m.pool_cap - reserved))
-        lo, hi = 0, cap // BLOCK_STEP  # lo blocks are known to fit
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
+
+        def fits(blocks):
             ok = False
             try:
-                t = torch.empty(mid * BLOCK_STEP, dtype=torch.uint8, device=self.device)
+                t = torch.empty(blocks * BLOCK_STEP, dtype=torch.uint8, device=self.device)
                 del t
                 ok = True
             except Exception as e:  # noqa: BLE001
@@ -1514,7 +1513,16 @@ class Child:
                     raise
                 del e
             torch.cuda.empty_cache()
-            if ok:
+            return ok
+
+        lo, hi = 0, cap // BLOCK_STEP  # lo blocks are known to fit
+        # The common case first: the whole range searched is one block (one try instead of the
+        # bisection's ~13, each a cudaMalloc and cudaFree of gigabytes); the answer is the same.
+        if hi > 0 and fits(hi):
+            lo = hi
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if fits(mid):
                 lo = mid
             else:
                 hi = mid - 1
