@@ -499,6 +499,19 @@ fn mtp_is_refused_where_it_cannot_be_planned() {
         ),
         (
             DEEPSEEK_V3,
+            vec![
+                "--engine",
+                "sglang",
+                "--lora-rank",
+                "8",
+                "--lora-targets",
+                "q,up",
+            ],
+            "--lora-targets: SGLang allocates LoRA buffers for gate, up and down of each of the \
+             256 routed experts",
+        ),
+        (
+            DEEPSEEK_V3,
             vec!["--engine", "sglang", "--mtp", "--lora-rank", "8"],
             "--lora-rank and --mtp: SGLang refuses it at start-up: \"Currently LoRA is only \
              compatible with NGRAM speculative decoding.\"",
@@ -726,6 +739,9 @@ fn sglang_runs_the_mtp_layer_as_a_nextn_draft_with_the_models_embedding() {
     assert_eq!(default["sglang_startup"]["mem_fraction_static"], 0.811);
     assert_eq!(default["sglang_startup"]["starts"], false);
     assert_eq!(default["sglang_startup"]["fraction_for_draft"], 0.76);
+    let how = default["remedies"].to_string();
+    assert!(how.contains("--mem-fraction-static 0.76"), "{how}");
+    assert!(how.contains("drop --speculative-algorithm NEXTN"), "{how}");
     assert!(default["notes"]
         .to_string()
         .contains("--speculative-algorithm NEXTN"));

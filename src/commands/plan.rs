@@ -261,6 +261,28 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             .into());
         }
     }
+    // SGLang gives a mixture of experts' gate/up/down LoRA per-expert buffers
+    // (lora/mem_pool.py `init_buffers`: `gate_up_proj_moe`, `down_proj_moe`), not priced here.
+    if let (Engine::Sglang, Some(l), Some(e)) = (
+        req.engine,
+        req.deployment.lora.as_ref(),
+        spec.experts.as_ref().filter(|e| e.sparse_layers > 0),
+    ) {
+        use crate::estimate::deployment::Target;
+        if [Target::Gate, Target::Up, Target::Down]
+            .into_iter()
+            .any(|t| l.targets.contains(t))
+        {
+            return Err(InputError::Usage(format!(
+                "--lora-targets: SGLang allocates LoRA buffers for gate, up and down of each of \
+                 the {} routed experts in every layer (lora/mem_pool.py: gate_up_proj_moe, \
+                 down_proj_moe, max_loras × experts × rank × dims), which llm-oom does not price; \
+                 give attention targets (q,k,v,o)",
+                e.count
+            ))
+            .into());
+        }
+    }
     let mut notes = spec.notes.clone();
     notes.extend(mmproj_note);
     let mut w = req.workload(&spec);

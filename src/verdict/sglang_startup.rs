@@ -176,6 +176,15 @@ pub fn verdict(s: &SglangStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<St
                 format!("--mem-fraction-static {f:.2}"),
             ));
         }
+        remedies.push(flag_remedy(
+            s,
+            Change::DropDraft,
+            "start without speculative decoding".to_string(),
+            format!(
+                "drop --speculative-algorithm {}",
+                s.speculative_algorithm.map_or("", |a| a.name())
+            ),
+        ));
         let v = Verdict {
             rule: None,
             cause: Cause::Weights,
