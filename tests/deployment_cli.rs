@@ -314,7 +314,7 @@ fn what_cannot_be_planned_is_refused_before_any_work() {
         ),
         (
             vec!["--lora-rank", "8", "--engine", "candle"],
-            "transformers, vLLM and llama.cpp",
+            "transformers, vLLM, SGLang and llama.cpp",
         ),
     ] {
         let home = temp();
@@ -494,7 +494,27 @@ fn mtp_is_refused_where_it_cannot_be_planned() {
         (
             DEEPSEEK_V3,
             vec!["--engine", "llama.cpp", "--mtp"],
-            "--mtp: the MTP draft is priced for vLLM",
+            "--mtp: the MTP draft is priced for vLLM (--speculative-config method mtp) and \
+             SGLang (--speculative-algorithm NEXTN)",
+        ),
+        (
+            DEEPSEEK_V3,
+            vec![
+                "--engine",
+                "sglang",
+                "--lora-rank",
+                "8",
+                "--lora-targets",
+                "q,up",
+            ],
+            "--lora-targets: SGLang allocates LoRA buffers for gate, up and down of each of the \
+             256 routed experts",
+        ),
+        (
+            DEEPSEEK_V3,
+            vec!["--engine", "sglang", "--mtp", "--lora-rank", "8"],
+            "--lora-rank and --mtp: SGLang refuses it at start-up: \"Currently LoRA is only \
+             compatible with NGRAM speculative decoding.\"",
         ),
         (
             DEEPSEEK_V3,
@@ -514,7 +534,10 @@ fn mtp_is_refused_where_it_cannot_be_planned() {
         );
         assert_eq!(r.code, 2, "{args:?}: {}{}", r.stdout, r.stderr);
         assert!(r.stderr.contains(says), "{args:?}: {}", r.stderr);
-        if says.starts_with("--mtp") || says.starts_with("has no") {
+        if says.starts_with("--mtp")
+            || says.starts_with("--lora-rank")
+            || says.starts_with("has no")
+        {
             assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
         }
     }
@@ -574,4 +597,153 @@ fn mtp_layers_no_family_builds_are_said_and_not_priced() {
     assert!(r
         .stderr
         .contains("has no multi-token-prediction layers llm-oom sizes"));
+}
+
+/// SGLang's startup as `plan --json` reports it.
+fn sg(v: &Value, k: &str) -> u64 {
+    v["sglang_startup"][k].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn sglang_takes_the_lora_buffers_of_the_stacked_modules_before_its_pool() {
+    let work = [
+        "--engine",
+        "sglang",
+        "--vram",
+        "80GiB",
+        "--mem-fraction-static",
+        "0.85",
+    ];
+    let (_, alone) = plan(&work);
+    let (_, with) = plan(&[&work[..], &["--lora-rank", "16", "--max-loras", "4"]].concat());
+    // PEFT's q_proj, v_proj normalize to qkv_proj (lora/utils.py): A 4 × (16 × 3) × 4,096 and
+    // B 4 × (4,096 + 2 × 1,024) × 16 per layer, 32 layers, bf16.
+    let lora = 4 * (16 * 3 * 4_096 + (4_096 + 2 * 1_024) * 16) * LAYERS * 2;
+    assert_eq!(lora, 75_497_472);
+    assert_eq!(c(&with, "adapters"), lora);
+    assert_eq!(sg(&with, "lora_bytes"), lora);
+    // init_lora_manager runs before init_memory_pool: the buffers come off the pool.
+    assert_eq!(sg(&alone, "pool_bytes") - sg(&with, "pool_bytes"), lora);
+    assert_eq!(
+        sg(&with, "max_total_num_tokens"),
+        sg(&with, "pool_bytes") / (32 * 8 * 128 * 2 * 2)
+    );
+    // o and down targeted: those two, no stacking.
+    let (_, od) = plan(
+        &[
+            &work[..],
+            &[
+                "--lora-rank",
+                "8",
+                "--max-loras",
+                "1",
+                "--lora-targets",
+                "o,down",
+            ],
+        ]
+        .concat(),
+    );
+    assert_eq!(c(&od, "adapters"), 8 * (O + MLP) * LAYERS * 2);
+    adds_up(&with);
+}
+
+#[test]
+fn sglang_gives_a_standalone_draft_its_own_pool_after_the_models() {
+    let dir = temp();
+    let draft = draft_config(dir.path());
+    let d = draft.to_str().unwrap();
+    let work = [
+        "--engine",
+        "sglang",
+        "--vram",
+        "80GiB",
+        "--mem-fraction-static",
+        "0.85",
+    ];
+    let (_, alone) = plan(&work);
+    let (_, with) = plan(&[&work[..], &["--draft-model", d]].concat());
+    assert_eq!(
+        with["sglang_startup"]["speculative_algorithm"],
+        "STANDALONE"
+    );
+    assert_eq!(sg(&with, "draft_weights_bytes"), DRAFT_PARAMS * 2);
+    assert_eq!(sg(&with, "draft_load_bytes"), DRAFT_PARAMS * 2);
+    // The model's pool is profiled before the draft worker exists: the same tokens.
+    assert_eq!(
+        sg(&with, "max_total_num_tokens"),
+        sg(&alone, "max_total_num_tokens")
+    );
+    // draft_runner_cache_size = max_total_num_tokens, in the draft's 16 layers.
+    assert_eq!(sg(&with, "draft_cell_size"), DRAFT_KV_PER_TOKEN);
+    assert_eq!(
+        sg(&with, "draft_kv_bytes"),
+        sg(&with, "max_total_num_tokens") * DRAFT_KV_PER_TOKEN
+    );
+    // free 79.5 GiB × 0.15 = 12.8 GB left: 2.47 GB of weights + 373,079 × 32 KiB = 12.2 GB do not fit.
+    assert_eq!(with["sglang_startup"]["starts"], false);
+    let msg = with["sglang_startup"]["message"].as_str().unwrap_or("");
+    assert!(msg.starts_with("torch.OutOfMemoryError"), "{msg}");
+    // f ≤ (free − load + weights × ¼) / (free × 1¼): (85,362,475,008 − 2,471,628,800
+    //   + 16,060,522,496 / 4) / (85,362,475,008 × 1.25) = 0.8144… → 0.81.
+    assert_eq!(with["sglang_startup"]["fraction_for_draft"], 0.81);
+    let (_, ok) = plan(
+        &[
+            &work[..4],
+            &["--mem-fraction-static", "0.81", "--draft-model", d],
+        ]
+        .concat(),
+    );
+    assert_eq!(ok["sglang_startup"]["starts"], true);
+    // Without a fraction SGLang's default reserves 6,144 MiB more for STANDALONE:
+    // (81,920 − 13,440 − 6,144) / 81,920 = 0.7607… on an 80 GiB card.
+    let (_, default) = plan(&[&work[..4], &["--draft-model", d]].concat());
+    assert_eq!(default["sglang_startup"]["mem_fraction_static"], 0.761);
+    assert_eq!(default["sglang_startup"]["starts"], true);
+    assert_eq!(c(&with, "draft_kv_cache"), DRAFT_KV_PER_TOKEN * 2_304);
+    adds_up(&with);
+}
+
+#[test]
+fn sglang_runs_the_mtp_layer_as_a_nextn_draft_with_the_models_embedding() {
+    let dir = temp();
+    let model = small_deepseek(dir.path());
+    let m = model.to_str().unwrap();
+    let work = [
+        "plan", "--json", "-m", m, "--engine", "sglang", "--vram", "80GiB", "--dtype", "bf16",
+    ];
+    let home = temp();
+    let at = |extra: &[&str]| json(&run(home.path(), &[&work[..], extra].concat()).stdout);
+    let with = at(&["--mtp", "--mem-fraction-static", "0.7"]);
+    let s = &with["sglang_startup"];
+    assert_eq!(s["speculative_algorithm"], "NEXTN");
+    assert_eq!(sg(&with, "draft_weights_bytes"), mtp_params(16) * 2);
+    // deepseek_nextn.py loads its own embed_tokens and lm_head (129,280 × 7,168 each, bf16)
+    // until set_embed_and_head swaps in the model's.
+    assert_eq!(
+        sg(&with, "draft_load_bytes"),
+        mtp_params(16) * 2 + 2 * 129_280 * 7_168 * 2
+    );
+    // One MLA layer's latent, 576 elements of 2 bytes, for each of the model's pool tokens
+    // (4 layers × 1,152 bytes a token).
+    assert_eq!(sg(&with, "cell_size"), 4 * 1_152);
+    assert_eq!(sg(&with, "draft_cell_size"), 1_152);
+    assert_eq!(
+        sg(&with, "draft_kv_bytes"),
+        sg(&with, "max_total_num_tokens") * 1_152
+    );
+    assert_eq!(s["starts"], true);
+    assert_eq!(c(&with, "draft_weights"), mtp_params(16) * 2);
+    // SGLang's default on 80 GiB with NEXTN: (81,920 − 13,440 − 2,048) / 81,920 = 0.8109…; the
+    // draft's pool, a quarter of the model's, no longer fits the 15 GiB left.
+    let default = at(&["--mtp"]);
+    assert_eq!(default["sglang_startup"]["mem_fraction_static"], 0.811);
+    assert_eq!(default["sglang_startup"]["starts"], false);
+    assert_eq!(default["sglang_startup"]["fraction_for_draft"], 0.76);
+    let how = default["remedies"].to_string();
+    assert!(how.contains("--mem-fraction-static 0.76"), "{how}");
+    assert!(how.contains("drop --speculative-algorithm NEXTN"), "{how}");
+    assert!(default["notes"]
+        .to_string()
+        .contains("--speculative-algorithm NEXTN"));
+    adds_up(&with);
 }

@@ -246,8 +246,9 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     };
     // vLLM runs the MTP layers in turn: a K past their number must be a multiple of it
     // (vllm/config/speculative.py: "must be divisible by n_predict").
-    if let (true, Some(d), Some(k)) = (
+    if let (true, Engine::Vllm, Some(d), Some(k)) = (
         req.deployment.mtp,
+        req.engine,
         draft.as_ref(),
         req.deployment.speculative_tokens,
     ) {
@@ -256,6 +257,28 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
             return Err(InputError::Usage(format!(
                 "--num-speculative-tokens {k}: vLLM reuses the {n} MTP layers in turn and needs \
                  at most {n} tokens or a multiple of {n}"
+            ))
+            .into());
+        }
+    }
+    // SGLang gives a mixture of experts' gate/up/down LoRA per-expert buffers
+    // (lora/mem_pool.py `init_buffers`: `gate_up_proj_moe`, `down_proj_moe`), not priced here.
+    if let (Engine::Sglang, Some(l), Some(e)) = (
+        req.engine,
+        req.deployment.lora.as_ref(),
+        spec.experts.as_ref().filter(|e| e.sparse_layers > 0),
+    ) {
+        use crate::estimate::deployment::Target;
+        if [Target::Gate, Target::Up, Target::Down]
+            .into_iter()
+            .any(|t| l.targets.contains(t))
+        {
+            return Err(InputError::Usage(format!(
+                "--lora-targets: SGLang allocates LoRA buffers for gate, up and down of each of \
+                 the {} routed experts in every layer (lora/mem_pool.py: gate_up_proj_moe, \
+                 down_proj_moe, max_loras × experts × rank × dims), which llm-oom does not price; \
+                 give attention targets (q,k,v,o)",
+                e.count
             ))
             .into());
         }
@@ -411,12 +434,13 @@ pub fn plan(req: &PlanRequest) -> Result<PlanReport> {
     // SGLang on one card, or --tp ranks on one node: the token pool of a rank within
     // mem_fraction_static decides whether it starts.
     let sglang_startup = (req.engine == Engine::Sglang && !f.replayed).then(|| {
-        crate::estimate::sglang_startup::startup_tp(
+        crate::estimate::sglang_startup::startup_beside(
             &spec,
             &w,
             device.vram_bytes,
             &req.sglang,
             sglang_tp(req),
+            &sglang_beside(&spec, &w, &deployment, req.deployment.mtp),
         )
     });
     if let Some(s) = &sglang_startup {
@@ -1244,13 +1268,21 @@ fn check_deployment(req: &PlanRequest) -> Result<()> {
     }
     if req.ollama.is_some() || req.engine == Engine::Candle {
         return refuse(format!(
-            "planned for transformers, vLLM and llama.cpp; this plan is for {}",
+            "planned for transformers, vLLM, SGLang and llama.cpp; this plan is for {}",
             req.engine
         ));
     }
+    // SGLang refuses LoRA beside a neural draft (server_args.py `_handle_lora_settings`).
+    if req.engine == Engine::Sglang && d.lora.is_some() && (d.mtp || d.draft_model.is_some()) {
+        return refuse(
+            "SGLang refuses it at start-up: \"Currently LoRA is only compatible with NGRAM \
+             speculative decoding.\" (server_args.py); plan the adapters and the draft apart"
+                .to_string(),
+        );
+    }
     if d.mtp {
         match req.engine {
-            Engine::Vllm => {}
+            Engine::Vllm | Engine::Sglang => {}
             Engine::Transformers | Engine::TransformersEager => {
                 return refuse(
                     "transformers does not load the multi-token-prediction layers \
@@ -1261,8 +1293,8 @@ fn check_deployment(req: &PlanRequest) -> Result<()> {
             }
             _ => {
                 return refuse(format!(
-                    "the MTP draft is priced for vLLM (--speculative-config method mtp); this \
-                     plan is for {}",
+                    "the MTP draft is priced for vLLM (--speculative-config method mtp) and \
+                     SGLang (--speculative-algorithm NEXTN); this plan is for {}",
                     req.engine
                 ))
             }
@@ -1276,6 +1308,52 @@ fn check_deployment(req: &PlanRequest) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The LoRA buffers and the draft worker SGLang builds beside the model
+/// (`estimate::sglang_startup`): NEXTN for `--mtp`, whose draft loads its own embedding and head
+/// (models/deepseek_nextn.py) until `set_embed_and_head` swaps in the target's; STANDALONE for
+/// `--draft-model`, a whole model.
+fn sglang_beside(
+    spec: &crate::model::Spec,
+    w: &Workload,
+    d: &Deployment,
+    mtp: bool,
+) -> crate::estimate::sglang_startup::Beside {
+    use crate::estimate::deployment::{adapter_bytes, draft_weight_bytes};
+    use crate::estimate::sglang_startup::{Beside, DraftWorker, SpecAlgorithm};
+    let draft = d.draft.as_ref().map(|x| {
+        let weights = draft_weight_bytes(x.spec, w);
+        let (algorithm, own_head) = if mtp {
+            let elem = w.weight_dtype.compute_kv_dtype().elem_bytes().of(1);
+            let rows = if spec.tie_word_embeddings { 1 } else { 2 };
+            let head = spec
+                .vocab_size
+                .saturating_mul(spec.hidden_size)
+                .saturating_mul(rows)
+                .saturating_mul(elem);
+            (SpecAlgorithm::Nextn, head)
+        } else {
+            (SpecAlgorithm::Standalone, 0)
+        };
+        DraftWorker {
+            algorithm,
+            weights_bytes: weights,
+            load_bytes: weights.saturating_add(own_head),
+            cell_size: crate::estimate::kv_bytes_per_token_at(
+                x.spec,
+                w.kv_dtype,
+                crate::estimate::CachePolicy::of(Engine::Sglang),
+                0,
+            ),
+        }
+    });
+    Beside {
+        lora_bytes: d.lora.as_ref().map_or(0, |l| {
+            adapter_bytes(spec, l, Engine::Sglang, w.weight_dtype)
+        }),
+        draft,
+    }
 }
 
 /// What the plan of adapters and a draft assumes, said once.
@@ -1305,6 +1383,22 @@ fn deployment_notes(
                 names.join(", "),
                 l.max_loras
             ),
+            Engine::Sglang => format!(
+                "SGLang (--enable-lora --max-lora-rank {} --max-loras-per-batch {} \
+                 --lora-target-modules {}) allocates A and B buffers for {} in every layer and \
+                 every slot, in the model's dtype, before it sizes its token pool \
+                 (lora/mem_pool.py LoRAMemoryPool.init_buffers; q, k and v share qkv_proj's \
+                 buffers, gate and up gate_up_proj's)",
+                l.rank,
+                l.max_loras,
+                l.targets
+                    .list()
+                    .into_iter()
+                    .map(|t| t.name())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                names.join(", ")
+            ),
             _ => format!(
                 "llama.cpp's --lora: the adapter's f16 tensors for {}; {} adapter(s)",
                 names.join(", "),
@@ -1330,6 +1424,19 @@ fn deployment_notes(
             );
         }
     }
+    if let (Some(x), true, Engine::Sglang) = (&d.draft, mtp, w.engine) {
+        notes.push(format!(
+            "--mtp: SGLang --speculative-algorithm NEXTN (--speculative-num-draft-tokens {}) \
+             runs the checkpoint's {} multi-token-prediction layer(s) as the draft, {} parameters \
+             in the model's dtype (models/deepseek_nextn.py; the embedding and head are the \
+             model's once set_embed_and_head has run), with its own KV pool of as many tokens as \
+             the model's",
+            x.tokens,
+            x.spec.num_layers,
+            crate::units::group(x.spec.parameters())
+        ));
+        return notes;
+    }
     if let (Some(x), true) = (&d.draft, mtp) {
         notes.push(format!(
             "--mtp: vLLM --speculative-config '{{\"method\": \"mtp\", \"num_speculative_tokens\": \
@@ -1351,6 +1458,14 @@ fn deployment_notes(
                  max_num_batched_tokens, the profiling run's size",
                 x.spec.name, x.tokens
             ),
+            Engine::Sglang => format!(
+                "SGLang --speculative-algorithm STANDALONE --speculative-draft-model-path {} \
+                 --speculative-num-draft-tokens {}: the draft's weights and its own KV pool of as \
+                 many tokens as the model's, both allocated after the model's pool, from what \
+                 mem_fraction_static leaves (an EAGLE or EAGLE3 head, which shares the model's \
+                 embedding, is priced here as a whole model)",
+                x.spec.name, x.tokens
+            ),
             Engine::LlamaCpp => format!(
                 "llama.cpp -md {} --draft-max {} with the draft on the same GPU: its weights, its \
                  KV buffer for the same context and its own compute buffer",
@@ -1368,7 +1483,7 @@ fn deployment_notes(
         notes.push(format!("draft model {}: {how}", x.spec.name));
         if x.spec.vocab_size != spec.vocab_size {
             notes.push(format!(
-                "the draft's embedding has {} rows, the target's {}: vLLM and llama.cpp need the \
+                "the draft's embedding has {} rows, the target's {}: vLLM, SGLang and llama.cpp need the \
                  draft to share the target's tokenizer (embeddings padded to other sizes, as \
                  Qwen2.5's are, are fine); transformers' universal assisted decoding takes \
                  another tokenizer, its re-tokenizing is not priced",

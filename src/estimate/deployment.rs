@@ -14,6 +14,15 @@
 //!   (max_loras × 1 × out × max_lora_rank) in `lora_dtype` ("auto": the model's dtype) at start
 //!   (vllm/lora/layers/base_linear.py); vLLM's defaults are `max_loras` 1, `max_lora_rank` 16
 //!   (vllm/config/lora.py). Here `--lora-rank` is `--max-lora-rank`.
+//! - SGLang (`--enable-lora --max-lora-rank R --max-loras-per-batch N --lora-target-modules …`):
+//!   `LoRAMemoryPool.init_buffers` (python/sglang/srt/lora/mem_pool.py) allocates, for every layer
+//!   (`num_hidden_layers`) and every normalized target module, `A_buffer` (N × R·c × in) and
+//!   `B_buffer` (N × out × R) in the model's dtype (`LoRAManager(dtype=self.dtype)`), N =
+//!   `max_loras_per_batch` (default 8). `get_normalized_target_modules` (lora/utils.py) maps
+//!   q/k/v_proj to `qkv_proj` and gate/up_proj to `gate_up_proj` (c = 3 and 2,
+//!   `get_stacked_multiply`; out = q + 2·kv and 2·intermediate, `get_default_hidden_dim`): one of
+//!   q, k, v targeted buys the buffers of all three, one of gate, up both. Here `--lora-rank` is
+//!   `--max-lora-rank`, `--max-loras` is `--max-loras-per-batch`.
 //! - llama.cpp (`--lora`): the adapter GGUF's tensors, f16, for the targeted modules.
 //!
 //! **Draft model.** Its weights (in the target's dtype, or its own GGUF's), its KV cache for the
@@ -22,6 +31,10 @@
 //! vLLM's draft layers take their blocks from the same KV cache memory; its profiling run is
 //! `max_num_batched_tokens` tokens, which the verification tokens do not pass. llama.cpp's draft
 //! context (`-md`) is a second context on the same GPU with its own KV and compute buffers.
+//! SGLang's draft worker (`--speculative-algorithm NEXTN` for `--mtp`, `STANDALONE` for
+//! `--draft-model`) has its weights and its own KV pool beside the target's, for as many tokens
+//! (`draft_runner_cache_size`); NEXTN shares the target's embedding and head
+//! (`EAGLEWorker.__init__` → `set_embed_and_head`), see `sglang_startup`.
 
 use serde::Serialize;
 
@@ -186,10 +199,32 @@ impl Deployment<'_> {
     }
 }
 
-/// The modules an engine wraps for `lora`: vLLM all it supports, the others the targets.
+/// The modules an engine wraps for `lora`: vLLM all it supports, SGLang the targets' stacked
+/// modules (q/k/v → qkv_proj, gate/up → gate_up_proj: `get_normalized_target_modules`), the
+/// others the targets.
 pub fn wrapped(lora: &Lora, engine: Engine) -> Targets {
     match engine {
         Engine::Vllm => Targets::all(),
+        Engine::Sglang => {
+            let t = lora.targets;
+            let mut list = Vec::new();
+            if [Target::Q, Target::K, Target::V]
+                .into_iter()
+                .any(|x| t.contains(x))
+            {
+                list.extend([Target::Q, Target::K, Target::V]);
+            }
+            if t.contains(Target::O) {
+                list.push(Target::O);
+            }
+            if t.contains(Target::Gate) || t.contains(Target::Up) {
+                list.extend([Target::Gate, Target::Up]);
+            }
+            if t.contains(Target::Down) {
+                list.push(Target::Down);
+            }
+            Targets::of(&list)
+        }
         _ => lora.targets,
     }
 }
@@ -198,7 +233,7 @@ pub fn wrapped(lora: &Lora, engine: Engine) -> Targets {
 pub fn adapter_elem_bytes(engine: Engine, dtype: WeightDtype) -> u64 {
     match engine {
         Engine::Transformers | Engine::TransformersEager => 4,
-        Engine::Vllm => dtype.compute_kv_dtype().elem_bytes().of(1),
+        Engine::Vllm | Engine::Sglang => dtype.compute_kv_dtype().elem_bytes().of(1),
         _ => 2,
     }
 }
@@ -359,6 +394,34 @@ mod tests {
             peft,
             adapter_parameters(&m, 16, lora.targets) * 4 * 4,
             "PEFT upcasts to f32"
+        );
+    }
+
+    #[test]
+    fn sglang_buys_the_stacked_module_of_each_target() {
+        let m = preset("mistralai/Mistral-7B-Instruct-v0.2");
+        let lora = Lora {
+            rank: 16,
+            targets: Targets::of(&Target::PEFT_DEFAULT),
+            max_loras: 8,
+        };
+        // q and v targeted: qkv_proj's A (8 × 48 × 4,096) and B (8 × (4,096 + 2 × 1,024) × 16).
+        assert_eq!(
+            wrapped(&lora, Engine::Sglang).list(),
+            vec![Target::Q, Target::K, Target::V]
+        );
+        let per_layer = 3 * 16 * 4096 + (4096 + 2 * 1024) * 16;
+        assert_eq!(
+            adapter_bytes(&m, &lora, Engine::Sglang, WeightDtype::Bf16),
+            8 * per_layer * 32 * 2
+        );
+        let up_down = Lora {
+            targets: Targets::of(&[Target::Up, Target::Down]),
+            ..lora
+        };
+        assert_eq!(
+            wrapped(&up_down, Engine::Sglang).list(),
+            vec![Target::Gate, Target::Up, Target::Down]
         );
     }
 

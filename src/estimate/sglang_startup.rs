@@ -27,6 +27,23 @@
 //! model_config.py; replicated when there are fewer KV heads than ranks); N also enters the
 //! defaults above (`tp × pp / 8 × 1024` MiB reserved; the larger CUDA-graph batch from 4 ranks).
 //! `max_total_num_tokens` is then the pool of one rank, and every rank holds that many tokens.
+//!
+//! **LoRA** (`--enable-lora`): model_runner.py `load_model` calls `init_lora_manager` before
+//! `init_memory_pool`, so `LoRAMemoryPool.init_buffers` (python/sglang/srt/lora/mem_pool.py) takes
+//! its A and B buffers before `profile_max_num_token` reads the free memory: they come off the
+//! pool as the weights do.
+//!
+//! **Speculative decoding** (`--speculative-algorithm NEXTN | EAGLE | STANDALONE`): the target's
+//! worker profiles and allocates its pool first, exactly as above (its `cell_size` counts its own
+//! layers only); the draft worker (speculative/eagle_worker.py, `is_draft_worker=True`) then loads
+//! the draft's weights and allocates its own KV pool of `draft_runner_cache_size` tokens, which
+//! `init_memory` sets to the target's `max_total_num_tokens`, in the draft's layers (for NEXTN
+//! `num_nextn_predict_layers`). Both come out of `total_gpu_memory × (1 − mem_fraction_static)`;
+//! which is why `_handle_gpu_memory_settings` reserves 2,048 MiB more for EAGLE/NEXTN ("eagle
+//! draft models and cuda graphs") and 6,144 MiB more for STANDALONE in the default fraction.
+//! NEXTN's draft (models/deepseek_nextn.py) builds its own `embed_tokens` and `lm_head` and loads
+//! them; `EAGLEWorker` replaces them with the target's (`set_embed_and_head`) only after the draft
+//! worker's pool is allocated, so they are part of what the draft takes at that moment.
 
 use serde::Serialize;
 
@@ -44,6 +61,54 @@ pub const CUDA_CONTEXT: u64 = 512 * MIB;
 /// The largest `--mem-fraction-static` llm-oom suggests: above it the chunked prefill and the
 /// CUDA graphs have almost nothing left.
 pub const MAX_SUGGESTED_FRACTION: f64 = 0.95;
+
+/// `--speculative-algorithm`: the drafts llm-oom prices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum SpecAlgorithm {
+    /// The checkpoint's own multi-token-prediction layers (`--mtp`).
+    Nextn,
+    /// A separate small model (`--draft-model`).
+    Standalone,
+}
+
+impl SpecAlgorithm {
+    pub fn name(self) -> &'static str {
+        match self {
+            SpecAlgorithm::Nextn => "NEXTN",
+            SpecAlgorithm::Standalone => "STANDALONE",
+        }
+    }
+
+    /// MiB `_handle_gpu_memory_settings` adds to `reserved_mem` for the draft and its CUDA graphs.
+    pub fn reserve_mib(self) -> u64 {
+        match self {
+            SpecAlgorithm::Nextn => 2 * 1024,
+            SpecAlgorithm::Standalone => 6 * 1024,
+        }
+    }
+}
+
+/// The draft worker as SGLang builds it after the target's pool.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DraftWorker {
+    pub algorithm: SpecAlgorithm,
+    /// The draft's weights that stay on the card.
+    pub weights_bytes: u64,
+    /// What the draft has loaded when its pool is allocated: the weights, and for NEXTN its own
+    /// embedding and head, freed by `set_embed_and_head` afterwards.
+    pub load_bytes: u64,
+    /// KV bytes of one token over the draft's layers.
+    pub cell_size: u64,
+}
+
+/// What sits beside the model in SGLang's start-up.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Beside {
+    /// `LoRAMemoryPool`'s A and B buffers.
+    pub lora_bytes: u64,
+    pub draft: Option<DraftWorker>,
+}
 
 /// SGLang's own flags as `plan` takes them; `None` = SGLang's default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -135,6 +200,32 @@ pub struct Startup {
     /// context the pool holds at that fraction (`--mem-fraction-static 0.95 --context-length N`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub context_at_max_fraction: Option<u64>,
+    /// `LoRAMemoryPool`'s buffers, taken before the pool is profiled.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub lora_bytes: u64,
+    /// `--speculative-algorithm`, when a draft is planned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speculative_algorithm: Option<SpecAlgorithm>,
+    /// The draft's weights that stay (NEXTN shares the target's embedding and head).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub draft_weights_bytes: u64,
+    /// The draft's weights when its pool is allocated (NEXTN's own embedding and head still in).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub draft_load_bytes: u64,
+    /// KV bytes of one token over the draft's layers.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub draft_cell_size: u64,
+    /// The draft worker's pool: `max_total_num_tokens × draft_cell_size`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub draft_kv_bytes: u64,
+    /// With a draft that does not fit the reserve: the largest `--mem-fraction-static` (two
+    /// decimals) whose reserve holds it, when the target still gets a pool there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fraction_for_draft: Option<f64>,
+    /// With a draft: the largest fraction (at most `MAX_SUGGESTED_FRACTION`) whose reserve holds
+    /// the draft worker; `fraction_for_context` and `context_at_max_fraction` stay within it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draft_fraction_cap: Option<f64>,
     /// SGLang's error when it refuses to start.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -152,6 +243,10 @@ pub fn defaults_by_card(gpu_mib: u64, tp: u64) -> (u64, u64) {
     }
 }
 
+fn is_zero(b: &u64) -> bool {
+    *b == 0
+}
+
 /// SGLang's default `mem_fraction_static` for a card of `gpu_mib` MiB and `tp` ranks (pp = 1,
 /// no DP attention, no speculative decoding, no piecewise CUDA graphs).
 pub fn default_fraction(
@@ -159,6 +254,18 @@ pub fn default_fraction(
     chunked_prefill_size: u64,
     cuda_graph_max_bs: u64,
     tp: u64,
+) -> f64 {
+    default_fraction_with(gpu_mib, chunked_prefill_size, cuda_graph_max_bs, tp, None)
+}
+
+/// `default_fraction` with speculative decoding: `_handle_gpu_memory_settings` adds the
+/// algorithm's `reserve_mib` after the 10,240 MiB floor of large cards.
+pub fn default_fraction_with(
+    gpu_mib: u64,
+    chunked_prefill_size: u64,
+    cuda_graph_max_bs: u64,
+    tp: u64,
+    spec: Option<SpecAlgorithm>,
 ) -> f64 {
     let tp_pp = tp.max(1) as f64;
     let mut reserved = 512.0
@@ -168,11 +275,13 @@ pub fn default_fraction(
     if gpu_mib > 60 * 1024 {
         reserved = reserved.max(10.0 * 1024.0);
     }
+    reserved += spec.map_or(0, SpecAlgorithm::reserve_mib) as f64;
     let g = gpu_mib.max(1) as f64;
     ((g - reserved) / g * 1000.0).round() / 1000.0
 }
 
-/// `profile_max_num_token`: the pool's tokens at `fraction` (0 when nothing is left).
+/// `profile_max_num_token`: the pool's tokens at `fraction` (0 when nothing is left); `weights`
+/// is everything taken before it (the weights and the LoRA buffers).
 fn pool_tokens(free: u64, weights: u64, fraction: f64, cell: u64) -> (u64, u64) {
     let reserved = (free as f64 * (1.0 - fraction)) as u64;
     let rest = free.saturating_sub(weights).saturating_sub(reserved);
@@ -227,13 +336,32 @@ pub fn kv_heads_per_rank(kv_heads: u64, tp: u64) -> u64 {
 /// SGLang's start-up with `tp` ranks on one node, each on a card of `card` bytes: one rank's
 /// weights, KV cell and pool.
 pub fn startup_tp(spec: &Spec, w: &Workload, card: u64, a: &SglangArgs, tp: u64) -> Startup {
+    startup_beside(spec, w, card, a, tp, &Beside::default())
+}
+
+/// SGLang's start-up with LoRA buffers and a draft worker beside the model (`tp` ranks).
+pub fn startup_beside(
+    spec: &Spec,
+    w: &Workload,
+    card: u64,
+    a: &SglangArgs,
+    tp: u64,
+    beside: &Beside,
+) -> Startup {
     let tp = tp.max(1);
+    let algorithm = beside.draft.map(|d| d.algorithm);
     let gpu_mib = card / MIB;
     let (chunk_default, cuda_graph_max_bs) = defaults_by_card(gpu_mib, tp);
     let chunked_prefill_size = a.chunked_prefill_size.unwrap_or(chunk_default);
-    let fraction = a
-        .mem_fraction_static
-        .unwrap_or_else(|| default_fraction(gpu_mib, chunked_prefill_size, cuda_graph_max_bs, tp));
+    let fraction = a.mem_fraction_static.unwrap_or_else(|| {
+        default_fraction_with(
+            gpu_mib,
+            chunked_prefill_size,
+            cuda_graph_max_bs,
+            tp,
+            algorithm,
+        )
+    });
     let context_length = a
         .context_length
         .or(spec.max_position_embeddings)
@@ -241,6 +369,8 @@ pub fn startup_tp(spec: &Spec, w: &Workload, card: u64, a: &SglangArgs, tp: u64)
         .max(1);
     let free = card.saturating_sub(CUDA_CONTEXT);
     let weights = weight_bytes(spec, w.weight_dtype).div_ceil(tp);
+    // What profile_max_num_token finds gone: the weights and the LoRA buffers.
+    let taken = weights.saturating_add(beside.lora_bytes);
     let kv_heads = spec.num_kv_heads.max(1);
     // A latent (MLA) cache is one row a token on every rank, whatever the tp.
     let kv_heads_per_rank = if crate::placement::vllm::is_mla(spec) {
@@ -252,7 +382,7 @@ pub fn startup_tp(spec: &Spec, w: &Workload, card: u64, a: &SglangArgs, tp: u64)
         / kv_heads
         * kv_heads_per_rank)
         .max(1);
-    let (pool, tokens) = pool_tokens(free, weights, fraction, cell);
+    let (pool, tokens) = pool_tokens(free, taken, fraction, cell);
     let profiled_tokens = tokens;
     let hybrid = hybrid_swa_tokens(spec, w, tokens, cell);
     let tokens = hybrid.unwrap_or(tokens);
@@ -268,24 +398,47 @@ pub fn startup_tp(spec: &Spec, w: &Workload, card: u64, a: &SglangArgs, tp: u64)
     let (prefill_step, _) = activations(spec, &Profile::of(Engine::Sglang), &step, d, 0);
     let reserved = (free as f64 * (1.0 - fraction)) as u64;
     let max_req_len = context_length.min(tokens).saturating_sub(1);
-    let starts = tokens > 0 && max_req_len > 5;
+    // The draft worker: its weights and a pool of draft_runner_cache_size = max_total_num_tokens
+    // tokens, allocated from what mem_fraction_static left.
+    let draft_kv = beside
+        .draft
+        .map_or(0, |d| tokens.saturating_mul(d.cell_size));
+    let draft_need = beside
+        .draft
+        .map_or(0, |d| d.load_bytes.saturating_add(draft_kv));
+    let draft_fits = draft_need <= reserved;
+    let pool_ok = tokens > 0 && max_req_len > 5;
+    let starts = pool_ok && draft_fits;
+    // The largest fraction whose reserve still holds the draft worker caps every suggestion.
+    let draft_cap = beside
+        .draft
+        .map(|d| draft_cap(free, taken, cell, &d).min(MAX_SUGGESTED_FRACTION));
+    let cap = draft_cap.unwrap_or(MAX_SUGGESTED_FRACTION);
+    let fraction_for_draft = draft_cap.filter(|&f| {
+        let (_, at) = pool_tokens(free, taken, f, cell);
+        pool_ok && !draft_fits && f > 0.0 && at > 6
+    });
     // init_memory: max_num_reqs = min(max(max_total_num_tokens / context_len × 512, 2048), 4096)
     let max_running_requests = a.max_running_requests.unwrap_or_else(|| {
         ((tokens as f64 / context_length as f64 * 512.0) as u64).clamp(2048, 4096)
     });
     // The fraction whose pool holds one request of context_length: free × f − weights ≥ cell × ctx
-    let want = weights.saturating_add(cell.saturating_mul(context_length));
+    let want = taken.saturating_add(cell.saturating_mul(context_length));
     let f = (want as f64 / free.max(1) as f64 * 100.0).ceil() / 100.0;
-    let fraction_for_context =
-        (tokens < context_length && f <= MAX_SUGGESTED_FRACTION && f > fraction).then_some(f);
-    let (_, at_max) = pool_tokens(free, weights, MAX_SUGGESTED_FRACTION, cell);
-    let context_at_max_fraction = (!starts
-        && fraction_for_context.is_none()
-        && at_max > 6
-        && fraction < MAX_SUGGESTED_FRACTION)
-        .then_some(at_max.min(context_length));
+    let fraction_for_context = (tokens < context_length && f <= cap && f > fraction).then_some(f);
+    let (_, at_max) = pool_tokens(free, taken, cap, cell);
+    let context_at_max_fraction =
+        (!pool_ok && fraction_for_context.is_none() && at_max > 6 && fraction < cap)
+            .then_some(at_max.min(context_length));
     let message = (!starts).then(|| {
-        if tokens == 0 {
+        if pool_ok {
+            format!(
+                "torch.OutOfMemoryError: CUDA out of memory (the draft worker's weights and its \
+                 KV pool of {tokens} tokens, {}, past the {} mem_fraction_static left)",
+                crate::units::Bytes(draft_need),
+                crate::units::Bytes(reserved)
+            )
+        } else if tokens == 0 {
             format!(
                 "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. \
                  Current value: self.server_args.mem_fraction_static={fraction}"
@@ -319,8 +472,25 @@ pub fn startup_tp(spec: &Spec, w: &Workload, card: u64, a: &SglangArgs, tp: u64)
         starts,
         fraction_for_context,
         context_at_max_fraction,
+        lora_bytes: beside.lora_bytes,
+        speculative_algorithm: algorithm,
+        draft_weights_bytes: beside.draft.map_or(0, |d| d.weights_bytes),
+        draft_load_bytes: beside.draft.map_or(0, |d| d.load_bytes),
+        draft_cell_size: beside.draft.map_or(0, |d| d.cell_size),
+        draft_kv_bytes: draft_kv,
+        fraction_for_draft,
+        draft_fraction_cap: draft_cap,
         message,
     }
+}
+
+/// The largest fraction (two decimals) whose reserve holds the draft worker: with
+/// `tokens = (free × f − taken) / cell`, `free × (1 − f) ≥ load + tokens × draft_cell` gives
+/// `f ≤ (free − load + taken × r) / (free × (1 + r))`, `r = draft_cell / cell`.
+fn draft_cap(free: u64, taken: u64, cell: u64, d: &DraftWorker) -> f64 {
+    let (free_f, r) = (free as f64, d.cell_size as f64 / cell.max(1) as f64);
+    let f = (free_f - d.load_bytes as f64 + taken as f64 * r) / (free_f.max(1.0) * (1.0 + r));
+    (f * 100.0).floor() / 100.0
 }
 
 /// The pool in GiB as SGLang's log rounds it.
@@ -492,6 +662,89 @@ mod tests {
         // a dense model keeps the profiled count
         let q = startup(&qwen7b(), &work(), 80 * GIB, &a);
         assert_eq!(q.max_total_num_tokens, q.pool_bytes / q.cell_size);
+    }
+
+    #[test]
+    fn a_draft_reserves_more_in_the_default_fraction() {
+        // H100 80 GB: 13,440 MiB reserved, + 2,048 for NEXTN: (81,559 − 15,488) / 81,559 = 0.8101…
+        let f = |a| default_fraction_with(81_559, 8192, 256, 1, a);
+        assert_eq!(f(None), 0.835);
+        assert_eq!(f(Some(SpecAlgorithm::Nextn)), 0.81);
+        // + 6,144 for STANDALONE: (81,559 − 19,584) / 81,559 = 0.7598…
+        assert_eq!(f(Some(SpecAlgorithm::Standalone)), 0.76);
+        // a 24 GiB card: (24,576 − 3,760 − 6,144) / 24,576 = 0.5970…
+        assert_eq!(
+            default_fraction_with(24_576, 2048, 24, 1, Some(SpecAlgorithm::Standalone)),
+            0.597
+        );
+    }
+
+    #[test]
+    fn lora_buffers_come_off_the_pool_as_the_weights_do() {
+        let a = SglangArgs {
+            mem_fraction_static: Some(0.85),
+            ..Default::default()
+        };
+        let alone = startup(&qwen7b(), &work(), RTX4090, &a);
+        let beside = Beside {
+            lora_bytes: 300 * MIB,
+            draft: None,
+        };
+        let with = startup_beside(&qwen7b(), &work(), RTX4090, &a, 1, &beside);
+        assert_eq!(alone.pool_bytes - with.pool_bytes, 300 * MIB);
+        assert_eq!(with.max_total_num_tokens, with.pool_bytes / with.cell_size);
+        assert_eq!(with.reserved_bytes, alone.reserved_bytes);
+    }
+
+    #[test]
+    fn the_draft_worker_takes_a_pool_of_as_many_tokens_from_the_reserve() {
+        let a = SglangArgs {
+            mem_fraction_static: Some(0.85),
+            ..Default::default()
+        };
+        let alone = startup(&qwen7b(), &work(), 80 * GIB, &a);
+        let draft = DraftWorker {
+            algorithm: SpecAlgorithm::Standalone,
+            weights_bytes: GIB,
+            load_bytes: GIB,
+            cell_size: 4_096,
+        };
+        let beside = Beside {
+            lora_bytes: 0,
+            draft: Some(draft),
+        };
+        let with = startup_beside(&qwen7b(), &work(), 80 * GIB, &a, 1, &beside);
+        // The model's pool is sized without the draft; the draft's holds as many tokens.
+        assert_eq!(with.max_total_num_tokens, alone.max_total_num_tokens);
+        assert_eq!(with.draft_kv_bytes, with.max_total_num_tokens * 4_096);
+        assert!(GIB + with.draft_kv_bytes <= with.reserved_bytes);
+        assert!(with.starts);
+        // A draft whose pool is past the 15 % left: torch runs out, and a lower fraction fits it.
+        let big = Beside {
+            lora_bytes: 0,
+            draft: Some(DraftWorker {
+                cell_size: 28_672,
+                ..draft
+            }),
+        };
+        let s = startup_beside(&qwen7b(), &work(), 80 * GIB, &a, 1, &big);
+        assert!(!s.starts);
+        assert!(s
+            .message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("torch.OutOfMemoryError")));
+        let f = s.fraction_for_draft.expect("a fraction that leaves room");
+        let lower = SglangArgs {
+            mem_fraction_static: Some(f),
+            ..a
+        };
+        let ok = startup_beside(&qwen7b(), &work(), 80 * GIB, &lower, 1, &big);
+        assert!(ok.starts, "{f}");
+        let above = SglangArgs {
+            mem_fraction_static: Some(f + 0.01),
+            ..a
+        };
+        assert!(!startup_beside(&qwen7b(), &work(), 80 * GIB, &above, 1, &big).starts);
     }
 
     #[test]

@@ -19,9 +19,14 @@ pub const SOURCE: &str = "SGLang's token pool derived from \
 /// The verdict, the remedies (flags to paste) and the notes for `s`, with the workload `w`.
 pub fn verdict(s: &SglangStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<String>) {
     let rank = if s.tp > 1 { "per rank: " } else { "" };
+    let lora = if s.lora_bytes > 0 {
+        format!(" − LoRA buffers {}", Bytes(s.lora_bytes))
+    } else {
+        String::new()
+    };
     let arithmetic = Evidence::bytes(
         format!(
-            "{rank}token pool = (free {} − weights {}) − free × (1 − mem_fraction_static {}{}) {} = {} \
+            "{rank}token pool = (free {} − weights {}{lora}) − free × (1 − mem_fraction_static {}{}) {} = {} \
              → rest_memory // cell_size = {} / {} bytes a token = {} tokens",
             Bytes(s.free_before_load_bytes),
             Bytes(s.weights_bytes),
@@ -70,6 +75,46 @@ pub fn verdict(s: &SglangStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<St
         group(s.chunked_prefill_size),
         s.cuda_graph_max_bs
     )]);
+    if s.lora_bytes > 0 {
+        notes.push(format!(
+            "SGLang allocates the LoRA buffers ({}) before it profiles the free memory \
+             (model_runner.py: init_lora_manager, then init_memory_pool): they come off the token \
+             pool as the weights do",
+            Bytes(s.lora_bytes)
+        ));
+    }
+    if let Some(alg) = s.speculative_algorithm {
+        notes.push(format!(
+            "--speculative-algorithm {}: the draft worker starts after the model's pool is \
+             allocated; its weights ({}{}) and its own KV pool of max_total_num_tokens = {} tokens \
+             × {} bytes = {} come out of the {} mem_fraction_static leaves{} \
+             (speculative/eagle_worker.py, model_runner_kv_cache_mixin.py init_memory: \
+             draft_runner_cache_size)",
+            alg.name(),
+            Bytes(s.draft_weights_bytes),
+            if s.draft_load_bytes > s.draft_weights_bytes {
+                format!(
+                    ", {} while its own embedding and head are loaded, until set_embed_and_head \
+                     shares the model's",
+                    Bytes(s.draft_load_bytes)
+                )
+            } else {
+                String::new()
+            },
+            group(s.max_total_num_tokens),
+            group(s.draft_cell_size),
+            Bytes(s.draft_kv_bytes),
+            Bytes(s.reserved_bytes),
+            if s.fraction_is_default {
+                format!(
+                    "; SGLang's default fraction reserves {} MiB more for it",
+                    alg.reserve_mib()
+                )
+            } else {
+                String::new()
+            }
+        ));
+    }
     if let Some(swa) = s.swa_tokens {
         notes.push(format!(
             "hybrid sliding-window model: SGLang splits the pool's {} profiled tokens into {} \
@@ -104,17 +149,64 @@ pub fn verdict(s: &SglangStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<St
             format!("--mem-fraction-static {f:.2}"),
         ));
     }
+    let cap = s.draft_fraction_cap.unwrap_or(MAX_SUGGESTED_FRACTION);
     if let Some(n) = s.context_at_max_fraction {
         remedies.push(flag_remedy(
             s,
             Change::ReduceContext(n),
             format!(
                 "give the weights and the pool {:.0} % of the free memory and serve {} tokens",
-                MAX_SUGGESTED_FRACTION * 100.0,
+                cap * 100.0,
                 group(n)
             ),
-            format!("--mem-fraction-static {MAX_SUGGESTED_FRACTION:.2} --context-length {n}"),
+            format!("--mem-fraction-static {cap:.2} --context-length {n}"),
         ));
+    }
+    let draft_short = !s.starts && s.max_total_num_tokens > 0 && s.max_req_len > 5;
+    if draft_short {
+        if let Some(f) = s.fraction_for_draft {
+            remedies.push(flag_remedy(
+                s,
+                Change::RaiseUtilization((f * 100.0).round() as u64),
+                format!(
+                    "give the weights and the pool {:.0} % of the free memory, leaving the draft \
+                     worker room",
+                    f * 100.0
+                ),
+                format!("--mem-fraction-static {f:.2}"),
+            ));
+        }
+        remedies.push(flag_remedy(
+            s,
+            Change::DropDraft,
+            "start without speculative decoding".to_string(),
+            format!(
+                "drop --speculative-algorithm {}",
+                s.speculative_algorithm.map_or("", |a| a.name())
+            ),
+        ));
+        let v = Verdict {
+            rule: None,
+            cause: Cause::Weights,
+            stage: Stage::Load,
+            confidence: 0.85,
+            summary: format!(
+                "the draft worker's weights and KV pool ({}) do not fit the {} \
+                 mem_fraction_static {} leaves beside the model's pool",
+                Bytes(s.draft_load_bytes.saturating_add(s.draft_kv_bytes)),
+                Bytes(s.reserved_bytes),
+                s.mem_fraction_static
+            ),
+            evidence: vec![
+                Evidence::text(format!(
+                    "SGLang: {}",
+                    s.message.as_deref().unwrap_or_default()
+                )),
+                arithmetic,
+            ],
+            contributing: Vec::new(),
+        };
+        return (v, remedies, notes);
     }
     if !s.starts {
         let cause = if s.max_total_num_tokens == 0 {
