@@ -185,27 +185,18 @@ pub fn verdict(s: &SglangStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<St
                 s.speculative_algorithm.map_or("", |a| a.name())
             ),
         ));
-        let v = Verdict {
-            rule: None,
-            cause: Cause::Weights,
-            stage: Stage::Load,
-            confidence: 0.85,
-            summary: format!(
+        let v = refusal(
+            s,
+            Cause::Weights,
+            format!(
                 "the draft worker's weights and KV pool ({}) do not fit the {} \
                  mem_fraction_static {} leaves beside the model's pool",
                 Bytes(s.draft_load_bytes.saturating_add(s.draft_kv_bytes)),
                 Bytes(s.reserved_bytes),
                 s.mem_fraction_static
             ),
-            evidence: vec![
-                Evidence::text(format!(
-                    "SGLang: {}",
-                    s.message.as_deref().unwrap_or_default()
-                )),
-                arithmetic,
-            ],
-            contributing: Vec::new(),
-        };
+            arithmetic,
+        );
         return (v, remedies, notes);
     }
     if !s.starts {
@@ -233,21 +224,7 @@ pub fn verdict(s: &SglangStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<St
                 group(s.max_total_num_tokens)
             )
         };
-        let v = Verdict {
-            rule: None,
-            cause,
-            stage: Stage::Load,
-            confidence: 0.85,
-            summary,
-            evidence: vec![
-                Evidence::text(format!(
-                    "SGLang: {}",
-                    s.message.as_deref().unwrap_or_default()
-                )),
-                arithmetic,
-            ],
-            contributing: Vec::new(),
-        };
+        let v = refusal(s, cause, summary, arithmetic);
         return (v, remedies, notes);
     }
     let capacity = format!(
@@ -333,6 +310,25 @@ pub fn verdict(s: &SglangStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<St
 }
 
 /// A flag that makes SGLang start (or hold the context): it still takes the whole card.
+/// SGLang refusing to start at load, in its own words beside llm-oom's arithmetic.
+fn refusal(s: &SglangStartup, cause: Cause, summary: String, arithmetic: Evidence) -> Verdict {
+    Verdict {
+        rule: None,
+        cause,
+        stage: Stage::Load,
+        confidence: 0.85,
+        summary,
+        evidence: vec![
+            Evidence::text(format!(
+                "SGLang: {}",
+                s.message.as_deref().unwrap_or_default()
+            )),
+            arithmetic,
+        ],
+        contributing: Vec::new(),
+    }
+}
+
 fn flag_remedy(s: &SglangStartup, change: Change, action: String, how: String) -> Remedy {
     let peak = s.card_bytes;
     let mut r = Remedy::new(change, Engine::Sglang, peak, peak, s.card_bytes);
