@@ -11,7 +11,8 @@ bf16, and placed twice per device layout:
     first, then transformers' copy of infer_auto_device_map);
   - `transformers-sequential` and `transformers-balanced_low_0`: the same for those strategies.
 For each it records the device of the embeddings, every decoder layer, the final norm and
-lm_head, and the module sizes accelerate counted.
+lm_head, and the module sizes accelerate counted; for a vision-language model (built with
+AutoModelForImageTextToText) also the device(s) and sizes of its vision tower and projector.
 
     /work/venv-torch/bin/python scripts/accelerate-placement.py  # writes tests/fixtures/placement/
 """
@@ -26,7 +27,7 @@ import torch
 import transformers
 from accelerate import init_empty_weights
 from accelerate.utils import compute_module_sizes, infer_auto_device_map
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 from transformers.integrations.accelerate import _get_device_map
 
 GIB = 1024**3
@@ -42,6 +43,7 @@ PRESETS = [
     "phi-3-mini-4k-instruct",
     "mixtral-8x7b-instruct-v0.1",
     "llama-3.3-70b-instruct",
+    "gemma-3-27b-it",
 ]
 
 # GPU budgets (bytes) and the CPU tier; names are what the fixture files are called.
@@ -52,13 +54,21 @@ LAYOUTS = {
     "2x8GiB+cpu16GiB": {0: 8 * GIB, 1: 8 * GIB, "cpu": 16 * GIB},
 }
 
+# A vision-language model also gets a GPU 0 too small for its vision tower whole, so the tower
+# is split at its encoder layers.
+VLM_LAYOUTS = {
+    "3GiB+24GiB": {0: 3 * GIB, 1: 24 * GIB, "cpu": 64 * GIB},
+}
+
 
 def load_model(preset):
     with open(os.path.join(ROOT, "presets", preset + ".json")) as f:
         raw = json.load(f)
     cfg = AutoConfig.for_model(**{k: v for k, v in raw.items() if k != "_name_or_path"})
+    # a vision-language config (Gemma-3's `vision_config`) builds its `*ForConditionalGeneration`
+    auto = AutoModelForImageTextToText if "vision_config" in raw else AutoModelForCausalLM
     with init_empty_weights():
-        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+        model = auto.from_config(cfg, dtype=torch.bfloat16)
     model.eval()
     return model
 
@@ -67,7 +77,14 @@ def names(model):
     inv = {id(m): n for n, m in model.named_modules()}
     embed = inv[id(model.get_input_embeddings())]
     head = inv[id(model.get_output_embeddings())]
-    layers = next(n for n, m in model.named_modules() if n.endswith("layers") and isinstance(m, torch.nn.ModuleList))
+    # the language model's layers beside its embeddings (`model.layers`, or
+    # `model.language_model.layers` under a vision-language wrapper, whose tower has its own)
+    parent = embed.rsplit(".", 1)[0]
+    layers = next(
+        n
+        for n, m in model.named_modules()
+        if n.endswith("layers") and n.startswith(parent + ".") and isinstance(m, torch.nn.ModuleList)
+    )
     count = len(dict(model.named_modules())[layers])
     norm = layers.rsplit(".", 1)[0] + ".norm"
     return embed, head, layers, count, norm
@@ -83,32 +100,50 @@ def device_of(device_map, module):
     return where
 
 
+def tower(model):
+    """The vision tower's and projector's module names (`model.vision_tower`,
+    `model.multi_modal_projector`), or None for a text-only model."""
+    mods = dict(model.named_modules())
+    found = [n for n in ("model.vision_tower", "model.multi_modal_projector") if n in mods]
+    return found or None
+
+
 def placement(device_map, model):
     embed, head, layers, count, norm = names(model)
-    return {
+    out = {
         "embed": device_of(device_map, embed),
         "layers": [device_of(device_map, f"{layers}.{i}") for i in range(count)],
         "norm": device_of(device_map, norm),
         "lm_head": device_of(device_map, head),
     }
+    for name in tower(model) or []:
+        # its device when placed whole, else every device map entry under it
+        key = name.rsplit(".", 1)[1]
+        whole = device_of(device_map, name)
+        out[key] = whole if whole is not None else {k: v for k, v in device_map.items() if k.startswith(name + ".")}
+    return out
 
 
 def sizes(model):
     embed, head, layers, _, _ = names(model)
     s = compute_module_sizes(model, dtype=torch.bfloat16)
-    return {
+    out = {
         "total": s[""],
         "embed": s[embed],
         "layer0": s[f"{layers}.0"],
         "lm_head": s.get(head, 0),
     }
+    for name in tower(model) or []:
+        out[name.rsplit(".", 1)[1]] = s[name]
+    return out
 
 
 def record(preset):
     model = load_model(preset)
     no_split = list(model._no_split_modules or [])
     runs = []
-    for layout, mm in LAYOUTS.items():
+    layouts = dict(LAYOUTS, **(VLM_LAYOUTS if tower(model) else {}))
+    for layout, mm in layouts.items():
         acc = infer_auto_device_map(
             model, max_memory=dict(mm), no_split_module_classes=no_split, dtype=torch.bfloat16
         )

@@ -1,7 +1,8 @@
 //! Replays accelerate's and transformers' real `device_map` placements (recorded on meta-device
 //! models by scripts/accelerate-placement.py into tests/fixtures/placement/) through llm-oom's
 //! placement, and asks for the same device for the embeddings, every decoder layer, the final
-//! norm and lm_head — and the same module sizes.
+//! norm and lm_head, and a vision-language model's vision tower and projector — and the same
+//! module sizes.
 
 use std::path::Path;
 
@@ -10,7 +11,7 @@ use llm_oom::model::presets::load;
 use llm_oom::placement::accelerate::{
     balanced_memory, device_of, infer_device_map, MaxMemory, Place,
 };
-use llm_oom::placement::{module_tree, parts, placement_bytes, Ties};
+use llm_oom::placement::{module_names, module_tree, parts_and_tower, placement_bytes, Ties};
 use serde_json::Value;
 
 fn place(v: &Value) -> Place {
@@ -53,8 +54,20 @@ fn placements_match_accelerate_and_transformers() {
         )
         .unwrap();
         let spec = load(preset, &json).unwrap();
-        let p = parts(&spec, placement_bytes(&spec, WeightDtype::Bf16));
+        let (p, tower) = parts_and_tower(&spec, placement_bytes(&spec, WeightDtype::Bf16));
         let sizes = &rec["sizes_bf16"];
+        // the tower and its projector, as transformers counts them
+        let want_tower = ["vision_tower", "multi_modal_projector"]
+            .iter()
+            .filter_map(|k| sizes[*k].as_u64())
+            .sum::<u64>();
+        // SigLIP's embeddings carry an int64 `position_ids` buffer (8 bytes a patch position)
+        assert!(
+            want_tower.abs_diff(tower) <= 64 << 10,
+            "{preset} vision tower {want_tower} vs {tower}"
+        );
+        let names = module_names(&spec);
+        let t = names.text;
         assert_eq!(
             p.layer,
             sizes["layer0"].as_u64().unwrap(),
@@ -76,7 +89,7 @@ fn placements_match_accelerate_and_transformers() {
             } else {
                 Ties::Seen
             };
-            let (root, groups) = module_tree(&spec, p, ties);
+            let (root, groups) = module_tree(&spec, p, tower, ties);
             let mm = match caller {
                 "accelerate" | "transformers-sequential" => mm,
                 "transformers-auto" => balanced_memory(&root, mm, true, false, p.layer / 10),
@@ -88,12 +101,41 @@ fn placements_match_accelerate_and_transformers() {
             let map = infer_device_map(&root, &mm, &groups);
             let want = &run["placement"];
             let mut modules = vec![
-                ("model.embed_tokens".to_string(), place(&want["embed"])),
-                ("model.norm".to_string(), place(&want["norm"])),
+                (format!("{t}.embed_tokens"), place(&want["embed"])),
+                (format!("{t}.norm"), place(&want["norm"])),
                 ("lm_head".to_string(), place(&want["lm_head"])),
             ];
             for (i, d) in want["layers"].as_array().unwrap().iter().enumerate() {
-                modules.push((format!("model.layers.{i}"), place(d)));
+                modules.push((format!("{t}.layers.{i}"), place(d)));
+            }
+            // the tower and projector: one device when placed whole, else the device of each
+            // module under them (the tower's encoder layers are checked; its patch embeddings
+            // and post norm are not modules of their own here)
+            for (key, name) in [
+                ("vision_tower", names.tower),
+                ("multi_modal_projector", names.projector),
+            ] {
+                let Some(d) = want.get(key) else { continue };
+                let name = name.unwrap_or_else(|| panic!("{preset}: no {key} module"));
+                if let Some(split) = d.as_object() {
+                    let prefix = format!("{}.", names.tower_layers);
+                    modules.extend(
+                        split
+                            .iter()
+                            .filter(|(m, _)| m.starts_with(&prefix))
+                            .map(|(m, d)| (m.clone(), place(d))),
+                    );
+                    continue;
+                }
+                let d = place(d);
+                let blocks: Vec<String> = if key == "vision_tower" && spec.vision_layers > 0 {
+                    (0..spec.vision_layers)
+                        .map(|i| format!("{}.{i}", names.tower_layers))
+                        .collect()
+                } else {
+                    vec![name.to_string()]
+                };
+                modules.extend(blocks.into_iter().map(|b| (b, d)));
             }
             for (m, d) in modules {
                 checked += 1;

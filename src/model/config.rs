@@ -64,6 +64,7 @@ pub fn parse_config(text: &str, path: &Path, name: &str) -> Result<Spec, InputEr
             crate::units::group(params)
         ));
         spec.vision = vision;
+        spec.vision_layers = depth;
     }
     // Multi-token-prediction layers a config declares but its family does not build (GLM-4.5's
     // `num_nextn_predict_layers`, MiniMax's `num_mtp_modules`) are said, not silently left out.
@@ -486,6 +487,7 @@ impl Reader<'_> {
             layout: None,
             keep_dense,
             vision: Vec::new(),
+            vision_layers: 0,
             images: None,
             mmproj_bytes: None,
         })
@@ -599,6 +601,7 @@ impl Reader<'_> {
             layout: Some(b.layout),
             keep_dense,
             vision: Vec::new(),
+            vision_layers: 0,
             images: None,
             mmproj_bytes: None,
         })

@@ -461,6 +461,7 @@ impl Derived {
             layout: Some(layout),
             keep_dense: base.keep_dense,
             vision: Vec::new(),
+            vision_layers: 0,
             images: None,
             mmproj_bytes: None,
         })

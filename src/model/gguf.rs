@@ -357,6 +357,7 @@ fn spec_from_content(c: &Content, path: &Path, name: &str) -> Result<Spec, Input
         layout: None,
         keep_dense: Vec::new(),
         vision: Vec::new(),
+        vision_layers: 0,
         images: None,
         mmproj_bytes: None,
     })

@@ -64,6 +64,11 @@ pub struct Spec {
     /// counted by `tensors()` after the language model's.
     #[serde(skip)]
     pub vision: Vec<TensorGroup>,
+    /// The vision tower's encoder layers (its `_no_split_modules` blocks, which accelerate's
+    /// `device_map="auto"` places one by one when the tower does not fit a device whole); 0 for a
+    /// text-only model.
+    #[serde(skip)]
+    pub vision_layers: u64,
     /// What an image costs a vision-language model (`plan --images`): its token rule and its
     /// encoder's shape; `None` for a text-only model or a family whose rule is not known.
     #[serde(skip)]
@@ -309,6 +314,7 @@ impl Spec {
         d.gguf = None;
         d.checkpoint = None;
         d.vision = Vec::new();
+        d.vision_layers = 0;
         d.notes = Vec::new();
         d.layout = Some(super::layout::Layout {
             tensors: m.tensors,

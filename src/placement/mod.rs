@@ -181,26 +181,115 @@ pub enum Ties {
     Unseen,
 }
 
-/// The module tree of a `*ForCausalLM` as transformers registers it.
-pub fn module_tree(spec: &Spec, p: Parts, ties: Ties) -> (Node, Vec<accelerate::TieGroup>) {
+/// Where transformers registers a model's modules: the language model's (`model`, or
+/// `model.language_model` under a vision-language wrapper such as `Gemma3Model`), and the vision
+/// tower's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModuleNames {
+    /// The language model: `{text}.embed_tokens`, `{text}.layers.N`, `{text}.norm`.
+    pub text: &'static str,
+    /// The vision tower (`model.vision_tower`, Qwen's `model.visual`); `None` for text only.
+    pub tower: Option<&'static str>,
+    /// The tower's encoder layers, its `_no_split_modules` blocks: `{tower_layers}.N`.
+    pub tower_layers: &'static str,
+    /// The projector into the language model, beside the tower (Qwen's merger is inside it).
+    pub projector: Option<&'static str>,
+}
+
+/// The module names of `spec`'s model as transformers 5.17 builds it: a text-only
+/// `*ForCausalLM`, or a `*ForConditionalGeneration` whose `*Model` holds `vision_tower`,
+/// `multi_modal_projector` and `language_model` in that order (models/gemma3/modeling_gemma3.py
+/// `Gemma3Model.__init__`; Qwen-VL's `visual` holds its merger).
+pub fn module_names(spec: &Spec) -> ModuleNames {
+    if spec.vision.is_empty() {
+        return ModuleNames {
+            text: "model",
+            tower: None,
+            tower_layers: "",
+            projector: None,
+        };
+    }
+    if spec.architecture.starts_with("qwen") {
+        ModuleNames {
+            text: "model.language_model",
+            tower: Some("model.visual"),
+            tower_layers: "model.visual.blocks",
+            projector: None,
+        }
+    } else {
+        ModuleNames {
+            text: "model.language_model",
+            tower: Some("model.vision_tower"),
+            tower_layers: "model.vision_tower.encoder.layers",
+            projector: Some("model.multi_modal_projector"),
+        }
+    }
+}
+
+/// The tower's encoder layers' bytes: `tower` spread over `layers` (the first ones take the
+/// remainder), or `tower` whole when the family gives no layer count.
+fn tower_shares(tower: u64, layers: u64) -> Vec<u64> {
+    if layers == 0 {
+        return vec![tower];
+    }
+    let (share, rest) = (tower / layers, tower % layers);
+    (0..layers).map(|i| share + u64::from(i < rest)).collect()
+}
+
+/// The module tree of a `*ForCausalLM` (or a vision-language `*ForConditionalGeneration`) as
+/// transformers registers it. A vision tower of `tower` bytes comes first, as in transformers'
+/// `Gemma3Model`, so accelerate places it before the text layers: whole where it fits, else
+/// split at its encoder layers (`SiglipEncoderLayer` is in `_no_split_modules`). Its bytes,
+/// the projector's included, are spread over those layers (the patch embeddings, post norm and
+/// projector are ~3 % of Gemma-3's tower); the projector is a module of no bytes after it.
+pub fn module_tree(
+    spec: &Spec,
+    p: Parts,
+    tower: u64,
+    ties: Ties,
+) -> (Node, Vec<accelerate::TieGroup>) {
     let tied = spec.tie_word_embeddings;
+    let names = module_names(spec);
+    let t = names.text;
     let layers = (0..spec.num_layers)
         .map(|i| Node {
             no_split: true,
-            ..Node::leaf(format!("model.layers.{i}"), p.layer)
+            ..Node::leaf(format!("{t}.layers.{i}"), p.layer)
         })
         .collect();
-    let model = Node::parent(
-        "model",
-        vec![
-            Node::leaf("model.embed_tokens", p.embed),
-            Node::parent("model.layers", layers, false),
-            Node::leaf("model.norm", p.norm),
-            // inv_freq, an f32 buffer of head_dim / 2
-            Node::leaf("model.rotary_emb", spec.head_dim / 2 * 4),
-        ],
-        false,
-    );
+    let text = vec![
+        Node::leaf(format!("{t}.embed_tokens"), p.embed),
+        Node::parent(format!("{t}.layers"), layers, false),
+        Node::leaf(format!("{t}.norm"), p.norm),
+        // inv_freq, an f32 buffer of head_dim / 2
+        Node::leaf(format!("{t}.rotary_emb"), spec.head_dim / 2 * 4),
+    ];
+    let model = match names.tower.filter(|_| tower > 0) {
+        None => Node::parent("model", text, false),
+        Some(name) => {
+            let tower_node = if spec.vision_layers == 0 {
+                Node::leaf(name, tower)
+            } else {
+                let blocks = tower_shares(tower, spec.vision_layers)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, b)| Node {
+                        no_split: true,
+                        ..Node::leaf(format!("{}.{i}", names.tower_layers), b)
+                    })
+                    .collect();
+                Node::parent(
+                    name,
+                    vec![Node::parent(names.tower_layers, blocks, false)],
+                    false,
+                )
+            };
+            let mut children = vec![tower_node];
+            children.extend(names.projector.map(|n| Node::leaf(n, 0)));
+            children.push(Node::parent(t, text, false));
+            Node::parent("model", children, false)
+        }
+    };
     let head = if tied && ties == Ties::Seen {
         0
     } else {
@@ -210,7 +299,7 @@ pub fn module_tree(spec: &Spec, p: Parts, ties: Ties) -> (Node, Vec<accelerate::
     let groups = if tied && ties == Ties::Seen {
         vec![vec![
             "lm_head.weight".to_string(),
-            "model.embed_tokens.weight".to_string(),
+            format!("{t}.embed_tokens.weight"),
         ]]
     } else {
         Vec::new()
@@ -239,8 +328,8 @@ pub fn auto_device_map(
     d: &Devices,
     ties: Ties,
 ) -> (MaxMemory, Vec<(String, Place)>) {
-    let p = parts(spec, placement_bytes(spec, dtype));
-    let (root, groups) = module_tree(spec, p, ties);
+    let (p, tower) = parts_and_tower(spec, placement_bytes(spec, dtype));
+    let (root, groups) = module_tree(spec, p, tower, ties);
     let user_set = d.max_memory.is_some();
     let gpus = d
         .max_memory
@@ -276,7 +365,10 @@ pub fn auto_device_map(
 /// every GPU that runs layers, a CUDA context per GPU.
 pub fn plan_auto(spec: &Spec, dtype: WeightDtype, d: &Devices, e: &Estimate) -> Placement {
     let (mm, map) = auto_device_map(spec, dtype, d, Ties::Seen);
-    let real = parts(spec, |t| group_bytes(spec, t, dtype));
+    let (real, tower) = parts_and_tower(spec, |t| group_bytes(spec, t, dtype));
+    let names = module_names(spec);
+    let t = names.text;
+    let (embed, norm) = (format!("{t}.embed_tokens"), format!("{t}.norm"));
     let layers_total = spec.num_layers;
     let at = |m: &str| device_of(&map, m).unwrap_or(Place::Disk);
     let mut places: Vec<Place> = (0..d.gpus.len() as u32).map(Place::Gpu).collect();
@@ -285,14 +377,30 @@ pub fn plan_auto(spec: &Spec, dtype: WeightDtype, d: &Devices, e: &Estimate) -> 
     let off = |m: &str| !matches!(at(m), Place::Gpu(_));
     // Where each layer went, looked up once (the map is searched by name).
     let layer_at: Vec<Place> = (0..layers_total)
-        .map(|i| at(&format!("model.layers.{i}")))
+        .map(|i| at(&format!("{t}.layers.{i}")))
         .collect();
+    // The vision tower's blocks (its encoder layers, or the tower whole) and where each went.
+    let tower_at: Vec<(Place, u64)> = match names.tower.filter(|_| tower > 0) {
+        None => Vec::new(),
+        Some(name) if spec.vision_layers == 0 => vec![(at(name), tower)],
+        Some(_) => tower_shares(tower, spec.vision_layers)
+            .into_iter()
+            .enumerate()
+            .map(|(i, b)| (at(&format!("{}.{i}", names.tower_layers)), b))
+            .collect(),
+    };
     let offloaded = layer_at.iter().any(|p| !matches!(p, Place::Gpu(_)));
+    let tower_off = tower_at
+        .iter()
+        .filter(|(p, _)| !matches!(p, Place::Gpu(_)))
+        .map(|(_, b)| *b)
+        .max();
     // the largest offloaded part is what accelerate's reserve on GPU 0 is for
     let in_transit = [
         (offloaded, real.layer),
-        (off("model.embed_tokens"), real.embed),
+        (off(&embed), real.embed),
         (off("lm_head") && !spec.tie_word_embeddings, real.head),
+        (tower_off.is_some(), tower_off.unwrap_or(0)),
     ]
     .iter()
     .filter(|(o, _)| *o)
@@ -303,9 +411,26 @@ pub fn plan_auto(spec: &Spec, dtype: WeightDtype, d: &Devices, e: &Estimate) -> 
         let layers = layer_at.iter().filter(|p| **p == place).count() as u64;
         let mut holds = Vec::new();
         let mut weights = layers.saturating_mul(real.layer);
+        let here: Vec<u64> = tower_at
+            .iter()
+            .filter(|(p, _)| *p == place)
+            .map(|(_, b)| *b)
+            .collect();
+        if !here.is_empty() {
+            holds.push(if here.len() == tower_at.len() {
+                "vision tower".to_string()
+            } else {
+                format!(
+                    "vision tower ({} of {} encoder layers)",
+                    here.len(),
+                    tower_at.len()
+                )
+            });
+            weights = weights.saturating_add(here.iter().fold(0u64, |a, b| a.saturating_add(*b)));
+        }
         for (m, bytes, label) in [
-            ("model.embed_tokens", real.embed, "embeddings"),
-            ("model.norm", real.norm, "final norm"),
+            (embed.as_str(), real.embed, "embeddings"),
+            (norm.as_str(), real.norm, "final norm"),
             ("lm_head", real.head, "lm_head"),
         ] {
             if at(m) == place {
@@ -340,7 +465,7 @@ pub fn plan_auto(spec: &Spec, dtype: WeightDtype, d: &Devices, e: &Estimate) -> 
         };
         // offloaded layers compute on GPU 0: their cache lives there
         let kv = if place == Place::Gpu(0) {
-            let away = layers_total - layers_on(&map, layers_total);
+            let away = layers_total - layers_on(&map, t, layers_total);
             kv.saturating_add(away.saturating_mul(kv_per_layer))
         } else {
             kv
@@ -354,7 +479,7 @@ pub fn plan_auto(spec: &Spec, dtype: WeightDtype, d: &Devices, e: &Estimate) -> 
         row.max_memory_bytes = max_memory;
         devices.push(row);
     }
-    let mut p = finish(spec, d, devices, layers_on(&map, layers_total));
+    let mut p = finish(spec, d, devices, layers_on(&map, t, layers_total));
     p.refused = bnb_refusal(dtype, &p);
     p
 }
@@ -492,11 +617,11 @@ fn cut_until_fits(
     None
 }
 
-fn layers_on(map: &[(String, Place)], n: u64) -> u64 {
+fn layers_on(map: &[(String, Place)], text: &str, n: u64) -> u64 {
     (0..n)
         .filter(|i| {
             matches!(
-                device_of(map, &format!("model.layers.{i}")),
+                device_of(map, &format!("{text}.layers.{i}")),
                 Some(Place::Gpu(_))
             )
         })
@@ -664,11 +789,75 @@ mod tests {
     fn a_tied_head_weighs_nothing_when_transformers_sees_the_tie() {
         let s = spec("qwen2.5-0.5b-instruct");
         let p = parts(&s, placement_bytes(&s, WeightDtype::Bf16));
-        let (seen, ties) = module_tree(&s, p, Ties::Seen);
-        let (unseen, none) = module_tree(&s, p, Ties::Unseen);
+        let (seen, ties) = module_tree(&s, p, 0, Ties::Seen);
+        let (unseen, none) = module_tree(&s, p, 0, Ties::Unseen);
         assert_eq!(ties.len(), 1);
         assert!(none.is_empty());
         assert_eq!(unseen.size - seen.size, p.embed);
+    }
+
+    fn gemma3_plan(gpus: Vec<u64>) -> Placement {
+        let s = spec("gemma-3-27b-it");
+        let w = crate::estimate::Workload {
+            prompt_tokens: 512,
+            max_new_tokens: 64,
+            batch: 1,
+            weight_dtype: WeightDtype::Bf16,
+            kv_dtype: crate::dtype::KvDtype::Bf16,
+            engine: crate::estimate::Engine::Transformers,
+            llama: Default::default(),
+        };
+        let e = crate::estimate::estimate(&s, &w, 80 << 30);
+        let d = Devices {
+            gpus: gpus.clone(),
+            host_ram: Some(64 << 30),
+            max_memory: Some(gpus),
+            context: 0,
+            strategy: Strategy::Balanced,
+        };
+        plan_auto(&s, WeightDtype::Bf16, &d, &e)
+    }
+
+    #[test]
+    fn a_vision_tower_is_placed_first_and_whole_and_not_in_the_layers_share() {
+        let s = spec("gemma-3-27b-it");
+        let names = module_names(&s);
+        assert_eq!(names.text, "model.language_model");
+        assert_eq!(module_names(&spec("llama-3.1-8b-instruct")).text, "model");
+        let (_, tower) = parts_and_tower(&s, |t| group_bytes(&s, t, WeightDtype::Bf16));
+        assert!(tower > 800 << 20, "{tower}");
+        let p = gemma3_plan(vec![80 << 30, 80 << 30]);
+        let gpu0 = &p.devices[0];
+        assert_eq!(gpu0.holds[1], "vision tower");
+        assert!(p.devices[1..]
+            .iter()
+            .all(|d| !d.holds.iter().any(|h| h.contains("vision"))));
+        // every byte once: the tower on its own, the layers at the text layers' share
+        let placed: u64 = p.devices.iter().map(|d| d.weights_bytes).sum();
+        let all: u64 = s
+            .tensors()
+            .iter()
+            .map(|t| group_bytes(&s, t, WeightDtype::Bf16))
+            .sum();
+        // the head is tied: its bytes are the embeddings'; the layers' share rounds down
+        assert!(s.tie_word_embeddings);
+        assert!(
+            placed <= all && all - placed < s.num_layers,
+            "{placed} {all}"
+        );
+    }
+
+    #[test]
+    fn a_vision_tower_that_does_not_fit_gpu_0_splits_at_its_encoder_layers() {
+        // GPU 0 keeps the 2.8 GB embeddings free: 12 of the 27 SigLIP layers fit in the rest,
+        // as accelerate placed them (tests/fixtures/placement/gemma-3-27b-it.json, 3GiB+24GiB)
+        let p = gemma3_plan(vec![3 << 30, 24 << 30]);
+        assert!(p.devices[0]
+            .holds
+            .contains(&"vision tower (12 of 27 encoder layers)".to_string()));
+        assert!(p.devices[1]
+            .holds
+            .contains(&"vision tower (15 of 27 encoder layers)".to_string()));
     }
 
     #[test]
