@@ -29,7 +29,7 @@ use crate::request::ParallelRequest;
 use crate::units::{group, Bytes, MIB};
 
 use super::accelerate::Place;
-use super::{parts, DeviceShare, Placement};
+use super::{parts_and_tower, DeviceShare, Placement};
 
 /// vLLM's `DEFAULT_VOCAB_PADDING_SIZE`.
 pub const VOCAB_PADDING: u64 = 64;
@@ -186,7 +186,19 @@ pub fn shard(spec: &Spec, t: &TensorGroup, tp: u64) -> TensorGroup {
         // in_proj / dt_proj are column-, x_proj / out_proj row-parallel: the wide side is split
         Role::Mixer if t.rows >= t.cols => s.rows = t.rows.div_ceil(tp),
         Role::Mixer => s.cols = t.cols.div_ceil(tp),
-        // vLLM's vision encoders are small beside the model: counted whole on every rank
+        // vLLM's vision encoders build each encoder layer's attention and MLP from
+        // QKVParallelLinear / ColumnParallelLinear / RowParallelLinear (models/siglip.py; the
+        // default `mm_encoder_tp_mode` "weights"): a matrix repeated per encoder layer is split;
+        // the patch and position embeddings, norms, biases and the projector (Gemma-3's is a
+        // plain Parameter) are counted whole on every rank.
+        Role::Vision
+            if t.rows > 1
+                && t.cols > 1
+                && spec.vision_layers > 0
+                && t.count % spec.vision_layers == 0 =>
+        {
+            s.rows = t.rows.div_ceil(tp)
+        }
         Role::Router | Role::Vector | Role::Vision => {}
     }
     s
@@ -273,13 +285,19 @@ struct Held {
 /// The weights of pipeline stage `stage` on one of its TP ranks.
 fn held(spec: &Spec, dtype: WeightDtype, p: &Parallel, stage: u64) -> Held {
     let tp = p.tensor;
-    let per = parts(spec, |t| group_bytes(spec, &shard(spec, t, tp), dtype));
+    let (per, tower) = parts_and_tower(spec, |t| group_bytes(spec, &shard(spec, t, tp), dtype));
     let (start, end) = pp_indices(spec.num_layers, stage, p.pipeline);
     let layers = end - start;
     let mut weights = layers.saturating_mul(per.layer);
     let mut holds = Vec::new();
     if layers > 0 {
         holds.push(format!("layers {start}–{}", end.saturating_sub(1)));
+    }
+    // Every pipeline stage builds the vision tower (gemma3_mm.py and its kin construct
+    // `vision_tower` whatever the stage; only the language model's layers are PPMissingLayer).
+    if tower > 0 {
+        holds.push("vision tower".to_string());
+        weights = weights.saturating_add(tower);
     }
     let share = if tp > 1 {
         format!(" 1/{tp}")
@@ -768,6 +786,44 @@ mod tests {
             gpus_per_node: tp * pp,
             gpu_memory_utilization: 0.9,
         }
+    }
+
+    /// Gemma-3-27B's SigLIP under vLLM: at TP 2 each rank holds half of every encoder layer's
+    /// matrices and the rest (embeddings, norms, biases, projector) whole; at PP 2 both stages
+    /// build the whole tower beside their layers.
+    #[test]
+    fn the_vision_tower_is_split_by_tp_and_built_on_every_stage() {
+        let g = spec("gemma-3-27b-it");
+        assert_eq!(g.vision_layers, 27);
+        let bytes = |tp: u64| -> u64 {
+            g.vision
+                .iter()
+                .map(|t| group_bytes(&g, &shard(&g, t, tp), WeightDtype::Bf16))
+                .sum()
+        };
+        let per_layer: u64 = g
+            .vision
+            .iter()
+            .filter(|t| t.rows > 1 && t.cols > 1 && t.count % 27 == 0)
+            .map(|t| group_bytes(&g, t, WeightDtype::Bf16))
+            .sum();
+        // 27 layers of q, k, v, o (1,152²) and fc1, fc2 (4,304 × 1,152), bf16
+        assert_eq!(per_layer, 27 * (4 * 1152 * 1152 + 2 * 4304 * 1152) * 2);
+        assert_eq!(bytes(1) - bytes(2), per_layer / 2);
+        let pp = layout(1, 2);
+        let (a, b) = (
+            held(&g, WeightDtype::Bf16, &pp, 0),
+            held(&g, WeightDtype::Bf16, &pp, 1),
+        );
+        for h in [&a, &b] {
+            assert!(h.holds.iter().any(|x| x == "vision tower"), "{:?}", h.holds);
+        }
+        let whole = held(&g, WeightDtype::Bf16, &layout(1, 1), 0);
+        // the tied embedding is on both stages too (the last one's lm_head)
+        let embed = parts_and_tower(&g, |t| group_bytes(&g, t, WeightDtype::Bf16))
+            .0
+            .embed;
+        assert_eq!(a.weights + b.weights, whole.weights + bytes(1) + embed);
     }
 
     fn work(prompt: u64, batch: u64) -> Workload {
