@@ -110,16 +110,8 @@ fn dir(case: &str) -> PathBuf {
         .join(case)
 }
 
-/// The cause a verdict names and its confidence.
+/// The cause a verdict names and its confidence; every answer names a registered rule.
 fn answer_of(json: &[u8], what: &str) -> (String, f64) {
-    let v: serde_json::Value = serde_json::from_slice(json).unwrap_or_default();
-    (
-        cause_of(json, what),
-        v["verdict"]["confidence"].as_f64().unwrap_or(1.0),
-    )
-}
-
-fn cause_of(json: &[u8], what: &str) -> String {
     let v: serde_json::Value = serde_json::from_slice(json)
         .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {}", String::from_utf8_lossy(json)));
     // Every answer names the rule that decided it (docs/explain.md's tables).
@@ -130,10 +122,11 @@ fn cause_of(json: &[u8], what: &str) -> String {
             .any(|r| r.code.as_str() == rule),
         "{what}: verdict.rule {rule:?} is not a registered rule"
     );
-    v["verdict"]["cause"]
+    let cause = v["verdict"]["cause"]
         .as_str()
         .unwrap_or_else(|| panic!("{what}: no verdict.cause in {v}"))
-        .to_string()
+        .to_string();
+    (cause, v["verdict"]["confidence"].as_f64().unwrap_or(1.0))
 }
 
 /// The cause `explain --json` names; an `unknown` must say what would settle it.

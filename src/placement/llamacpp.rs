@@ -105,7 +105,8 @@ pub fn plan_layers(
             holds.push("token_embd".into());
             weights = weights.saturating_add(real.embed);
         }
-        if mmproj && place == mmproj_at {
+        let holds_mmproj = mmproj && place == mmproj_at;
+        if holds_mmproj {
             holds.push("mmproj".into());
             weights = weights.saturating_add(tower);
         }
@@ -126,7 +127,7 @@ pub fn plan_layers(
             // llama.cpp's own margin: it allocates its buffers once (estimate::llamacpp).
             row.set_margin(crate::estimate::llamacpp::safety_margin(capacity));
         }
-        if mmproj && place == mmproj_at {
+        if holds_mmproj {
             row.add_activations(e.vision_encoder);
         }
         devices.push(row);
