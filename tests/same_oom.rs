@@ -3,10 +3,10 @@
 //! tests/fixtures/same-oom/) handed to the three readers a user has — `explain` on the program's
 //! stderr, `explain` on PyTorch's allocator record, and `watch` of a program that prints the same
 //! output and leaves the same record where llm-oom's hook leaves it. Each must name the run's
-//! cause. Beside them, `diagnose` of the same workload, recorded on an H200
-//! (`scripts/gpu/same-oom-diagnose.sh`, `diagnose-h200.json` in each case's folder,
-//! docs/calibration/same-oom-diagnose-h200-2026-12-07.jsonl): its recorded verdict is read, as
-//! CI has no GPU to run it. Where one still does not, the case is listed in `KNOWN` with the reason, and the test
+//! cause. Beside them, `diagnose` of the same workload, recorded on an H200 and on an H100
+//! (`scripts/gpu/same-oom-diagnose.sh`, `diagnose-<card>.json` in each case's folder,
+//! docs/calibration/same-oom-diagnose-{h200,h100}-2026-12-07.jsonl): its recorded verdicts are
+//! read, as CI has no GPU to run it. Where one still does not, the case is listed in `KNOWN` with the reason, and the test
 //! fails when a listed miss no longer happens, so the list cannot go stale.
 
 use std::path::{Path, PathBuf};
@@ -88,10 +88,10 @@ const KNOWN: &[(&str, &str, &str, &str)] = &[
         "served-ramp",
         "diagnose",
         "concurrency",
-        "diagnose answers for a fresh process, and on the H200, with the card that run had (the \
-         18 GiB cap + its 0.73 GiB of CUDA context), its decisive fresh process ran out too: \
-         7,840 × 2 sits at the edge (its budget 7,795, 0.6 % under; the H100's fresh process ran \
-         7,840 under the cap); its note keeps a long-lived process to 95 % and names \
+        "diagnose answers for a fresh process, and on the H200 and the H100, with the card that run \
+         had (the 18 GiB cap + its 0.73 GiB of CUDA context), its decisive fresh process ran out \
+         too: 7,840 × 2 sits at the edge (its budget 7,795, 0.6 % under; the H100's fresh process \
+         ran 7,840 under the cap); its note keeps a long-lived process to 95 % and names \
          expandable_segments",
     ),
     (
@@ -182,9 +182,10 @@ sys.exit(1)
     answer_of(&json, &format!("watch of {case}"))
 }
 
-/// The cause `diagnose` gave for the same workload on the GPU, from its recorded `--json`.
-fn recorded_diagnose(case: &str) -> (String, f64) {
-    let path = dir(case).join("diagnose-h200.json");
+/// The cause `diagnose` gave for the same workload on one card (`h200`, `h100`), from its
+/// recorded `--json`.
+fn recorded_diagnose(case: &str, card: &str) -> (String, f64) {
+    let path = dir(case).join(format!("diagnose-{card}.json"));
     let json = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     answer_of(&json, &format!("diagnose of {case}"))
 }
@@ -195,14 +196,15 @@ fn explain_watch_and_the_allocator_record_name_each_runs_cause() {
     let home = home.path();
     let mut misses = Vec::new();
     let mut table = String::from(
-        "case            truth          stderr         record         watch          diagnose\n",
+        "case            truth          stderr         record         watch          diagnose H200  diagnose H100\n",
     );
     for &(case, truth) in CASES {
         let answers = [
             ("stderr", explain(home, &dir(case).join("stderr.log"))),
             ("record", explain(home, &dir(case).join("snapshot.pickle"))),
             ("watch", watch(home, case)),
-            ("diagnose", recorded_diagnose(case)),
+            ("diagnose", recorded_diagnose(case, "h200")),
+            ("diagnose", recorded_diagnose(case, "h100")),
         ];
         table.push_str(&format!("{case:<15} {truth:<14}"));
         for (reader, (got, confidence)) in &answers {
