@@ -15,8 +15,9 @@
 //! (`Llama4VisionModel` with its projector) and InternVL
 //! (`InternVLVisionModel` with `InternVLMultiModalProjector`), each held to transformers' own
 //! parameter count by tests/derive_meta.rs, Phi-3.5-vision's (remote code: CLIP ViT-L/14-336,
-//! its separators and projector), held by tests/derive_meta.rs to transformers' own classes, and Gemma-4's (transformers 5.25 `Gemma4VisionModel`),
-//! held to it by tests/configs_2026.rs.
+//! its separators and projector), held by tests/derive_meta.rs to its parts built from
+//! transformers' own classes, and Gemma-4's (transformers 5.25 `Gemma4VisionModel`), held to it
+//! by tests/configs_2026.rs.
 
 use serde_json::{Map, Value};
 
@@ -44,7 +45,8 @@ pub(crate) fn is_wrapper(model_type: &str) -> bool {
 
 /// The vision tower's tensors and its depth for the wrapper the config's top level names
 /// (Qwen3-VL, Qwen3.5, Gemma-3, Gemma-4, Qwen2-VL, Qwen2.5-VL, Mistral-3, LLaVA, LLaVA-NeXT,
-/// Llama-4, InternVL, Phi-3.5-vision); `None` for a text-only config or a LLaVA vision model not counted here.
+/// Llama-4, InternVL, Phi-3.5-vision); `None` for a text-only config, a LLaVA vision model or a
+/// Phi-3.5-vision `img_processor` not counted here.
 /// `text_hidden` is the language model's width (Gemma-3's projector maps into it). Groups a
 /// config leaves empty (a bias it turns off, a count of zero) are dropped here, once for every
 /// tower.
