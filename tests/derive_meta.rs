@@ -139,6 +139,61 @@ fn every_counted_vision_tower_is_what_transformers_builds() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
+/// Phi-3.5-vision's `Phi3VForCausalLM` is the checkpoint's remote code, which transformers does
+/// not ship: its parts are built here from transformers' own classes on the meta device —
+/// `Phi3ForCausalLM` from the top level's text fields, `CLIPVisionModel` from
+/// clip-vit-large-patch14-336's `CLIPVisionConfig` (as modeling_phi3_v.py builds it), the
+/// `glb_GN` and `sub_GN` separators (image_dim_out · 4 each) and `img_projection`'s two linears.
+const PHI3_V_COUNT: &str = r#"
+import json, sys, torch
+from transformers import Phi3Config, Phi3ForCausalLM, CLIPVisionConfig, CLIPVisionModel
+c = json.load(open(sys.argv[1]))
+keys = ["vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+        "num_attention_heads", "num_key_value_heads", "max_position_embeddings",
+        "original_max_position_embeddings", "tie_word_embeddings", "rms_norm_eps"]
+text = Phi3Config(**{k: c[k] for k in keys})
+clip = CLIPVisionConfig(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24,
+                        num_attention_heads=16, image_size=336, patch_size=14, projection_dim=768)
+with torch.device("meta"):
+    lm = Phi3ForCausalLM(text)
+    tower = CLIPVisionModel(clip)
+    dim = c["img_processor"]["image_dim_out"] * 4
+    proj = torch.nn.Sequential(torch.nn.Linear(dim, c["hidden_size"]), torch.nn.GELU(),
+                               torch.nn.Linear(c["hidden_size"], c["hidden_size"]))
+n = lambda m: sum(p.numel() for p in m.parameters())
+vision = n(tower) + 2 * dim + n(proj)
+print(json.dumps({"parameters": n(lm) + vision, "vision": vision}))
+"#;
+
+#[test]
+fn phi3_v_counts_phi3_clip_its_separators_and_projector() {
+    let Some(py) = python() else {
+        eprintln!("LLM_OOM_TEST_PYTHON unset: skipped");
+        return;
+    };
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/vision/phi-3.5-vision-instruct.json"
+    );
+    let text = std::fs::read_to_string(path).expect("the fixture");
+    let hand = presets::load(path, &text).expect("it parses");
+    let out = std::process::Command::new(&py)
+        .args(["-c", PHI3_V_COUNT, path])
+        .output()
+        .expect("the interpreter runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = json(&String::from_utf8_lossy(&out.stdout));
+    let vision: u64 = hand.vision.iter().map(|t| t.params()).sum();
+    assert_eq!(want["parameters"], hand.parameters());
+    assert_eq!(want["vision"], vision);
+    // 3,821,079,552 of Phi-3-mini's decoder and 325,541,888 of tower
+    assert_eq!(hand.parameters(), 4_146_621_440);
+}
+
 /// starcoder2 (transformers 5.17 knows it; llm-oom has no family): LayerNorm with biases, an
 /// ungated MLP with biases, sliding-window attention in every layer.
 const STARCODER2: &str = r#"{"architectures":["Starcoder2ForCausalLM"],"model_type":"starcoder2",

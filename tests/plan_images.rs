@@ -866,3 +866,82 @@ fn llava_next_fits_a_1024_by_768_image_in_2_by_2_crops_and_the_base() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("llava_next"), "{err}");
 }
+
+/// microsoft/Phi-3.5-vision-instruct's config.json (`phi3_v`, remote code: Phi-3-mini's decoder,
+/// CLIP ViT-L/14-336, `glb_GN` / `sub_GN` and a two-layer projector).
+const PHI3_V_FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/vision/phi-3.5-vision-instruct.json"
+);
+
+#[test]
+fn phi3_v_pads_each_image_to_five_clip_crops() {
+    let home = temp();
+    let plan = |size: &str, extra: &[&str]| {
+        let mut args = vec![
+            "plan",
+            "-m",
+            PHI3_V_FIXTURE,
+            "--images",
+            "2",
+            "--image-size",
+            size,
+            "--vram",
+            "80GB",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        json(&run(home.path(), &args).stdout)
+    };
+    // the HD transform: 1024 × 768 scales to 672 × 504 and pads to 672², 2 × 2 crops:
+    // (4 + 1) × 144 + 1 + (2 + 1) × 12 = 757 tokens an image
+    let j = plan("1024x768", &[]);
+    assert_eq!(j["images"]["tokens_per_image"], 757);
+    assert_eq!(j["images"]["height"], 672);
+    assert_eq!(j["images"]["width"], 672);
+    assert_eq!(j["workload"]["prompt_tokens"], 2048 + 2 * 757);
+    // the processor pads every image to num_crops + 1 = 5 crops: 2 × 5 crops of 577 positions
+    // as one CLIP batch, the MLP's peak
+    let encoder = 10u64 * 577 * 1024 * 4 * 2 + 10 * 577 * 4096 * 2 * 2;
+    assert_eq!(j["images"]["encoder_positions_per_image"], 5 * 577);
+    assert_eq!(j["components"]["vision_encoder"], encoder);
+    // Phi-3-mini's 3,821,079,552 and the tower's 325,541,888 (CLIPVisionModel, the separators,
+    // the projector), as transformers' classes build them on the meta device
+    assert_eq!(j["model"]["parameters"], 4_146_621_440u64);
+    assert_eq!(j["components"]["vision_tower"], 325_541_888u64 * 2);
+    // 2000 × 500 (ratio 4): 1344 × 336, one row of 4 crops: 5 × 144 + 1 + 2 × 12 = 745 tokens,
+    // and the same 5 crops to the encoder
+    let wide = plan("2000x500", &[]);
+    assert_eq!(wide["images"]["tokens_per_image"], 745);
+    assert_eq!(wide["images"]["height"], 336);
+    assert_eq!(wide["images"]["width"], 1344);
+    assert_eq!(wide["workload"]["prompt_tokens"], 2048 + 2 * 745);
+    assert_eq!(wide["components"]["vision_encoder"], encoder);
+    // vLLM profiles its largest image, a 4 × 1 column (781 tokens): 8,192 / 781 = 10 images,
+    // 50 crops, and their encoder cache of 3,072-wide bf16 vectors
+    let v = plan("1024x768", &["--engine", "vllm"]);
+    let e = &v["vllm_startup"]["encoder_profile"];
+    assert_eq!(e["tokens_per_item"], 781);
+    assert_eq!(e["items"], 10);
+    assert_eq!(e["encoder_bytes"], 5 * encoder);
+    assert_eq!(e["cache_bytes"], 10u64 * 781 * 3072 * 2);
+    // llama.cpp's mtmd has no Phi-3-vision projector: one line, exit code 2
+    let args = [
+        "plan",
+        "-m",
+        PHI3_V_FIXTURE,
+        "--images",
+        "2",
+        "--image-size",
+        "1024x768",
+        "--vram",
+        "80GB",
+        "--engine",
+        "llama.cpp",
+    ];
+    let out = util::llm_oom(home.path()).args(args).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("phi3_v"), "{err}");
+}

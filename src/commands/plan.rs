@@ -837,6 +837,13 @@ fn image_load(
         (crate::model::images::TokenRule::AnyRes { .. }, _) => {
             "fit into a crop grid of ".to_string()
         }
+        (
+            crate::model::images::TokenRule::Tiles {
+                canvas: crate::model::images::Canvas::Phi3V,
+                ..
+            },
+            _,
+        ) => "scaled and padded by the HD transform to ".to_string(),
         _ => String::new(),
     };
     notes.push(format!(

@@ -802,6 +802,9 @@ const FAMILIES: &[(&str, Family)] = &[
     ("gemma3", Family::Gemma3),
     ("gemma3_text", Family::Gemma3),
     ("phi3", Family::Phi3),
+    // Phi-3.5-vision (remote code `Phi3VForCausalLM`): Phi-3's decoder at the top level, the
+    // vision tower `families::vision`.
+    ("phi3_v", Family::Phi3),
     ("deepseek_v2", Family::Layout(Kind::Deepseek)),
     ("deepseek_v3", Family::Layout(Kind::Deepseek)),
     ("deepseek_v32", Family::Layout(Kind::Deepseek)),

@@ -23,10 +23,14 @@
 //!   whole image, the padding's rows and columns cut off and one `image_newline` a row.
 //! - Mistral-Small-3.x and Pixtral (`models/pixtral/processing_pixtral.py`): [`TokenRule::Rows`].
 //! - Llama-4, InternVL and Phi-4-multimodal: tiles, [`TokenRule::Tiles`] and [`Canvas`].
-//!   Phi-3.5-vision's processor is remote code, not in transformers, and is not covered.
+//! - Phi-3.5-vision ([`Canvas::Phi3V`]): its processor is the checkpoint's remote code
+//!   (`image_processing_phi3_v.py`, not in transformers); its HD transform and token count are
+//!   vLLM's port of it (vllm/model_executor/models/phi3v.py, `calc_hd_transform_size`,
+//!   `get_num_image_tokens`).
 //!
 //! The new families' encoder rules (Pixtral, Llama-4, InternVL, Phi-4-multimodal, LLaVA-NeXT:
-//! CLIP over each image's 1 + rows × columns crops as one batch) follow the same counting from
+//! CLIP over each image's 1 + rows × columns crops as one batch, Phi-3.5-vision: CLIP over
+//! `num_crops` + 1 crops an image, the grid's padded with blank crops) follow the same counting from
 //! the transformers source; unlike Gemma-3's they are derived, not measured on
 //! a GPU.
 //!
@@ -166,6 +170,14 @@ pub enum Canvas {
     /// padded, and the tokens are 256 + 1 + the padding mask's kept cells at half resolution
     /// (R × C) + one a row (R) + 16. A global crop always joins the grid.
     Phi4,
+    /// Phi-3.5-vision's `HD_transform` (the checkpoint's `image_processing_phi3_v.py`; vLLM's
+    /// `calc_hd_transform_size`): the image, laid landscape, is scaled to the widest `scale` × 336
+    /// px with scale · ⌈scale / ratio⌉ ≤ `num_crops` (4), its height padded up to whole 336 px
+    /// crops; the tokens are (rows · columns + 1) · 144 + 1 + (rows + 1) · 12: each crop's
+    /// 24 × 24 patches merged 2 × 2 into 12 × 12, one `sub_GN` a row of the grid and of the global
+    /// crop, one `glb_GN` between them. The processor pads every image to `num_crops` + 1 crops
+    /// (`pad_to_max_num_crops_tensor`), and the tower encodes them all.
+    Phi3V,
 }
 
 impl TokenRule {
@@ -195,13 +207,14 @@ impl TokenRule {
 /// The families whose image rule is known, as the refusal names them.
 pub const KNOWN_FAMILIES: &str =
     "Gemma-3, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5, LLaVA, LLaVA-NeXT, Mistral-Small-3.x, \
-     Pixtral, Llama-4, InternVL and Phi-4-multimodal are";
+     Pixtral, Llama-4, InternVL, Phi-4-multimodal and Phi-3.5-vision are";
 
 /// A vision-language model's image input: its token rule and its encoder's shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ImageInput {
     /// `gemma3`, `qwen2_5_vl`, `qwen2_vl`, `qwen3_vl`, `qwen3_vl_moe`, `qwen3_5`, `qwen3_5_moe`,
-    /// `llava`, `llava_next`, `mistral3`, `pixtral`, `llama4`, `internvl`, `phi4_multimodal`.
+    /// `llava`, `llava_next`, `mistral3`, `pixtral`, `llama4`, `internvl`, `phi4_multimodal`,
+    /// `phi3_v`.
     pub model_type: &'static str,
     pub rule: TokenRule,
     /// The size the processor resizes to (fixed rules); `None` for a dynamic rule.
@@ -611,6 +624,42 @@ pub fn read(outer: &Map<String, Value>) -> Option<ImageInput> {
                 one_sequence: false,
             })
         }
+        // Phi3VConfig (remote code): the `img_processor` is clip-vit-large-patch14-336 (hidden
+        // 1024, intermediate 4096, 16 heads, 336/14, a CLS) whatever else the config says — the
+        // modeling code refuses any other — and `num_img_tokens` (144) a crop; `num_crops` is the
+        // processor's (preprocessor_config.json: 4 for Phi-3.5-vision, the config has none).
+        "phi3_v" => {
+            let img = match outer.get("img_processor") {
+                Some(Value::Object(o)) => o,
+                _ => return None,
+            };
+            let clip = img.get("name").and_then(Value::as_str) == Some("clip_vision_model")
+                && img.get("model_name").and_then(Value::as_str)
+                    == Some("openai/clip-vit-large-patch14-336");
+            if !clip {
+                return None;
+            }
+            Some(ImageInput {
+                model_type: "phi3_v",
+                rule: TokenRule::Tiles {
+                    tile: 336,
+                    max_tiles: 4,
+                    tokens_per_tile: field(img, "num_img_tokens", 144),
+                    canvas: Canvas::Phi3V,
+                },
+                native: None,
+                patch: 14,
+                hidden: 1024,
+                heads: 16,
+                intermediate: 4096,
+                extra_positions: 1,
+                batched_attention: true,
+                held_per_token: 0,
+                rotary_fp32: false,
+                gated_mlp: false,
+                one_sequence: false,
+            })
+        }
         // LlavaNextConfig (configuration_llava_next.py): its CLIPVisionConfig (336/14 when it has
         // none), `image_grid_pinpoints` (the class's five canvases when absent; the processor
         // reads its own preprocessor_config.json's, the same list in the published checkpoints)
@@ -866,6 +915,33 @@ fn phi4_grid(height: u64, width: u64, tile: u64, patch: u64, max_tiles: u64) -> 
     (rows, cols, tokens)
 }
 
+/// Phi-3.5-vision's `HD_transform` (the checkpoint's `image_processing_phi3_v.py`, vLLM's
+/// `calc_hd_transform_size` in vllm/model_executor/models/phi3v.py) for an image of (height,
+/// width) and `hd_num` crops: the grid (rows, columns) of `tile` px crops of the padded image.
+/// A portrait image is transposed first and back after; the width becomes the largest
+/// `scale` × tile with scale · ⌈scale / ratio⌉ ≤ `hd_num`, the height `int` of width / ratio,
+/// padded up to whole tiles (at least one: a sliver the processor could not resize to a pixel
+/// still gets one row).
+fn phi3v_grid(height: u64, width: u64, tile: u64, hd_num: u64) -> (u64, u64) {
+    let (h, w) = (height.max(1), width.max(1));
+    let t = tile.max(1);
+    let (long, short, transposed) = if w < h { (h, w, true) } else { (w, h, false) };
+    let ratio = long as f64 / short as f64;
+    // scale · ⌈scale / ratio⌉ ≥ scale, so the search ends by hd_num + 1
+    let scale = (1..=hd_num.max(1).saturating_add(1))
+        .find(|&s| s as f64 * (s as f64 / ratio).ceil() > hd_num as f64)
+        .map_or(1, |s| s.saturating_sub(1))
+        .max(1);
+    let new_w = scale.saturating_mul(t);
+    let new_h = (new_w as f64 / ratio) as u64;
+    let rows = new_h.div_ceil(t).max(1);
+    if transposed {
+        (scale, rows)
+    } else {
+        (rows, scale)
+    }
+}
+
 /// A Pixtral tower (`models/pixtral/configuration_pixtral.py`, `PixtralVisionConfig`: hidden_size
 /// 1024, intermediate_size 4096, num_attention_heads 16, image_size 1024, patch_size 16) and its
 /// processor (`models/pixtral/processing_pixtral.py`, `PixtralProcessor`, which hands the image
@@ -1033,8 +1109,11 @@ impl ImageInput {
                         let (r, c, _) = phi4_grid(h, w, tile, self.patch, max_tiles);
                         (r, c)
                     }
-                    // no size, Phi-4: the most tokens, a column of crops (one token more a row)
-                    (None, Canvas::Phi4) => (max_tiles.max(1), 1),
+                    (Some((h, w)), Canvas::Phi3V) => phi3v_grid(h, w, tile, max_tiles),
+                    // no size, Phi-4 and Phi-3.5-vision: the most tokens, a column of crops (one
+                    // token more a row); Phi-3.5-vision's is vLLM's
+                    // `get_image_size_with_most_features`, an image 160 times taller than wide.
+                    (None, Canvas::Phi4 | Canvas::Phi3V) => (max_tiles.max(1), 1),
                     // no size: a grid of the most tiles, as near square as they divide.
                     (None, _) => {
                         let n = max_tiles.max(1);
@@ -1046,10 +1125,12 @@ impl ImageInput {
                     }
                 };
                 let grid = rows.saturating_mul(cols);
-                let tiles = if grid > 1 || canvas == Canvas::Phi4 {
-                    grid.saturating_add(1)
-                } else {
-                    1
+                let tiles = match canvas {
+                    // padded to num_crops + 1 for the encoder, whatever the grid
+                    Canvas::Phi3V => max_tiles.saturating_add(1),
+                    Canvas::Phi4 => grid.saturating_add(1),
+                    _ if grid > 1 => grid.saturating_add(1),
+                    _ => 1,
                 };
                 let per = tokens_per_tile;
                 let tokens = match canvas {
@@ -1064,6 +1145,14 @@ impl ImageInput {
                     }
                     // <img>, the tiles, </img>
                     Canvas::InternVl => tiles.saturating_mul(per).saturating_add(2),
+                    // the grid and the global crop, glb_GN, one sub_GN a merged row of each
+                    Canvas::Phi3V => {
+                        let half = (tile / self.patch.max(1)) / 2;
+                        grid.saturating_add(1)
+                            .saturating_mul(per)
+                            .saturating_add(1)
+                            .saturating_add(rows.saturating_add(1).saturating_mul(half))
+                    }
                     Canvas::Phi4 => match size {
                         Some((h, w)) => phi4_grid(h, w, tile, self.patch, max_tiles).2,
                         // an image filling the canvas: no padding
@@ -1592,6 +1681,87 @@ mod tests {
             select_best_resolution(1, 1, &[(336, 672), (672, 336)]),
             (336, 672)
         );
+    }
+
+    fn phi3_v() -> ImageInput {
+        config(include_str!(
+            "../../tests/fixtures/vision/phi-3.5-vision-instruct.json"
+        ))
+    }
+
+    /// (height, width, padded height, padded width, tokens) from vLLM's port of the
+    /// checkpoint's processor (vllm/model_executor/models/phi3v.py, run with numpy):
+    /// `calc_hd_transform_size(width=w, height=h, hd_num=4)` and `get_num_image_tokens`'s
+    /// `(h // 336 * w // 336 + 1) * 144 + 1 + (h // 336 + 1) * 12` on the padded size.
+    const PHI3_V_PROCESSOR: [(u64, u64, u64, u64, u64); 25] = [
+        (768, 1024, 672, 672, 757),
+        (1024, 768, 672, 672, 757),
+        (336, 336, 672, 672, 757),
+        (672, 672, 672, 672, 757),
+        (1024, 1024, 672, 672, 757),
+        (480, 640, 672, 672, 757),
+        (640, 480, 672, 672, 757),
+        (1080, 1920, 672, 672, 757),
+        (1920, 1080, 672, 672, 757),
+        (100, 100, 672, 672, 757),
+        (500, 2000, 336, 1344, 745),
+        (2000, 500, 1344, 336, 781),
+        (336, 1008, 336, 1008, 601),
+        (1008, 336, 1008, 336, 625),
+        (600, 800, 672, 672, 757),
+        (720, 1280, 672, 672, 757),
+        (3000, 4000, 672, 672, 757),
+        (224, 224, 672, 672, 757),
+        (1000, 350, 672, 336, 469),
+        (350, 1000, 336, 672, 457),
+        (400, 500, 672, 672, 757),
+        (900, 13, 1344, 336, 781),
+        (13, 900, 336, 1344, 745),
+        (8000, 50, 1344, 336, 781),
+        (777, 1333, 672, 672, 757),
+    ];
+
+    #[test]
+    fn phi3_v_tokens_equal_the_hd_transform() {
+        let p = phi3_v();
+        assert_eq!(p.model_type, "phi3_v");
+        for (h, w, ph, pw, tokens) in PHI3_V_PROCESSOR {
+            let c = p.cost(Some((h, w)));
+            // every image is padded to num_crops + 1 = 5 crops of 577 positions
+            assert_eq!(
+                (c.height, c.width, c.tokens, c.encoder_positions),
+                (ph, pw, tokens, 5 * 577),
+                "{w}x{h}"
+            );
+        }
+        // no size: vLLM's most features, a 4 × 1 column of crops
+        let most = p.cost(None);
+        assert_eq!((most.height, most.width, most.tokens), (1344, 336, 781));
+        // a sliver whose scaled height is under a pixel keeps one row of crops (the processor
+        // cannot resize to zero pixels)
+        assert_eq!(p.cost(Some((1, 3000))).height, 336);
+        // another image processor has no rule here
+        let v: Value = serde_json::from_str(
+            r#"{"model_type":"phi3_v","img_processor":{"name":"siglip_vision_model"}}"#,
+        )
+        .unwrap();
+        assert!(read(v.as_object().unwrap()).is_none());
+    }
+
+    #[test]
+    fn phi3_v_encodes_five_clip_crops_an_image() {
+        let p = phi3_v();
+        let c = p.cost(Some((768, 1024)));
+        // 2 images × 5 crops of 577 positions: LLaVA-NeXT's 2 × 5 crops to the byte
+        let next = llava_next();
+        let n = next.cost(Some((768, 1024)));
+        for eager in [false, true] {
+            assert_eq!(
+                p.encoder_bytes(&c, 2, 2, eager),
+                next.encoder_bytes(&n, 2, 2, eager)
+            );
+        }
+        assert_eq!(p.encoder_bytes(&c, 2, 2, false), 141_803_520);
     }
 
     #[test]

@@ -14,8 +14,10 @@
 //! `LlavaMultiModalProjector`), LLaVA-NeXT (LLaVA's and its `image_newline`), Llama-4
 //! (`Llama4VisionModel` with its projector) and InternVL
 //! (`InternVLVisionModel` with `InternVLMultiModalProjector`), each held to transformers' own
-//! parameter count by tests/derive_meta.rs, and Gemma-4's (transformers 5.25 `Gemma4VisionModel`),
-//! held to it by tests/configs_2026.rs.
+//! parameter count by tests/derive_meta.rs, Phi-3.5-vision's (remote code: CLIP ViT-L/14-336,
+//! its separators and projector), held by tests/derive_meta.rs to its parts built from
+//! transformers' own classes, and Gemma-4's (transformers 5.25 `Gemma4VisionModel`), held to it
+//! by tests/configs_2026.rs.
 
 use serde_json::{Map, Value};
 
@@ -43,7 +45,8 @@ pub(crate) fn is_wrapper(model_type: &str) -> bool {
 
 /// The vision tower's tensors and its depth for the wrapper the config's top level names
 /// (Qwen3-VL, Qwen3.5, Gemma-3, Gemma-4, Qwen2-VL, Qwen2.5-VL, Mistral-3, LLaVA, LLaVA-NeXT,
-/// Llama-4, InternVL); `None` for a text-only config or a LLaVA vision model not counted here.
+/// Llama-4, InternVL, Phi-3.5-vision); `None` for a text-only config, a LLaVA vision model or a
+/// Phi-3.5-vision `img_processor` not counted here.
 /// `text_hidden` is the language model's width (Gemma-3's projector maps into it). Groups a
 /// config leaves empty (a bias it turns off, a count of zero) are dropped here, once for every
 /// tower.
@@ -59,6 +62,7 @@ pub(crate) fn tower(
         Some("mistral3") => mistral3(r, text_hidden).map(Some),
         Some("llava") => llava(r, text_hidden),
         Some("llava_next") => llava_next(r, text_hidden),
+        Some("phi3_v") => phi3_v(r, text_hidden),
         Some("llama4") => llama4(r, text_hidden).map(Some),
         Some("internvl") => internvl(r, text_hidden).map(Some),
         _ => qwen(r),
@@ -381,6 +385,64 @@ fn llava_next(r: &Reader, text_hidden: u64) -> Result<Option<(Vec<TensorGroup>, 
         t.push(vision(1, text_hidden, 1));
         (t, depth)
     }))
+}
+
+/// Phi-3.5-vision's tower (`Phi3ImageEmbedding`, the checkpoint's remote-code
+/// modeling_phi3_v.py; transformers has no class for `phi3_v`): a `CLIPVisionModel` built from
+/// clip-vit-large-patch14-336's fixed `CLIPVisionConfig` (every one of its 24 layers, though the
+/// features come from the second-to-last), then, with `embd_layer.with_learnable_separator`,
+/// `glb_GN` and `sub_GN` (image_dim_out · 4 each: the 2 × 2 merged feature's width) and
+/// `img_projection`: under `projection_cls` `mlp` Linear(image_dim_out · 4, hidden) (image_dim_out
+/// without the HD transform), GELU, Linear(hidden, hidden), else one Linear(image_dim_out,
+/// hidden), all with biases. The text embedding it holds (`wte`) is the language model's.
+/// `None` for an `img_processor` other than that CLIP (the remote code refuses it).
+fn phi3_v(r: &Reader, text_hidden: u64) -> Result<Option<(Vec<TensorGroup>, u64)>, InputError> {
+    let Some(Value::Object(img)) = r.outer.get("img_processor") else {
+        return Ok(None);
+    };
+    let clip_model = img.get("name").and_then(Value::as_str) == Some("clip_vision_model")
+        && img.get("model_name").and_then(Value::as_str)
+            == Some("openai/clip-vit-large-patch14-336");
+    if !clip_model {
+        return Ok(None);
+    }
+    let dim = match img.get("image_dim_out") {
+        None | Some(Value::Null) => 1024,
+        Some(x) => match x.as_u64() {
+            Some(n) if n > 0 && n <= 1 << 20 => n,
+            _ => {
+                return Err(r.bad(
+                    "img_processor.image_dim_out",
+                    x,
+                    "expected an integer from 1 to 1,048,576",
+                ))
+            }
+        },
+    };
+    let empty = Map::new();
+    let embd = match r.outer.get("embd_layer") {
+        Some(Value::Object(o)) => o,
+        _ => &empty,
+    };
+    let flag = |k: &str| embd.get(k).and_then(Value::as_bool).unwrap_or(false);
+    let (hd, separators) = (flag("use_hd_transform"), flag("with_learnable_separator"));
+    let mlp = embd.get("projection_cls").and_then(Value::as_str) == Some("mlp");
+    let (mut t, depth, _) = clip(r, &empty, [1024, 4096, 24, 336, 14])?;
+    let f = "img_processor.image_dim_out";
+    let merged = mul(r, f, dim, 4)?;
+    if separators {
+        t.push(vision(1, merged, 2));
+    }
+    let input = if hd { merged } else { dim };
+    if mlp {
+        t.push(vision(text_hidden, input, 1));
+        t.push(vision(text_hidden, text_hidden, 1));
+        t.push(vision(1, text_hidden, 2));
+    } else {
+        t.push(vision(text_hidden, dim, 1));
+        t.push(vision(1, text_hidden, 1));
+    }
+    Ok(Some((t, depth)))
 }
 
 /// Llama-4's tower (transformers 5.17 `Llama4VisionModel` and `Llama4MultiModalProjector`,
@@ -741,6 +803,32 @@ mod tests {
         let spec = load("t", text).expect("it parses");
         assert_eq!(tower(text), 324_491_264);
         assert_eq!(spec.parameters(), 7_566_747_648);
+    }
+
+    /// Phi-3.5-vision-instruct: 4,146,621,440 parameters, 325,541,888 of them its tower
+    /// (`CLIPVisionModel` 303,507,456, the separators 8,192, the projector 22,026,240), as
+    /// tests/derive_meta.rs builds its parts with transformers' classes on the meta device.
+    #[test]
+    fn phi3_v_is_clip_its_separators_and_a_two_layer_projector() {
+        let text = include_str!("../../../tests/fixtures/vision/phi-3.5-vision-instruct.json");
+        let spec = load("t", text).expect("it parses");
+        assert_eq!(tower(text), 325_541_888);
+        assert_eq!(spec.parameters(), 4_146_621_440);
+        assert!(spec.fused_projections);
+        // one linear without the HD transform's merge; another image processor is not counted
+        let base = r#""model_type":"phi3_v","hidden_size":64,"intermediate_size":128,
+            "num_hidden_layers":2,"num_attention_heads":4,"vocab_size":100"#;
+        let img = r#""img_processor":{"image_dim_out":1024,"name":"clip_vision_model",
+            "model_name":"openai/clip-vit-large-patch14-336"}"#;
+        let linear = format!(r#"{{{base},{img},"embd_layer":{{"projection_cls":"linear"}}}}"#);
+        assert_eq!(tower(&linear), 303_507_456 + 1024 * 64 + 64);
+        let other = format!(r#"{{{base},"img_processor":{{"name":"siglip"}}}}"#);
+        assert_eq!(tower(&other), 0);
+        let bad = format!(
+            r#"{{{base},"img_processor":{{"name":"clip_vision_model",
+            "model_name":"openai/clip-vit-large-patch14-336","image_dim_out":"x"}}}}"#
+        );
+        assert!(load("t", &bad).is_err());
     }
 
     #[test]
