@@ -45,6 +45,14 @@ fn gemma3_four_images_add_1024_tokens_and_a_vision_encoder_row() {
         "{}",
         r.stdout
     );
+    // The model line names the tower its parameters include (SigLIP's 27 layers + projector).
+    assert!(
+        r.stdout.contains(
+            "Model     gemma3_text + a vision tower of 27 layers (0.42 B) · 27.43 B params"
+        ),
+        "{}",
+        r.stdout
+    );
     assert!(
         r.stdout.contains(
             "--images 4: each image is 896x896 px, 256 tokens (a fixed count per image, as the \
@@ -58,6 +66,8 @@ fn gemma3_four_images_add_1024_tokens_and_a_vision_encoder_row() {
     with_json.push("--json");
     let j = json(&run(home.path(), &with_json).stdout);
     assert_eq!(j["workload"]["prompt_tokens"], 3072);
+    assert_eq!(j["model"]["vision"]["layers"], 27);
+    assert_eq!(j["model"]["vision"]["parameters"], 423_060_336u64);
     assert_eq!(j["images"]["images"], 4);
     assert_eq!(j["images"]["tokens_per_image"], 256);
     assert_eq!(j["images"]["prompt_tokens_added"], 1024);

@@ -26,6 +26,16 @@ pub struct ModelFacts {
     /// loads them with the model (`plan --mtp` prices them as the draft).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mtp: Option<MtpFacts>,
+    /// A vision-language model's tower (its encoder layers and parameters, counted in
+    /// `parameters`); `architecture` is then the language model's `model_type`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vision: Option<VisionFacts>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct VisionFacts {
+    pub layers: u64,
+    pub parameters: u64,
 }
 
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -54,6 +64,14 @@ pub fn facts(spec: &Spec, source: ModelSource) -> ModelFacts {
         mtp: spec.mtp().map(|m| MtpFacts {
             layers: m.layers,
             parameters: m.parameters(),
+        }),
+        vision: (!spec.vision.is_empty()).then(|| VisionFacts {
+            layers: spec.vision_layers,
+            parameters: spec
+                .vision
+                .iter()
+                .map(super::spec::TensorGroup::params)
+                .fold(0, u64::saturating_add),
         }),
     }
 }

@@ -91,8 +91,9 @@ fn text(r: &PlanReport, style: &Style) -> String {
     }
     out.push('\n');
     out.push_str(&format!(
-        "Model     {} · {:.2} B params · {} layers{} · {} heads / {} KV heads × {} · vocab {}{}\n",
+        "Model     {}{} · {:.2} B params · {} layers{} · {} heads / {} KV heads × {} · vocab {}{}\n",
         m.architecture,
+        vision_clause(m),
         m.parameters as f64 / 1e9,
         m.layers,
         mtp_clause(m),
@@ -296,6 +297,22 @@ fn multi_gpu(r: &PlanReport) -> Option<(String, u64)> {
 
 /// ` (+ 1 MTP layer, 11.61 B params, not counted)` for a checkpoint with multi-token-prediction
 /// layers the count leaves out.
+/// " + a vision tower of 27 layers (0.41 B)": the tower a vision-language model's parameters
+/// include beside its language model.
+fn vision_clause(m: &crate::model::facts::ModelFacts) -> String {
+    m.vision.map_or(String::new(), |v| {
+        let layers = if v.layers > 0 {
+            format!(" of {} layers", v.layers)
+        } else {
+            String::new()
+        };
+        format!(
+            " + a vision tower{layers} ({:.2} B)",
+            v.parameters as f64 / 1e9
+        )
+    })
+}
+
 fn mtp_clause(m: &crate::model::facts::ModelFacts) -> String {
     m.mtp.map_or(String::new(), |x| {
         format!(
