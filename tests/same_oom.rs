@@ -8,8 +8,15 @@
 //! docs/calibration/same-oom-diagnose-{h200,h100}-2026-12-07.jsonl): its recorded verdicts are
 //! read, as CI has no GPU to run it. Where one still does not, the case is listed in `KNOWN` with the reason, and the test
 //! fails when a listed miss no longer happens, so the list cannot go stale.
+//!
+//! Each answer carries the record it was decided from (`verdict.record`), and the four records
+//! of one case must agree on the figures they share: the limit and the failed request
+//! (`records_agree`).
 
 use std::path::{Path, PathBuf};
+
+use llm_oom::verdict::measured::{CardFacts, StageRecord};
+use llm_oom::verdict::record::{driver_request, MemoryRecord};
 
 mod util;
 
@@ -110,8 +117,9 @@ fn dir(case: &str) -> PathBuf {
         .join(case)
 }
 
-/// The cause a verdict names and its confidence; every answer names a registered rule.
-fn answer_of(json: &[u8], what: &str) -> (String, f64) {
+/// The cause a verdict names, its confidence and the record it was decided from; every answer
+/// names a registered rule.
+fn answer_of(json: &[u8], what: &str) -> Answer {
     let v: serde_json::Value = serde_json::from_slice(json)
         .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {}", String::from_utf8_lossy(json)));
     // Every answer names the rule that decided it (docs/explain.md's tables).
@@ -126,18 +134,30 @@ fn answer_of(json: &[u8], what: &str) -> (String, f64) {
         .as_str()
         .unwrap_or_else(|| panic!("{what}: no verdict.cause in {v}"))
         .to_string();
-    (cause, v["verdict"]["confidence"].as_f64().unwrap_or(1.0))
+    Answer {
+        cause,
+        confidence: v["verdict"]["confidence"].as_f64().unwrap_or(1.0),
+        record: v["verdict"]["record"].clone(),
+    }
+}
+
+/// One reader's answer.
+struct Answer {
+    cause: String,
+    confidence: f64,
+    /// `verdict.record`: the figures it was decided from (null when it carries none).
+    record: serde_json::Value,
 }
 
 /// The cause `explain --json` names; an `unknown` must say what would settle it.
-fn explain(home: &Path, file: &Path) -> (String, f64) {
+fn explain(home: &Path, file: &Path) -> Answer {
     let out = util::llm_oom(home)
         .args(["explain", "--json"])
         .arg(file)
         .output()
         .expect("run llm-oom explain");
-    let (cause, confidence) = answer_of(&out.stdout, &format!("explain {}", file.display()));
-    if cause == "unknown" {
+    let answer = answer_of(&out.stdout, &format!("explain {}", file.display()));
+    if answer.cause == "unknown" {
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
         let settle = v["to_decide"].as_str().unwrap_or_default();
         assert!(
@@ -146,12 +166,12 @@ fn explain(home: &Path, file: &Path) -> (String, f64) {
             file.display()
         );
     }
-    (cause, confidence)
+    answer
 }
 
 /// `watch` of a Python program that prints the run's output and leaves its allocator record and
 /// the hook's status where llm-oom's hook writes them.
-fn watch(home: &Path, case: &str) -> (String, f64) {
+fn watch(home: &Path, case: &str) -> Answer {
     let d = dir(case);
     let report = home.join(format!("watch-{case}.json"));
     let program = r#"
@@ -183,11 +203,125 @@ sys.exit(1)
 }
 
 /// The cause `diagnose` gave for the same workload on one card (`h200`, `h100`), from its
-/// recorded `--json`.
-fn recorded_diagnose(case: &str, card: &str) -> (String, f64) {
+/// recorded `--json`; its record is made from the recorded stages and card as `diagnose` makes it
+/// (the recordings predate `verdict.record`).
+fn recorded_diagnose(case: &str, card: &str) -> Answer {
     let path = dir(case).join(format!("diagnose-{card}.json"));
     let json = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    answer_of(&json, &format!("diagnose of {case}"))
+    let mut answer = answer_of(&json, &format!("diagnose of {case}"));
+    let v: serde_json::Value = serde_json::from_slice(&json).expect("diagnose's JSON");
+    let stages: Vec<StageRecord> =
+        serde_json::from_value(v["stages"].clone()).expect("diagnose's recorded stages");
+    let card = CardFacts {
+        capacity: v["device"]["capacity_bytes"]
+            .as_u64()
+            .expect("the probe's card"),
+        emulated_limit: None,
+        others: serde_json::from_value(v["device"]["gpu"]["processes"].clone()).unwrap_or_default(),
+        weights_bytes: v["weights_bytes"].as_u64().unwrap_or(0),
+    };
+    answer.record = serde_json::to_value(MemoryRecord::from_stages(&stages, &card))
+        .expect("the record serializes");
+    answer
+}
+
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+
+/// PyTorch's message prints two decimals of GiB (or of MiB below a GiB): a figure read from it
+/// is the exact one to within half the last digit.
+fn printed_close(a: u64, b: u64) -> bool {
+    let unit = if a.max(b) >= GIB { GIB } else { MIB };
+    a.abs_diff(b) <= unit / 200
+}
+
+/// (case, why `diagnose`'s failed request is not the run's): the probe failed on another
+/// allocation than the run did, on both cards.
+const OTHER_REQUEST: &[(&str, &str)] = &[
+    (
+        "kv-decode",
+        "a decode step's request grows with the cache; the probe's step ran out at another length \
+         (32 MiB on both cards, the run's 12 MiB)",
+    ),
+    (
+        "other-process",
+        "the other process held all but 16 GiB of a card of another size: the probe ran out at \
+         another allocation (20 MiB on the H200, 126 MiB on the H100, the run's 490 MiB)",
+    ),
+];
+
+/// The records of one run agree on the figures they share: the limit the allocator had (the
+/// cap PyTorch printed, the observer's limit), and the failed request (the message's is the
+/// allocator record's rounded to what the driver was asked for). `diagnose` ran the same
+/// workload on an H200 with ballast beside it: its card is the cap plus the CUDA context (under
+/// a GiB more), and its request is the run's where it failed on the same allocation.
+fn records_agree(case: &str, answers: &[(&str, Answer)]) -> Vec<String> {
+    let fig = |reader: &str, key: &str| {
+        answers
+            .iter()
+            .find(|a| a.0 == reader)
+            .and_then(|a| a.1.record[key].as_u64())
+    };
+    let mut errs = Vec::new();
+    for (reader, a) in answers {
+        if a.record.is_null() {
+            errs.push(format!("{case}/{reader}: no verdict.record"));
+        }
+    }
+    for key in ["limit", "request"] {
+        let Some(stderr) = fig("stderr", key) else {
+            errs.push(format!("{case}/stderr: no {key} in its record"));
+            continue;
+        };
+        // The message prints what the allocator asked the driver for; the allocator record
+        // keeps the block's own size.
+        let as_printed = |v: u64| {
+            if key == "request" {
+                driver_request(v)
+            } else {
+                v
+            }
+        };
+        for reader in ["record", "watch"] {
+            match fig(reader, key) {
+                Some(v) if printed_close(stderr, as_printed(v)) => {}
+                got => errs.push(format!(
+                    "{case}/{reader}: {key} {got:?}, the stderr's is {stderr}"
+                )),
+            }
+        }
+        // watch keeps the allocator record's figure where both have it.
+        if fig("watch", key) != fig("record", key) {
+            errs.push(format!(
+                "{case}/watch: {key} {:?}, not the allocator record's {:?}",
+                fig("watch", key),
+                fig("record", key)
+            ));
+        }
+    }
+    let capped = fig("stderr", "limit") != fig("stderr", "card_total");
+    // Each card's diagnose (H200, H100) in turn.
+    for (n, (_, d)) in answers.iter().filter(|a| a.0 == "diagnose").enumerate() {
+        let dfig = |key: &str| d.record[key].as_u64();
+        let name = format!("diagnose #{}", n + 1);
+        match (fig("stderr", "limit"), dfig("limit")) {
+            (Some(cap), Some(card)) if capped && !(cap <= card && card - cap <= GIB) => errs.push(
+                format!("{case}/{name}: its card {card} is not the cap {cap} and a CUDA context"),
+            ),
+            (_, None) => errs.push(format!("{case}/{name}: no limit in its record")),
+            _ => {}
+        }
+        if !OTHER_REQUEST.iter().any(|o| o.0 == case) {
+            // Where diagnose's fresh process ran out too.
+            match (fig("stderr", "request"), dfig("request")) {
+                (Some(a), Some(b)) if !printed_close(a, b) => {
+                    errs.push(format!("{case}/{name}: request {b}, the run's is {a}"))
+                }
+                _ => {}
+            }
+        }
+    }
+    errs
 }
 
 #[test]
@@ -207,7 +341,16 @@ fn explain_watch_and_the_allocator_record_name_each_runs_cause() {
             ("diagnose", recorded_diagnose(case, "h100")),
         ];
         table.push_str(&format!("{case:<15} {truth:<14}"));
-        for (reader, (got, confidence)) in &answers {
+        misses.extend(records_agree(case, &answers));
+        for (
+            reader,
+            Answer {
+                cause: got,
+                confidence,
+                ..
+            },
+        ) in &answers
+        {
             table.push_str(&format!(" {got:<14}"));
             let known = KNOWN.iter().find(|k| k.0 == case && k.1 == *reader);
             match known {

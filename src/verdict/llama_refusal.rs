@@ -95,6 +95,7 @@ pub fn verdict(
     let mut remedies = vec![fa, ctv];
     remedies.sort_by_key(|r| !r.fits());
     let verdict = Verdict {
+        record: None,
         cause: Cause::KvCache,
         stage: Stage::Load,
         confidence: 0.95,

@@ -129,8 +129,15 @@ const ACTIVATION_DOMINANCE: f64 = 1.5;
 /// Free memory of which more than this share is not in the largest block is called fragmented.
 const FRAGMENTED: f64 = 0.25;
 
-/// One primary cause from the stages, with the numbers behind it.
+/// One primary cause from the stages, with the numbers behind it and the record of them.
 pub fn classify(stages: &[StageRecord], card: &CardFacts) -> Verdict {
+    Verdict {
+        record: Some(super::record::MemoryRecord::from_stages(stages, card)),
+        ..decide(stages, card)
+    }
+}
+
+fn decide(stages: &[StageRecord], card: &CardFacts) -> Verdict {
     let fragmentation = stages.iter().find_map(|s| s.fragmentation.clone());
     let Some(failed) = stages.iter().find(|s| s.outcome == StageOutcome::Oom) else {
         return broken_probe(stages).unwrap_or_else(|| fits(stages, card, fragmentation.as_ref()));
@@ -175,6 +182,7 @@ pub fn classify(stages: &[StageRecord], card: &CardFacts) -> Verdict {
         (Code::D3, (by_stage, f.summary(by_stage, card)))
     };
     Verdict {
+        record: None,
         rule: Some(rule),
         cause,
         stage: failed.name,
@@ -192,6 +200,7 @@ fn broken_probe(stages: &[StageRecord]) -> Option<Verdict> {
         .find(|s| matches!(s.outcome, StageOutcome::Error | StageOutcome::Timeout))?;
     let why = broken.reason.clone().unwrap_or_else(|| "it failed".into());
     Some(Verdict {
+        record: None,
         rule: Some(Code::D4),
         cause: Cause::Unknown,
         stage: broken.name,
@@ -475,6 +484,7 @@ fn fits(stages: &[StageRecord], card: &CardFacts, frag: Option<&FragmentationFac
         }
     }
     Verdict {
+        record: None,
         rule: Some(Code::D5),
         cause: if peak.is_some() {
             Cause::None

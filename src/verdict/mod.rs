@@ -10,6 +10,7 @@ pub mod placed;
 pub mod predicted;
 pub mod pricing;
 pub mod read;
+pub mod record;
 pub mod remedy;
 pub mod rules;
 pub mod sglang_startup;
@@ -165,4 +166,8 @@ pub struct Verdict {
     /// The rule that decided it (`rules::Code`: `P5`, `E72`, `R6` …), where a reader's rule did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rule: Option<rules::Code>,
+    /// The figures it was decided from, where a road reads them into one record (PyTorch's
+    /// message, its allocator record, `watch`'s merge of both, `diagnose`'s stages).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub record: Option<record::MemoryRecord>,
 }

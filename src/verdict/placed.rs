@@ -65,6 +65,7 @@ pub fn from_placement(p: &Placement) -> Verdict {
     });
     if let Some(why) = &p.refused {
         return Verdict {
+            record: None,
             rule: None,
             cause: Cause::Weights,
             stage: Stage::Load,
@@ -79,6 +80,7 @@ pub fn from_placement(p: &Placement) -> Verdict {
         .and_then(|d| p.devices.iter().find(|s| s.device == d))
     else {
         return Verdict {
+            record: None,
             rule: None,
             cause: Cause::None,
             stage: Stage::Unknown,
@@ -90,6 +92,7 @@ pub fn from_placement(p: &Placement) -> Verdict {
     };
     let (cause, stage) = cause_of(short);
     Verdict {
+        record: None,
         rule: None,
         cause,
         stage,

@@ -156,6 +156,7 @@ pub fn verdict(planner: &Planner, w: &Workload, est: &Estimate) -> Verdict {
         }
     }
     Verdict {
+        record: None,
         rule: None,
         cause,
         stage,

@@ -298,6 +298,7 @@ pub fn verdict(s: &SglangStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<St
         ));
     }
     let v = Verdict {
+        record: None,
         rule: None,
         cause: Cause::None,
         stage: Stage::Load,
@@ -313,6 +314,7 @@ pub fn verdict(s: &SglangStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<St
 /// SGLang refusing to start at load, in its own words beside llm-oom's arithmetic.
 fn refusal(s: &SglangStartup, cause: Cause, summary: String, arithmetic: Evidence) -> Verdict {
     Verdict {
+        record: None,
         rule: None,
         cause,
         stage: Stage::Load,

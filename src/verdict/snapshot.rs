@@ -101,6 +101,7 @@ pub fn from_snapshot(r: &SnapshotReport) -> Verdict {
         ));
     }
     Verdict {
+        record: Some(super::record::MemoryRecord::from_snapshot(r)),
         rule: Some(rule),
         cause,
         stage,

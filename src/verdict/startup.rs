@@ -138,6 +138,7 @@ pub fn verdict(s: &VllmStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<Stri
         let mut remedies = remedies;
         remedies.sort_by_key(|r| !r.fits());
         let v = Verdict {
+            record: None,
             rule: None,
             cause: if s.max_num_batched_tokens < s.max_model_len && !s.chunked_prefill {
                 Cause::KvCache
@@ -260,6 +261,7 @@ pub fn verdict(s: &VllmStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<Stri
             ));
         }
         let v = Verdict {
+            record: None,
             rule: None,
             cause,
             stage: Stage::Load,
@@ -330,6 +332,7 @@ pub fn verdict(s: &VllmStartup, w: &Workload) -> (Verdict, Vec<Remedy>, Vec<Stri
         ));
     }
     let v = Verdict {
+        record: None,
         rule: None,
         cause: Cause::None,
         stage: Stage::Load,

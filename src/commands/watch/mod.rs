@@ -121,6 +121,20 @@ impl WatchReport {
         if let Some(rec) = decides {
             let from_text = self.verdict.cause;
             let mut v = crate::verdict::snapshot::from_snapshot(rec);
+            // One record of both: the allocator's figures over the message's, the program's
+            // batch line and the card's total from the text.
+            let mut merged = v.record.take().unwrap_or_default();
+            if merged.engine_version.is_none() {
+                if let Some(version) = &t.torch {
+                    merged.engine_version = Some(version.clone());
+                    if let Some(p) = merged.source.first_mut() {
+                        p.figures.push("engine_version");
+                    }
+                }
+            }
+            if let Some(text) = self.verdict.record.take() {
+                merged = merged.merge(text);
+            }
             // The record sees what filled the limit, not how many sequences filled it: when the
             // program's output names a batch, the batch is the sharper answer, and the record
             // stands beside it as evidence.
@@ -141,6 +155,7 @@ impl WatchReport {
                     v.cause, rec.summary.text
                 )));
                 self.verdict.rule = Some(code);
+                self.verdict.record = Some(merged);
                 self.torch = Some(t);
                 return;
             }
@@ -153,6 +168,7 @@ impl WatchReport {
             if self.verdict.stage != Stage::Unknown && v.stage == Stage::Unknown {
                 v.stage = self.verdict.stage;
             }
+            v.record = Some(merged);
             self.verdict = v;
         }
         self.torch = Some(t);
@@ -567,6 +583,7 @@ fn report(
         }
         _ => (
             Verdict {
+                record: None,
                 rule: None,
                 cause: Cause::None,
                 stage: Stage::Unknown,

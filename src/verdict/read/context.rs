@@ -30,7 +30,7 @@ pub fn engine_of(f: &Finding, asked: Engine) -> Engine {
 
 /// Which stage the log shows for a finding at line `at`: the nearest load or generation marker
 /// before it (a traceback lists frames above the error).
-pub(super) fn stage_near(ctx: &Context, at: usize) -> Stage {
+pub(crate) fn stage_near(ctx: &Context, at: usize) -> Stage {
     match (near(&ctx.load_lines, at), near(&ctx.generation_lines, at)) {
         (Some(_), None) => Stage::Load,
         (None, Some(_)) => Stage::FirstToken,

@@ -35,6 +35,8 @@ mod torch_rules;
 
 pub use confidence::{confidence_band, ConfidenceBand};
 pub use context::engine_of;
+pub(crate) use context::stage_near;
+pub(crate) use torch::{others, segment};
 pub use torch::{weights_from_name, Accounting};
 
 use context::*;
@@ -143,6 +145,7 @@ fn no_oom(lines: usize, ctx: &Context) -> Reading {
         .collect();
     Reading {
         verdict: Verdict {
+            record: None,
             rule: Some(Code::I5),
             cause: Cause::None,
             stage: Stage::Unknown,
@@ -184,6 +187,7 @@ fn unfinished(at: usize, lines: usize, ctx: &Context) -> Reading {
     };
     Reading {
         verdict: Verdict {
+            record: None,
             rule: Some(Code::E80),
             cause: Cause::Unknown,
             stage,
@@ -252,6 +256,8 @@ struct Ask<'a> {
     contributing: Vec<Contributing>,
     remedies: Vec<Remedy>,
     to_decide: Option<String>,
+    /// The record the deciding rules read (PyTorch's message road).
+    record: Option<super::record::MemoryRecord>,
 }
 
 impl Ask<'_> {
@@ -302,6 +308,7 @@ pub fn classify(first: &Finding, all: &[Finding], ctx: &Context, asked: Engine) 
             summary: d.summary,
             evidence: d.evidence,
             contributing: a.contributing,
+            record: a.record,
         },
         remedies: a.remedies,
         to_decide: a.to_decide,
@@ -322,6 +329,7 @@ fn decide_for<'a>(
         contributing: Vec::new(),
         remedies: Vec::new(),
         to_decide: None,
+        record: None,
     };
     let d = decide(&mut a);
     (a, d)

@@ -2,11 +2,15 @@
 //! that decide from it (`torch`), and the evidence every PyTorch verdict carries.
 
 use super::*;
+use crate::verdict::record::MemoryRecord;
 
-/// The figures of one PyTorch message, with what the log around it adds: the record every
-/// PyTorch rule decides from. Each figure is `None` when the message did not print it.
+/// The figures of one PyTorch message, with what the log around it adds: a view of the
+/// [`MemoryRecord`] every PyTorch rule decides from, its unknown figures read as 0 and the free
+/// memory taken under the cap when one is set.
 #[derive(Debug, Clone, Default)]
 pub struct Accounting {
+    /// The record the view is of (the verdict carries it).
+    pub record: MemoryRecord,
     /// The card, or the per-process cap when one is set.
     pub total: u64,
     pub capped: bool,
@@ -24,27 +28,37 @@ pub struct Accounting {
 
 impl Accounting {
     pub(super) fn of(t: &TorchOom, ctx: &Context, line: usize) -> Self {
+        Self::view(
+            MemoryRecord::from_torch(t, ctx, line),
+            t.allowed.is_some(),
+            hint_near(ctx, line),
+        )
+    }
+
+    /// The rules' view of `record`; `capped` when the message printed a per-process cap.
+    pub fn view(record: MemoryRecord, capped: bool, stage_hint: Option<StageHint>) -> Self {
         // Under a memory cap (set_per_process_memory_fraction) the card is what is allowed.
-        let capped = t.allowed.is_some();
-        let total = t.allowed.or(t.total).unwrap_or(0);
-        let unalloc = t.reserved_unallocated.unwrap_or(0);
-        let free = match (t.allowed, t.this_process) {
-            (Some(a), Some(used)) => a.saturating_sub(used),
-            (Some(a), None) => {
-                a.saturating_sub(t.allocated_by_pytorch.unwrap_or(0).saturating_add(unalloc))
+        let r = &record;
+        let total = r.limit.unwrap_or(0);
+        let unalloc = r.reserved_unallocated.unwrap_or(0);
+        let free = match (capped, r.limit, r.this_process) {
+            (true, Some(a), Some(used)) => a.saturating_sub(used),
+            (true, Some(a), None) => {
+                a.saturating_sub(r.allocated.unwrap_or(0).saturating_add(unalloc))
             }
-            _ => t.free.unwrap_or(0),
+            _ => r.free.unwrap_or(0),
         };
         Accounting {
             total,
             capped,
             free,
-            this_process: t.this_process,
-            allocated: t.allocated_by_pytorch,
+            this_process: r.this_process,
+            allocated: r.allocated,
             reserved_unallocated: unalloc,
-            others: others(t),
-            request: t.requested.unwrap_or(0),
-            stage_hint: hint_near(ctx, line),
+            others: r.other_processes.unwrap_or(0),
+            request: r.request.unwrap_or(0),
+            stage_hint,
+            record,
         }
     }
 
@@ -68,7 +82,7 @@ pub(super) const CONTEXT_ALLOWANCE: u64 = 1 << 30;
 /// context, since the context and non-PyTorch allocations of this process are in that remainder
 /// too (accelerate-idmvton-11: 68 GiB of 79 held elsewhere; peft-simplellm-46: 0.7 GiB of 14.6
 /// is this process's context; transformers-pytorch-55004: 0.7 GiB of a 2 GiB card is too).
-pub(super) fn others(t: &TorchOom) -> u64 {
+pub(crate) fn others(t: &TorchOom) -> u64 {
     let listed = t.others();
     if !t.processes.is_empty() || t.backend == Some("mps") {
         return listed;
@@ -96,6 +110,7 @@ pub(super) type Rule = fn(&mut Ask, &TorchOom, &Accounting) -> Option<Decision>;
 /// PyTorch's message carries the numbers: the rules run in order and the first that decides wins.
 pub(super) fn torch(a: &mut Ask, t: &TorchOom) -> Decision {
     let acc = Accounting::of(t, a.ctx, a.f.line);
+    a.record = Some(acc.record.clone());
     raise_cap(a, t, &acc);
     const RULES: &[Rule] = &[
         contradiction,
@@ -259,18 +274,12 @@ pub(super) fn torch_evidence(a: &Ask, t: &TorchOom, acc: &Accounting) -> Vec<Evi
 /// The seeds' check line belongs to the nearest OOM (stdout and stderr interleave, so it may
 /// come just after the error in a captured log).
 pub(super) fn batch_line(a: &Ask) -> Option<(usize, u64, u64)> {
-    let at = a.f.line;
-    a.ctx
-        .batch_seq
-        .iter()
-        .filter(|b| b.0 <= at || b.0 - at <= 20)
-        .min_by_key(|b| b.0.abs_diff(at))
-        .copied()
+    crate::verdict::record::batch_line(a.ctx, a.f.line)
 }
 
 /// What PyTorch's caching allocator asks the driver for a request: a 2 MiB segment for up to
 /// 1 MiB, a 20 MiB one below 10 MiB, else the request rounded up to 2 MiB.
-pub(super) fn segment(request: u64) -> u64 {
+pub(crate) fn segment(request: u64) -> u64 {
     const MIB: u64 = 1 << 20;
     if request <= MIB {
         2 * MIB

@@ -1,0 +1,550 @@
+//! One evidence record: the figures every road to a verdict reads, whichever evidence filled them
+//! — PyTorch's out-of-memory message and the log around it (`explain`, `watch`), PyTorch's
+//! allocator record (`explain` of a snapshot, `watch`'s hook), the probe's stages (`diagnose`) —
+//! so a verdict carries the numbers it was decided from (`Verdict::record`, `--json`'s
+//! `verdict.record`) and readers of the same out-of-memory can be checked against each other
+//! (tests/same_oom.rs). Each figure is `None` where the evidence does not give it.
+
+use serde::Serialize;
+
+use super::measured::{CardFacts, StageOutcome, StageRecord};
+use super::Stage;
+use crate::logparse::hints::Context;
+use crate::logparse::parse::TorchOom;
+use crate::snapshot::attribute::SnapshotReport;
+
+/// The evidence that filled a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// PyTorch's `CUDA out of memory` message and the log around it.
+    TorchMessage,
+    /// The program's own output: its `batch= … seq= …` line.
+    ProgramOutput,
+    /// PyTorch's allocator record (`torch.cuda.memory._snapshot()`), with the hook's OOM observer.
+    AllocatorRecord,
+    /// The probe's measured stages and what it knows about the card (`diagnose`).
+    ProbeStages,
+}
+
+impl Source {
+    /// How directly it measures memory: the allocator's own record over what a message printed
+    /// (rounded to two decimals) over a program's line.
+    fn rank(self) -> u8 {
+        match self {
+            Source::AllocatorRecord | Source::ProbeStages => 3,
+            Source::TorchMessage => 2,
+            Source::ProgramOutput => 1,
+        }
+    }
+}
+
+/// Which figures one source filled; when records were merged, `overruled` names the figures it
+/// also had where a more direct source's were kept.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Provenance {
+    pub from: Source,
+    pub figures: Vec<&'static str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub overruled: Vec<&'static str>,
+}
+
+/// Live bytes by what holds them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct LiveByRole {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weights: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_cache: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub activations: Option<u64>,
+    /// Live bytes of a known origin that is none of the above (the program's own tensors; the
+    /// probe's CUDA context and libraries).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other: Option<u64>,
+    /// Live bytes allocated while the allocator's history was off: no stack says whose.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unattributed: Option<u64>,
+}
+
+/// What ran: sequences, prompt tokens, new tokens.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Workload {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u64>,
+    /// Prompt tokens (the sequence length a program's `seq=` prints).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub new_tokens: Option<u64>,
+}
+
+/// The figures of one out-of-memory, as the evidence gave them (bytes).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct MemoryRecord {
+    /// The card's total memory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub card_total: Option<u64>,
+    /// What this process may use: a per-process cap (`set_per_process_memory_fraction`,
+    /// PyTorch's "N allowed;"), else the card.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    /// Free on the card as CUDA reported it at the failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub free: Option<u64>,
+    /// Everything this process held on the device (CUDA context included).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub this_process: Option<u64>,
+    /// In live tensors.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allocated: Option<u64>,
+    /// Cached by the allocator, in no tensor.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reserved_unallocated: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub largest_free_block: Option<u64>,
+    /// Held by other processes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other_processes: Option<u64>,
+    /// The allocation that failed: as PyTorch's message prints it, what the allocator asked the
+    /// driver for (`driver_request`); in the allocator record, the block's own size.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request: Option<u64>,
+    #[serde(skip_serializing_if = "LiveByRole::is_empty")]
+    pub live: LiveByRole,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stage: Option<Stage>,
+    #[serde(skip_serializing_if = "Workload::is_empty")]
+    pub workload: Workload,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Who printed it: `pytorch`, `transformers`, `vllm` …
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub engine_version: Option<String>,
+    pub source: Vec<Provenance>,
+}
+
+impl LiveByRole {
+    fn is_empty(&self) -> bool {
+        *self == LiveByRole::default()
+    }
+}
+
+impl Workload {
+    fn is_empty(&self) -> bool {
+        *self == Workload::default()
+    }
+}
+
+/// Fills `$into.$f` from `$from.$f` where it is `None`; names the figure as kept, or as
+/// overruled when both had it.
+macro_rules! take {
+    ($into:ident, $from:ident, $kept:ident, $over:ident; $($name:literal => $($f:ident).+),* $(,)?) => {
+        $(
+            match (&$into.$($f).+, &$from.$($f).+) {
+                (None, Some(_)) => {
+                    $into.$($f).+ = $from.$($f).+.clone();
+                    $kept.push($name);
+                }
+                (Some(_), Some(_)) => $over.push($name),
+                _ => {}
+            }
+        )*
+    };
+}
+
+impl MemoryRecord {
+    /// The names of the figures it has, in the record's order.
+    pub fn filled(&self) -> Vec<&'static str> {
+        let l = &self.live;
+        let w = &self.workload;
+        [
+            ("card_total", self.card_total.is_some()),
+            ("limit", self.limit.is_some()),
+            ("free", self.free.is_some()),
+            ("this_process", self.this_process.is_some()),
+            ("allocated", self.allocated.is_some()),
+            ("reserved_unallocated", self.reserved_unallocated.is_some()),
+            ("largest_free_block", self.largest_free_block.is_some()),
+            ("other_processes", self.other_processes.is_some()),
+            ("request", self.request.is_some()),
+            ("live.weights", l.weights.is_some()),
+            ("live.kv_cache", l.kv_cache.is_some()),
+            ("live.activations", l.activations.is_some()),
+            ("live.other", l.other.is_some()),
+            ("live.unattributed", l.unattributed.is_some()),
+            ("stage", self.stage.is_some()),
+            ("workload.batch", w.batch.is_some()),
+            ("workload.prompt_tokens", w.prompt_tokens.is_some()),
+            ("workload.new_tokens", w.new_tokens.is_some()),
+            ("model", self.model.is_some()),
+            ("engine", self.engine.is_some()),
+            ("engine_version", self.engine_version.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(n, on)| on.then_some(n))
+        .collect()
+    }
+
+    fn sourced(mut self, from: Source) -> Self {
+        self.source = vec![Provenance {
+            from,
+            figures: self.filled(),
+            overruled: Vec::new(),
+        }];
+        self
+    }
+
+    /// PyTorch's message at line `line` and what the log around it adds: the stage its markers
+    /// show, the model it names, and the program's batch line nearest the error (stdout and
+    /// stderr interleave, so it may come just after it). What `verdict::read::Accounting` views.
+    pub fn from_torch(t: &TorchOom, ctx: &Context, line: usize) -> Self {
+        let others = super::read::others(t);
+        let stage = super::read::stage_near(ctx, line);
+        let mut rec = MemoryRecord {
+            card_total: t.total,
+            limit: t.allowed.or(t.total),
+            free: t.free,
+            this_process: t.this_process,
+            allocated: t.allocated_by_pytorch,
+            reserved_unallocated: t.reserved_unallocated,
+            largest_free_block: None,
+            // Listed processes say so even when they hold nothing; an inferred remainder only
+            // when it counts (`read::others`).
+            other_processes: (others > 0 || !t.processes.is_empty()).then_some(others),
+            request: t.requested,
+            live: LiveByRole::default(),
+            stage: (stage != Stage::Unknown).then_some(stage),
+            workload: Workload::default(),
+            model: ctx.model.as_ref().map(|m| m.name.clone()),
+            engine: Some("pytorch".into()),
+            engine_version: None,
+            source: Vec::new(),
+        }
+        .sourced(Source::TorchMessage);
+        if let Some((_, batch, seq)) = batch_line(ctx, line) {
+            rec.workload = Workload {
+                batch: Some(batch),
+                prompt_tokens: Some(seq),
+                new_tokens: None,
+            };
+            rec.source.push(Provenance {
+                from: Source::ProgramOutput,
+                figures: vec!["workload.batch", "workload.prompt_tokens"],
+                overruled: Vec::new(),
+            });
+        }
+        rec
+    }
+
+    /// PyTorch's allocator record, attributed: the failed request and what CUDA had free (the
+    /// trace's `oom` entry or the hook's observer), the limit the observer reported, the cache
+    /// and its largest block, and live bytes by role.
+    pub fn from_snapshot(r: &SnapshotReport) -> Self {
+        let s = &r.summary;
+        let attributed = r.history || s.unattributed > 0;
+        MemoryRecord {
+            limit: r.limit,
+            free: r.oom.as_ref().map(|o| o.device_free),
+            allocated: Some(r.slack.live),
+            reserved_unallocated: Some(r.slack.cached_free),
+            largest_free_block: Some(r.slack.largest_free_block),
+            request: r.oom.as_ref().map(|o| o.request),
+            live: LiveByRole {
+                weights: attributed.then_some(s.weights),
+                kv_cache: attributed.then_some(s.kv_cache),
+                activations: attributed.then_some(s.activations),
+                other: attributed.then_some(s.other),
+                unattributed: Some(s.unattributed),
+            },
+            engine: Some("pytorch".into()),
+            ..MemoryRecord::default()
+        }
+        .sourced(Source::AllocatorRecord)
+    }
+
+    /// The probe's stages: the stage that ran out (else the last that ran) with its workload,
+    /// its request, what was held and cached, and its peak by component; the card it ran
+    /// against (the limit) and other processes on it (unless the limit was emulated).
+    pub fn from_stages(stages: &[StageRecord], card: &CardFacts) -> Self {
+        let failed = stages.iter().find(|s| s.outcome == StageOutcome::Oom);
+        let at = failed.or_else(|| stages.iter().rev().find(|s| s.outcome == StageOutcome::Ok));
+        let oom = failed.and_then(|s| s.oom.as_ref());
+        let others = card
+            .others
+            .iter()
+            .filter_map(|p| p.bytes)
+            .fold(0u64, u64::saturating_add);
+        MemoryRecord {
+            // The card the stages ran against is the limit: a device with ballast beside it, or an
+            // emulated one; the device's own total is not among the probe's card facts.
+            limit: Some(card.capacity),
+            free: oom.and_then(|o| o.free),
+            this_process: oom.map(|o| o.held),
+            reserved_unallocated: oom.and_then(|o| o.cached),
+            largest_free_block: oom.and_then(|o| o.largest_block),
+            other_processes: (card.emulated_limit.is_none()).then_some(others),
+            request: oom.and_then(|o| o.requested),
+            live: at.map_or_else(LiveByRole::default, |s| LiveByRole {
+                weights: Some(s.components.weights),
+                kv_cache: Some(s.components.kv_cache),
+                activations: Some(s.components.activations),
+                other: Some(s.components.other),
+                unattributed: None,
+            }),
+            stage: failed.map(|s| s.name),
+            workload: at.map_or_else(Workload::default, |s| Workload {
+                batch: s.batch,
+                prompt_tokens: s.prompt_tokens,
+                new_tokens: s.new_tokens,
+            }),
+            ..MemoryRecord::default()
+        }
+        .sourced(Source::ProbeStages)
+    }
+
+    /// Two records of one out-of-memory as one (`watch`: the allocator record, the log's message
+    /// and the program's batch line). A figure both have keeps the more direct source's value
+    /// (the allocator record over the log text); `source` lists what each filled and what it
+    /// had that was overruled.
+    pub fn merge(self, other: MemoryRecord) -> MemoryRecord {
+        let rank = |r: &MemoryRecord| r.source.iter().map(|p| p.from.rank()).max().unwrap_or(0);
+        let (mut into, from) = if rank(&other) > rank(&self) {
+            (other, self)
+        } else {
+            (self, other)
+        };
+        let mut kept = Vec::new();
+        let mut over = Vec::new();
+        take!(into, from, kept, over;
+            "card_total" => card_total,
+            "limit" => limit,
+            "free" => free,
+            "this_process" => this_process,
+            "allocated" => allocated,
+            "reserved_unallocated" => reserved_unallocated,
+            "largest_free_block" => largest_free_block,
+            "other_processes" => other_processes,
+            "request" => request,
+            "live.weights" => live.weights,
+            "live.kv_cache" => live.kv_cache,
+            "live.activations" => live.activations,
+            "live.other" => live.other,
+            "live.unattributed" => live.unattributed,
+            "stage" => stage,
+            "workload.batch" => workload.batch,
+            "workload.prompt_tokens" => workload.prompt_tokens,
+            "workload.new_tokens" => workload.new_tokens,
+            "model" => model,
+            "engine" => engine,
+            "engine_version" => engine_version,
+        );
+        for p in from.source {
+            let figures: Vec<_> = p
+                .figures
+                .iter()
+                .copied()
+                .filter(|f| kept.contains(f))
+                .collect();
+            let overruled: Vec<_> = p
+                .figures
+                .iter()
+                .chain(p.overruled.iter())
+                .copied()
+                .filter(|f| over.contains(f))
+                .collect();
+            if !figures.is_empty() || !overruled.is_empty() {
+                into.source.push(Provenance {
+                    from: p.from,
+                    figures,
+                    overruled,
+                });
+            }
+        }
+        into
+    }
+}
+
+/// What PyTorch's caching allocator asks the driver for a request of `bytes`: the figure its
+/// message prints ("Tried to allocate"), where the allocator record's `oom` entry keeps the
+/// block's own size (`read::segment`).
+pub fn driver_request(bytes: u64) -> u64 {
+    super::read::segment(bytes)
+}
+
+/// The program's `batch= … seq= …` line nearest line `at`: before it, or up to 20 lines after
+/// (stdout and stderr interleave in a captured log) — (line, batch, sequence length).
+pub(crate) fn batch_line(ctx: &Context, at: usize) -> Option<(usize, u64, u64)> {
+    ctx.batch_seq
+        .iter()
+        .filter(|b| b.0 <= at || b.0 - at <= 20)
+        .min_by_key(|b| b.0.abs_diff(at))
+        .copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::logparse::hints::ModelHint;
+    use crate::probe::protocol::OomFacts;
+    use crate::verdict::measured::{Components, StageMemory};
+
+    const GIB: u64 = 1 << 30;
+
+    fn capped_message() -> TorchOom {
+        TorchOom {
+            requested: Some(GIB),
+            total: Some(80 * GIB),
+            free: Some(60 * GIB),
+            this_process: Some(19 * GIB),
+            allowed: Some(20 * GIB),
+            allocated_by_pytorch: Some(17 * GIB),
+            reserved_unallocated: Some(2 * GIB),
+            ..TorchOom::default()
+        }
+    }
+
+    #[test]
+    fn a_torch_message_fills_its_figures_and_the_batch_line_beside_it() {
+        let mut ctx = Context::default();
+        ctx.batch_seq = vec![(3, 48, 2048)];
+        ctx.generation_lines = vec![8];
+        ctx.model = Some(ModelHint {
+            name: "mistralai/Mistral-7B".into(),
+            line: 1,
+        });
+        let r = MemoryRecord::from_torch(&capped_message(), &ctx, 10);
+        assert_eq!(r.card_total, Some(80 * GIB));
+        assert_eq!(r.limit, Some(20 * GIB));
+        assert_eq!(r.free, Some(60 * GIB));
+        assert_eq!(r.request, Some(GIB));
+        assert_eq!(r.reserved_unallocated, Some(2 * GIB));
+        assert_eq!(r.other_processes, None);
+        assert_eq!(r.stage, Some(Stage::FirstToken));
+        assert_eq!(r.workload.batch, Some(48));
+        assert_eq!(r.workload.prompt_tokens, Some(2048));
+        assert_eq!(r.model.as_deref(), Some("mistralai/Mistral-7B"));
+        assert_eq!(r.source[0].from, Source::TorchMessage);
+        assert!(r.source[0].figures.contains(&"request"));
+        assert_eq!(r.source[1].from, Source::ProgramOutput);
+        // Without a cap the card is the limit.
+        let bare = TorchOom {
+            allowed: None,
+            ..capped_message()
+        };
+        let r = MemoryRecord::from_torch(&bare, &Context::default(), 10);
+        assert_eq!(r.limit, Some(80 * GIB));
+        assert_eq!(r.workload, Workload::default());
+        assert_eq!(r.source.len(), 1);
+    }
+
+    fn stage(name: Stage, outcome: StageOutcome) -> StageRecord {
+        StageRecord {
+            outcome,
+            components: Components {
+                weights: 14 * GIB,
+                kv_cache: GIB,
+                activations: 5 * GIB,
+                other: GIB / 2,
+            },
+            memory: StageMemory::default(),
+            ..StageRecord::skipped(name, "")
+        }
+        .sized(2048, 16, 48)
+    }
+
+    #[test]
+    fn probe_stages_fill_the_failed_stage_and_the_card() {
+        let mut failed = stage(Stage::Concurrency, StageOutcome::Oom);
+        failed.oom = Some(OomFacts {
+            requested: Some(GIB),
+            held: 20 * GIB,
+            part: crate::meter::host::Part::Activations,
+            message: String::new(),
+            free: Some(GIB / 2),
+            largest_block: Some(GIB / 4),
+            cached: Some(2 * GIB),
+            emulated: false,
+        });
+        let card = CardFacts {
+            capacity: 21 * GIB,
+            emulated_limit: None,
+            others: Vec::new(),
+            weights_bytes: 14 * GIB,
+        };
+        let r =
+            MemoryRecord::from_stages(&[stage(Stage::FirstToken, StageOutcome::Ok), failed], &card);
+        assert_eq!(r.limit, Some(21 * GIB));
+        assert_eq!(r.card_total, None);
+        assert_eq!(r.request, Some(GIB));
+        assert_eq!(r.this_process, Some(20 * GIB));
+        assert_eq!(r.reserved_unallocated, Some(2 * GIB));
+        assert_eq!(r.largest_free_block, Some(GIB / 4));
+        assert_eq!(r.other_processes, Some(0));
+        assert_eq!(r.stage, Some(Stage::Concurrency));
+        assert_eq!(r.workload.batch, Some(48));
+        assert_eq!(r.live.activations, Some(5 * GIB));
+        assert_eq!(r.source[0].from, Source::ProbeStages);
+        // Nothing ran out: the last stage that ran, no request.
+        let r = MemoryRecord::from_stages(&[stage(Stage::FirstToken, StageOutcome::Ok)], &card);
+        assert_eq!(r.request, None);
+        assert_eq!(r.stage, None);
+        assert_eq!(r.live.weights, Some(14 * GIB));
+    }
+
+    #[test]
+    fn an_allocator_record_fills_the_cache_and_live_bytes_by_role() {
+        let snap = crate::snapshot::Snapshot::default();
+        let r = crate::snapshot::attribute::attribute(&snap).with_failed_request(GIB, 3 * GIB);
+        let r = r.with_limit(20 * GIB);
+        let rec = MemoryRecord::from_snapshot(&r);
+        assert_eq!(rec.request, Some(GIB));
+        assert_eq!(rec.free, Some(3 * GIB));
+        assert_eq!(rec.limit, Some(20 * GIB));
+        assert_eq!(rec.reserved_unallocated, Some(0));
+        assert_eq!(rec.largest_free_block, Some(0));
+        assert_eq!(rec.live.unattributed, Some(0));
+        assert_eq!(rec.source[0].from, Source::AllocatorRecord);
+    }
+
+    #[test]
+    fn merging_keeps_the_allocator_records_figures_and_says_so() {
+        let mut ctx = Context::default();
+        ctx.batch_seq = vec![(3, 48, 2048)];
+        let log = MemoryRecord::from_torch(&capped_message(), &ctx, 10);
+        let rec = MemoryRecord {
+            limit: Some(20 * GIB - 1),
+            request: Some(GIB + 5),
+            largest_free_block: Some(GIB / 8),
+            ..MemoryRecord::default()
+        }
+        .sourced(Source::AllocatorRecord);
+        // Either order: the allocator record is the more direct.
+        for m in [
+            log.clone().merge(rec.clone()),
+            rec.clone().merge(log.clone()),
+        ] {
+            assert_eq!(m.limit, Some(20 * GIB - 1));
+            assert_eq!(m.request, Some(GIB + 5));
+            assert_eq!(m.largest_free_block, Some(GIB / 8));
+            assert_eq!(m.card_total, Some(80 * GIB));
+            assert_eq!(m.workload.batch, Some(48));
+            assert_eq!(m.source[0].from, Source::AllocatorRecord);
+            let msg = m
+                .source
+                .iter()
+                .find(|p| p.from == Source::TorchMessage)
+                .expect("the message filled figures");
+            assert!(msg.figures.contains(&"card_total"));
+            assert!(!msg.figures.contains(&"request"));
+            assert!(msg.overruled.contains(&"request"));
+            assert!(msg.overruled.contains(&"limit"));
+            assert!(m
+                .source
+                .iter()
+                .any(|p| p.from == Source::ProgramOutput && p.figures.contains(&"workload.batch")));
+        }
+    }
+}
