@@ -156,7 +156,7 @@ fn peak(v: &Value, label: &str) -> u64 {
 
 /// The same workload unlimited, on this machine: what each task peaked at. The CPU runtime's
 /// matrix-multiply scratch is sized by the host's caches and threads, so a fixed limit that
-/// fits one sequence here runs out at warm-up on another host (stop 29's red CI).
+/// fits one sequence here runs out at warm-up on another host (a CI run on another host).
 fn unlimited(c: &Case, args: &[&str]) -> Value {
     let mut a = vec!["--tp", "2"];
     a.extend_from_slice(args);

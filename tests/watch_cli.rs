@@ -208,7 +208,7 @@ fn sigterm_reaches_the_program() {
     std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
     let out = p.wait_with_output().unwrap();
     // Both streams on failure: whether the handler ran (its line on stdout) tells a signal that
-    // never arrived from a program slow to exit after it (stop 30's one red run: not reproduced).
+    // never arrived from a program slow to exit after it (seen once in CI under load, not reproduced).
     assert_eq!(
         out.status.code(),
         Some(3),
