@@ -35,11 +35,13 @@ pub enum Source {
 
 impl Source {
     /// How directly it measures memory: the allocator's own record over what a message printed
-    /// (rounded to two decimals) over a program's line.
+    /// (rounded to two decimals, at the failure) over what `watch` sampled (peaks over the run,
+    /// a sampling interval apart) over a program's line.
     fn rank(self) -> u8 {
         match self {
-            Source::AllocatorRecord | Source::ProbeStages | Source::Observer => 3,
-            Source::TorchMessage | Source::LogText => 2,
+            Source::AllocatorRecord | Source::ProbeStages => 4,
+            Source::TorchMessage | Source::LogText => 3,
+            Source::Observer => 2,
             Source::ProgramOutput => 1,
         }
     }
@@ -129,6 +131,12 @@ pub struct MemoryRecord {
     pub engine: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engine_version: Option<String>,
+    /// The most host memory the program's process tree held (`watch`'s timeline).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_peak: Option<u64>,
+    /// The command line `watch` ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
     pub source: Vec<Provenance>,
 }
 
@@ -188,6 +196,8 @@ impl MemoryRecord {
             ("model", self.model.is_some()),
             ("engine", self.engine.is_some()),
             ("engine_version", self.engine_version.is_some()),
+            ("host_peak", self.host_peak.is_some()),
+            ("command", self.command.is_some()),
         ]
         .into_iter()
         .filter_map(|(n, on)| on.then_some(n))
@@ -227,6 +237,8 @@ impl MemoryRecord {
             model: ctx.model.as_ref().map(|m| m.name.clone()),
             engine: Some("pytorch".into()),
             engine_version: version_of(ctx, LogSource::Pytorch),
+            host_peak: None,
+            command: None,
             source: Vec::new(),
         }
         .sourced(Source::TorchMessage);
@@ -462,10 +474,33 @@ impl MemoryRecord {
         .sourced(Source::ProbeStages)
     }
 
+    /// What `watch` measured itself while the program ran: NVML's total for the card
+    /// (`card_total`), the most other processes held on it (`other_processes`), the most the
+    /// program's process tree held on it (`this_process`) and in host memory (`host_peak`), and
+    /// the command it ran. Peaks over the run, sampled: a message's figures at the failure are
+    /// kept over them when records are merged.
+    pub fn observed(
+        card_total: Option<u64>,
+        other_processes: Option<u64>,
+        this_process: Option<u64>,
+        host_peak: u64,
+        command: &[String],
+    ) -> Self {
+        MemoryRecord {
+            card_total,
+            other_processes,
+            this_process,
+            host_peak: Some(host_peak),
+            command: (!command.is_empty()).then(|| command.to_vec()),
+            ..MemoryRecord::default()
+        }
+        .sourced(Source::Observer)
+    }
+
     /// Two records of one out-of-memory as one (`watch`: the allocator record, the log's message
-    /// and the program's batch line). A figure both have keeps the more direct source's value
-    /// (the allocator record over the log text); `source` lists what each filled and what it
-    /// had that was overruled.
+    /// and the program's batch line, what `watch` measured). A figure both have keeps the more
+    /// direct source's value (`Source::rank`: the allocator record over the log text over the
+    /// observer's peaks); `source` lists what each filled and what it had that was overruled.
     pub fn merge(self, other: MemoryRecord) -> MemoryRecord {
         let rank = |r: &MemoryRecord| r.source.iter().map(|p| p.from.rank()).max().unwrap_or(0);
         let (mut into, from) = if rank(&other) > rank(&self) {
@@ -497,6 +532,8 @@ impl MemoryRecord {
             "model" => model,
             "engine" => engine,
             "engine_version" => engine_version,
+            "host_peak" => host_peak,
+            "command" => command,
         );
         for p in from.source {
             let figures: Vec<_> = p
@@ -751,6 +788,53 @@ mod tests {
         assert_eq!(r.engine.as_deref(), Some("tgi"));
         // The stage the verdict was decided at (TGI's warm-up), not the forward pass's frames.
         assert_eq!(r.stage, Some(Stage::Load));
+    }
+
+    #[test]
+    fn what_watch_saw_fills_the_rest_under_the_messages_figures() {
+        let command = vec!["python".to_string(), "run.py".to_string()];
+        let seen = MemoryRecord::observed(
+            Some(80 * GIB + 5),
+            Some(3 * GIB),
+            Some(20 * GIB),
+            9 * GIB,
+            &command,
+        );
+        assert_eq!(seen.command.as_deref(), Some(&command[..]));
+        assert_eq!(seen.source[0].from, Source::Observer);
+        assert!(seen.source[0].figures.contains(&"command"));
+        let log = MemoryRecord::from_torch(&capped_message(), &Context::default(), 10);
+        for m in [
+            log.clone().merge(seen.clone()),
+            seen.clone().merge(log.clone()),
+        ] {
+            // The message's figures at the failure over the sampled peaks.
+            assert_eq!(m.card_total, Some(80 * GIB));
+            assert_eq!(m.this_process, Some(19 * GIB));
+            assert_eq!(m.source[0].from, Source::TorchMessage);
+            // What only watch saw.
+            assert_eq!(m.other_processes, Some(3 * GIB));
+            assert_eq!(m.host_peak, Some(9 * GIB));
+            assert_eq!(m.command.as_deref(), Some(&command[..]));
+            let obs = m
+                .source
+                .iter()
+                .find(|p| p.from == Source::Observer)
+                .expect("observer");
+            assert!(obs.figures.contains(&"other_processes"));
+            assert!(obs.overruled.contains(&"card_total"));
+        }
+        // The allocator record over both.
+        let rec = MemoryRecord {
+            request: Some(GIB + 5),
+            ..MemoryRecord::default()
+        }
+        .sourced(Source::AllocatorRecord);
+        let m = rec.merge(log.merge(seen));
+        assert_eq!(m.source[0].from, Source::AllocatorRecord);
+        assert_eq!(m.request, Some(GIB + 5));
+        assert_eq!(m.host_peak, Some(9 * GIB));
+        assert!(m.source.iter().any(|p| p.from == Source::Observer));
     }
 
     #[test]
