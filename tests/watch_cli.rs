@@ -62,6 +62,19 @@ fn a_growing_program_that_runs_out() {
     );
     assert!(j["oom_at_ms"].as_u64().unwrap() >= 1000);
     assert!(j["timeline"].as_array().unwrap().len() >= 20);
+    // One record: the message's figures, the program's batch line, and what watch saw itself.
+    let rec = &j["verdict"]["record"];
+    assert_eq!(rec["request"], 64u64 << 20, "{rec}");
+    assert_eq!(rec["workload"]["batch"], 1);
+    assert_eq!(rec["command"][0], "python3");
+    assert_eq!(rec["host_peak"], peak);
+    let from: Vec<&str> = rec["source"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["from"].as_str().unwrap())
+        .collect();
+    assert_eq!(from, ["torch_message", "program_output", "observer"]);
 }
 
 #[test]

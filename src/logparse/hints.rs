@@ -200,6 +200,9 @@ pub struct Context {
     /// `totalMemory: 10.92GiB freeMemory: 10.76GiB`) — (line of the free figure, total, free).
     /// What was not free then was held by other processes.
     pub free_at_start: Option<(usize, u64, u64)>,
+    /// The versions the log prints of who printed it, the last seen per engine (`engine_version`).
+    #[serde(skip)]
+    pub engine_versions: Vec<(super::parse::Source, String)>,
     /// vLLM's own figures for its KV cache, as its start-up lines state them.
     #[serde(skip)]
     pub vllm: VllmFigures,
@@ -592,6 +595,10 @@ pub(crate) fn mark(lines: &[String], i: usize, ctx: &mut Context, memo: &mut Lin
     workload(line, words, n, ctx);
     vllm_figures(line, words, &mut ctx.vllm);
     device_at_start(line, n, ctx);
+    if let Some((engine, v)) = engine_version(line) {
+        ctx.engine_versions.retain(|e| e.0 != engine);
+        ctx.engine_versions.push((engine, v));
+    }
     let lists = [
         &mut ctx.one_piece_load_lines,
         &mut ctx.context_create_lines,
@@ -1227,6 +1234,51 @@ fn weights_loaded(line: &str, words: u64) -> Option<(u64, Option<u64>)> {
     Some((size(c.get(1)?.as_str(), c.get(2)?.as_str())?, None))
 }
 
+/// The version an engine prints of itself at start-up: vLLM's `Initializing a V1 LLM engine
+/// (v0.9.1)` / `vLLM API server version 0.8.4`, llama.cpp's `build: 5908 (538cc77f) with …`,
+/// `TensorRT-LLM version: 0.11.0`, TGI's image tag `text-generation-inference:3.2.1`, ollama's
+/// `Listening on … (version 0.1.33)`, `ComfyUI version: 0.3.15`, `PyTorch version: 2.6.0`.
+fn engine_version(line: &str) -> Option<(super::parse::Source, String)> {
+    use super::parse::Source;
+    static VERSION: OnceLock<Regex> = OnceLock::new();
+    if ![
+        "version",
+        "build: ",
+        "engine (v",
+        "text-generation-inference:",
+    ]
+    .iter()
+    .any(|w| line.contains(w))
+    {
+        return None;
+    }
+    let v = re(
+        &VERSION,
+        r#"(?x)
+        LLM\ engine\ \(v(?P<vllm>\d[\w.+-]*)\)
+        | vLLM\ API\ server\ version\ (?P<vllm2>\d[\w.+-]*)
+        | \bbuild:\ (?P<llama>\d+\ \([0-9a-f]+\))\ with
+        | TensorRT-LLM\ version:\ (?P<trt>\d[\w.+-]*)
+        | text-generation-inference:(?P<tgi>\d[\w.+-]*)
+        | Listening\ on\ .*\(version\ (?P<ollama>\d[\w.+-]*)\)
+        | ComfyUI\ version:\ (?P<comfy>\d[\w.+-]*)
+        | (?i:pytorch)\ version:\ (?P<torch>\d[\w.+-]*)"#,
+    );
+    let c = v.captures(line)?;
+    [
+        ("vllm", Source::Vllm),
+        ("vllm2", Source::Vllm),
+        ("llama", Source::LlamaCpp),
+        ("trt", Source::TensorrtLlm),
+        ("tgi", Source::Tgi),
+        ("ollama", Source::Ollama),
+        ("comfy", Source::Comfyui),
+        ("torch", Source::Pytorch),
+    ]
+    .into_iter()
+    .find_map(|(k, s)| c.name(k).map(|m| (s, m.as_str().to_string())))
+}
+
 /// The model a line names, if any.
 fn model(line: &str, words: u64) -> Option<String> {
     static MODEL: OnceLock<Regex> = OnceLock::new();
@@ -1517,6 +1569,21 @@ mod tests {
             stage_hint("thread '<unnamed>' panicked at mistralrs-core/src/pipeline/isq.rs:265:38:"),
             Some(StageHint::Load)
         );
+    }
+
+    #[test]
+    fn reads_the_engines_version() {
+        use crate::logparse::parse::Source;
+        for (l, s, v) in [
+            ("INFO 08-13 llm_engine.py:174] Initializing an LLM engine (v0.5.4) with config: model='m'", Source::Vllm, "0.5.4"),
+            ("INFO 04-24 [api_server.py:1034] vLLM API server version 0.8.4", Source::Vllm, "0.8.4"),
+            ("build: 5908 (538cc77f) with cc (Ubuntu 13.3.0) 13.3.0 for x86_64-linux-gnu", Source::LlamaCpp, "5908 (538cc77f)"),
+            ("[TensorRT-LLM] TensorRT-LLM version: 0.11.0.dev2024052800", Source::TensorrtLlm, "0.11.0.dev2024052800"),
+            ("time=2024 level=INFO msg=\"Listening on 127.0.0.1:11434 (version 0.1.33)\"", Source::Ollama, "0.1.33"),
+        ] {
+            assert_eq!(engine_version(l), Some((s, v.to_string())), "{l}");
+        }
+        assert_eq!(engine_version("CUDA Version: 12.4"), None);
     }
 
     #[test]

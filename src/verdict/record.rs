@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::measured::{CardFacts, StageOutcome, StageRecord};
 use super::Stage;
 use crate::logparse::hints::Context;
-use crate::logparse::parse::TorchOom;
+use crate::logparse::parse::{Event, Finding, Source as LogSource, TorchOom};
 use crate::snapshot::attribute::SnapshotReport;
 
 /// The evidence that filled a record.
@@ -25,15 +25,23 @@ pub enum Source {
     AllocatorRecord,
     /// The probe's measured stages and what it knows about the card (`diagnose`).
     ProbeStages,
+    /// Another engine's out-of-memory line (vLLM, llama.cpp, TGI, TensorRT-LLM, the kernel …)
+    /// and the log around it: its start-up figures, the device lines, the model it names.
+    LogText,
+    /// What `watch` saw itself: NVML's card total and the other processes on it, the most this
+    /// process held, the command it ran.
+    Observer,
 }
 
 impl Source {
     /// How directly it measures memory: the allocator's own record over what a message printed
-    /// (rounded to two decimals) over a program's line.
+    /// (rounded to two decimals, at the failure) over what `watch` sampled (peaks over the run,
+    /// a sampling interval apart) over a program's line.
     fn rank(self) -> u8 {
         match self {
-            Source::AllocatorRecord | Source::ProbeStages => 3,
-            Source::TorchMessage => 2,
+            Source::AllocatorRecord | Source::ProbeStages => 4,
+            Source::TorchMessage | Source::LogText => 3,
+            Source::Observer => 2,
             Source::ProgramOutput => 1,
         }
     }
@@ -123,6 +131,12 @@ pub struct MemoryRecord {
     pub engine: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub engine_version: Option<String>,
+    /// The most host memory the program's process tree held (`watch`'s timeline).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_peak: Option<u64>,
+    /// The command line `watch` ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
     pub source: Vec<Provenance>,
 }
 
@@ -182,6 +196,8 @@ impl MemoryRecord {
             ("model", self.model.is_some()),
             ("engine", self.engine.is_some()),
             ("engine_version", self.engine_version.is_some()),
+            ("host_peak", self.host_peak.is_some()),
+            ("command", self.command.is_some()),
         ]
         .into_iter()
         .filter_map(|(n, on)| on.then_some(n))
@@ -220,11 +236,164 @@ impl MemoryRecord {
             workload: Workload::default(),
             model: ctx.model.as_ref().map(|m| m.name.clone()),
             engine: Some("pytorch".into()),
-            engine_version: None,
+            engine_version: version_of(ctx, LogSource::Pytorch),
+            host_peak: None,
+            command: None,
             source: Vec::new(),
         }
         .sourced(Source::TorchMessage);
         if let Some((_, batch, seq)) = batch_line(ctx, line) {
+            rec.workload = Workload {
+                batch: Some(batch),
+                prompt_tokens: Some(seq),
+                new_tokens: None,
+            };
+            rec.source.push(Provenance {
+                from: Source::ProgramOutput,
+                figures: vec!["workload.batch", "workload.prompt_tokens"],
+                overruled: Vec::new(),
+            });
+        }
+        rec
+    }
+
+    /// Any engine's out-of-memory line (`finding`) and what the log around it says: the figures
+    /// the event itself prints (the request, what was free, the card, what was held), the card's
+    /// total and what others held before anything was allocated (`Context::free_at_start`),
+    /// vLLM's start-up figures (the card, `gpu_memory_utilization`'s share of it as the limit,
+    /// the KV cache it sized), the weights the engine says it loaded, the stage (`stage`: the one
+    /// the verdict was decided at, else what the log's markers show), the workload (the program's batch line, else the figures the log states), the
+    /// model, and who printed it with the version it prints. PyTorch's message is
+    /// [`MemoryRecord::from_torch`]; every other event's verdict carries this one.
+    pub fn from_log(finding: &Finding, ctx: &Context, stage: Stage) -> Self {
+        if let Event::TorchOom(t) = &finding.event {
+            return Self::from_torch(t, ctx, finding.line);
+        }
+        let mut rec = MemoryRecord::default();
+        match &finding.event {
+            Event::TorchMemorySummary {
+                allocated,
+                reserved,
+                ..
+            } => {
+                rec.allocated = *allocated;
+                rec.reserved_unallocated =
+                    reserved.zip(*allocated).map(|(r, a)| r.saturating_sub(a));
+            }
+            Event::VllmKvCapacity {
+                needed, available, ..
+            } => {
+                rec.request = *needed;
+                rec.live.kv_cache = *available;
+            }
+            Event::VllmStartupFree {
+                free,
+                total,
+                utilization,
+            } => {
+                rec.free = *free;
+                rec.card_total = *total;
+                rec.limit = share(*total, *utilization);
+            }
+            Event::VllmCpuKv {
+                available,
+                requested,
+            } => {
+                rec.request = *requested;
+                rec.free = *available;
+            }
+            Event::LlamaCppBuffer { bytes, .. } => rec.request = *bytes,
+            Event::EndsAtAllocation {
+                bytes, working_set, ..
+            } => {
+                rec.request = *bytes;
+                rec.limit = *working_set;
+            }
+            Event::MetalWorkingSet {
+                before,
+                working_set,
+                ..
+            } => {
+                rec.allocated = Some(*before);
+                rec.limit = Some(*working_set);
+            }
+            Event::TensorrtOom { bytes } => rec.request = *bytes,
+            Event::TensorrtComponent { total, free, .. } => {
+                rec.card_total = *total;
+                rec.free = *free;
+            }
+            Event::MlxBufferTooLarge { requested, .. } => rec.request = *requested,
+            Event::DeviceBufferOom {
+                requested,
+                total,
+                allocated,
+                free,
+            } => {
+                rec.request = *requested;
+                rec.card_total = *total;
+                rec.allocated = *allocated;
+                rec.free = *free;
+            }
+            Event::DeviceFragmented {
+                requested,
+                free,
+                largest,
+            } => {
+                rec.request = Some(*requested);
+                rec.free = Some(*free);
+                rec.largest_free_block = Some(*largest);
+            }
+            Event::HostOomKiller { rss, .. } => rec.this_process = *rss,
+            Event::HostMemoryShort { needed, available } => {
+                rec.request = *needed;
+                rec.free = *available;
+            }
+            Event::HostAllocFailed { bytes } => rec.request = *bytes,
+            Event::Catalogued(c) => {
+                rec.request = c.needed;
+                rec.free = c.available;
+            }
+            _ => {}
+        }
+        // What the log around it adds, where the event did not say.
+        let v = &ctx.vllm;
+        if let Some((_, total, free)) = ctx.free_at_start.filter(|s| s.0 <= finding.line) {
+            rec.card_total = rec.card_total.or(Some(total));
+            rec.other_processes = Some(total.saturating_sub(free));
+        }
+        rec.card_total = rec.card_total.or(v.total);
+        if rec.limit.is_none() && finding.source == LogSource::Vllm {
+            rec.limit = share(rec.card_total, v.utilization);
+        }
+        if rec.live.kv_cache.is_none() && finding.source == LogSource::Vllm {
+            rec.live.kv_cache = v.available_kv;
+        }
+        rec.live.weights = ctx
+            .weights_loaded
+            .filter(|w| w.0 <= finding.line)
+            .map(|w| w.1);
+        let stage = match stage {
+            Stage::Unknown => super::read::stage_near(ctx, finding.line),
+            s => s,
+        };
+        rec.stage = (stage != Stage::Unknown).then_some(stage);
+        let w = &ctx.workload;
+        rec.workload = Workload {
+            batch: w.batch,
+            prompt_tokens: w.seq_len,
+            new_tokens: None,
+        };
+        rec.model = ctx.model.as_ref().map(|m| m.name.clone());
+        rec.engine = serde_json::to_value(finding.source)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string));
+        rec.engine_version = version_of(ctx, finding.source);
+        let batch = batch_line(ctx, finding.line);
+        if batch.is_some() {
+            rec.workload = Workload::default();
+        }
+        let mut rec = rec.sourced(Source::LogText);
+        if let Some((_, batch, seq)) = batch {
             rec.workload = Workload {
                 batch: Some(batch),
                 prompt_tokens: Some(seq),
@@ -305,10 +474,33 @@ impl MemoryRecord {
         .sourced(Source::ProbeStages)
     }
 
+    /// What `watch` measured itself while the program ran: NVML's total for the card
+    /// (`card_total`), the most other processes held on it (`other_processes`), the most the
+    /// program's process tree held on it (`this_process`) and in host memory (`host_peak`), and
+    /// the command it ran. Peaks over the run, sampled: a message's figures at the failure are
+    /// kept over them when records are merged.
+    pub fn observed(
+        card_total: Option<u64>,
+        other_processes: Option<u64>,
+        this_process: Option<u64>,
+        host_peak: u64,
+        command: &[String],
+    ) -> Self {
+        MemoryRecord {
+            card_total,
+            other_processes,
+            this_process,
+            host_peak: Some(host_peak),
+            command: (!command.is_empty()).then(|| command.to_vec()),
+            ..MemoryRecord::default()
+        }
+        .sourced(Source::Observer)
+    }
+
     /// Two records of one out-of-memory as one (`watch`: the allocator record, the log's message
-    /// and the program's batch line). A figure both have keeps the more direct source's value
-    /// (the allocator record over the log text); `source` lists what each filled and what it
-    /// had that was overruled.
+    /// and the program's batch line, what `watch` measured). A figure both have keeps the more
+    /// direct source's value (`Source::rank`: the allocator record over the log text over the
+    /// observer's peaks); `source` lists what each filled and what it had that was overruled.
     pub fn merge(self, other: MemoryRecord) -> MemoryRecord {
         let rank = |r: &MemoryRecord| r.source.iter().map(|p| p.from.rank()).max().unwrap_or(0);
         let (mut into, from) = if rank(&other) > rank(&self) {
@@ -340,6 +532,8 @@ impl MemoryRecord {
             "model" => model,
             "engine" => engine,
             "engine_version" => engine_version,
+            "host_peak" => host_peak,
+            "command" => command,
         );
         for p in from.source {
             let figures: Vec<_> = p
@@ -372,6 +566,21 @@ impl MemoryRecord {
 /// block's own size (`read::segment`).
 pub fn driver_request(bytes: u64) -> u64 {
     super::read::segment(bytes)
+}
+
+/// `utilization` of `total` (vLLM's `gpu_memory_utilization`: the share of the card it may use).
+fn share(total: Option<u64>, utilization: Option<f64>) -> Option<u64> {
+    let (t, u) = (total?, utilization?);
+    // A fraction of a byte count: the float product is exact enough, and clamped to the card.
+    (u.is_finite() && u > 0.0).then(|| ((t as f64) * u.min(1.0)) as u64)
+}
+
+/// The version the log prints of `engine`, if it does.
+fn version_of(ctx: &Context, engine: LogSource) -> Option<String> {
+    ctx.engine_versions
+        .iter()
+        .find(|e| e.0 == engine)
+        .map(|e| e.1.clone())
 }
 
 /// The program's `batch= … seq= …` line nearest line `at`: before it, or up to 20 lines after
@@ -507,6 +716,125 @@ mod tests {
         assert_eq!(rec.largest_free_block, Some(0));
         assert_eq!(rec.live.unattributed, Some(0));
         assert_eq!(rec.source[0].from, Source::AllocatorRecord);
+    }
+
+    /// The record a corpus log's verdict carries.
+    fn log_record(log: &str) -> MemoryRecord {
+        let r =
+            crate::verdict::read::read_log(log.as_bytes(), crate::estimate::Engine::Transformers)
+                .expect("a log");
+        r.verdict
+            .record
+            .expect("every event's verdict carries a record")
+    }
+
+    #[test]
+    fn llama_cpps_failed_buffer_is_the_request_with_its_build() {
+        // "alloc_tensor_range: failed to allocate Vulkan0 buffer of size 4697620480"
+        let r = log_record(include_str!(
+            "../../tests/fixtures/logs/real-2026-12f/llamacpp-llama.cpp-14698.log"
+        ));
+        assert_eq!(r.request, Some(4_697_620_480));
+        assert_eq!(r.stage, Some(Stage::Load));
+        assert_eq!(r.engine.as_deref(), Some("llama_cpp"));
+        assert_eq!(r.engine_version.as_deref(), Some("5908 (538cc77f)"));
+        assert_eq!(r.source[0].from, Source::LogText);
+        assert!(r.source[0].figures.contains(&"request"));
+        // Through ollama: its model name.
+        let r = log_record(include_str!(
+            "../../tests/fixtures/logs/real-2026-12u/ollama-ollama-11202.log"
+        ));
+        assert_eq!(r.model.as_deref(), Some("deepseek-r1:671b"));
+        assert!(r.request.is_some());
+    }
+
+    #[test]
+    fn vllms_start_up_figures_fill_the_card_its_share_and_the_kv_cache() {
+        let r = log_record(include_str!(
+            "../../tests/fixtures/logs/real-2026-12/vllm-10517.log"
+        ));
+        let (total, limit) = (r.card_total.expect("the card"), r.limit.expect("its share"));
+        assert!(limit < total);
+        assert_eq!(r.live.weights, Some(14_988_800_000));
+        assert!(r.live.kv_cache.is_some());
+        assert_eq!(r.engine.as_deref(), Some("vllm"));
+        // v1's KV capacity error: what it needed is the request.
+        let r = log_record(include_str!("../../tests/fixtures/logs/vllm_v1_kv.log"));
+        assert_eq!(r.request, Some(4 * GIB));
+        assert!(r.live.kv_cache.is_some());
+    }
+
+    #[test]
+    fn a_device_found_mostly_full_names_what_others_held() {
+        // TensorFlow's device discovery: "Total memory: 7.92GiB" / "Free memory: 190.31MiB".
+        let r = log_record(include_str!(
+            "../../tests/fixtures/logs/real-2026-12g/tensorflow-tensorflow-8170.log"
+        ));
+        let (total, others) = (
+            r.card_total.expect("total"),
+            r.other_processes.expect("others"),
+        );
+        assert!(total > 7 * GIB && others > 7 * GIB && others < total);
+    }
+
+    #[test]
+    fn tensorrt_llm_and_tgi_say_who_printed_it() {
+        let r = log_record(include_str!(
+            "../../tests/fixtures/logs/real-2026-12k/tensorrt-llm-TensorRT-LLM-1060.log"
+        ));
+        assert_eq!(r.engine.as_deref(), Some("tensorrt_llm"));
+        assert_eq!(r.engine_version.as_deref(), Some("0.9.0.dev2024020600"));
+        let r = log_record(include_str!("../../tests/fixtures/logs/tgi_prefill.log"));
+        assert_eq!(r.engine.as_deref(), Some("tgi"));
+        // The stage the verdict was decided at (TGI's warm-up), not the forward pass's frames.
+        assert_eq!(r.stage, Some(Stage::Load));
+    }
+
+    #[test]
+    fn what_watch_saw_fills_the_rest_under_the_messages_figures() {
+        let command = vec!["python".to_string(), "run.py".to_string()];
+        let seen = MemoryRecord::observed(
+            Some(80 * GIB + 5),
+            Some(3 * GIB),
+            Some(20 * GIB),
+            9 * GIB,
+            &command,
+        );
+        assert_eq!(seen.command.as_deref(), Some(&command[..]));
+        assert_eq!(seen.source[0].from, Source::Observer);
+        assert!(seen.source[0].figures.contains(&"command"));
+        let log = MemoryRecord::from_torch(&capped_message(), &Context::default(), 10);
+        for m in [
+            log.clone().merge(seen.clone()),
+            seen.clone().merge(log.clone()),
+        ] {
+            // The message's figures at the failure over the sampled peaks.
+            assert_eq!(m.card_total, Some(80 * GIB));
+            assert_eq!(m.this_process, Some(19 * GIB));
+            assert_eq!(m.source[0].from, Source::TorchMessage);
+            // What only watch saw.
+            assert_eq!(m.other_processes, Some(3 * GIB));
+            assert_eq!(m.host_peak, Some(9 * GIB));
+            assert_eq!(m.command.as_deref(), Some(&command[..]));
+            let obs = m
+                .source
+                .iter()
+                .find(|p| p.from == Source::Observer)
+                .expect("observer");
+            assert!(obs.figures.contains(&"other_processes"));
+            assert!(obs.overruled.contains(&"card_total"));
+        }
+        // The allocator record over both.
+        let rec = MemoryRecord {
+            request: Some(GIB + 5),
+            ..MemoryRecord::default()
+        }
+        .sourced(Source::AllocatorRecord);
+        let m = rec.merge(log.merge(seen));
+        assert_eq!(m.source[0].from, Source::AllocatorRecord);
+        assert_eq!(m.request, Some(GIB + 5));
+        assert_eq!(m.host_peak, Some(9 * GIB));
+        assert!(m.source.iter().any(|p| p.from == Source::Observer));
     }
 
     #[test]

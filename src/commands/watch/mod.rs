@@ -27,6 +27,7 @@ use crate::logparse::Finding;
 use crate::meter::gpu::GpuSampler;
 use crate::units::Bytes;
 use crate::verdict::read::read_log;
+use crate::verdict::record::MemoryRecord;
 use crate::verdict::remedy::Change;
 use crate::verdict::{Cause, Evidence, Remedy, Stage, Verdict};
 use capture::Capture;
@@ -697,6 +698,18 @@ fn report(
             )));
         }
     }
+    // What watch measured itself, beside the figures the output printed.
+    let observed = MemoryRecord::observed(
+        gpu_total,
+        timeline.peak_others(),
+        peak_gpu,
+        peak_host,
+        &req.command,
+    );
+    verdict.record = Some(match verdict.record.take() {
+        Some(text) => text.merge(observed),
+        None => observed,
+    });
     WatchReport {
         command: "watch",
         version: env!("CARGO_PKG_VERSION"),

@@ -256,7 +256,8 @@ struct Ask<'a> {
     contributing: Vec<Contributing>,
     remedies: Vec<Remedy>,
     to_decide: Option<String>,
-    /// The record the deciding rules read (PyTorch's message road).
+    /// The record the deciding rules read (PyTorch's message road); any other road's is filled
+    /// from its event once it has decided (`MemoryRecord::from_log`).
     record: Option<super::record::MemoryRecord>,
 }
 
@@ -286,6 +287,11 @@ pub fn classify(first: &Finding, all: &[Finding], ctx: &Context, asked: Engine) 
     }
     if d.cause == Cause::Unknown && a.to_decide.is_none() {
         a.to_decide = Some(UNKNOWN_TO_DECIDE.to_string());
+    }
+    // Every road's verdict carries the figures its event and the log around it give; PyTorch's
+    // message road has filled its own record (the one its rules read).
+    if a.record.is_none() {
+        a.record = Some(super::record::MemoryRecord::from_log(a.f, a.ctx, d.stage));
     }
     // Other fatal events than the deciding one are told in order.
     let decided = a.f.line;
