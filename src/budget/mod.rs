@@ -641,6 +641,28 @@ mod tests {
         );
     }
 
+    /// The allocator model's `fits` is not monotone in the prompt: Mistral-7B eager with 256 new
+    /// tokens on `--vram 24GB` runs 4,314 prompt tokens, runs out of memory at 4,315 and runs
+    /// again at 4,678 (where the cached blocks fall otherwise). The budget's searches therefore answer with the edge
+    /// their own probes meet: a search that probes other points (a bracket from the profile, a
+    /// probe skewed toward the cheap failures) reports another edge (4,314 instead of 4,678 for
+    /// this workload's largest prompt), so the probe order is part of the answer.
+    #[test]
+    fn the_allocator_models_fits_is_not_monotone_in_the_prompt() {
+        let (spec, _) = planner_for("mistralai/Mistral-7B-Instruct-v0.2", 0);
+        let pl = Planner::new(&spec, 24_146_608_128).with_pool();
+        let at = |p: u64| Workload {
+            engine: Engine::TransformersEager,
+            ..work(p, 256, 1)
+        };
+        assert!(pl.pool_shape(&at(4_314)).is_some());
+        let fits: Vec<bool> = [4_314, 4_315, 4_678, 4_679]
+            .iter()
+            .map(|&p| pl.fits(&at(p)))
+            .collect();
+        assert_eq!(fits, [true, false, true, false]);
+    }
+
     #[test]
     fn ratio_split_keeps_both_sides() {
         let w = work(3000, 1000, 1);
