@@ -21,6 +21,16 @@ pub enum Family {
     Ollama,
     Sglang,
     Mlx,
+    /// Hugging Face text-generation-inference (`text-generation-launcher`).
+    Tgi,
+    /// TensorRT-LLM (`trtllm-serve`, its LLM API).
+    TensorrtLlm,
+    /// LMDeploy's TurboMind engine.
+    Lmdeploy,
+    /// TensorFlow / Keras: its BFC allocator takes nearly the whole card unless told otherwise.
+    Tensorflow,
+    /// JAX on XLA: preallocates 75 % of the card at its first array.
+    Jax,
 }
 
 /// The engine from the reader that matched, else from the server's own lines.
@@ -31,6 +41,18 @@ pub fn family(source: Option<Source>, lines: &[String]) -> Family {
             Family::Ollama
         } else if any("sglang") {
             Family::Sglang
+        } else if any("text_generation_launcher") || any("text_generation_server") {
+            Family::Tgi
+        } else if any("tensorrt_llm") || any("TensorRT-LLM") || any("trtllm") {
+            Family::TensorrtLlm
+        } else if any("lmdeploy") || any("turbomind") || any("TurboMind") {
+            Family::Lmdeploy
+        } else if any("tensorflow/") || any("tensorflow.python") || any("import tensorflow") {
+            // TensorFlow's own allocator lines (`tensorflow/core/common_runtime/bfc_allocator.cc`,
+            // `tensorflow/stream_executor/cuda/cuda_driver.cc`), whichever reader matched first.
+            Family::Tensorflow
+        } else if any("jaxlib") || any("jax/_src") || any("XLA_PYTHON_CLIENT") {
+            Family::Jax
         } else {
             Family::Asked
         }
@@ -40,6 +62,15 @@ pub fn family(source: Option<Source>, lines: &[String]) -> Family {
         Some(Source::Sglang) => Family::Sglang,
         Some(Source::Mlx) => Family::Mlx,
         Some(Source::Vllm) => Family::Vllm,
+        Some(Source::Tgi) => Family::Tgi,
+        Some(Source::TensorrtLlm) => Family::TensorrtLlm,
+        Some(Source::Lmdeploy) => Family::Lmdeploy,
+        Some(Source::Tensorflow) => Family::Tensorflow,
+        // XLA's messages are JAX's or TensorFlow's; the log's own lines tell which.
+        Some(Source::Xla) => match by_lines() {
+            Family::Tensorflow => Family::Tensorflow,
+            _ => Family::Jax,
+        },
         // PyTorch's own message is the script's: its words stay those of `--engine`.
         Some(Source::Pytorch | Source::Rocm) => Family::Asked,
         // ollama runs llama.cpp: its log quotes llama.cpp's lines, its knobs are ollama's.
@@ -231,6 +262,74 @@ fn rewrite(change: Change, family: Family, set: &InForce) -> Rewrite {
             Change::AllocatorSettings => keep("--disable-cuda-graph, or a lower --cuda-graph-max-bs"),
             _ => None,
         },
+        // text-generation-launcher's flags (TGI 3.x `--help`).
+        Family::Tgi => match change {
+            Change::RaiseUtilization(p) => keep(&format!("--cuda-memory-fraction 0.{p:02}")),
+            Change::ReduceContext(n) | Change::TruncatePrompt(n) if n > 0 => keep(&format!("--max-input-tokens {n} --max-total-tokens N (above it)")),
+            Change::ReduceContext(_) | Change::TruncatePrompt(_) => keep("--max-input-tokens N --max-total-tokens M"),
+            Change::CapNewTokens(_) => keep("a lower --max-total-tokens (prompt + new tokens per request), or the request's max_new_tokens"),
+            Change::LimitConcurrency(_) => keep("--max-batch-size N, or a lower --max-batch-total-tokens"),
+            Change::ChunkedPrefill(n) if n > 0 => keep(&format!("--max-batch-prefill-tokens {n}")),
+            Change::ChunkedPrefill(_) => keep("a lower --max-batch-prefill-tokens"),
+            Change::QuantizeKv(_) => keep("--kv-cache-dtype fp8_e5m2"),
+            Change::QuantizeWeights(_) => keep("--quantize bitsandbytes-nf4 (or awq / gptq / fp8 with such a checkpoint)"),
+            Change::MoreGpus(n) => keep(&format!("--num-shard {n}")),
+            Change::LargerGpu(_) => keep("or --num-shard N over several GPUs"),
+            _ => None,
+        },
+        // trtllm-serve's flags and the LLM API's KvCacheConfig.
+        Family::TensorrtLlm => match change {
+            Change::RaiseUtilization(p) => keep(&format!("--kv_cache_free_gpu_memory_fraction 0.{p:02} (KvCacheConfig.free_gpu_memory_fraction)")),
+            Change::ReduceContext(_) | Change::TruncatePrompt(_) => keep("--max_seq_len N"),
+            Change::LimitConcurrency(_) => keep("--max_batch_size N"),
+            Change::ChunkedPrefill(n) if n > 0 => keep(&format!("--max_num_tokens {n} with chunked prefill (enable_chunked_prefill)")),
+            Change::ChunkedPrefill(_) => keep("a lower --max_num_tokens with chunked prefill (enable_chunked_prefill)"),
+            Change::QuantizeKv(_) => keep("an fp8 KV cache (KvCacheConfig(dtype=\"fp8\"))"),
+            Change::QuantizeWeights(_) => keep("an FP8 or INT4-AWQ checkpoint (ModelOpt: quantize.py --qformat fp8 / int4_awq)"),
+            Change::MoreGpus(n) => keep(&format!("--tp_size {n}")),
+            Change::LargerGpu(_) => keep("or --tp_size N over several GPUs"),
+            // Its runtime buffers come from what the KV cache's share of the free memory leaves.
+            Change::AllocatorSettings => Some(Some((
+                Some("leave the runtime's buffers more room beside the KV cache".into()),
+                "a lower --kv_cache_free_gpu_memory_fraction, e.g. 0.8 (the KV cache takes 0.9 of the free memory by default; activations and runtime buffers get the rest)".into(),
+            ))),
+            _ => None,
+        },
+        // lmdeploy serve api_server / TurbomindEngineConfig.
+        Family::Lmdeploy => match change {
+            Change::RaiseUtilization(p) => keep(&format!("--cache-max-entry-count 0.{p:02} (the share of free memory the KV cache takes)")),
+            Change::ReduceContext(n) if n > 0 => keep(&format!("--session-len {n}")),
+            Change::ReduceContext(_) | Change::TruncatePrompt(_) => keep("--session-len N"),
+            Change::LimitConcurrency(_) => keep("--max-batch-size N"),
+            Change::ChunkedPrefill(n) if n > 0 => keep(&format!("--max-prefill-token-num {n}")),
+            Change::ChunkedPrefill(_) => keep("a lower --max-prefill-token-num"),
+            Change::QuantizeKv(_) => keep("--quant-policy 8 (int8 KV cache; 4 for int4)"),
+            Change::QuantizeWeights(_) => keep("an AWQ model (lmdeploy lite auto_awq) served with --model-format awq"),
+            Change::MoreGpus(n) => keep(&format!("--tp {n}")),
+            Change::LargerGpu(_) => keep("or --tp N over several GPUs"),
+            Change::AllocatorSettings => Some(Some((
+                Some("leave the engine's buffers more room beside the KV cache".into()),
+                "a lower --cache-max-entry-count, e.g. 0.5 (the KV cache takes 0.8 of the free memory by default; the rest is for activations)".into(),
+            ))),
+            _ => None,
+        },
+        Family::Tensorflow => match change {
+            Change::AllocatorSettings => keep("TF_FORCE_GPU_ALLOW_GROWTH=true (or tf.config.experimental.set_memory_growth), and TF_GPU_ALLOCATOR=cuda_malloc_async against fragmentation"),
+            Change::RaiseUtilization(_) => keep("a memory_limit of your own: tf.config.set_logical_device_configuration(gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=MB)])"),
+            Change::HalfPrecision(_) => keep("tf.keras.mixed_precision.set_global_policy(\"mixed_float16\")"),
+            Change::LimitConcurrency(_) => keep("a smaller batch_size"),
+            Change::FreeOtherProcesses => keep("another TensorFlow process holds the card from its start: TF_FORCE_GPU_ALLOW_GROWTH=true in it, or CUDA_VISIBLE_DEVICES to keep them apart"),
+            Change::UseSdpa | Change::QuantizeKv(_) => Some(None),
+            _ => None,
+        },
+        Family::Jax => match change {
+            Change::AllocatorSettings => keep("XLA_PYTHON_CLIENT_PREALLOCATE=false (or XLA_PYTHON_CLIENT_ALLOCATOR=platform: no pool, no fragmentation, slower)"),
+            Change::RaiseUtilization(p) => keep(&format!("XLA_PYTHON_CLIENT_MEM_FRACTION=.{p:02} (the default preallocates .75)")),
+            Change::FreeOtherProcesses => keep("another JAX process preallocated 75 % of the card: XLA_PYTHON_CLIENT_PREALLOCATE=false in it"),
+            Change::LimitConcurrency(_) => keep("a smaller batch"),
+            Change::UseSdpa | Change::QuantizeKv(_) => Some(None),
+            _ => None,
+        },
         Family::Mlx => match change {
             Change::RaiseUtilization(_) | Change::LargerGpu(_) => keep("sudo sysctl iogpu.wired_limit_mb=N (more of the unified memory for the GPU)"),
             Change::QuantizeWeights(_) | Change::HalfPrecision(_) => keep("a 4-bit MLX model (mlx_lm.convert -q --q-bits 4)"),
@@ -304,5 +403,54 @@ mod tests {
         )];
         speak(&mut rs, Family::Ollama, &InForce::default());
         assert!(rs[0].how.contains("ollama pull"), "{}", rs[0].how);
+    }
+
+    /// The first lines of real logs (tests/fixtures/logs): the engine that printed them.
+    #[test]
+    fn each_engine_is_told_in_its_own_knobs() {
+        let tf = lines("2020-03-13 01:30:28.309411: I tensorflow/stream_executor/cuda/cuda_driver.cc:801] failed to allocate 4.00G (4294967296 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: out of memory");
+        // The CUDA driver's message is read first; the lines are TensorFlow's.
+        assert_eq!(family(Some(Source::Candle), &tf), Family::Tensorflow);
+        assert_eq!(family(Some(Source::Tgi), &[]), Family::Tgi);
+        assert_eq!(family(Some(Source::TensorrtLlm), &[]), Family::TensorrtLlm);
+        assert_eq!(family(Some(Source::Lmdeploy), &[]), Family::Lmdeploy);
+        // A driver message first, the engine's own lines around it.
+        let trt = lines("[TensorRT-LLM][ERROR] tensorrt_llm::common::TllmException: [TensorRT-LLM][ERROR] CUDA runtime error in cudaMalloc");
+        assert_eq!(family(Some(Source::Cuda), &trt), Family::TensorrtLlm);
+        let lmd = lines("2024-05-01 12:00:00,000 - lmdeploy - INFO - turbomind.py:200 - ...");
+        assert_eq!(family(Some(Source::Cuda), &lmd), Family::Lmdeploy);
+        let jax = lines(
+            "  File \"/usr/lib/python3/site-packages/jax/_src/interpreters/pxla.py\", line 1, in f",
+        );
+        assert_eq!(family(Some(Source::Xla), &jax), Family::Jax);
+        assert_eq!(family(Some(Source::Xla), &tf), Family::Tensorflow);
+        // PyTorch's own message keeps --engine's words.
+        assert_eq!(family(Some(Source::Pytorch), &tf), Family::Asked);
+
+        let advice = |c| Remedy::advice(c, Engine::Transformers, None);
+        let told = |family, c| {
+            let mut rs = vec![advice(c)];
+            speak(&mut rs, family, &InForce::default());
+            rs.first().map(|r| r.how.clone()).unwrap_or_default()
+        };
+        assert!(told(Family::Tensorflow, Change::AllocatorSettings)
+            .contains("TF_FORCE_GPU_ALLOW_GROWTH"));
+        assert!(told(Family::Jax, Change::AllocatorSettings)
+            .contains("XLA_PYTHON_CLIENT_PREALLOCATE=false"));
+        assert!(
+            told(Family::Tgi, Change::RaiseUtilization(95)).contains("--cuda-memory-fraction 0.95")
+        );
+        assert!(told(Family::TensorrtLlm, Change::LimitConcurrency(4)).contains("--max_batch_size"));
+        assert!(told(
+            Family::Lmdeploy,
+            Change::QuantizeKv(crate::dtype::KvDtype::Q8_0)
+        )
+        .contains("--quant-policy 8"));
+        // Nothing in PyTorch's words reaches an engine with its own allocator.
+        let trt = told(Family::TensorrtLlm, Change::AllocatorSettings);
+        assert!(
+            trt.contains("--kv_cache_free_gpu_memory_fraction") && !trt.contains("PYTORCH"),
+            "{trt}"
+        );
     }
 }
