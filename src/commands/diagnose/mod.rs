@@ -304,9 +304,11 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
     prep.notes.extend(hello.notes.iter().cloned());
     let mut m = Measured {
         stop: req.interrupt.clone(),
-        // transformers' cache grows with the tokens: its long generation's prefill is a first
-        // token's, so a long prompt is prefilled once (candle preallocates the whole cache).
-        prefill_once: model_dir.is_some(),
+        // A long prompt is prefilled once: the long generation's prefill is the first token's
+        // (transformers' cache grows with the tokens; candle's is allocated whole, and the
+        // difference is its cache of the new tokens).
+        prefill_once: true,
+        cache_preallocated: model_dir.is_none(),
         ..Measured::default()
     };
     stages::load(&mut m, hello.base_bytes, load);

@@ -35,6 +35,9 @@ pub struct Measured {
     /// A long prompt is prefilled once: the first-token stage is read off the long generation's
     /// prefill (transformers' cache grows with the tokens, so its prefill is a first token's).
     pub prefill_once: bool,
+    /// The cache is allocated whole for prompt + new tokens before the prefill (candle): a first
+    /// token read off the long generation's prefill holds the prompt's cache, not all of it.
+    pub cache_preallocated: bool,
     /// Stages whose out-of-memory in the warm probe the decisive fresh run contradicted: the
     /// report keeps them, the verdict and the budget do not read them (decisive.rs).
     pub superseded: Vec<Stage>,
@@ -203,20 +206,34 @@ pub fn long_generation(session: &mut Session, m: &mut Measured, p: usize, n: usi
     let detail = format!("{} + {} tokens", group(p as u64), group(n as u64));
     let task = gen("long_generation", p, n, 1, n.saturating_sub(1).min(4));
     let mut long = stage(session, m, Stage::LongGeneration, task, detail)?.map(|r| (n, r));
-    let oom = m.stages.last().is_some_and(|s| s.outcome == Outcome::Oom);
-    if long.is_none() && oom && !m.stopped() {
-        for new in [n / 4, n / 16].into_iter().filter(|&x| x > 1) {
-            let task = gen("long_generation_scout", p, new, 1, 1);
-            if let Reply::Done(r) = session.run(&Task::Generate(task))? {
-                if r.outcome == Outcome::Ok {
-                    long = Some((new, r));
-                    break;
-                }
-            }
-        }
+    if long.is_none() {
+        long = scout(session, m, p, n)?;
     }
     m.long_point = long.map(|(new, r)| long_point(&r, p, p + new));
     Ok(())
+}
+
+/// After a long generation that ran out: a shorter one (a quarter, then a sixteenth of the new
+/// tokens) that runs, with its new tokens.
+fn scout(
+    session: &mut Session,
+    m: &Measured,
+    p: usize,
+    n: usize,
+) -> Result<Option<(usize, Box<TaskResult>)>> {
+    let oom = m.stages.last().is_some_and(|s| s.outcome == Outcome::Oom);
+    if !oom || m.stopped() {
+        return Ok(None);
+    }
+    for new in [n / 4, n / 16].into_iter().filter(|&x| x > 1) {
+        let task = gen("long_generation_scout", p, new, 1, 1);
+        if let Reply::Done(r) = session.run(&Task::Generate(task))? {
+            if r.outcome == Outcome::Ok {
+                return Ok(Some((new, r)));
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// What a long generation of `total` tokens held beyond its cache, in its prefill and its decode.
@@ -260,11 +277,36 @@ pub fn prefill_once(session: &mut Session, m: &mut Measured, p: usize, n: usize)
         skip_both(m, INTERRUPTED);
         return Ok(());
     }
+    let preallocated = m.cache_preallocated;
     let prefilled = match &reply {
-        Reply::Done(r) => r.prefill_seconds.map(|_| prefill_part(r, p, n)),
+        Reply::Done(r) => r
+            .prefill_seconds
+            .map(|_| prefill_part(r, p, n, preallocated)),
         _ => None,
     };
     let sized = |s: StageRecord, new: usize| s.sized(p as u64, new as u64, 1);
+    if prefilled.is_none() && preallocated {
+        // It ran out before its prefill ended, with the whole cache allocated: a first token
+        // (the prompt's cache only) may still fit, so it runs on its own; the failure is the
+        // long generation's.
+        first_token(session, m, p)?;
+        let long = if m.failed() {
+            StageRecord::skipped(
+                Stage::LongGeneration,
+                "the prefill ran out of memory or failed (first_token)",
+            )
+        } else {
+            from_reply(
+                Stage::LongGeneration,
+                reply,
+                m.weights_measured,
+                &long_detail,
+            )
+        };
+        m.stages.push(sized(long, n));
+        m.long_point = scout(session, m, p, n)?.map(|(new, r)| long_point(&r, p, p + new));
+        return Ok(());
+    }
     let Some(prefill) = prefilled else {
         // It ran out (or failed) before its prefill ended: that is the first token's.
         let first = from_reply(Stage::FirstToken, reply, m.weights_measured, &first_detail);
@@ -299,13 +341,32 @@ pub fn prefill_once(session: &mut Session, m: &mut Measured, p: usize, n: usize)
 }
 
 /// A generation's result as if it had stopped after its prefill: the prefill's peaks and time,
-/// the cache of the prompt (the end's cache scaled to `p` of its `p + n - 1` tokens).
-fn prefill_part(r: &TaskResult, p: usize, n: usize) -> TaskResult {
+/// the cache of the prompt. A growing cache (transformers) held the prompt's tokens at the
+/// prefill: the end's cache scaled to `p` of its `p + n - 1` tokens. A preallocated one (candle)
+/// held all `p + n` tokens' cache through the prefill, where a first token's run allocates
+/// `p + 1` (the cache is the same bytes for every token): that difference comes off the peaks,
+/// and the activations stay exactly the prefill's.
+fn prefill_part(r: &TaskResult, p: usize, n: usize, preallocated: bool) -> TaskResult {
     let mut t = r.clone();
-    let tokens = (p + n).saturating_sub(1).max(1) as u128;
-    t.kv_bytes = (r.kv_bytes as u128 * p as u128 / tokens) as u64;
-    t.peak = r.prefill_peak.unwrap_or(r.peak);
-    t.used.peak = r.used.prefill_peak.unwrap_or(r.used.peak);
+    let prefill_peak = r.prefill_peak.unwrap_or(r.peak);
+    let prefill_used = r.used.prefill_peak.unwrap_or(r.used.peak);
+    if preallocated {
+        let first = (r.kv_bytes as u128 * (p as u128 + 1) / (p + n).max(1) as u128) as u64;
+        let extra = r.kv_bytes.saturating_sub(first);
+        t.kv_bytes = first;
+        t.kv_bytes_measured = r
+            .kv_bytes_measured
+            .map(|b| (b as u128 * (p as u128 + 1) / (p + n).max(1) as u128) as u64);
+        t.peak = prefill_peak.saturating_sub(extra);
+        t.used.peak = prefill_used.saturating_sub(extra);
+        t.prefill_peak = Some(t.peak);
+        t.used.prefill_peak = Some(t.used.peak);
+    } else {
+        let tokens = (p + n).saturating_sub(1).max(1) as u128;
+        t.kv_bytes = (r.kv_bytes as u128 * p as u128 / tokens) as u64;
+        t.peak = prefill_peak;
+        t.used.peak = prefill_used;
+    }
     t.decode_peak = None;
     t.used.decode_peak = None;
     t.decode_tokens_per_second = None;
@@ -399,4 +460,52 @@ pub fn run_all(
     concurrency(session, m, p, n, b)?;
     progress.stage("fragmentation");
     fragmentation(session, m, on_gpu)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The long generation of 8,192 + 64 tokens on the CPU with the probe's tiny llama (release
+    /// build): its prefill and cache as the child reported them.
+    fn long_run() -> TaskResult {
+        let mut r = TaskResult::new("long_generation");
+        r.before = 5_694_328;
+        r.kv_bytes = 8_454_144; // 1,024 B a token × 8,256
+        r.kv_bytes_measured = Some(8_454_144);
+        r.prefill_peak = Some(107_478_407);
+        r.peak = 107_478_407;
+        r.used.before = 5_694_328;
+        r.used.prefill_peak = Some(107_478_407);
+        r.used.peak = 107_478_407;
+        r.prefill_seconds = Some(4.6);
+        r.seconds = 4.7;
+        r
+    }
+
+    #[test]
+    fn a_preallocated_cache_leaves_the_first_token_the_prompts_cache_and_the_same_activations() {
+        let r = long_run();
+        let first = prefill_part(&r, 8192, 64, true);
+        // The first token's own run allocates 8,193 tokens of cache: 8,389,632 B, as that run
+        // reported; its activations are the long run's prefill's to the byte.
+        assert_eq!(first.kv_bytes, 8_389_632);
+        assert_eq!(first.kv_bytes_measured, Some(8_389_632));
+        let extra = 8_454_144 - 8_389_632;
+        assert_eq!(first.peak, 107_478_407 - extra);
+        assert_eq!(first.prefill_peak, Some(first.peak));
+        assert_eq!(first.used.prefill_peak, Some(first.used.peak));
+        let act = |t: &TaskResult| t.peak - t.before - t.kv_bytes;
+        assert_eq!(act(&first), act(&r));
+        assert_eq!(first.seconds, 4.6);
+    }
+
+    #[test]
+    fn a_growing_cache_held_the_prompts_tokens_at_the_prefill() {
+        let r = long_run();
+        let first = prefill_part(&r, 8192, 64, false);
+        // transformers: 8,192 of the end's 8,255 tokens; the peak is the prefill's as measured.
+        assert_eq!(first.kv_bytes, (8_454_144u128 * 8192 / 8255) as u64);
+        assert_eq!(first.peak, 107_478_407);
+    }
 }
