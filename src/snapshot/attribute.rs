@@ -8,8 +8,9 @@ use serde::Serialize;
 use super::classify::{classify, short_path, Component, Sources};
 use super::hook::ObservedOom;
 use super::{Snapshot, TraceAction, TraceEntry};
-use crate::holes;
 use crate::units::Bytes;
+use crate::verdict::record::MemoryRecord;
+use crate::verdict::snapshot as rules;
 
 /// Sites listed per component, and points kept in the timeline.
 pub const TOP_SITES: usize = 5;
@@ -120,7 +121,8 @@ pub struct SnapshotReport {
 
 impl SnapshotReport {
     /// The limit the OOM observer reported (`set_per_process_memory_fraction`'s cap, else the
-    /// card's total): it decides fragmentation and another process (see [`summarize`]).
+    /// card's total): it decides fragmentation and another process
+    /// ([`crate::verdict::snapshot::record_cause`]).
     pub fn with_limit(mut self, limit: u64) -> Self {
         if limit > 0 {
             self.limit = Some(limit);
@@ -344,114 +346,6 @@ fn downsample(points: Vec<Point>) -> Vec<Point> {
     out
 }
 
-/// What the card held outside this process's allocator when the limit is the card's total: the
-/// limit less what this process reserved and what CUDA still had free. Under a cap the card's free
-/// bytes run past the cap, and this is 0.
-fn outside(slack: &Slack, oom: Option<&OomRecord>, limit: Option<u64>) -> Option<u64> {
-    let o = oom?;
-    Some(limit?.saturating_sub(slack.reserved.saturating_add(o.device_free)))
-}
-
-/// Another process is the cause when what the card held outside this process is at least a
-/// quarter of the limit and 2 GiB (a CUDA context is a few hundred MiB).
-const OUTSIDE_MIN: u64 = 2 << 30;
-
-/// What this process could have held at the failure: the limit when it is known, at most what it
-/// reserved plus CUDA's free bytes; from a bare file, what it reserved plus CUDA's free bytes when
-/// those were short of the request, else only what it reserved (free bytes on the card that did
-/// not serve the request were past a cap).
-fn capacity(slack: &Slack, o: &OomRecord, limit: Option<u64>) -> u64 {
-    let card = slack.reserved.saturating_add(o.device_free);
-    match limit {
-        Some(l) => l.min(card),
-        None if o.device_free < o.request => card,
-        None => slack.reserved,
-    }
-}
-
-/// The bytes the failing step needs at once beside what is live: the request, twice over for an
-/// activation (a forward's buffer is followed by one of its size before any is freed: the MLP's
-/// `up_proj` beside `act(gate_proj)`, then their product; attention's output beside its scores).
-fn step_need(o: &OomRecord) -> u64 {
-    match o.component {
-        Some(c) if c.is_activation() => o.request.saturating_mul(2),
-        _ => o.request,
-    }
-}
-
-/// The cause, in order: another process (what the card held outside this process is large); the
-/// weights while loading (the load goes on after the request that failed); fragmentation only
-/// when the step would fit in contiguous memory (live bytes + the step's need ≤ the capacity)
-/// while the largest free block is below the request; else what filled the card: the larger of
-/// the KV cache and the activations, the failed step's need counted toward the part it was
-/// growing (a decode step's small buffer beside a grown cache is the cache; a prefill's MLP buffer
-/// is the activations); the weights when only they are live; unknown when bytes without a stack
-/// outweigh the attributed ones and the request has no stack either.
-fn decide(
-    w: &Summary,
-    slack: &Slack,
-    oom: Option<&OomRecord>,
-    limit: Option<u64>,
-) -> SnapshotCause {
-    let attributed = w
-        .weights
-        .saturating_add(w.kv_cache)
-        .saturating_add(w.activations);
-    if let Some(out) = w.outside {
-        let limit = limit.unwrap_or(0);
-        if out >= OUTSIDE_MIN.max(limit / 4) {
-            return SnapshotCause::OtherProcess;
-        }
-    }
-    if let Some(o) = oom {
-        if o.component == Some(Component::Weights) {
-            return SnapshotCause::Weights;
-        }
-        let capacity = capacity(slack, o, limit);
-        let fits = slack.live.saturating_add(step_need(o)) <= capacity;
-        // The one rule every reader shares: holes beside live tensors that fill the limit are
-        // its tail, not the cause.
-        let filled = holes::Pool {
-            live: slack.live,
-            unallocated: slack.cached_free,
-            request: o.request,
-            limit: capacity,
-            steady: false,
-        }
-        .filled();
-        if fits && !filled && o.request > slack.largest_free_block {
-            return SnapshotCause::Fragmentation;
-        }
-    }
-    let request_was = oom.and_then(|o| o.component);
-    if w.unattributed > attributed && request_was.is_none_or(|c| c == Component::Unattributed) {
-        return SnapshotCause::Unknown;
-    }
-    if request_was == Some(Component::Other) && w.other > attributed {
-        return SnapshotCause::Other;
-    }
-    // The failed step's need counts toward the part it was growing.
-    let need = oom.map_or(0, step_need);
-    let (mut kv, mut act) = (w.kv_cache, w.activations);
-    match request_was {
-        Some(Component::KvCache) => kv = kv.saturating_add(need),
-        Some(c) if c.is_activation() => act = act.saturating_add(need),
-        _ => {}
-    }
-    if kv.max(act) > 0 {
-        return if kv >= act {
-            SnapshotCause::KvCache
-        } else {
-            SnapshotCause::Activations
-        };
-    }
-    if w.weights > 0 {
-        SnapshotCause::Weights
-    } else {
-        SnapshotCause::Unknown
-    }
-}
-
 fn summarize(rows: &[Row], slack: &Slack, oom: Option<&OomRecord>, limit: Option<u64>) -> Summary {
     let sum = |p: &dyn Fn(Component) -> bool| {
         rows.iter()
@@ -466,9 +360,12 @@ fn summarize(rows: &[Row], slack: &Slack, oom: Option<&OomRecord>, limit: Option
         activations: sum(&|c| c.is_activation()),
         other: sum(&|c| c == Component::Other),
         unattributed: sum(&|c| c == Component::Unattributed),
-        outside: outside(slack, oom, limit),
+        outside: None,
     };
-    summary.cause = decide(&summary, slack, oom, limit);
+    // The record rules decide, from the figures the verdict's record holds.
+    let figures = MemoryRecord::allocator_figures(&summary, slack, oom, limit);
+    summary.outside = rules::outside(&figures);
+    summary.cause = rules::record_cause(&figures);
     let mut text = format!(
         "{} weights, {} KV cache, {} activations, {} other live",
         Bytes(summary.weights),
@@ -506,8 +403,8 @@ fn summarize(rows: &[Row], slack: &Slack, oom: Option<&OomRecord>, limit: Option
             SnapshotCause::Fragmentation => text.push_str(&format!(
                 "; live {} and this step's {} fit the {} it could hold, but no free block is as large",
                 Bytes(slack.live),
-                Bytes(step_need(o)),
-                Bytes(capacity(slack, o, limit))
+                Bytes(rules::step_need(&figures)),
+                Bytes(rules::capacity(&figures).unwrap_or(0))
             )),
             SnapshotCause::OtherProcess => text.push_str(&format!(
                 "; {} of the card is held outside this process, which reserved {}",

@@ -1,35 +1,28 @@
 //! The verdict from PyTorch's own record ([`crate::snapshot::SnapshotReport`]): measured, not read
-//! from text, so it comes first when `watch` or `explain` has one.
+//! from text, so it comes first when `watch` or `explain` has one. The record rules R1–R7
+//! ([`decide`]) read only the evidence record ([`MemoryRecord`]) the report fills, so `watch`
+//! decides from the record it merged with the log by the same rules.
 
+use super::record::{MemoryRecord, Role};
 use super::rules::Code;
 use super::{Cause, Contributing, Evidence, Stage, Verdict};
+use crate::holes;
 use crate::snapshot::attribute::{SnapshotCause, SnapshotReport};
-use crate::snapshot::classify::Component;
 use crate::units::Bytes;
 
 /// The verdict a snapshot supports; `confidence` is high when stacks were recorded, lower when
 /// only the segments are there (history off: fragmentation is still exact, attribution is not).
 pub fn from_snapshot(r: &SnapshotReport) -> Verdict {
+    from_record(r, MemoryRecord::from_snapshot(r))
+}
+
+/// The verdict of the allocator record `r`, decided from `record` (its figures, alone or merged
+/// with the log's and what `watch` measured: [`MemoryRecord::merge`]); `r` gives the evidence's
+/// rows and sites and the summary's sentence.
+pub fn from_record(r: &SnapshotReport, record: MemoryRecord) -> Verdict {
     let s = &r.summary;
-    let cause = match s.cause {
-        SnapshotCause::Weights => Cause::Weights,
-        SnapshotCause::KvCache => Cause::KvCache,
-        SnapshotCause::Activations => Cause::Activations,
-        SnapshotCause::Fragmentation => Cause::Fragmentation,
-        SnapshotCause::OtherProcess => Cause::OtherProcess,
-        SnapshotCause::Other | SnapshotCause::Unknown => Cause::Unknown,
-    };
-    let stage = match cause {
-        Cause::Weights => Stage::Load,
-        Cause::Activations => Stage::FirstToken,
-        Cause::Fragmentation => Stage::Fragmentation,
-        Cause::OtherProcess => Stage::Environment,
-        _ => Stage::Unknown,
-    };
-    // A trace with no `oom` entry: the allocator never failed while it recorded.
-    let no_oom = r.oom.is_none() && r.trace_entries > 0;
-    let cause = if no_oom { Cause::None } else { cause };
-    let stage = if no_oom { Stage::Unknown } else { stage };
+    let (cause, stage, rule) = decide(&record);
+    let no_oom = rule == Code::R7;
     let mut evidence = Vec::new();
     if let Some(o) = &r.oom {
         let what = o
@@ -88,7 +81,6 @@ pub fn from_snapshot(r: &SnapshotReport) -> Verdict {
             ),
         });
     }
-    let rule = rule_of(r, cause);
     // A prefill's activations filling the limit: a batch of sequences and one long prompt leave
     // the same record (it holds sizes, not shapes), so what multiplied them is not known here
     // (H100 same-oom batch-32 and batch-48 against long-prompt).
@@ -101,7 +93,7 @@ pub fn from_snapshot(r: &SnapshotReport) -> Verdict {
         ));
     }
     Verdict {
-        record: Some(super::record::MemoryRecord::from_snapshot(r)),
+        record: Some(record),
         rule: Some(rule),
         cause,
         stage,
@@ -130,21 +122,186 @@ pub fn from_snapshot(r: &SnapshotReport) -> Verdict {
     }
 }
 
-/// The record rule (R1–R7 of docs/explain.md) that gave `cause`, by the conditions
-/// `snapshot::attribute` decides by.
-fn rule_of(r: &SnapshotReport, cause: Cause) -> Code {
-    let s = &r.summary;
-    let weight_request = r
-        .oom
-        .as_ref()
-        .is_some_and(|o| o.component == Some(Component::Weights));
-    match (cause, s.cause) {
-        (Cause::None, _) => Code::R7,
-        (_, SnapshotCause::OtherProcess) => Code::R1,
-        (_, SnapshotCause::Weights) if weight_request => Code::R2,
-        (_, SnapshotCause::Fragmentation) => Code::R3,
-        (_, SnapshotCause::Other) => Code::R5,
-        (_, SnapshotCause::Unknown) if s.unattributed > 0 => Code::R4,
-        _ => Code::R6,
+/// Another process is the cause when what the card held outside this process is at least a
+/// quarter of the limit and 2 GiB (a CUDA context is a few hundred MiB).
+const OUTSIDE_MIN: u64 = 2 << 30;
+
+/// The request that failed, as the record holds it: its bytes, what CUDA still had free, and
+/// the part it was for.
+#[derive(Clone, Copy)]
+struct Failed {
+    request: u64,
+    device_free: u64,
+    part: Option<Role>,
+}
+
+fn failed(rec: &MemoryRecord) -> Option<Failed> {
+    let (request, device_free) = rec.request.zip(rec.free)?;
+    Some(Failed {
+        request,
+        device_free,
+        part: rec.request_for,
+    })
+}
+
+/// What the allocator reserved: its segments, else what is live and cached.
+fn reserved(rec: &MemoryRecord) -> u64 {
+    rec.reserved.unwrap_or_else(|| {
+        rec.allocated
+            .unwrap_or(0)
+            .saturating_add(rec.reserved_unallocated.unwrap_or(0))
+    })
+}
+
+/// What the card held outside this process's allocator when the limit is the card's total: the
+/// limit less what this process reserved and what CUDA still had free. Under a cap the card's free
+/// bytes run past the cap, and this is 0. `None` without a failed request or a limit.
+pub fn outside(rec: &MemoryRecord) -> Option<u64> {
+    let f = failed(rec)?;
+    Some(
+        rec.limit?
+            .saturating_sub(reserved(rec).saturating_add(f.device_free)),
+    )
+}
+
+/// What this process could have held at the failure: the limit when it is known, at most what it
+/// reserved plus CUDA's free bytes; from a bare file, what it reserved plus CUDA's free bytes when
+/// those were short of the request, else only what it reserved (free bytes on the card that did
+/// not serve the request were past a cap). `None` without a failed request.
+pub fn capacity(rec: &MemoryRecord) -> Option<u64> {
+    let f = failed(rec)?;
+    let reserved = reserved(rec);
+    let card = reserved.saturating_add(f.device_free);
+    Some(match rec.limit {
+        Some(l) => l.min(card),
+        None if f.device_free < f.request => card,
+        None => reserved,
+    })
+}
+
+/// The bytes the failing step needs at once beside what is live: the request, twice over for an
+/// activation (a forward's buffer is followed by one of its size before any is freed: the MLP's
+/// `up_proj` beside `act(gate_proj)`, then their product; attention's output beside its scores).
+/// 0 without a failed request.
+pub fn step_need(rec: &MemoryRecord) -> u64 {
+    failed(rec).map_or(0, need_of)
+}
+
+fn need_of(f: Failed) -> u64 {
+    match f.part {
+        Some(Role::Activations) => f.request.saturating_mul(2),
+        _ => f.request,
     }
+}
+
+/// What the allocator record says filled the limit, from its figures in `rec`. In order: another
+/// process (what the card held outside this process is large); the weights while loading (the
+/// load goes on after the request that failed); fragmentation only when the step would fit in
+/// contiguous memory (live bytes + the step's need ≤ the capacity) while the largest free block is
+/// below the request; else what filled the card: the larger of the KV cache and the activations,
+/// the failed step's need counted toward the part it was growing (a decode step's small buffer
+/// beside a grown cache is the cache; a prefill's MLP buffer is the activations); the weights
+/// when only they are live; unknown when bytes without a stack outweigh the attributed ones and
+/// the request has no stack either. The summary of `snapshot::attribute` says this one.
+pub fn record_cause(rec: &MemoryRecord) -> SnapshotCause {
+    let w = &rec.live;
+    let (weights, kv_cache, activations) = (
+        w.weights.unwrap_or(0),
+        w.kv_cache.unwrap_or(0),
+        w.activations.unwrap_or(0),
+    );
+    let (other, unattributed) = (w.other.unwrap_or(0), w.unattributed.unwrap_or(0));
+    let attributed = weights.saturating_add(kv_cache).saturating_add(activations);
+    if let Some(out) = outside(rec) {
+        let limit = rec.limit.unwrap_or(0);
+        if out >= OUTSIDE_MIN.max(limit / 4) {
+            return SnapshotCause::OtherProcess;
+        }
+    }
+    let oom = failed(rec);
+    let live = rec.allocated.unwrap_or(0);
+    let largest_free_block = rec.largest_free_block.unwrap_or(0);
+    if let Some(f) = oom {
+        if f.part == Some(Role::Weights) {
+            return SnapshotCause::Weights;
+        }
+        let capacity = capacity(rec).unwrap_or(0);
+        let fits = live.saturating_add(need_of(f)) <= capacity;
+        // The one rule every reader shares: holes beside live tensors that fill the limit are
+        // its tail, not the cause.
+        let filled = holes::Pool {
+            live,
+            unallocated: rec.reserved_unallocated.unwrap_or(0),
+            request: f.request,
+            limit: capacity,
+            steady: false,
+        }
+        .filled();
+        if fits && !filled && f.request > largest_free_block {
+            return SnapshotCause::Fragmentation;
+        }
+    }
+    let request_was = oom.and_then(|f| f.part);
+    if unattributed > attributed && request_was.is_none_or(|c| c == Role::Unattributed) {
+        return SnapshotCause::Unknown;
+    }
+    if request_was == Some(Role::Other) && other > attributed {
+        return SnapshotCause::Other;
+    }
+    // The failed step's need counts toward the part it was growing.
+    let need = oom.map_or(0, need_of);
+    let (mut kv, mut act) = (kv_cache, activations);
+    match request_was {
+        Some(Role::KvCache) => kv = kv.saturating_add(need),
+        Some(Role::Activations) => act = act.saturating_add(need),
+        _ => {}
+    }
+    if kv.max(act) > 0 {
+        return if kv >= act {
+            SnapshotCause::KvCache
+        } else {
+            SnapshotCause::Activations
+        };
+    }
+    if weights > 0 {
+        SnapshotCause::Weights
+    } else {
+        SnapshotCause::Unknown
+    }
+}
+
+/// The allocator record's verdict from its figures in `rec`: the cause ([`record_cause`], in the
+/// verdict's words), the stage it says, and the rule (R1–R7 of docs/explain.md) that gave it. A
+/// trace with entries and no failed request is R7: the allocator never failed while it recorded.
+pub fn decide(rec: &MemoryRecord) -> (Cause, Stage, Code) {
+    let found = record_cause(rec);
+    let no_oom = rec.request.is_none() && rec.allocator_events.is_some_and(|n| n > 0);
+    if no_oom {
+        return (Cause::None, Stage::Unknown, Code::R7);
+    }
+    let cause = match found {
+        SnapshotCause::Weights => Cause::Weights,
+        SnapshotCause::KvCache => Cause::KvCache,
+        SnapshotCause::Activations => Cause::Activations,
+        SnapshotCause::Fragmentation => Cause::Fragmentation,
+        SnapshotCause::OtherProcess => Cause::OtherProcess,
+        SnapshotCause::Other | SnapshotCause::Unknown => Cause::Unknown,
+    };
+    let stage = match cause {
+        Cause::Weights => Stage::Load,
+        Cause::Activations => Stage::FirstToken,
+        Cause::Fragmentation => Stage::Fragmentation,
+        Cause::OtherProcess => Stage::Environment,
+        _ => Stage::Unknown,
+    };
+    let weight_request = rec.request.is_some() && rec.request_for == Some(Role::Weights);
+    let rule = match found {
+        SnapshotCause::OtherProcess => Code::R1,
+        SnapshotCause::Weights if weight_request => Code::R2,
+        SnapshotCause::Fragmentation => Code::R3,
+        SnapshotCause::Other => Code::R5,
+        SnapshotCause::Unknown if rec.live.unattributed.unwrap_or(0) > 0 => Code::R4,
+        _ => Code::R6,
+    };
+    (cause, stage, rule)
 }
