@@ -305,3 +305,201 @@ pub fn decide(rec: &MemoryRecord) -> (Cause, Stage, Code) {
     };
     (cause, stage, rule)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::logparse::hints::Context;
+    use crate::logparse::parse::TorchOom;
+    use crate::verdict::record::LiveByRole;
+
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+
+    /// Live bytes by role: weights, KV cache, activations, other, unattributed.
+    fn live(w: u64, kv: u64, act: u64, other: u64, un: u64) -> LiveByRole {
+        LiveByRole {
+            weights: Some(w),
+            kv_cache: Some(kv),
+            activations: Some(act),
+            other: Some(other),
+            unattributed: Some(un),
+        }
+    }
+
+    /// An allocator record: `live` bytes, `cached` free in holes of at most `largest`, and the
+    /// request of `request` for `part` that failed with `free` on the device.
+    fn record(
+        live: LiveByRole,
+        cached: u64,
+        largest: u64,
+        failed: Option<(u64, u64, Role)>,
+        limit: Option<u64>,
+    ) -> MemoryRecord {
+        let allocated = [
+            live.weights,
+            live.kv_cache,
+            live.activations,
+            live.other,
+            live.unattributed,
+        ]
+        .into_iter()
+        .flatten()
+        .sum::<u64>();
+        MemoryRecord {
+            limit,
+            free: failed.map(|f| f.1),
+            allocated: Some(allocated),
+            reserved_unallocated: Some(cached),
+            reserved: Some(allocated + cached),
+            largest_free_block: Some(largest),
+            request: failed.map(|f| f.0),
+            request_for: failed.map(|f| f.2),
+            allocator_events: Some(1),
+            live,
+            ..MemoryRecord::default()
+        }
+    }
+
+    /// Llama-2-13B built by `from_config` on a 20 GiB cap: the constructor's request failed.
+    #[test]
+    fn a_model_built_past_the_cap_is_the_weights() {
+        let r = record(
+            live(19 * GIB, 0, 0, 0, 0),
+            0,
+            0,
+            Some((100 * MIB, 60 * GIB, Role::Weights)),
+            Some(20 * GIB),
+        );
+        assert_eq!(record_cause(&r), SnapshotCause::Weights);
+        assert_eq!(decide(&r), (Cause::Weights, Stage::Load, Code::R2));
+        // Only weights live, the request without a stack: the weights, by what filled it.
+        let r = MemoryRecord {
+            request_for: Some(Role::Unattributed),
+            ..r
+        };
+        assert_eq!(decide(&r), (Cause::Weights, Stage::Load, Code::R6));
+    }
+
+    /// Llama-2-7B decoding at a 13.5 GiB cap: 100 MiB of the cache's holes beside a 64 MiB
+    /// attention buffer, but live tensors already fill the cap: the KV cache that grew.
+    #[test]
+    fn a_card_that_live_tensors_fill_is_what_filled_it() {
+        let l = live(12_851 * MIB, 820 * MIB, 40 * MIB, 0, 0);
+        let failed = Some((64 * MIB, 50 * GIB, Role::Activations));
+        let r = record(
+            l.clone(),
+            100 * MIB,
+            50 * MIB,
+            failed,
+            Some(13 * GIB + 512 * MIB),
+        );
+        assert_eq!(record_cause(&r), SnapshotCause::KvCache);
+        assert_eq!(decide(&r), (Cause::KvCache, Stage::Unknown, Code::R6));
+        // From the file alone (no limit): the cap is what the process reserved.
+        let r = record(l, 100 * MIB, 50 * MIB, failed, None);
+        assert_eq!(record_cause(&r), SnapshotCause::KvCache);
+    }
+
+    /// The same holes when live bytes and the request fit under a cap they do not fill:
+    /// fragmentation. Under a cap they fill (8.7 GiB live of 9), the cap's tail.
+    #[test]
+    fn fragmentation_only_when_the_step_fits_in_contiguous_memory() {
+        let l = live(8 * GIB, 700 * MIB, 0, 0, 0);
+        let failed = Some((64 * MIB, 50 * GIB, Role::KvCache));
+        let r = record(l.clone(), 600 * MIB, 60 * MIB, failed, Some(14 * GIB));
+        assert_eq!(
+            decide(&r),
+            (Cause::Fragmentation, Stage::Fragmentation, Code::R3)
+        );
+        let r = record(l.clone(), 600 * MIB, 60 * MIB, failed, Some(9 * GIB));
+        assert_eq!(record_cause(&r), SnapshotCause::KvCache);
+        // A free block as large as the request: not fragmentation.
+        let r = record(l, 64 * MIB, 64 * MIB, failed, Some(14 * GIB));
+        assert_eq!(record_cause(&r), SnapshotCause::KvCache);
+        // An activation's step needs its buffer twice: 900 MiB of holes do not hold 2 × 600 MiB.
+        let failed = Some((600 * MIB, 0, Role::Activations));
+        let r = record(live(GIB, 0, 0, 0, 0), 900 * MIB, 300 * MIB, failed, None);
+        assert_eq!(step_need(&r), 1200 * MIB);
+        assert_eq!(
+            decide(&r),
+            (Cause::Activations, Stage::FirstToken, Code::R6)
+        );
+        let r = record(live(GIB, 0, 0, 0, 0), 1200 * MIB, 300 * MIB, failed, None);
+        assert_eq!(record_cause(&r), SnapshotCause::Fragmentation);
+    }
+
+    /// Mistral-7B at batch 4 × 8,000 on an 80 GB card that another process holds 64 GiB of.
+    #[test]
+    fn a_card_held_outside_the_process_is_another_process() {
+        let l = live(13_500 * MIB, 0, 500 * MIB, 0, 0);
+        let failed = Some((GIB, 300 * MIB, Role::Activations));
+        let r = record(l.clone(), 0, 0, failed, Some(79 * GIB + 200 * MIB));
+        assert!(outside(&r).is_some_and(|o| o > 60 * GIB));
+        assert_eq!(
+            decide(&r),
+            (Cause::OtherProcess, Stage::Environment, Code::R1)
+        );
+        // Under a cap the card's free bytes run past it: nothing is outside.
+        let failed = Some((GIB, 60 * GIB, Role::Activations));
+        let r = record(l, 0, 0, failed, Some(14 * GIB));
+        assert_eq!(outside(&r), Some(0));
+        assert_eq!(record_cause(&r), SnapshotCause::Activations);
+    }
+
+    #[test]
+    fn bytes_without_a_stack_are_unknown_and_the_programs_own_are_other() {
+        let failed = Some((64 * MIB, 0, Role::Unattributed));
+        let r = record(live(8 * MIB, 0, 0, 0, GIB), 0, 0, failed, None);
+        assert_eq!(decide(&r), (Cause::Unknown, Stage::Unknown, Code::R4));
+        let failed = Some((64 * MIB, 0, Role::Other));
+        let r = record(live(8 * MIB, 0, 0, GIB, 0), 0, 0, failed, None);
+        assert_eq!(record_cause(&r), SnapshotCause::Other);
+        assert_eq!(decide(&r), (Cause::Unknown, Stage::Unknown, Code::R5));
+    }
+
+    #[test]
+    fn a_trace_without_a_failed_request_is_no_out_of_memory() {
+        let r = record(live(GIB, GIB, 0, 0, 0), 0, 0, None, None);
+        assert_eq!(decide(&r), (Cause::None, Stage::Unknown, Code::R7));
+        // History off: no trace, so no word on whether it failed; what is live decides.
+        let r = MemoryRecord {
+            allocator_events: Some(0),
+            ..r
+        };
+        assert_eq!(decide(&r).0, Cause::KvCache);
+    }
+
+    /// `watch` merges PyTorch's message into the allocator record: its figures stay the
+    /// allocator's, and the rules answer as they did from the record alone.
+    #[test]
+    fn the_record_merged_with_the_message_decides_alike() {
+        let message = TorchOom {
+            requested: Some(128 * MIB),
+            total: Some(80 * GIB),
+            free: Some(60 * GIB),
+            allowed: Some(9 * GIB),
+            allocated_by_pytorch: Some(8 * GIB),
+            reserved_unallocated: Some(GIB),
+            ..TorchOom::default()
+        };
+        let text = MemoryRecord::from_torch(&message, &Context::default(), 1);
+        for limit in [9 * GIB, 14 * GIB] {
+            let r = MemoryRecord {
+                source: vec![crate::verdict::record::Provenance {
+                    from: crate::verdict::record::Source::AllocatorRecord,
+                    figures: vec!["request"],
+                    overruled: Vec::new(),
+                }],
+                ..record(
+                    live(8 * GIB, 700 * MIB, 0, 0, 0),
+                    600 * MIB,
+                    60 * MIB,
+                    Some((64 * MIB, 50 * GIB, Role::KvCache)),
+                    Some(limit),
+                )
+            };
+            assert_eq!(decide(&r), decide(&r.clone().merge(text.clone())));
+        }
+    }
+}
