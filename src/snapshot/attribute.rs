@@ -9,8 +9,6 @@ use super::classify::{classify, short_path, Component, Sources};
 use super::hook::ObservedOom;
 use super::{Snapshot, TraceAction, TraceEntry};
 use crate::units::Bytes;
-use crate::verdict::record::MemoryRecord;
-use crate::verdict::snapshot as rules;
 
 /// Sites listed per component, and points kept in the timeline.
 pub const TOP_SITES: usize = 5;
@@ -122,7 +120,7 @@ pub struct SnapshotReport {
 impl SnapshotReport {
     /// The limit the OOM observer reported (`set_per_process_memory_fraction`'s cap, else the
     /// card's total): it decides fragmentation and another process
-    /// ([`crate::verdict::snapshot::record_cause`]).
+    /// (the verdict's record rules, which the commands apply to the report).
     pub fn with_limit(mut self, limit: u64) -> Self {
         if limit > 0 {
             self.limit = Some(limit);
@@ -362,10 +360,8 @@ fn summarize(rows: &[Row], slack: &Slack, oom: Option<&OomRecord>, limit: Option
         unattributed: sum(&|c| c == Component::Unattributed),
         outside: None,
     };
-    // The record rules decide, from the figures the verdict's record holds.
-    let figures = MemoryRecord::allocator_figures(&summary, slack, oom, limit);
-    summary.outside = rules::outside(&figures);
-    summary.cause = rules::record_cause(&figures);
+    // The cause, what the card held outside and the sentence that says why are the verdict's:
+    // its record rules fill them (`verdict::snapshot::settle`, applied by the commands).
     let mut text = format!(
         "{} weights, {} KV cache, {} activations, {} other live",
         Bytes(summary.weights),
@@ -399,20 +395,6 @@ fn summarize(rows: &[Row], slack: &Slack, oom: Option<&OomRecord>, limit: Option
         if let Some(l) = limit {
             text.push_str(&format!(" with {} allowed", Bytes(l)));
         }
-        match summary.cause {
-            SnapshotCause::Fragmentation => text.push_str(&format!(
-                "; live {} and this step's {} fit the {} it could hold, but no free block is as large",
-                Bytes(slack.live),
-                Bytes(rules::step_need(&figures)),
-                Bytes(rules::capacity(&figures).unwrap_or(0))
-            )),
-            SnapshotCause::OtherProcess => text.push_str(&format!(
-                "; {} of the card is held outside this process, which reserved {}",
-                Bytes(summary.outside.unwrap_or(0)),
-                Bytes(slack.reserved)
-            )),
-            _ => {}
-        }
     }
     summary.text = text;
     summary
@@ -422,6 +404,9 @@ fn summarize(rows: &[Row], slack: &Slack, oom: Option<&OomRecord>, limit: Option
 mod tests {
     use super::*;
     use crate::snapshot::{Block, BlockState, Frame, Segment};
+    // The cause and its sentence are the verdict layer's (its record rules); these tests read
+    // them as the commands do.
+    use crate::verdict::snapshot::settle;
 
     const MIB: u64 = 1 << 20;
     const GIB: u64 = 1 << 30;
@@ -505,7 +490,7 @@ mod tests {
     #[test]
     fn a_model_built_past_the_cap_is_the_weights() {
         let s = snap(&[(19 * GIB, init())], &[], 100 * MIB, 60 * GIB, init());
-        let r = attribute(&s).with_limit(20 * GIB);
+        let r = settle(attribute(&s).with_limit(20 * GIB));
         assert_eq!(r.summary.cause, SnapshotCause::Weights);
         assert_eq!(r.summary.weights, 19 * GIB);
         assert_eq!(r.summary.activations, 0);
@@ -519,7 +504,7 @@ mod tests {
         let live = [(12_851 * MIB, init()), (820 * MIB, kv()), (40 * MIB, mlp())];
         let s = snap(&live, &[50 * MIB, 50 * MIB], 64 * MIB, 50 * GIB, mlp());
         let cap = 13 * GIB + 512 * MIB;
-        let r = attribute(&s).with_limit(cap);
+        let r = settle(attribute(&s).with_limit(cap));
         assert_eq!(
             r.summary.cause,
             SnapshotCause::KvCache,
@@ -527,7 +512,7 @@ mod tests {
             r.summary.text
         );
         // From the file alone (no limit): the cap is what the process reserved.
-        assert_eq!(attribute(&s).summary.cause, SnapshotCause::KvCache);
+        assert_eq!(settle(attribute(&s)).summary.cause, SnapshotCause::KvCache);
     }
 
     /// The same holes when live bytes and the request fit under a cap they do not fill:
@@ -537,10 +522,10 @@ mod tests {
         let live = [(8 * GIB, init()), (700 * MIB, kv())];
         let holes = [60 * MIB; 10];
         let s = snap(&live, &holes, 64 * MIB, 50 * GIB, kv());
-        let r = attribute(&s).with_limit(14 * GIB);
+        let r = settle(attribute(&s).with_limit(14 * GIB));
         assert_eq!(r.summary.cause, SnapshotCause::Fragmentation);
         assert!(r.summary.text.contains("fit the"), "{}", r.summary.text);
-        let r = attribute(&s).with_limit(9 * GIB);
+        let r = settle(attribute(&s).with_limit(9 * GIB));
         assert_eq!(
             r.summary.cause,
             SnapshotCause::KvCache,
@@ -550,16 +535,22 @@ mod tests {
         // A free block as large as the request: not fragmentation.
         let s = snap(&live, &[64 * MIB], 64 * MIB, 50 * GIB, kv());
         assert_eq!(
-            attribute(&s).with_limit(14 * GIB).summary.cause,
+            settle(attribute(&s).with_limit(14 * GIB)).summary.cause,
             SnapshotCause::KvCache
         );
         // An activation's step needs its buffer twice: 900 MiB of holes do not hold 2 × 600 MiB.
         let holes = [300 * MIB; 3];
         let s = snap(&[(GIB, init())], &holes, 600 * MIB, 0, mlp());
-        assert_eq!(attribute(&s).summary.cause, SnapshotCause::Activations);
+        assert_eq!(
+            settle(attribute(&s)).summary.cause,
+            SnapshotCause::Activations
+        );
         let holes = [300 * MIB; 4];
         let s = snap(&[(GIB, init())], &holes, 600 * MIB, 0, mlp());
-        assert_eq!(attribute(&s).summary.cause, SnapshotCause::Fragmentation);
+        assert_eq!(
+            settle(attribute(&s)).summary.cause,
+            SnapshotCause::Fragmentation
+        );
     }
 
     /// Mistral-7B at batch 4 × 8,000 on an 80 GB card that another process holds 64 GiB of.
@@ -567,12 +558,12 @@ mod tests {
     fn a_card_held_outside_the_process_is_another_process() {
         let live = [(13_500 * MIB, init()), (500 * MIB, mlp())];
         let s = snap(&live, &[], GIB, 300 * MIB, mlp());
-        let r = attribute(&s).with_limit(79 * GIB + 200 * MIB);
+        let r = settle(attribute(&s).with_limit(79 * GIB + 200 * MIB));
         assert_eq!(r.summary.cause, SnapshotCause::OtherProcess);
         assert!(r.summary.outside.is_some_and(|o| o > 60 * GIB));
         // Under a cap the card's free bytes run past it: nothing is outside.
         let s = snap(&live, &[], GIB, 60 * GIB, mlp());
-        let r = attribute(&s).with_limit(14 * GIB);
+        let r = settle(attribute(&s).with_limit(14 * GIB));
         assert_eq!(r.summary.outside, Some(0));
         assert_eq!(r.summary.cause, SnapshotCause::Activations);
     }
@@ -586,7 +577,7 @@ mod tests {
             0,
             Vec::new(),
         );
-        let r = attribute(&s);
+        let r = settle(attribute(&s));
         assert_eq!(r.summary.unattributed, GIB);
         assert_eq!(r.summary.other, 0);
         assert!(

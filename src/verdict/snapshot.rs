@@ -10,6 +10,33 @@ use crate::holes;
 use crate::snapshot::attribute::{SnapshotCause, SnapshotReport};
 use crate::units::Bytes;
 
+/// The report with what the record rules decide from it: the summary's cause, what the card held
+/// outside this process, and the sentence that says why (fragmentation: the live bytes and the
+/// step fit, no block is as large; another process: what it held). `crate::snapshot` measures;
+/// the cause is decided here, after the report's limit and failed request are set.
+pub fn settle(mut r: SnapshotReport) -> SnapshotReport {
+    let figures = MemoryRecord::allocator_figures(&r.summary, &r.slack, r.oom.as_ref(), r.limit);
+    r.summary.outside = outside(&figures);
+    r.summary.cause = record_cause(&figures);
+    if r.oom.is_some() {
+        match r.summary.cause {
+            SnapshotCause::Fragmentation => r.summary.text.push_str(&format!(
+                "; live {} and this step's {} fit the {} it could hold, but no free block is as large",
+                Bytes(r.slack.live),
+                Bytes(step_need(&figures)),
+                Bytes(capacity(&figures).unwrap_or(0))
+            )),
+            SnapshotCause::OtherProcess => r.summary.text.push_str(&format!(
+                "; {} of the card is held outside this process, which reserved {}",
+                Bytes(r.summary.outside.unwrap_or(0)),
+                Bytes(r.slack.reserved)
+            )),
+            _ => {}
+        }
+    }
+    r
+}
+
 /// The verdict a snapshot supports; `confidence` is high when stacks were recorded, lower when
 /// only the segments are there (history off: fragmentation is still exact, attribution is not).
 pub fn from_snapshot(r: &SnapshotReport) -> Verdict {
