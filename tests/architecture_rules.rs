@@ -58,3 +58,25 @@ fn placement_sits_below_the_verdict() {
         }
     }
 }
+
+#[test]
+fn the_snapshot_reader_measures_and_the_verdict_decides() {
+    // snapshot/ reads and attributes PyTorch's allocator record; its cause is decided by the
+    // verdict's record rules (verdict::snapshot), which the commands apply: one direction.
+    // (Its unit tests may read the cause through them.)
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/snapshot");
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    assert!(!files.is_empty(), "the snapshot wing is there");
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for above in ["commands", "report", "verdict", "probe", "cli"] {
+            assert!(
+                !code.contains(&format!("crate::{above}")),
+                "{} uses {above}",
+                f.display()
+            );
+        }
+    }
+}

@@ -8,7 +8,10 @@ use std::process::Command;
 use llm_oom::snapshot::attribute::SnapshotCause;
 use llm_oom::snapshot::classify::Component;
 use llm_oom::snapshot::{attribute, parse_snapshot, read_snapshot, SnapshotReport};
-use llm_oom::verdict::{snapshot::from_snapshot, Cause, Stage};
+use llm_oom::verdict::{
+    snapshot::{from_snapshot, settle},
+    Cause, Stage,
+};
 use llm_oom::InputError;
 
 const MIB: u64 = 1 << 20;
@@ -26,9 +29,11 @@ fn weights(layers: u64) -> u64 {
     2 * (2 * V * H + layers * (2 * H * H + 2 * KV * H + 3 * I * H))
 }
 
+/// The report as the commands have it: measured by `snapshot`, its cause decided by the record
+/// rules (`verdict::snapshot::settle`).
 fn report(name: &str) -> SnapshotReport {
     let snap = read_snapshot(&fixtures().join(name)).unwrap();
-    attribute(&snap)
+    settle(attribute(&snap))
 }
 
 fn row(r: &SnapshotReport, c: Component) -> u64 {
@@ -269,7 +274,7 @@ fn unknown_and_missing_keys_are_tolerated() {
          'blocks': [{'size': 1048576, 'state': 'active_allocated'}, {'size': 1048576, 'state': 'some_future_state'}]}], 'future': None}))",
     );
     let snap = parse_snapshot(&data).unwrap();
-    let r = attribute(&snap);
+    let r = settle(attribute(&snap));
     assert!(!r.history);
     assert_eq!(row(&r, Component::Unattributed), MIB);
     assert_eq!(r.slack.reserved, 2 * MIB);
@@ -379,9 +384,10 @@ fn every_h200_record_gets_its_cause_and_its_weights() {
         .unwrap();
         let oom = &status["oom"];
         let n = |k: &str| oom[k].as_u64().unwrap();
-        let w = r
-            .with_failed_request(n("alloc"), n("device_free"))
-            .with_limit(n("device_allocated"));
+        let w = settle(
+            r.with_failed_request(n("alloc"), n("device_free"))
+                .with_limit(n("device_allocated")),
+        );
         assert_eq!(w.limit, Some(150_109_880_320), "{case}: the H200's total");
         assert_eq!(
             w.summary.cause, want,

@@ -74,7 +74,9 @@ pub fn explain_snapshot(req: &SnapshotRequest) -> Result<SnapshotExplainReport> 
     // The hook's status beside the record gives what `watch` reads with it: the failed request
     // and the process's limit, so both answer alike.
     let beside = status_beside(&req.path);
-    let record = attribute(&snap).with_observed(beside.as_ref().and_then(|s| s.oom.as_ref()));
+    let record = crate::verdict::snapshot::settle(
+        attribute(&snap).with_observed(beside.as_ref().and_then(|s| s.oom.as_ref())),
+    );
     let mut verdict = from_snapshot(&record);
     let plan = match &req.plan {
         Some(asked) => Some(price(asked, &record)?),

@@ -8,7 +8,6 @@ use serde::Serialize;
 use super::classify::{classify, short_path, Component, Sources};
 use super::hook::ObservedOom;
 use super::{Snapshot, TraceAction, TraceEntry};
-use crate::holes;
 use crate::units::Bytes;
 
 /// Sites listed per component, and points kept in the timeline.
@@ -120,7 +119,8 @@ pub struct SnapshotReport {
 
 impl SnapshotReport {
     /// The limit the OOM observer reported (`set_per_process_memory_fraction`'s cap, else the
-    /// card's total): it decides fragmentation and another process (see [`summarize`]).
+    /// card's total): it decides fragmentation and another process
+    /// (the verdict's record rules, which the commands apply to the report).
     pub fn with_limit(mut self, limit: u64) -> Self {
         if limit > 0 {
             self.limit = Some(limit);
@@ -344,114 +344,6 @@ fn downsample(points: Vec<Point>) -> Vec<Point> {
     out
 }
 
-/// What the card held outside this process's allocator when the limit is the card's total: the
-/// limit less what this process reserved and what CUDA still had free. Under a cap the card's free
-/// bytes run past the cap, and this is 0.
-fn outside(slack: &Slack, oom: Option<&OomRecord>, limit: Option<u64>) -> Option<u64> {
-    let o = oom?;
-    Some(limit?.saturating_sub(slack.reserved.saturating_add(o.device_free)))
-}
-
-/// Another process is the cause when what the card held outside this process is at least a
-/// quarter of the limit and 2 GiB (a CUDA context is a few hundred MiB).
-const OUTSIDE_MIN: u64 = 2 << 30;
-
-/// What this process could have held at the failure: the limit when it is known, at most what it
-/// reserved plus CUDA's free bytes; from a bare file, what it reserved plus CUDA's free bytes when
-/// those were short of the request, else only what it reserved (free bytes on the card that did
-/// not serve the request were past a cap).
-fn capacity(slack: &Slack, o: &OomRecord, limit: Option<u64>) -> u64 {
-    let card = slack.reserved.saturating_add(o.device_free);
-    match limit {
-        Some(l) => l.min(card),
-        None if o.device_free < o.request => card,
-        None => slack.reserved,
-    }
-}
-
-/// The bytes the failing step needs at once beside what is live: the request, twice over for an
-/// activation (a forward's buffer is followed by one of its size before any is freed: the MLP's
-/// `up_proj` beside `act(gate_proj)`, then their product; attention's output beside its scores).
-fn step_need(o: &OomRecord) -> u64 {
-    match o.component {
-        Some(c) if c.is_activation() => o.request.saturating_mul(2),
-        _ => o.request,
-    }
-}
-
-/// The cause, in order: another process (what the card held outside this process is large); the
-/// weights while loading (the load goes on after the request that failed); fragmentation only
-/// when the step would fit in contiguous memory (live bytes + the step's need ≤ the capacity)
-/// while the largest free block is below the request; else what filled the card: the larger of
-/// the KV cache and the activations, the failed step's need counted toward the part it was
-/// growing (a decode step's small buffer beside a grown cache is the cache; a prefill's MLP buffer
-/// is the activations); the weights when only they are live; unknown when bytes without a stack
-/// outweigh the attributed ones and the request has no stack either.
-fn decide(
-    w: &Summary,
-    slack: &Slack,
-    oom: Option<&OomRecord>,
-    limit: Option<u64>,
-) -> SnapshotCause {
-    let attributed = w
-        .weights
-        .saturating_add(w.kv_cache)
-        .saturating_add(w.activations);
-    if let Some(out) = w.outside {
-        let limit = limit.unwrap_or(0);
-        if out >= OUTSIDE_MIN.max(limit / 4) {
-            return SnapshotCause::OtherProcess;
-        }
-    }
-    if let Some(o) = oom {
-        if o.component == Some(Component::Weights) {
-            return SnapshotCause::Weights;
-        }
-        let capacity = capacity(slack, o, limit);
-        let fits = slack.live.saturating_add(step_need(o)) <= capacity;
-        // The one rule every reader shares: holes beside live tensors that fill the limit are
-        // its tail, not the cause.
-        let filled = holes::Pool {
-            live: slack.live,
-            unallocated: slack.cached_free,
-            request: o.request,
-            limit: capacity,
-            steady: false,
-        }
-        .filled();
-        if fits && !filled && o.request > slack.largest_free_block {
-            return SnapshotCause::Fragmentation;
-        }
-    }
-    let request_was = oom.and_then(|o| o.component);
-    if w.unattributed > attributed && request_was.is_none_or(|c| c == Component::Unattributed) {
-        return SnapshotCause::Unknown;
-    }
-    if request_was == Some(Component::Other) && w.other > attributed {
-        return SnapshotCause::Other;
-    }
-    // The failed step's need counts toward the part it was growing.
-    let need = oom.map_or(0, step_need);
-    let (mut kv, mut act) = (w.kv_cache, w.activations);
-    match request_was {
-        Some(Component::KvCache) => kv = kv.saturating_add(need),
-        Some(c) if c.is_activation() => act = act.saturating_add(need),
-        _ => {}
-    }
-    if kv.max(act) > 0 {
-        return if kv >= act {
-            SnapshotCause::KvCache
-        } else {
-            SnapshotCause::Activations
-        };
-    }
-    if w.weights > 0 {
-        SnapshotCause::Weights
-    } else {
-        SnapshotCause::Unknown
-    }
-}
-
 fn summarize(rows: &[Row], slack: &Slack, oom: Option<&OomRecord>, limit: Option<u64>) -> Summary {
     let sum = |p: &dyn Fn(Component) -> bool| {
         rows.iter()
@@ -466,9 +358,10 @@ fn summarize(rows: &[Row], slack: &Slack, oom: Option<&OomRecord>, limit: Option
         activations: sum(&|c| c.is_activation()),
         other: sum(&|c| c == Component::Other),
         unattributed: sum(&|c| c == Component::Unattributed),
-        outside: outside(slack, oom, limit),
+        outside: None,
     };
-    summary.cause = decide(&summary, slack, oom, limit);
+    // The cause, what the card held outside and the sentence that says why are the verdict's:
+    // its record rules fill them (`verdict::snapshot::settle`, applied by the commands).
     let mut text = format!(
         "{} weights, {} KV cache, {} activations, {} other live",
         Bytes(summary.weights),
@@ -502,20 +395,6 @@ fn summarize(rows: &[Row], slack: &Slack, oom: Option<&OomRecord>, limit: Option
         if let Some(l) = limit {
             text.push_str(&format!(" with {} allowed", Bytes(l)));
         }
-        match summary.cause {
-            SnapshotCause::Fragmentation => text.push_str(&format!(
-                "; live {} and this step's {} fit the {} it could hold, but no free block is as large",
-                Bytes(slack.live),
-                Bytes(step_need(o)),
-                Bytes(capacity(slack, o, limit))
-            )),
-            SnapshotCause::OtherProcess => text.push_str(&format!(
-                "; {} of the card is held outside this process, which reserved {}",
-                Bytes(summary.outside.unwrap_or(0)),
-                Bytes(slack.reserved)
-            )),
-            _ => {}
-        }
     }
     summary.text = text;
     summary
@@ -525,6 +404,9 @@ fn summarize(rows: &[Row], slack: &Slack, oom: Option<&OomRecord>, limit: Option
 mod tests {
     use super::*;
     use crate::snapshot::{Block, BlockState, Frame, Segment};
+    // The cause and its sentence are the verdict layer's (its record rules); these tests read
+    // them as the commands do.
+    use crate::verdict::snapshot::settle;
 
     const MIB: u64 = 1 << 20;
     const GIB: u64 = 1 << 30;
@@ -608,7 +490,7 @@ mod tests {
     #[test]
     fn a_model_built_past_the_cap_is_the_weights() {
         let s = snap(&[(19 * GIB, init())], &[], 100 * MIB, 60 * GIB, init());
-        let r = attribute(&s).with_limit(20 * GIB);
+        let r = settle(attribute(&s).with_limit(20 * GIB));
         assert_eq!(r.summary.cause, SnapshotCause::Weights);
         assert_eq!(r.summary.weights, 19 * GIB);
         assert_eq!(r.summary.activations, 0);
@@ -622,7 +504,7 @@ mod tests {
         let live = [(12_851 * MIB, init()), (820 * MIB, kv()), (40 * MIB, mlp())];
         let s = snap(&live, &[50 * MIB, 50 * MIB], 64 * MIB, 50 * GIB, mlp());
         let cap = 13 * GIB + 512 * MIB;
-        let r = attribute(&s).with_limit(cap);
+        let r = settle(attribute(&s).with_limit(cap));
         assert_eq!(
             r.summary.cause,
             SnapshotCause::KvCache,
@@ -630,7 +512,7 @@ mod tests {
             r.summary.text
         );
         // From the file alone (no limit): the cap is what the process reserved.
-        assert_eq!(attribute(&s).summary.cause, SnapshotCause::KvCache);
+        assert_eq!(settle(attribute(&s)).summary.cause, SnapshotCause::KvCache);
     }
 
     /// The same holes when live bytes and the request fit under a cap they do not fill:
@@ -640,10 +522,10 @@ mod tests {
         let live = [(8 * GIB, init()), (700 * MIB, kv())];
         let holes = [60 * MIB; 10];
         let s = snap(&live, &holes, 64 * MIB, 50 * GIB, kv());
-        let r = attribute(&s).with_limit(14 * GIB);
+        let r = settle(attribute(&s).with_limit(14 * GIB));
         assert_eq!(r.summary.cause, SnapshotCause::Fragmentation);
         assert!(r.summary.text.contains("fit the"), "{}", r.summary.text);
-        let r = attribute(&s).with_limit(9 * GIB);
+        let r = settle(attribute(&s).with_limit(9 * GIB));
         assert_eq!(
             r.summary.cause,
             SnapshotCause::KvCache,
@@ -653,16 +535,22 @@ mod tests {
         // A free block as large as the request: not fragmentation.
         let s = snap(&live, &[64 * MIB], 64 * MIB, 50 * GIB, kv());
         assert_eq!(
-            attribute(&s).with_limit(14 * GIB).summary.cause,
+            settle(attribute(&s).with_limit(14 * GIB)).summary.cause,
             SnapshotCause::KvCache
         );
         // An activation's step needs its buffer twice: 900 MiB of holes do not hold 2 × 600 MiB.
         let holes = [300 * MIB; 3];
         let s = snap(&[(GIB, init())], &holes, 600 * MIB, 0, mlp());
-        assert_eq!(attribute(&s).summary.cause, SnapshotCause::Activations);
+        assert_eq!(
+            settle(attribute(&s)).summary.cause,
+            SnapshotCause::Activations
+        );
         let holes = [300 * MIB; 4];
         let s = snap(&[(GIB, init())], &holes, 600 * MIB, 0, mlp());
-        assert_eq!(attribute(&s).summary.cause, SnapshotCause::Fragmentation);
+        assert_eq!(
+            settle(attribute(&s)).summary.cause,
+            SnapshotCause::Fragmentation
+        );
     }
 
     /// Mistral-7B at batch 4 × 8,000 on an 80 GB card that another process holds 64 GiB of.
@@ -670,12 +558,12 @@ mod tests {
     fn a_card_held_outside_the_process_is_another_process() {
         let live = [(13_500 * MIB, init()), (500 * MIB, mlp())];
         let s = snap(&live, &[], GIB, 300 * MIB, mlp());
-        let r = attribute(&s).with_limit(79 * GIB + 200 * MIB);
+        let r = settle(attribute(&s).with_limit(79 * GIB + 200 * MIB));
         assert_eq!(r.summary.cause, SnapshotCause::OtherProcess);
         assert!(r.summary.outside.is_some_and(|o| o > 60 * GIB));
         // Under a cap the card's free bytes run past it: nothing is outside.
         let s = snap(&live, &[], GIB, 60 * GIB, mlp());
-        let r = attribute(&s).with_limit(14 * GIB);
+        let r = settle(attribute(&s).with_limit(14 * GIB));
         assert_eq!(r.summary.outside, Some(0));
         assert_eq!(r.summary.cause, SnapshotCause::Activations);
     }
@@ -689,7 +577,7 @@ mod tests {
             0,
             Vec::new(),
         );
-        let r = attribute(&s);
+        let r = settle(attribute(&s));
         assert_eq!(r.summary.unattributed, GIB);
         assert_eq!(r.summary.other, 0);
         assert!(

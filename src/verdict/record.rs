@@ -11,7 +11,8 @@ use super::measured::{CardFacts, StageOutcome, StageRecord};
 use super::Stage;
 use crate::logparse::hints::Context;
 use crate::logparse::parse::{Event, Finding, Source as LogSource, TorchOom};
-use crate::snapshot::attribute::SnapshotReport;
+use crate::snapshot::attribute::{OomRecord, Slack, SnapshotReport, Summary};
+use crate::snapshot::classify::Component;
 
 /// The evidence that filled a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -75,6 +76,37 @@ pub struct LiveByRole {
     pub unattributed: Option<u64>,
 }
 
+/// What a failed request was for, in [`LiveByRole`]'s parts (the allocator record's stack of it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Weights,
+    KvCache,
+    /// Any forward's buffer: attention, MLP, logits, embeddings, norms, a layer's hidden states.
+    Activations,
+    Other,
+    /// Requested while the allocator's history was off: no stack says whose.
+    Unattributed,
+}
+
+impl Role {
+    /// The part an allocator-record component belongs to.
+    pub fn of(c: Component) -> Role {
+        match c {
+            Component::Weights => Role::Weights,
+            Component::KvCache => Role::KvCache,
+            Component::Other => Role::Other,
+            Component::Unattributed => Role::Unattributed,
+            Component::Attention
+            | Component::Mlp
+            | Component::Logits
+            | Component::Embeddings
+            | Component::Norm
+            | Component::LayerActivations => Role::Activations,
+        }
+    }
+}
+
 /// What ran: sequences, prompt tokens, new tokens.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Workload {
@@ -109,6 +141,9 @@ pub struct MemoryRecord {
     /// Cached by the allocator, in no tensor.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reserved_unallocated: Option<u64>,
+    /// Reserved by the allocator: the allocator record's segments, live and cached.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reserved: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub largest_free_block: Option<u64>,
     /// Held by other processes.
@@ -118,6 +153,13 @@ pub struct MemoryRecord {
     /// driver for (`driver_request`); in the allocator record, the block's own size.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request: Option<u64>,
+    /// The part the failed request was for (the allocator record's stack of it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_for: Option<Role>,
+    /// Entries in the allocator record's trace: with no failed request, some entries say the
+    /// allocator never failed while it recorded; none, that history was off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allocator_events: Option<u64>,
     #[serde(skip_serializing_if = "LiveByRole::is_empty")]
     pub live: LiveByRole,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -181,9 +223,12 @@ impl MemoryRecord {
             ("this_process", self.this_process.is_some()),
             ("allocated", self.allocated.is_some()),
             ("reserved_unallocated", self.reserved_unallocated.is_some()),
+            ("reserved", self.reserved.is_some()),
             ("largest_free_block", self.largest_free_block.is_some()),
             ("other_processes", self.other_processes.is_some()),
             ("request", self.request.is_some()),
+            ("request_for", self.request_for.is_some()),
+            ("allocator_events", self.allocator_events.is_some()),
             ("live.weights", l.weights.is_some()),
             ("live.kv_cache", l.kv_cache.is_some()),
             ("live.activations", l.activations.is_some()),
@@ -226,11 +271,14 @@ impl MemoryRecord {
             this_process: t.this_process,
             allocated: t.allocated_by_pytorch,
             reserved_unallocated: t.reserved_unallocated,
+            reserved: None,
             largest_free_block: None,
             // Listed processes say so even when they hold nothing; an inferred remainder only
             // when it counts (`read::others`).
             other_processes: (others > 0 || !t.processes.is_empty()).then_some(others),
             request: t.requested,
+            request_for: None,
+            allocator_events: None,
             live: LiveByRole::default(),
             stage: (stage != Stage::Unknown).then_some(stage),
             workload: Workload::default(),
@@ -408,30 +456,54 @@ impl MemoryRecord {
         rec
     }
 
-    /// PyTorch's allocator record, attributed: the failed request and what CUDA had free (the
-    /// trace's `oom` entry or the hook's observer), the limit the observer reported, the cache
-    /// and its largest block, and live bytes by role.
+    /// PyTorch's allocator record, attributed: the failed request, what it was for and what CUDA
+    /// had free (the trace's `oom` entry or the hook's observer), the limit the observer reported,
+    /// what the allocator reserved, its cache and the cache's largest block, live bytes by role,
+    /// and how many entries its trace holds — every figure the record rules
+    /// ([`crate::verdict::snapshot::decide`]) decide by.
     pub fn from_snapshot(r: &SnapshotReport) -> Self {
         let s = &r.summary;
         let attributed = r.history || s.unattributed > 0;
+        let mut rec = Self::allocator_figures(s, &r.slack, r.oom.as_ref(), r.limit);
+        rec.live = LiveByRole {
+            weights: attributed.then_some(s.weights),
+            kv_cache: attributed.then_some(s.kv_cache),
+            activations: attributed.then_some(s.activations),
+            other: attributed.then_some(s.other),
+            unattributed: Some(s.unattributed),
+        };
+        rec.allocator_events = Some(u64::try_from(r.trace_entries).unwrap_or(u64::MAX));
+        rec.sourced(Source::AllocatorRecord)
+    }
+
+    /// The allocator record's figures from its parts, before the report is whole: what
+    /// `snapshot::attribute` hands the record rules for the summary's cause. Live bytes by role
+    /// are all filled (a part without bytes is 0); no source is named.
+    pub(crate) fn allocator_figures(
+        s: &Summary,
+        slack: &Slack,
+        oom: Option<&OomRecord>,
+        limit: Option<u64>,
+    ) -> Self {
         MemoryRecord {
-            limit: r.limit,
-            free: r.oom.as_ref().map(|o| o.device_free),
-            allocated: Some(r.slack.live),
-            reserved_unallocated: Some(r.slack.cached_free),
-            largest_free_block: Some(r.slack.largest_free_block),
-            request: r.oom.as_ref().map(|o| o.request),
+            limit,
+            free: oom.map(|o| o.device_free),
+            allocated: Some(slack.live),
+            reserved_unallocated: Some(slack.cached_free),
+            reserved: Some(slack.reserved),
+            largest_free_block: Some(slack.largest_free_block),
+            request: oom.map(|o| o.request),
+            request_for: oom.and_then(|o| o.component).map(Role::of),
             live: LiveByRole {
-                weights: attributed.then_some(s.weights),
-                kv_cache: attributed.then_some(s.kv_cache),
-                activations: attributed.then_some(s.activations),
-                other: attributed.then_some(s.other),
+                weights: Some(s.weights),
+                kv_cache: Some(s.kv_cache),
+                activations: Some(s.activations),
+                other: Some(s.other),
                 unattributed: Some(s.unattributed),
             },
             engine: Some("pytorch".into()),
             ..MemoryRecord::default()
         }
-        .sourced(Source::AllocatorRecord)
     }
 
     /// The probe's stages: the stage that ran out (else the last that ran) with its workload,
@@ -517,9 +589,12 @@ impl MemoryRecord {
             "this_process" => this_process,
             "allocated" => allocated,
             "reserved_unallocated" => reserved_unallocated,
+            "reserved" => reserved,
             "largest_free_block" => largest_free_block,
             "other_processes" => other_processes,
             "request" => request,
+            "request_for" => request_for,
+            "allocator_events" => allocator_events,
             "live.weights" => live.weights,
             "live.kv_cache" => live.kv_cache,
             "live.activations" => live.activations,
@@ -715,7 +790,12 @@ mod tests {
         assert_eq!(rec.reserved_unallocated, Some(0));
         assert_eq!(rec.largest_free_block, Some(0));
         assert_eq!(rec.live.unattributed, Some(0));
+        assert_eq!(rec.reserved, Some(0));
+        // The observer's request has no stack; an empty record's trace has no entries.
+        assert_eq!(rec.request_for, None);
+        assert_eq!(rec.allocator_events, Some(0));
         assert_eq!(rec.source[0].from, Source::AllocatorRecord);
+        assert!(rec.source[0].figures.contains(&"allocator_events"));
     }
 
     /// The record a corpus log's verdict carries.

@@ -121,10 +121,9 @@ impl WatchReport {
             .filter(|rec| rec.oom.is_some() || self.verdict.cause == Cause::None);
         if let Some(rec) = decides {
             let from_text = self.verdict.cause;
-            let mut v = crate::verdict::snapshot::from_snapshot(rec);
             // One record of both: the allocator's figures over the message's, the program's
-            // batch line and the card's total from the text.
-            let mut merged = v.record.take().unwrap_or_default();
+            // batch line and the card's total from the text; the record rules decide from it.
+            let mut merged = MemoryRecord::from_snapshot(rec);
             if merged.engine_version.is_none() {
                 if let Some(version) = &t.torch {
                     merged.engine_version = Some(version.clone());
@@ -136,6 +135,8 @@ impl WatchReport {
             if let Some(text) = self.verdict.record.take() {
                 merged = merged.merge(text);
             }
+            let mut v = crate::verdict::snapshot::from_record(rec, merged);
+            let merged = v.record.take().unwrap_or_default();
             // The record sees what filled the limit, not how many sequences filled it: when the
             // program's output names a batch, the batch is the sharper answer, and the record
             // stands beside it as evidence.

@@ -66,7 +66,11 @@ pub fn collect(h: TorchHook) -> TorchRecord {
     let record = snapshot
         .as_ref()
         .and_then(|p| read_snapshot(p).ok())
-        .map(|s| attribute(&s).with_observed(statuses.iter().find_map(|s| s.oom.as_ref())));
+        .map(|s| {
+            crate::verdict::snapshot::settle(
+                attribute(&s).with_observed(statuses.iter().find_map(|s| s.oom.as_ref())),
+            )
+        });
     let out = TorchRecord {
         torch: first.and_then(|s| s.torch.clone()),
         cuda_initialised: statuses.iter().any(|s| s.cuda_initialised),

@@ -376,7 +376,7 @@ codes! {
         r#"H100 same-oom kv-decode, long-prompt, batch-32; H200 long_prompt, batch"#;
     R7 Record
         r#"A record with allocator history and no `oom` entry: the allocator never failed while it recorded → no OOM."#
-        r#"unit test in snapshot::attribute"#;
+        r#"unit test a_trace_without_a_failed_request_is_no_out_of_memory (src/verdict/snapshot.rs)"#;
     R8 Record
         r#"With the user's workload (`--model` and its figures), the plan weighs the record: the plan's concurrency over the record's activations or cache (the batch multiplied them); the plan's cause over the record's fragmentation when the workload does not fit even in one piece; fragmentation over what the record names when the whole workload fits the card in one piece and the cached free pieces add up to the request with none that holds it."#
         r#"H200 records batch (24 × 4,096), long_prompt (40k tokens) and fragmented with their workloads (tests/snapshot_h200.rs)"#;
