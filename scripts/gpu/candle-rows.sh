@@ -16,17 +16,5 @@ timed first $B diagnose --engine candle -m $M --json
 for r in 1 2; do timed warm-$r $B diagnose --engine candle -m $M --json; done
 timed p32k timeout 200 $B diagnose --engine candle -m $M --vram-limit 48GiB -p 32000 -n 256 --json
 timed find-limits timeout 300 $B diagnose --engine candle -m $M --vram-limit 24GiB --find-limits --json
-python3 - "$OUT" >> "$OUT/summary.txt" <<'PY'
-import glob, json, os, sys
-for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
-    try:
-        d = json.load(open(f))
-    except Exception as e:  # noqa: BLE001
-        print(os.path.basename(f), "unreadable:", e); continue
-    t = d.get("timings") or []
-    parts = " ".join("%s=%.2f" % (x.get("what", "?").split(" ")[0].rstrip(":"), x.get("seconds", 0)) for x in t)
-    lim = d.get("limits") or {}
-    print(os.path.basename(f), "cause=%s" % (d.get("verdict") or {}).get("cause"), parts,
-          "limits=%s/%s" % (lim.get("max_prompt_tokens"), lim.get("max_batch")) if lim else "")
-PY
+python3 scripts/gpu/timings-summary.py "$OUT" >> "$OUT/summary.txt"
 cat "$OUT/summary.txt"

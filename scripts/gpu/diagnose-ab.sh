@@ -33,17 +33,6 @@ for f in "$OUT"/prof-*/*.prof; do
 import pstats,sys
 s=pstats.Stats(sys.argv[1]); s.sort_stats('cumulative').print_stats(40); s.sort_stats('tottime').print_stats(25)" "$f" > "$f.txt" 2>&1
 done
-python3 - "$OUT" >> "$OUT/summary.txt" <<'PY'
-import glob, json, os, sys
-for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.json"))):
-    try:
-        d = json.load(open(f))
-    except Exception as e:  # noqa: BLE001
-        print(os.path.basename(f), "unreadable:", e); continue
-    t = d.get("timings") or []
-    cause = (d.get("verdict") or {}).get("cause")
-    parts = " ".join("%s=%.2f" % (x.get("what", "?").split(" ")[0].rstrip(":"), x.get("seconds", 0)) for x in t)
-    print(os.path.basename(f), "cause=%s" % cause, parts)
-PY
+python3 scripts/gpu/timings-summary.py "$OUT" >> "$OUT/summary.txt"
 pkill -f -- '--zygote'
 cat "$OUT/summary.txt"
