@@ -562,7 +562,8 @@ impl MemoryRecord {
             card_total,
             other_processes,
             this_process,
-            host_peak: Some(host_peak),
+            // No sample, no figure: a program too short for the sampler shows none, not 0 B.
+            host_peak: (host_peak > 0).then_some(host_peak),
             command: (!command.is_empty()).then(|| command.to_vec()),
             ..MemoryRecord::default()
         }
