@@ -33,6 +33,21 @@ pub enum Family {
     Jax,
 }
 
+impl Family {
+    /// The engine's name as `verdict.record.engine` writes it, for an engine a generic reader
+    /// (the CUDA driver's message) cannot name: the log's own lines do.
+    pub fn engine(self) -> Option<&'static str> {
+        match self {
+            Family::Tgi => Some("tgi"),
+            Family::TensorrtLlm => Some("tensorrt_llm"),
+            Family::Lmdeploy => Some("lmdeploy"),
+            Family::Tensorflow => Some("tensorflow"),
+            Family::Jax => Some("jax"),
+            _ => None,
+        }
+    }
+}
+
 /// The engine from the reader that matched, else from the server's own lines.
 pub fn family(source: Option<Source>, lines: &[String]) -> Family {
     let by_lines = || {

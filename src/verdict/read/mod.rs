@@ -117,8 +117,16 @@ pub fn read_log(raw: &[u8], engine: Engine) -> Result<LogReading> {
             .extend(context::part_of_the_deployment(&ctx, first.line));
     }
     // Remedies in the knobs of the engine that printed the log, none already in force.
-    let family = super::knobs::family(findings.first().map(|f| f.source), &lines);
+    let source = findings.first().map(|f| f.source);
+    let family = super::knobs::family(source, &lines);
     super::knobs::speak(&mut r.remedies, family, &super::knobs::in_force(&lines));
+    // A CUDA driver message read first (TensorFlow's `cuda_driver.cc`, a TensorRT-LLM pool): the
+    // record names the engine the log's own lines do, as the remedies speak it.
+    if let (Some(Source::Candle | Source::Cuda), Some(name)) = (source, family.engine()) {
+        if let Some(rec) = r.verdict.record.as_mut() {
+            rec.engine = Some(name.into());
+        }
+    }
     Ok(LogReading {
         confidence_band: confidence_band(r.verdict.confidence),
         verdict: r.verdict,

@@ -447,3 +447,26 @@ torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 ha
         .iter()
         .any(|e| e.text.contains("vision encoder") || e.text.contains("draft model")));
 }
+
+#[test]
+fn a_cuda_driver_message_in_a_tensorflow_log_is_tensorflows() {
+    // tensorflow-cortex-853 (tests/fixtures/logs/real-2026-12g): the CUDA driver's message is
+    // read first; the log's lines are TensorFlow's, and so are its record and its remedies.
+    let log = "2020-03-13 01:30:28.309411: I tensorflow/stream_executor/cuda/cuda_driver.cc:801] \
+               failed to allocate 4.00G (4294967296 bytes) from device: CUDA_ERROR_OUT_OF_MEMORY: \
+               out of memory\n";
+    let r = read_log(log.as_bytes(), Engine::Transformers).unwrap();
+    let rec = r.verdict.record.as_ref().expect("a record");
+    assert_eq!(rec.engine.as_deref(), Some("tensorflow"));
+    assert!(
+        r.remedies
+            .iter()
+            .all(|m| !m.how.contains("PYTORCH_CUDA_ALLOC_CONF")),
+        "{:?}",
+        r.remedies
+    );
+    assert!(r
+        .remedies
+        .iter()
+        .any(|m| m.how.contains("TF_FORCE_GPU_ALLOW_GROWTH")));
+}
