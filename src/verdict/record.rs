@@ -194,61 +194,72 @@ impl Workload {
     }
 }
 
-/// Fills `$into.$f` from `$from.$f` where it is `None`; names the figure as kept, or as
-/// overruled when both had it.
-macro_rules! take {
-    ($into:ident, $from:ident, $kept:ident, $over:ident; $($name:literal => $($f:ident).+),* $(,)?) => {
-        $(
-            match (&$into.$($f).+, &$from.$($f).+) {
-                (None, Some(_)) => {
-                    $into.$($f).+ = $from.$($f).+.clone();
-                    $kept.push($name);
-                }
-                (Some(_), Some(_)) => $over.push($name),
-                _ => {}
+/// The record's figures, named once, in the record's order: `filled` lists those a record has,
+/// and `take_missing` fills one record's missing figures from another (`merge`).
+macro_rules! figures {
+    ($($name:literal => $($f:ident).+),* $(,)?) => {
+        impl MemoryRecord {
+            /// The names of the figures it has, in the record's order.
+            pub fn filled(&self) -> Vec<&'static str> {
+                let mut names = Vec::new();
+                $(
+                    if self.$($f).+.is_some() {
+                        names.push($name);
+                    }
+                )*
+                names
             }
-        )*
+
+            /// Fills each figure it lacks from `from`: the names taken, and the names both had
+            /// (its own value kept: `from`'s is overruled).
+            fn take_missing(&mut self, from: &MemoryRecord) -> (Vec<&'static str>, Vec<&'static str>) {
+                let (mut kept, mut over) = (Vec::new(), Vec::new());
+                $(
+                    match (&self.$($f).+, &from.$($f).+) {
+                        (None, Some(_)) => {
+                            self.$($f).+ = from.$($f).+.clone();
+                            kept.push($name);
+                        }
+                        (Some(_), Some(_)) => over.push($name),
+                        _ => {}
+                    }
+                )*
+                (kept, over)
+            }
+        }
     };
 }
 
-impl MemoryRecord {
-    /// The names of the figures it has, in the record's order.
-    pub fn filled(&self) -> Vec<&'static str> {
-        let l = &self.live;
-        let w = &self.workload;
-        [
-            ("card_total", self.card_total.is_some()),
-            ("limit", self.limit.is_some()),
-            ("free", self.free.is_some()),
-            ("this_process", self.this_process.is_some()),
-            ("allocated", self.allocated.is_some()),
-            ("reserved_unallocated", self.reserved_unallocated.is_some()),
-            ("reserved", self.reserved.is_some()),
-            ("largest_free_block", self.largest_free_block.is_some()),
-            ("other_processes", self.other_processes.is_some()),
-            ("request", self.request.is_some()),
-            ("request_for", self.request_for.is_some()),
-            ("allocator_events", self.allocator_events.is_some()),
-            ("live.weights", l.weights.is_some()),
-            ("live.kv_cache", l.kv_cache.is_some()),
-            ("live.activations", l.activations.is_some()),
-            ("live.other", l.other.is_some()),
-            ("live.unattributed", l.unattributed.is_some()),
-            ("stage", self.stage.is_some()),
-            ("workload.batch", w.batch.is_some()),
-            ("workload.prompt_tokens", w.prompt_tokens.is_some()),
-            ("workload.new_tokens", w.new_tokens.is_some()),
-            ("model", self.model.is_some()),
-            ("engine", self.engine.is_some()),
-            ("engine_version", self.engine_version.is_some()),
-            ("host_peak", self.host_peak.is_some()),
-            ("command", self.command.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(n, on)| on.then_some(n))
-        .collect()
-    }
+figures!(
+    "card_total" => card_total,
+    "limit" => limit,
+    "free" => free,
+    "this_process" => this_process,
+    "allocated" => allocated,
+    "reserved_unallocated" => reserved_unallocated,
+    "reserved" => reserved,
+    "largest_free_block" => largest_free_block,
+    "other_processes" => other_processes,
+    "request" => request,
+    "request_for" => request_for,
+    "allocator_events" => allocator_events,
+    "live.weights" => live.weights,
+    "live.kv_cache" => live.kv_cache,
+    "live.activations" => live.activations,
+    "live.other" => live.other,
+    "live.unattributed" => live.unattributed,
+    "stage" => stage,
+    "workload.batch" => workload.batch,
+    "workload.prompt_tokens" => workload.prompt_tokens,
+    "workload.new_tokens" => workload.new_tokens,
+    "model" => model,
+    "engine" => engine,
+    "engine_version" => engine_version,
+    "host_peak" => host_peak,
+    "command" => command,
+);
 
+impl MemoryRecord {
     fn sourced(mut self, from: Source) -> Self {
         self.source = vec![Provenance {
             from,
@@ -264,7 +275,7 @@ impl MemoryRecord {
     pub fn from_torch(t: &TorchOom, ctx: &Context, line: usize) -> Self {
         let others = super::read::others(t);
         let stage = super::read::stage_near(ctx, line);
-        let mut rec = MemoryRecord {
+        MemoryRecord {
             card_total: t.total,
             limit: t.allowed.or(t.total),
             free: t.free,
@@ -289,20 +300,26 @@ impl MemoryRecord {
             command: None,
             source: Vec::new(),
         }
-        .sourced(Source::TorchMessage);
-        if let Some((_, batch, seq)) = batch_line(ctx, line) {
-            rec.workload = Workload {
+        .sourced(Source::TorchMessage)
+        .with_program_batch(batch_line(ctx, line))
+    }
+
+    /// The program's own `batch= … seq= …` line (`batch_line`), a source of its own: the
+    /// workload's batch and prompt tokens.
+    fn with_program_batch(mut self, line: Option<(usize, u64, u64)>) -> Self {
+        if let Some((_, batch, seq)) = line {
+            self.workload = Workload {
                 batch: Some(batch),
                 prompt_tokens: Some(seq),
                 new_tokens: None,
             };
-            rec.source.push(Provenance {
+            self.source.push(Provenance {
                 from: Source::ProgramOutput,
                 figures: vec!["workload.batch", "workload.prompt_tokens"],
                 overruled: Vec::new(),
             });
         }
-        rec
+        self
     }
 
     /// Any engine's out-of-memory line (`finding`) and what the log around it says: the figures
@@ -425,35 +442,21 @@ impl MemoryRecord {
             s => s,
         };
         rec.stage = (stage != Stage::Unknown).then_some(stage);
-        let w = &ctx.workload;
-        rec.workload = Workload {
-            batch: w.batch,
-            prompt_tokens: w.seq_len,
-            new_tokens: None,
-        };
+        // The workload the log states, unless the program's own batch line says it.
+        let batch = batch_line(ctx, finding.line);
+        if batch.is_none() {
+            rec.workload = Workload {
+                batch: ctx.workload.batch,
+                prompt_tokens: ctx.workload.seq_len,
+                new_tokens: None,
+            };
+        }
         rec.model = ctx.model.as_ref().map(|m| m.name.clone());
         rec.engine = serde_json::to_value(finding.source)
             .ok()
             .and_then(|v| v.as_str().map(str::to_string));
         rec.engine_version = version_of(ctx, finding.source);
-        let batch = batch_line(ctx, finding.line);
-        if batch.is_some() {
-            rec.workload = Workload::default();
-        }
-        let mut rec = rec.sourced(Source::LogText);
-        if let Some((_, batch, seq)) = batch {
-            rec.workload = Workload {
-                batch: Some(batch),
-                prompt_tokens: Some(seq),
-                new_tokens: None,
-            };
-            rec.source.push(Provenance {
-                from: Source::ProgramOutput,
-                figures: vec!["workload.batch", "workload.prompt_tokens"],
-                overruled: Vec::new(),
-            });
-        }
-        rec
+        rec.sourced(Source::LogText).with_program_batch(batch)
     }
 
     /// PyTorch's allocator record, attributed: the failed request, what it was for and what CUDA
@@ -581,36 +584,7 @@ impl MemoryRecord {
         } else {
             (self, other)
         };
-        let mut kept = Vec::new();
-        let mut over = Vec::new();
-        take!(into, from, kept, over;
-            "card_total" => card_total,
-            "limit" => limit,
-            "free" => free,
-            "this_process" => this_process,
-            "allocated" => allocated,
-            "reserved_unallocated" => reserved_unallocated,
-            "reserved" => reserved,
-            "largest_free_block" => largest_free_block,
-            "other_processes" => other_processes,
-            "request" => request,
-            "request_for" => request_for,
-            "allocator_events" => allocator_events,
-            "live.weights" => live.weights,
-            "live.kv_cache" => live.kv_cache,
-            "live.activations" => live.activations,
-            "live.other" => live.other,
-            "live.unattributed" => live.unattributed,
-            "stage" => stage,
-            "workload.batch" => workload.batch,
-            "workload.prompt_tokens" => workload.prompt_tokens,
-            "workload.new_tokens" => workload.new_tokens,
-            "model" => model,
-            "engine" => engine,
-            "engine_version" => engine_version,
-            "host_peak" => host_peak,
-            "command" => command,
-        );
+        let (kept, over) = into.take_missing(&from);
         for p in from.source {
             let figures: Vec<_> = p
                 .figures
