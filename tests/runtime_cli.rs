@@ -11,10 +11,25 @@ fn weights_and_kv_cache_are_the_estimated_bytes() {
     let home = temp();
     let dir = home.path().join("tiny");
     write(&dir.join("config.json"), TINY_LLAMA);
+    // A real checkpoint, so that every run below computes with the same weights.
+    let spec = llm_oom::model::config::parse_config(TINY_LLAMA, &dir, "tiny").unwrap();
+    let w = llm_oom::runtime::weights::Weights::random(
+        &spec,
+        candle_core::DType::F32,
+        &candle_core::Device::Cpu,
+        1,
+        None,
+    )
+    .unwrap();
+    let named: std::collections::HashMap<String, candle_core::Tensor> =
+        w.named().into_iter().map(|(n, t)| (n, t.clone())).collect();
+    candle_core::safetensors::save(&named, dir.join("model.safetensors")).unwrap();
+    let mut tokens = Vec::new();
     for extra in [
         &[][..],
         &["--concat-cache"][..],
         &["--attention-chunk", "0", "--prefill-chunk", "7"][..],
+        &["--attention-chunk", "5"][..],
     ] {
         let mut args = vec![
             "run",
@@ -43,7 +58,12 @@ fn weights_and_kv_cache_are_the_estimated_bytes() {
             "{extra:?}"
         );
         assert!(j["decode_tokens_per_second"].as_f64().unwrap() > 0.0);
+        tokens.push(j["tokens"].clone());
     }
+    // The same weights give the same greedy tokens however attention is sliced (eager's mask and
+    // softmax, or the one-step masked softmax) and the prompt prefilled.
+    assert_eq!(tokens[0].as_array().map(Vec::len), Some(3));
+    assert!(tokens.iter().all(|t| *t == tokens[0]), "{tokens:?}");
 }
 
 #[test]

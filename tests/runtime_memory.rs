@@ -8,7 +8,7 @@ use llm_oom::dtype::KvDtype;
 use llm_oom::estimate::kv_bytes;
 use llm_oom::meter::host;
 use llm_oom::model::config::parse_config;
-use llm_oom::runtime::decoder::score_bytes;
+use llm_oom::runtime::decoder::{score_bytes, sliced_score_bytes};
 use llm_oom::runtime::generate::synthetic_prompt;
 use llm_oom::runtime::weights::Weights;
 use llm_oom::runtime::{Attention, CacheMode, Decoder, KvCache};
@@ -39,9 +39,11 @@ fn the_cache_is_the_formula_and_the_scores_cost_what_the_budget_assumes() {
     );
     drop(cache);
 
-    // Eager prefill peaks at P, 2P, 4P: the quadratic coefficient is the score bytes.
-    let peak = |p: usize| -> f64 {
-        let d = Decoder::new(&spec, &w, Attention::Eager, p, &dev).expect("decoder");
+    // Prefill peaks at P, 2P, 4P: the quadratic coefficient is the score bytes. Eager holds all
+    // queries' scores at once; sliced attention with a slice as long as the prompt does too, so
+    // its coefficient is its own per-pair figure.
+    let peak = |p: usize, attention: Attention| -> f64 {
+        let d = Decoder::new(&spec, &w, attention, p, &dev).expect("decoder");
         let mut cache =
             KvCache::new(CacheMode::Preallocated, &spec, 1, p, DType::F32, &dev).expect("cache");
         let ids = synthetic_prompt(1, p, 97, &dev).expect("ids");
@@ -51,13 +53,24 @@ fn the_cache_is_the_formula_and_the_scores_cost_what_the_budget_assumes() {
         (host::peak() - base) as f64
     };
     // The first forward pass also allocates the matmul library's per-thread workspace, for good.
-    peak(1024);
+    peak(1024, Attention::Eager);
     let p = 256.0;
-    let (y1, y2, y4) = (peak(256), peak(512), peak(1024));
-    let q = (y4 - 3.0 * y2 + 2.0 * y1) / (6.0 * p * p);
-    let assumed = score_bytes(spec.num_heads) as f64;
-    assert!(
-        (q - assumed).abs() / assumed < 0.05,
-        "measured {q:.2} B per score element, the budget assumes {assumed}"
-    );
+    for (attention, assumed) in [
+        (Attention::Eager, score_bytes(spec.num_heads) as f64),
+        (
+            Attention::Chunked(1024),
+            sliced_score_bytes(spec.num_heads, 4.0),
+        ),
+    ] {
+        let (y1, y2, y4) = (
+            peak(256, attention),
+            peak(512, attention),
+            peak(1024, attention),
+        );
+        let q = (y4 - 3.0 * y2 + 2.0 * y1) / (6.0 * p * p);
+        assert!(
+            (q - assumed).abs() / assumed < 0.05,
+            "{attention:?}: measured {q:.2} B per score element, the budget assumes {assumed}"
+        );
+    }
 }

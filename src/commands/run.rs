@@ -60,6 +60,9 @@ pub struct RunReport {
     /// What NVML says this process holds, after loading and after generating (None without NVML).
     pub gpu_bytes_after_load: Option<u64>,
     pub gpu_bytes_after_generate: Option<u64>,
+    /// The first sequence's generated token ids (greedy), to compare two runs of the same weights:
+    /// eager against sliced attention, or one device against another.
+    pub tokens: Vec<u32>,
 }
 
 pub fn run(req: &RunRequest) -> Result<RunReport> {
@@ -132,5 +135,6 @@ pub fn run(req: &RunRequest) -> Result<RunReport> {
         kv_cache_bytes_estimated: kv_bytes(&spec, kd, held, req.batch as u64, false),
         gpu_bytes_after_load: after_load,
         gpu_bytes_after_generate: after,
+        tokens: s.tokens.into_iter().next().unwrap_or_default(),
     })
 }

@@ -28,12 +28,19 @@ impl Compute {
     }
 }
 
-/// Bytes alive per (query, key) pair of one sequence at the peak of the runtime's attention: two
-/// f32 score copies per head while one replaces the other and the 4-byte mask; or, while the mask
-/// is built (on the CPU its broadcast operands are materialised), one copy per head and 13 bytes.
-/// Measured by tests/runtime_memory.rs.
+/// Bytes alive per (query, key) pair of one sequence at the peak of the runtime's eager attention:
+/// two f32 score copies per head while one replaces the other and the 4-byte mask; or, while the
+/// mask is built (on the CPU its broadcast operands are materialised), one copy per head and 13
+/// bytes. Measured by tests/runtime_memory.rs.
 pub fn score_bytes(heads: u64) -> u64 {
     (8 * heads + 4).max(4 * heads + 13)
+}
+
+/// The same for sliced attention, whose one-step masked softmax
+/// (`runtime::masked_softmax`) holds the scores and their probabilities, both `d` bytes wide,
+/// and nothing else per pair. Measured by tests/runtime_memory.rs.
+pub fn sliced_score_bytes(heads: u64, d: f64) -> f64 {
+    2.0 * d * heads as f64
 }
 
 /// Queries per attention slice in the probe (and so in `plan --engine candle`).
@@ -74,13 +81,14 @@ pub fn forward_activations(
     // and the contiguous copy of those keys (or values). The last slice sees the most keys; the
     // one before it may hold more queries (the last is what remains of the prompt).
     let chunk = slice.map_or(new, |c| c.clamp(1, new.max(1)));
+    let pair = match slice {
+        Some(_) => sliced_score_bytes(spec.num_heads, d),
+        None => score_bytes(spec.num_heads) as f64,
+    };
     let slice_at = |start: u64| {
         let n = chunk.min(new.saturating_sub(start)) as f64;
         let seen = past.saturating_add(start) as f64 + n;
-        b * (start as f64 * q * d
-            + n * seen * score_bytes(spec.num_heads) as f64
-            + seen * kv * d
-            + 2.0 * n * q * d)
+        b * (start as f64 * q * d + n * seen * pair + seen * kv * d + 2.0 * n * q * d)
     };
     let last_start = new.saturating_sub(1) / chunk * chunk;
     let worst_slice = slice_at(last_start).max(slice_at(last_start.saturating_sub(chunk)));

@@ -7,6 +7,7 @@
 use candle_core::{DType, Device, Tensor, D};
 
 use super::kv_cache::KvCache;
+use super::masked_softmax::MaskedSoftmax;
 use super::parallel::{embed_lookup, place_logits, Communicator};
 use super::weights::{Ffn, GateUp, LayerWeights, Mlp, Moe, Qkv, Weights};
 use super::{Result, RuntimeError};
@@ -346,10 +347,10 @@ impl<'a> Decoder<'a> {
     /// `first..first + n` over keys/values (b, kv_heads, t, hd), causal, GQA without copying K/V:
     /// the queries of the heads sharing one KV head are stacked into one matmul.
     ///
-    /// Memory: each step replaces the scores before the next is made, so at most two copies of
-    /// the n × t scores are alive per head (one f32 being replaced by the next; a bf16 and an f32
-    /// during casts), plus the (n, t) mask shared by the heads: [`score_bytes`] per (query, key).
-    /// The probe's budget relies on this figure; `tests/runtime_memory.rs` measures it.
+    /// Memory ([`score_bytes`] per (query, key), measured by `tests/runtime_memory.rs`; the
+    /// probe's budget relies on it): sliced, the scores and their probabilities in the model's
+    /// dtype ([`MaskedSoftmax`] masks and normalises in one step); eager, as transformers' eager
+    /// does it, in f32 beside an (n, t) mask, each step replacing the scores before the next.
     fn attend(
         &self,
         q: &Tensor,
@@ -359,7 +360,7 @@ impl<'a> Decoder<'a> {
         window: Option<usize>,
     ) -> candle_core::Result<Tensor> {
         let (b, heads, n, hd) = q.dims4()?;
-        let (_, kv_heads, t, _) = k.dims4()?;
+        let kv_heads = k.dim(1)?;
         let rep = heads / kv_heads;
         // Scale the queries (n × hd values), not the scores (n × t).
         let scale = self
@@ -369,9 +370,42 @@ impl<'a> Decoder<'a> {
             .unwrap_or(1.0 / (hd as f64).sqrt());
         let q = (q.reshape((b, kv_heads, rep * n, hd))? * scale)?;
         let kt = k.t()?.contiguous()?;
-        let mut s = q.matmul(&kt)?;
+        let s = q.matmul(&kt)?;
         drop((q, kt));
-        s = s.to_dtype(DType::F32)?.reshape((b, kv_heads, rep, n, t))?;
+        let probs = match self.attention {
+            Attention::Chunked(_) => {
+                let op = MaskedSoftmax {
+                    queries: n,
+                    first,
+                    window,
+                    softcap: self.spec.numerics.attention_softcap,
+                };
+                let p = op.apply(&s)?;
+                drop(s);
+                p
+            }
+            Attention::Eager => self.eager_probs(s, n, first, window)?,
+        };
+        probs.matmul(&v.contiguous()?)?.reshape((b, heads, n, hd))
+    }
+
+    /// Eager attention's probabilities from scores (b, kv_heads, rep · n, t): cast to f32,
+    /// soft-capped, an additive mask, softmax, cast back.
+    fn eager_probs(
+        &self,
+        s: Tensor,
+        n: usize,
+        first: usize,
+        window: Option<usize>,
+    ) -> candle_core::Result<Tensor> {
+        let (b, kv_heads, rows, t) = s.dims4()?;
+        let dtype = s.dtype();
+        // The raw scores go as their f32 copy is made (a shadowed binding would keep them alive).
+        let mut s = {
+            let raw = s;
+            raw.to_dtype(DType::F32)?
+                .reshape((b, kv_heads, rows / n, n, t))?
+        };
         if let Some(cap) = self.spec.numerics.attention_softcap {
             s = softcap(s, cap)?;
         }
@@ -398,9 +432,7 @@ impl<'a> Decoder<'a> {
             s = s.broadcast_add(&mask)?;
         }
         s = candle_nn::ops::softmax_last_dim(&s)?;
-        let probs = s.to_dtype(v.dtype())?.reshape((b, kv_heads, rep * n, t))?;
-        drop(s);
-        probs.matmul(&v.contiguous()?)?.reshape((b, heads, n, hd))
+        s.to_dtype(dtype)?.reshape((b, kv_heads, rows, t))
     }
 }
 
@@ -438,7 +470,7 @@ fn scaled_frequency(f: f64, scaling: Option<RopeScaling>) -> f64 {
     }
 }
 
-pub use crate::estimate::candle::score_bytes;
+pub use crate::estimate::candle::{score_bytes, sliced_score_bytes};
 
 /// Greedy choice of the next token per sequence.
 pub fn argmax(logits: &Tensor) -> candle_core::Result<Tensor> {

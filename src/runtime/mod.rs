@@ -6,6 +6,7 @@
 pub mod decoder;
 pub mod generate;
 pub mod kv_cache;
+pub mod masked_softmax;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 pub mod parallel;
