@@ -789,10 +789,17 @@ mod tests {
         assert_eq!(r.stage, Some(Stage::Concurrency));
         assert_eq!(r.workload.batch, Some(48));
         assert_eq!(r.live.activations, Some(5 * GIB));
+        // What the rules D1–D3 read beside them: the part asked for, held plus the request, the
+        // card as the device gave it, the model's exact weights.
+        assert_eq!(r.request_for, Some(Role::Activations));
+        assert_eq!(r.need, Some(21 * GIB));
+        assert_eq!(r.limit_emulated, Some(false));
+        assert_eq!(r.model_weights, Some(14 * GIB));
         assert_eq!(r.source[0].from, Source::ProbeStages);
         // Nothing ran out: the last stage that ran, no request.
         let r = MemoryRecord::from_stages(&[stage(Stage::FirstToken, StageOutcome::Ok)], &card);
         assert_eq!(r.request, None);
+        assert_eq!((r.request_for, r.need), (None, None));
         assert_eq!(r.stage, None);
         assert_eq!(r.live.weights, Some(14 * GIB));
     }
