@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::record::{MemoryRecord, Role};
 use super::rules::Code;
 use super::{Cause, Contributing, Evidence, Stage, Verdict};
 use crate::holes;
@@ -131,59 +132,198 @@ const FRAGMENTED: f64 = 0.25;
 
 /// One primary cause from the stages, with the numbers behind it and the record of them.
 pub fn classify(stages: &[StageRecord], card: &CardFacts) -> Verdict {
-    Verdict {
-        record: Some(super::record::MemoryRecord::from_stages(stages, card)),
-        ..decide(stages, card)
+    decide(stages, card)
+}
+
+/// The rule that names an out-of-memory's cause from the probe's record (D1–D3), in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OomRule {
+    /// D1: other processes hold these bytes, and without them the stage would have fit.
+    OtherProcess { others: u64 },
+    /// D2: a request of these bytes failed for want of a block that large.
+    Fragmentation { request: u64 },
+    /// D3: the part the failing stage names (`stage_cause`).
+    Stage(Cause),
+}
+
+impl OomRule {
+    pub fn code(self) -> Code {
+        match self {
+            OomRule::OtherProcess { .. } => Code::D1,
+            OomRule::Fragmentation { .. } => Code::D2,
+            OomRule::Stage(_) => Code::D3,
+        }
+    }
+
+    pub fn cause(self) -> Cause {
+        match self {
+            OomRule::OtherProcess { .. } => Cause::OtherProcess,
+            OomRule::Fragmentation { .. } => Cause::Fragmentation,
+            OomRule::Stage(c) => c,
+        }
     }
 }
 
-fn decide(stages: &[StageRecord], card: &CardFacts) -> Verdict {
-    let fragmentation = stages.iter().find_map(|s| s.fragmentation.clone());
-    let Some(failed) = stages.iter().find(|s| s.outcome == StageOutcome::Oom) else {
-        return broken_probe(stages).unwrap_or_else(|| fits(stages, card, fragmentation.as_ref()));
+/// What the failing stage needed, by part, from its record: `None` when no stage ran out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failed {
+    pub stage: Stage,
+    /// What the failed request was for (the probe's meter); `None` when the probe said nothing.
+    pub part: Option<Role>,
+    /// What the stage needed: held at the failure plus the allocation that failed (`need`).
+    pub need: u64,
+    /// The KV cache it needed (a cache that failed part-way: what it held plus the request).
+    pub kv: u64,
+    /// What is left of `need` for activations.
+    pub act_need: u64,
+}
+
+impl Failed {
+    pub fn of(r: &MemoryRecord) -> Option<Failed> {
+        let (stage, need) = (r.stage?, r.need?);
+        let request = r.request.unwrap_or(0);
+        let live_kv = r.live.kv_cache.unwrap_or(0);
+        let kv = if r.request_for == Some(Role::KvCache) {
+            live_kv.saturating_add(request)
+        } else {
+            live_kv
+        };
+        let held_apart = r
+            .live
+            .weights
+            .unwrap_or(0)
+            .saturating_add(r.live.other.unwrap_or(0))
+            .saturating_add(kv);
+        Some(Failed {
+            stage,
+            part: r.request_for,
+            need,
+            kv,
+            act_need: need.saturating_sub(held_apart),
+        })
+    }
+}
+
+/// The rules D1–D3 on the record of a probe whose stage ran out of memory (`from_stages`):
+/// `None` when no stage did (D4 and D5 read the stages).
+pub fn oom_rule(r: &MemoryRecord) -> Option<OomRule> {
+    let f = Failed::of(r)?;
+    Some(if let Some(others) = other_processes(r, &f) {
+        OomRule::OtherProcess { others }
+    } else if let Some(request) = fragmented(r, &f) {
+        OomRule::Fragmentation { request }
+    } else {
+        OomRule::Stage(stage_cause(&f))
+    })
+}
+
+/// What other processes hold, when without them the stage would have fit (and no
+/// `--vram-limit` made the card smaller on purpose: `limit_emulated`).
+fn other_processes(r: &MemoryRecord, f: &Failed) -> Option<u64> {
+    let limit = r.limit?;
+    let others = r.other_processes?;
+    (r.limit_emulated != Some(true) && others > 0 && f.need <= limit.saturating_add(others))
+        .then_some(others)
+}
+
+/// The failed request, when fragmentation explains it: what the stage must hold at least fits
+/// the card (weights that are simply too large, or a cache too long, stay the cause however
+/// the pool looks), and the pool had the bytes cached or free but not in one block.
+fn fragmented(r: &MemoryRecord, f: &Failed) -> Option<u64> {
+    let limit = r.limit?;
+    let (weights, other) = (r.live.weights.unwrap_or(0), r.live.other.unwrap_or(0));
+    let model = r.model_weights.unwrap_or(weights);
+    let must_hold = match f.stage {
+        Stage::Load => model.saturating_add(other),
+        _ => model
+            .max(weights)
+            .saturating_add(other)
+            .saturating_add(f.kv),
     };
-    let f = Failure::of(failed);
+    r.request.filter(|&req| {
+        // The rule every reader shares (src/holes.rs): holes beside live bytes that fill the
+        // card are its tail, not the cause.
+        let filled = holes::Pool {
+            live: r.this_process.unwrap_or(0),
+            unallocated: r.reserved_unallocated.unwrap_or(0),
+            request: req,
+            limit,
+            steady: false,
+        }
+        .filled();
+        !filled
+            && f.need <= limit
+            && must_hold.saturating_add(req) <= limit
+            && (r.reserved_unallocated.is_some_and(|c| c >= req)
+                || (r.free.is_some_and(|free| free >= req)
+                    && r.largest_free_block.is_some_and(|l| l < req)))
+    })
+}
+
+/// The cause a failing stage points to, before other processes and fragmentation are considered.
+fn stage_cause(f: &Failed) -> Cause {
+    match f.stage {
+        Stage::Load => Cause::Weights,
+        Stage::Concurrency => Cause::Concurrency,
+        _ if f.part == Some(Role::Weights) => Cause::Weights,
+        _ if f.part == Some(Role::KvCache) => Cause::KvCache,
+        _ if f.act_need as f64 > ACTIVATION_DOMINANCE * f.kv as f64 => Cause::Activations,
+        _ => Cause::KvCache,
+    }
+}
+
+/// The record first (`MemoryRecord::from_stages`), then the rules: D1–D3 decide from it alone;
+/// the stage that ran out gives the wording.
+fn decide(stages: &[StageRecord], card: &CardFacts) -> Verdict {
+    let record = MemoryRecord::from_stages(stages, card);
+    let fragmentation = stages.iter().find_map(|s| s.fragmentation.clone());
+    let (Some(failed), Some(n), Some(rule)) = (
+        stages.iter().find(|s| s.outcome == StageOutcome::Oom),
+        Failed::of(&record),
+        oom_rule(&record),
+    ) else {
+        return Verdict {
+            record: Some(record),
+            ..broken_probe(stages).unwrap_or_else(|| fits(stages, card, fragmentation.as_ref()))
+        };
+    };
+    let f = Failure::of(failed, n);
     let mut evidence = f.evidence(card);
-    let by_stage = stage_cause(failed.name, f.oom.part, f.kv, f.act_need);
-    let (rule, (cause, summary)) = if let Some(others) = f.other_processes(card) {
-        evidence.extend(card.others.iter().map(|p| {
-            Evidence::bytes(
-                format!(
-                    "process {} ({}) holds {}",
-                    p.pid,
-                    p.name,
-                    p.bytes
-                        .map_or("an unknown amount".into(), |b| Bytes(b).to_string())
-                ),
-                p.bytes.unwrap_or(0),
-            )
-        }));
-        (Code::D1, (
-            Cause::OtherProcess,
+    let by_stage = stage_cause(&n);
+    let cause = rule.cause();
+    let summary = match rule {
+        OomRule::OtherProcess { others } => {
+            evidence.extend(card.others.iter().map(|p| {
+                Evidence::bytes(
+                    format!(
+                        "process {} ({}) holds {}",
+                        p.pid,
+                        p.name,
+                        p.bytes
+                            .map_or("an unknown amount".into(), |b| Bytes(b).to_string())
+                    ),
+                    p.bytes.unwrap_or(0),
+                )
+            }));
             format!(
                 "other_process: {} needed {} at {}; other processes hold {} of this GPU, without them it would fit",
                 failed.name,
-                Bytes(f.need),
+                Bytes(n.need),
                 failed.detail,
                 Bytes(others)
-            ),
-        ))
-    } else if let Some(r) = f.fragmented(card) {
-        (Code::D2, (
-            Cause::Fragmentation,
-            format!(
-                "fragmentation: a {} request failed with {} free and {} cached, but no block that large",
-                Bytes(r),
-                Bytes(f.oom.free.unwrap_or(0)),
-                Bytes(f.oom.cached.unwrap_or(0))
-            ),
-        ))
-    } else {
-        (Code::D3, (by_stage, f.summary(by_stage, card)))
+            )
+        }
+        OomRule::Fragmentation { request } => format!(
+            "fragmentation: a {} request failed with {} free and {} cached, but no block that large",
+            Bytes(request),
+            Bytes(f.oom.free.unwrap_or(0)),
+            Bytes(f.oom.cached.unwrap_or(0))
+        ),
+        OomRule::Stage(by_stage) => f.summary(by_stage, card),
     };
     Verdict {
-        record: None,
-        rule: Some(rule),
+        record: Some(record),
+        rule: Some(rule.code()),
         cause,
         stage: failed.name,
         confidence: if f.oom.emulated { 0.9 } else { 0.95 },
@@ -214,21 +354,18 @@ fn broken_probe(stages: &[StageRecord]) -> Option<Verdict> {
     })
 }
 
-/// The numbers of the stage that ran out of memory.
+/// The stage that ran out of memory, for the wording, with what the record says it needed.
 struct Failure<'a> {
     stage: &'a StageRecord,
     oom: OomFacts,
     c: Components,
-    /// What the stage needed: held at the failure plus the allocation that failed.
     need: u64,
-    /// The KV cache it needed (a cache that failed part-way: what it held plus the request).
     kv: u64,
-    /// What is left of `need` for activations.
     act_need: u64,
 }
 
 impl<'a> Failure<'a> {
-    fn of(failed: &'a StageRecord) -> Failure<'a> {
+    fn of(failed: &'a StageRecord, n: Failed) -> Failure<'a> {
         let oom = failed.oom.clone().unwrap_or(OomFacts {
             requested: None,
             held: failed.memory.peak,
@@ -239,22 +376,13 @@ impl<'a> Failure<'a> {
             cached: None,
             emulated: false,
         });
-        let c = failed.components;
-        let requested = oom.requested.unwrap_or(0);
-        let need = oom.held.max(failed.memory.peak).saturating_add(requested);
-        let kv = if oom.part == Part::KvCache {
-            c.kv_cache.saturating_add(requested)
-        } else {
-            c.kv_cache
-        };
-        let act_need = need.saturating_sub(c.weights + c.other + kv);
         Failure {
             stage: failed,
             oom,
-            c,
-            need,
-            kv,
-            act_need,
+            c: failed.components,
+            need: n.need,
+            kv: n.kv,
+            act_need: n.act_need,
         }
     }
 
@@ -289,45 +417,6 @@ impl<'a> Failure<'a> {
                 card.capacity,
             ),
         ]
-    }
-
-    /// What other processes hold, when without them the stage would have fit (and no
-    /// `--vram-limit` made the card smaller on purpose).
-    fn other_processes(&self, card: &CardFacts) -> Option<u64> {
-        let others: u64 = card.others.iter().filter_map(|p| p.bytes).sum();
-        (card.emulated_limit.is_none()
-            && others > 0
-            && self.need <= card.capacity.saturating_add(others))
-        .then_some(others)
-    }
-
-    /// The failed request, when fragmentation explains it: what the stage must hold at least fits
-    /// the card (weights that are simply too large, or a cache too long, stay the cause however
-    /// the pool looks), and the pool had the bytes cached or free but not in one block.
-    fn fragmented(&self, card: &CardFacts) -> Option<u64> {
-        let (oom, c) = (&self.oom, &self.c);
-        let must_hold = match self.stage.name {
-            Stage::Load => card.weights_bytes + c.other,
-            _ => card.weights_bytes.max(c.weights) + c.other + self.kv,
-        };
-        oom.requested.filter(|&r| {
-            // The rule every reader shares (src/holes.rs): holes beside live bytes that fill the
-            // card are its tail, not the cause.
-            let filled = holes::Pool {
-                live: oom.held,
-                unallocated: oom.cached.unwrap_or(0),
-                request: r,
-                limit: card.capacity,
-                steady: false,
-            }
-            .filled();
-            !filled
-                && self.need <= card.capacity
-                && must_hold.saturating_add(r) <= card.capacity
-                && (oom.cached.is_some_and(|c| c >= r)
-                    || (oom.free.is_some_and(|f| f >= r)
-                        && oom.largest_block.is_some_and(|l| l < r)))
-        })
     }
 
     fn summary(&self, cause: Cause, card: &CardFacts) -> String {
@@ -399,18 +488,6 @@ impl<'a> Failure<'a> {
             add(by_stage, self.need, format!("what {} needed", failed.name));
         }
         out
-    }
-}
-
-/// The cause a failing stage points to, before other processes and fragmentation are considered.
-fn stage_cause(stage: Stage, part: Part, kv: u64, act_need: u64) -> Cause {
-    match stage {
-        Stage::Load => Cause::Weights,
-        Stage::Concurrency => Cause::Concurrency,
-        _ if part == Part::Weights => Cause::Weights,
-        _ if part == Part::KvCache => Cause::KvCache,
-        _ if act_need as f64 > ACTIVATION_DOMINANCE * kv as f64 => Cause::Activations,
-        _ => Cause::KvCache,
     }
 }
 
@@ -686,6 +763,123 @@ mod tests {
         let mut c = card(vec![], true);
         c.weights_bytes = 24_826 << 20;
         assert_eq!(classify(&[load], &c).cause, Cause::Weights);
+    }
+
+    /// The record of a first-token step that ran out on a 24 GiB card: 13 GiB of weights, a
+    /// 1 GiB cache, half a GiB of context, 15 GiB held and 2 GiB asked for activations.
+    fn failed_record() -> MemoryRecord {
+        MemoryRecord {
+            limit: Some(24 * GIB),
+            limit_emulated: Some(false),
+            free: Some(GIB / 2),
+            this_process: Some(15 * GIB),
+            reserved_unallocated: Some(0),
+            largest_free_block: Some(GIB / 2),
+            other_processes: Some(0),
+            request: Some(2 * GIB),
+            request_for: Some(Role::Activations),
+            need: Some(17 * GIB),
+            live: super::super::record::LiveByRole {
+                weights: Some(13 * GIB),
+                kv_cache: Some(GIB),
+                activations: Some(0),
+                other: Some(GIB / 2),
+                unattributed: None,
+            },
+            model_weights: Some(13 * GIB),
+            stage: Some(Stage::FirstToken),
+            ..MemoryRecord::default()
+        }
+    }
+
+    #[test]
+    fn the_d_rules_decide_from_the_record_alone() {
+        let r = failed_record();
+        let f = Failed::of(&r).expect("a stage ran out");
+        assert_eq!(
+            (f.need, f.kv, f.act_need),
+            (17 * GIB, GIB, 2 * GIB + GIB / 2)
+        );
+        // 2.5 GiB of activations beside a 1 GiB cache: activations.
+        assert_eq!(oom_rule(&r), Some(OomRule::Stage(Cause::Activations)));
+        // A request for the cache counts toward it, and names it.
+        let kv = MemoryRecord {
+            request_for: Some(Role::KvCache),
+            ..r.clone()
+        };
+        assert_eq!(Failed::of(&kv).map(|f| f.kv), Some(3 * GIB));
+        assert_eq!(oom_rule(&kv), Some(OomRule::Stage(Cause::KvCache)));
+        // The stage names the part before the request does.
+        for (stage, cause) in [
+            (Stage::Load, Cause::Weights),
+            (Stage::Concurrency, Cause::Concurrency),
+        ] {
+            let at = MemoryRecord {
+                stage: Some(stage),
+                ..kv.clone()
+            };
+            assert_eq!(oom_rule(&at).map(OomRule::cause), Some(cause));
+            assert_eq!(oom_rule(&at).map(OomRule::code), Some(Code::D3));
+        }
+        // D1: on a 14 GiB card with 10 GiB held by others, 17 GiB would fit without them …
+        let shared = MemoryRecord {
+            limit: Some(14 * GIB),
+            other_processes: Some(10 * GIB),
+            ..r.clone()
+        };
+        assert_eq!(
+            oom_rule(&shared),
+            Some(OomRule::OtherProcess { others: 10 * GIB })
+        );
+        // … unless `--vram-limit` made the card small on purpose.
+        let emulated = MemoryRecord {
+            limit_emulated: Some(true),
+            ..shared
+        };
+        assert_eq!(oom_rule(&emulated).map(OomRule::code), Some(Code::D3));
+        // D2: 3 GiB free, none of it in a 2 GiB piece.
+        let holes = MemoryRecord {
+            free: Some(3 * GIB),
+            largest_free_block: Some(GIB),
+            ..r.clone()
+        };
+        assert_eq!(
+            oom_rule(&holes),
+            Some(OomRule::Fragmentation { request: 2 * GIB })
+        );
+        // Weights that never fit stay the cause, however the pool looks.
+        let too_large = MemoryRecord {
+            model_weights: Some(23 * GIB),
+            ..holes
+        };
+        assert_eq!(oom_rule(&too_large).map(OomRule::code), Some(Code::D3));
+        // No stage ran out: no D rule.
+        let fine = MemoryRecord {
+            stage: None,
+            need: None,
+            ..r
+        };
+        assert_eq!(oom_rule(&fine), None);
+    }
+
+    #[test]
+    fn the_verdict_carries_the_record_it_was_decided_from() {
+        let ok = stage(Stage::Load, StageOutcome::Ok, comp(13 * GIB, 0, 0), None);
+        let failed = stage(
+            Stage::FirstToken,
+            StageOutcome::Oom,
+            comp(13 * GIB, GIB, 0),
+            Some(oom(2 * GIB, 15 * GIB, Part::Activations)),
+        );
+        let c = card(vec![], false);
+        let v = classify(&[ok, failed], &c);
+        let r = v.record.as_ref().expect("a record");
+        assert_eq!(oom_rule(r).map(OomRule::code), v.rule);
+        assert_eq!(oom_rule(r).map(OomRule::cause), Some(v.cause));
+        assert_eq!(r.need, Some(17 * GIB));
+        assert_eq!(r.request_for, Some(Role::Activations));
+        assert_eq!(r.model_weights, Some(13 * GIB));
+        assert_eq!(r.limit_emulated, Some(false));
     }
 
     #[test]

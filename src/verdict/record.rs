@@ -11,6 +11,7 @@ use super::measured::{CardFacts, StageOutcome, StageRecord};
 use super::Stage;
 use crate::logparse::hints::Context;
 use crate::logparse::parse::{Event, Finding, Source as LogSource, TorchOom};
+use crate::meter::host::Part;
 use crate::snapshot::attribute::{OomRecord, Slack, SnapshotReport, Summary};
 use crate::snapshot::classify::Component;
 
@@ -90,6 +91,16 @@ pub enum Role {
 }
 
 impl Role {
+    /// The part the probe's meter says a failed allocation was for.
+    pub fn of_part(p: Part) -> Role {
+        match p {
+            Part::Weights => Role::Weights,
+            Part::KvCache => Role::KvCache,
+            Part::Activations => Role::Activations,
+            Part::Other => Role::Other,
+        }
+    }
+
     /// The part an allocator-record component belongs to.
     pub fn of(c: Component) -> Role {
         match c {
@@ -129,6 +140,10 @@ pub struct MemoryRecord {
     /// PyTorch's "N allowed;"), else the card.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limit: Option<u64>,
+    /// Whether the limit is a smaller card emulated on purpose (`diagnose --vram-limit`): other
+    /// processes on the device are then not the question. Only the probe knows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit_emulated: Option<bool>,
     /// Free on the card as CUDA reported it at the failure.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub free: Option<u64>,
@@ -156,12 +171,20 @@ pub struct MemoryRecord {
     /// The part the failed request was for (the allocator record's stack of it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request_for: Option<Role>,
+    /// What the failing step needed: what this process held at the failure (the failed stage's
+    /// peak, when that is higher) plus the request. The probe's stages give it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub need: Option<u64>,
     /// Entries in the allocator record's trace: with no failed request, some entries say the
     /// allocator never failed while it recorded; none, that history was off.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub allocator_events: Option<u64>,
     #[serde(skip_serializing_if = "LiveByRole::is_empty")]
     pub live: LiveByRole,
+    /// The model's weights in the dtype it ran, exact from its shapes (the probe's), where
+    /// `live.weights` is what was resident at the moment (part of them, when a load failed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_weights: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stage: Option<Stage>,
     #[serde(skip_serializing_if = "Workload::is_empty")]
@@ -233,6 +256,7 @@ macro_rules! figures {
 figures!(
     "card_total" => card_total,
     "limit" => limit,
+    "limit_emulated" => limit_emulated,
     "free" => free,
     "this_process" => this_process,
     "allocated" => allocated,
@@ -242,12 +266,14 @@ figures!(
     "other_processes" => other_processes,
     "request" => request,
     "request_for" => request_for,
+    "need" => need,
     "allocator_events" => allocator_events,
     "live.weights" => live.weights,
     "live.kv_cache" => live.kv_cache,
     "live.activations" => live.activations,
     "live.other" => live.other,
     "live.unattributed" => live.unattributed,
+    "model_weights" => model_weights,
     "stage" => stage,
     "workload.batch" => workload.batch,
     "workload.prompt_tokens" => workload.prompt_tokens,
@@ -282,6 +308,7 @@ impl MemoryRecord {
             this_process: t.this_process,
             allocated: t.allocated_by_pytorch,
             reserved_unallocated: t.reserved_unallocated,
+            limit_emulated: None,
             reserved: None,
             largest_free_block: None,
             // Listed processes say so even when they hold nothing; an inferred remainder only
@@ -289,8 +316,10 @@ impl MemoryRecord {
             other_processes: (others > 0 || !t.processes.is_empty()).then_some(others),
             request: t.requested,
             request_for: None,
+            need: None,
             allocator_events: None,
             live: LiveByRole::default(),
+            model_weights: None,
             stage: (stage != Stage::Unknown).then_some(stage),
             workload: Workload::default(),
             model: ctx.model.as_ref().map(|m| m.name.clone()),
@@ -510,12 +539,23 @@ impl MemoryRecord {
     }
 
     /// The probe's stages: the stage that ran out (else the last that ran) with its workload,
-    /// its request, what was held and cached, and its peak by component; the card it ran
-    /// against (the limit) and other processes on it (unless the limit was emulated).
+    /// its request and the part it was for, what was held and cached, what the step needed,
+    /// and its peak by component; the card it ran against (the limit, and whether
+    /// `--vram-limit` emulated it), other processes on it (unless the limit was emulated) and
+    /// the model's exact weight bytes. Everything the rules D1–D3 read
+    /// (`measured::oom_rule`).
     pub fn from_stages(stages: &[StageRecord], card: &CardFacts) -> Self {
         let failed = stages.iter().find(|s| s.outcome == StageOutcome::Oom);
         let at = failed.or_else(|| stages.iter().rev().find(|s| s.outcome == StageOutcome::Ok));
         let oom = failed.and_then(|s| s.oom.as_ref());
+        // A stage that ran out without the probe's facts of it held its peak and asked for
+        // nothing known.
+        let need = failed.map(|s| {
+            let (held, requested) = oom.map_or((s.memory.peak, 0), |o| {
+                (o.held.max(s.memory.peak), o.requested.unwrap_or(0))
+            });
+            held.saturating_add(requested)
+        });
         let others = card
             .others
             .iter()
@@ -525,12 +565,15 @@ impl MemoryRecord {
             // The card the stages ran against is the limit: a device with ballast beside it, or an
             // emulated one; the device's own total is not among the probe's card facts.
             limit: Some(card.capacity),
+            limit_emulated: Some(card.emulated_limit.is_some()),
             free: oom.and_then(|o| o.free),
             this_process: oom.map(|o| o.held),
             reserved_unallocated: oom.and_then(|o| o.cached),
             largest_free_block: oom.and_then(|o| o.largest_block),
             other_processes: (card.emulated_limit.is_none()).then_some(others),
             request: oom.and_then(|o| o.requested),
+            request_for: oom.map(|o| Role::of_part(o.part)),
+            need,
             live: at.map_or_else(LiveByRole::default, |s| LiveByRole {
                 weights: Some(s.components.weights),
                 kv_cache: Some(s.components.kv_cache),
@@ -538,6 +581,7 @@ impl MemoryRecord {
                 other: Some(s.components.other),
                 unattributed: None,
             }),
+            model_weights: Some(card.weights_bytes),
             stage: failed.map(|s| s.name),
             workload: at.map_or_else(Workload::default, |s| Workload {
                 batch: s.batch,
@@ -745,10 +789,17 @@ mod tests {
         assert_eq!(r.stage, Some(Stage::Concurrency));
         assert_eq!(r.workload.batch, Some(48));
         assert_eq!(r.live.activations, Some(5 * GIB));
+        // What the rules D1–D3 read beside them: the part asked for, held plus the request, the
+        // card as the device gave it, the model's exact weights.
+        assert_eq!(r.request_for, Some(Role::Activations));
+        assert_eq!(r.need, Some(21 * GIB));
+        assert_eq!(r.limit_emulated, Some(false));
+        assert_eq!(r.model_weights, Some(14 * GIB));
         assert_eq!(r.source[0].from, Source::ProbeStages);
         // Nothing ran out: the last stage that ran, no request.
         let r = MemoryRecord::from_stages(&[stage(Stage::FirstToken, StageOutcome::Ok)], &card);
         assert_eq!(r.request, None);
+        assert_eq!((r.request_for, r.need), (None, None));
         assert_eq!(r.stage, None);
         assert_eq!(r.live.weights, Some(14 * GIB));
     }
