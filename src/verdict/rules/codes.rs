@@ -391,7 +391,7 @@ codes! {
         r#"the H100 run with a second process holding all but 16 GiB (Mistral-7B, batch 4 × 8,000)"#;
     D2 Probe
         r#"A stage ran out with the request cached or free but in no block that large, what the stage must hold plus the request within the card, and live bytes not filling it (`src/holes.rs`, the rule P5 and R3 share) → `fragmentation`."#
-        r#"unit test `other_processes_and_fragmentation_come_from_the_meters` (src/verdict/measured.rs)"#;
+        r#"unit test `other_processes_and_fragmentation_come_from_the_meters` (src/verdict/measured/tests.rs)"#;
     D3 Probe
         r#"Otherwise the stage that ran out names the part: the load → `weights`; the concurrency stage → `concurrency`; a request for weights or for the KV cache → that part; activations only when they outweigh the KV cache 1.5 to 1 at the failing moment, else `kv_cache`."#
         r#"the H100 runs weights-13b, kv-decode, batch-48 (docs/accuracy.md)"#;
