@@ -79,6 +79,7 @@ pub fn find(
     })
 }
 
+/// One trial: whether it fit, its seconds, and the seconds before it (a fresh process started).
 fn run(
     session: &mut Session,
     trials: &mut Vec<Trial>,
@@ -86,7 +87,7 @@ fn run(
     prompt: u64,
     new: u64,
     batch: u64,
-) -> Result<bool> {
+) -> Result<(bool, f64, f64)> {
     let task = GenerateTask {
         label: format!("limit_{}", search.as_str()),
         prompt_tokens: prompt as usize,
@@ -95,7 +96,10 @@ fn run(
         decode_steps: (new as usize).saturating_sub(1).min(1),
         eager: None,
     };
-    let (fits, peak, used, seconds) = match session.run(&Task::Generate(task))? {
+    let wall = std::time::Instant::now();
+    let reply = session.run(&Task::Generate(task))?;
+    let wall = wall.elapsed().as_secs_f64();
+    let (fits, peak, used, seconds) = match reply {
         Reply::Done(r) => (
             r.outcome == Outcome::Ok,
             r.prefill_peak.unwrap_or(0).max(r.peak),
@@ -118,26 +122,42 @@ fn run(
         used_peak_bytes: used,
         seconds,
     });
-    Ok(fits)
+    Ok((fits, seconds, (wall - seconds).max(0.0)))
 }
 
 /// The largest `x ≥ 1` with `ok(x)`, starting at `guess`: step out by 5 % (then doubling the step)
-/// to bracket the edge, then bisect to 1 %. `None` when even 1 fails or the trials run out first
-/// without a success.
-fn search(guess: u64, mut ok: impl FnMut(u64) -> Result<bool>) -> Result<Option<u64>> {
+/// to bracket the edge, then narrow the bracket to 1 %. `ok` answers whether `x` fits and how many
+/// seconds the trial took. `None` when even 1 fails or the trials run out first without a success.
+///
+/// The bracket is cut where the trials measured so far make it cheapest ([`cut`]): a trial that
+/// fits runs the whole prefill (seconds, at a long prompt) while one that fails stops at its first
+/// allocation past the card (a fraction of a second, plus the fresh process the next trial runs
+/// in), so where fits cost more the cut sits above the middle and most of the narrowing is done
+/// by trials that fail.
+fn search(guess: u64, mut ok: impl FnMut(u64) -> Result<(bool, f64, f64)>) -> Result<Option<u64>> {
     let mut tries = 0;
-    let mut attempt = |x: u64, tries: &mut usize| -> Result<bool> {
+    // what the trials that fit, and those that failed, took
+    let mut costs = [Cost::default(); 2];
+    let mut failed_last = false;
+    let mut attempt = |x: u64, tries: &mut usize, costs: &mut [Cost; 2]| -> Result<bool> {
         *tries += 1;
-        ok(x)
+        let (fits, seconds, restart) = ok(x)?;
+        if failed_last {
+            // the fresh process a failure left to the next trial is the failure's cost
+            costs[1].seconds += restart.max(0.0);
+        }
+        costs[usize::from(!fits)].add(seconds);
+        failed_last = !fits;
+        Ok(fits)
     };
     let guess = guess.max(1);
     let (mut good, mut bad): (Option<u64>, Option<u64>) = (None, None);
-    if attempt(guess, &mut tries)? {
+    if attempt(guess, &mut tries, &mut costs)? {
         good = Some(guess);
         let mut step = (guess / 20).max(1);
         while tries < MAX_TRIALS {
             let x = good.unwrap_or(guess) + step;
-            if attempt(x, &mut tries)? {
+            if attempt(x, &mut tries, &mut costs)? {
                 good = Some(x);
                 step *= 2;
             } else {
@@ -150,7 +170,7 @@ fn search(guess: u64, mut ok: impl FnMut(u64) -> Result<bool>) -> Result<Option<
         let mut step = (guess / 20).max(1);
         while tries < MAX_TRIALS {
             let x = bad.unwrap_or(guess).saturating_sub(step).max(1);
-            if attempt(x, &mut tries)? {
+            if attempt(x, &mut tries, &mut costs)? {
                 good = Some(x);
                 break;
             }
@@ -165,14 +185,47 @@ fn search(guess: u64, mut ok: impl FnMut(u64) -> Result<bool>) -> Result<Option<
         return Ok(good);
     };
     while b - g > (g / 100).max(1) && tries < MAX_TRIALS {
-        let mid = g + (b - g) / 2;
-        if attempt(mid, &mut tries)? {
-            g = mid;
+        let at = g + cut(b - g, costs[0].mean(), costs[1].mean());
+        if attempt(at, &mut tries, &mut costs)? {
+            g = at;
         } else {
-            b = mid;
+            b = at;
         }
     }
     Ok(Some(g))
+}
+
+/// Seconds the trials of one outcome took.
+#[derive(Debug, Default, Clone, Copy)]
+struct Cost {
+    seconds: f64,
+    trials: u32,
+}
+
+impl Cost {
+    fn add(&mut self, seconds: f64) {
+        if seconds.is_finite() && seconds >= 0.0 {
+            self.seconds += seconds;
+            self.trials += 1;
+        }
+    }
+
+    fn mean(self) -> Option<f64> {
+        (self.trials > 0).then(|| self.seconds / f64::from(self.trials))
+    }
+}
+
+/// Where to try inside a bracket `width` wide (from its good end, strictly inside it): the middle,
+/// or, when trials that fit have cost more than trials that fail, the share of the bracket that a
+/// fit costs of both (`fit / (fit + fail)`), at most 4/5 — a trial there more often fails, cheaply.
+fn cut(width: u64, fit: Option<f64>, fail: Option<f64>) -> u64 {
+    let share = match (fit, fail) {
+        (Some(fit), Some(fail)) if fit > fail && fit + fail > 0.0 => {
+            (fit / (fit + fail)).clamp(0.5, 0.8)
+        }
+        _ => 0.5,
+    };
+    ((width as f64 * share) as u64).clamp(1, width.saturating_sub(1).max(1))
 }
 
 #[cfg(test)]
@@ -185,7 +238,7 @@ mod tests {
             let mut calls = 0;
             let found = search(guess, |x| {
                 calls += 1;
-                Ok(x <= edge)
+                Ok((x <= edge, 1.0, 0.0))
             })
             .unwrap()
             .unwrap();
@@ -195,6 +248,45 @@ mod tests {
             );
             assert!(calls <= MAX_TRIALS);
         }
-        assert_eq!(search(5, |_| Ok(false)).unwrap(), None);
+        assert_eq!(search(5, |_| Ok((false, 1.0, 0.0))).unwrap(), None);
+    }
+
+    #[test]
+    fn where_fits_cost_more_the_bracket_is_cut_above_its_middle() {
+        assert_eq!(cut(1000, Some(8.0), Some(0.5)), 800);
+        assert_eq!(cut(1000, Some(1.0), Some(1.0)), 500);
+        assert_eq!(cut(1000, Some(0.5), Some(8.0)), 500);
+        assert_eq!(cut(1000, None, Some(0.5)), 500);
+        assert_eq!(cut(2, Some(8.0), Some(0.5)), 1);
+        // The candle trials an H100 ran at 24 GiB (Mistral-7B): the edge lies between 40,343,
+        // which fit, and 40,548, which did not; a fit took 6–9 s, a failure 0.3–0.5 s.
+        let (edge, mut spent, mut calls) = (40_400u64, 0.0, 0);
+        let found = search(32_768, |x| {
+            calls += 1;
+            let fits = x <= edge;
+            let s = if fits {
+                5.9 + (x - 32_768) as f64 * 3.6e-4
+            } else {
+                0.4
+            };
+            spent += s;
+            Ok((fits, s, 0.0))
+        })
+        .unwrap()
+        .unwrap();
+        assert!(found <= edge && found + edge / 100 >= edge, "{found}");
+        // Plain bisection took six fits and three failures here (47 s): the cost-aware cut takes
+        // fewer fits.
+        assert!(spent < 40.0, "{spent:.1} s in {calls} trials");
+        // Where a failure costs a fresh process (transformers mode: seconds to start and load),
+        // failures are no cheaper than fits and the cut stays in the middle.
+        let mut at = Vec::new();
+        search(1_000, |x| {
+            at.push(x);
+            let fits = x <= 1_100;
+            Ok((fits, 1.5, if at.len() > 1 { 2.0 } else { 0.0 }))
+        })
+        .unwrap();
+        assert_eq!(at, [1000, 1050, 1150, 1100, 1125, 1112, 1106]);
     }
 }
