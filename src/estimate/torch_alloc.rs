@@ -65,8 +65,22 @@ struct Block {
     size: u64,
     small: bool,
     allocated: bool,
-    prev: Option<usize>,
-    next: Option<usize>,
+    /// The neighbours in its segment (`NIL`: none); 32 bits keep a block in half a cache line.
+    prev: u32,
+    next: u32,
+}
+
+/// No neighbour.
+const NIL: u32 = u32::MAX;
+
+/// A block index as a neighbour link (an arena past `NIL` blocks is far beyond any replay).
+fn link(id: usize) -> u32 {
+    u32::try_from(id).unwrap_or(NIL)
+}
+
+/// A neighbour link as a block index.
+fn linked(l: u32) -> Option<usize> {
+    (l != NIL).then_some(l as usize)
 }
 
 /// A handle on an allocated tensor's block.
@@ -425,8 +439,8 @@ impl CachingAllocator {
             size: segment,
             small,
             allocated: false,
-            prev: None,
-            next: None,
+            prev: NIL,
+            next: NIL,
         }))
     }
 
@@ -487,14 +501,14 @@ impl CachingAllocator {
             size: rest,
             small: b.small,
             allocated: false,
-            prev: Some(id),
+            prev: link(id),
             next: b.next,
         });
-        if let Some(n) = b.next {
-            self.blocks[n].prev = Some(r);
+        if let Some(n) = linked(b.next) {
+            self.blocks[n].prev = link(r);
         }
         let b = &mut self.blocks[id];
-        b.next = Some(r);
+        b.next = link(r);
         b.size = size;
         // the key from the values just written, not read back from the block
         self.pools[usize::from(!b.small)].insert((rest, ptr, r));
@@ -515,7 +529,7 @@ impl CachingAllocator {
         // merged block is built in `me` and written once.
         let mut absorbed = [None, None];
         for (slot, other) in [me.prev, me.next].into_iter().enumerate() {
-            let Some(other) = other else {
+            let Some(other) = linked(other) else {
                 continue;
             };
             let o = self.blocks[other];
@@ -526,13 +540,13 @@ impl CachingAllocator {
             if slot == 0 {
                 me.ptr = o.ptr;
                 me.prev = o.prev;
-                if let Some(p) = o.prev {
-                    self.blocks[p].next = Some(id);
+                if let Some(p) = linked(o.prev) {
+                    self.blocks[p].next = link(id);
                 }
             } else {
                 me.next = o.next;
-                if let Some(n) = o.next {
-                    self.blocks[n].prev = Some(id);
+                if let Some(n) = linked(o.next) {
+                    self.blocks[n].prev = link(id);
                 }
             }
             me.size = me.size.saturating_add(o.size);
@@ -585,7 +599,7 @@ impl CachingAllocator {
     /// A cached block that is a whole segment (no neighbour split off it).
     fn is_whole_segment(&self, id: usize) -> bool {
         let b = &self.blocks[id];
-        b.prev.is_none() && b.next.is_none()
+        b.prev == NIL && b.next == NIL
     }
 
     /// Give a wholly free segment back to the driver.
