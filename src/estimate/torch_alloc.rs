@@ -214,6 +214,7 @@ impl FreeBlocks {
         self.links.get(id).is_some_and(|l| l.class == c)
     }
 
+    #[inline(always)]
     fn insert(&mut self, key: (u64, u64, usize)) {
         let Some(c) = class_of(key.0) else {
             if let Err(at) = self.rest.binary_search(&key) {
@@ -253,6 +254,7 @@ impl FreeBlocks {
         self.summary |= 1 << (c / 64);
     }
 
+    #[inline(always)]
     fn remove(&mut self, key: &(u64, u64, usize)) {
         let Some(c) = class_of(key.0) else {
             if let Ok(at) = self.rest.binary_search(key) {
@@ -267,6 +269,7 @@ impl FreeBlocks {
     }
 
     /// Take block `id` out of the list of class `c`, which holds it.
+    #[inline(always)]
     fn unlink(&mut self, c: usize, id: usize) {
         let Link { next, prev, .. } = self.links[id];
         self.links[id] = UNLINKED;
@@ -288,6 +291,7 @@ impl FreeBlocks {
 
     /// `remove(old)` then `insert(new)`: a freed block that merges with a cached neighbour
     /// takes its place.
+    #[inline(always)]
     fn replace(&mut self, old: &(u64, u64, usize), new: (u64, u64, usize)) {
         self.remove(old);
         self.insert(new);
