@@ -65,8 +65,22 @@ struct Block {
     size: u64,
     small: bool,
     allocated: bool,
-    prev: Option<usize>,
-    next: Option<usize>,
+    /// The neighbours in its segment (`NIL`: none); 32 bits keep a block in half a cache line.
+    prev: u32,
+    next: u32,
+}
+
+/// No neighbour.
+const NIL: u32 = u32::MAX;
+
+/// A block index as a neighbour link (an arena past `NIL` blocks is far beyond any replay).
+fn link(id: usize) -> u32 {
+    u32::try_from(id).unwrap_or(NIL)
+}
+
+/// A neighbour link as a block index.
+fn linked(l: u32) -> Option<usize> {
+    (l != NIL).then_some(l as usize)
 }
 
 /// A handle on an allocated tensor's block.
@@ -93,15 +107,16 @@ const NONE: usize = usize::MAX;
 /// One pool's cached free blocks by (size, address, block), in the allocator's best-fit order
 /// (smallest that holds the request, then the lowest address). A decode step makes and frees
 /// thousands of small tensors, so a block whose size is a multiple of `MIN_BLOCK` up to 2 MiB
-/// is in its size's class, a list in address order linked through the block's index, found
-/// through a two-level bitmap of the non-empty classes in a few word operations; any other block
-/// is in a sorted vector, as a set. A block is cached at most once.
+/// is in its size's class, a list in address order doubly linked through the block's index (a
+/// block leaves it, and is known to be in it, without a walk), found through a two-level bitmap
+/// of the non-empty classes in a few word operations; any other block is in a sorted vector, as
+/// a set. A block is cached at most once.
 #[derive(Debug, Clone)]
 struct FreeBlocks {
     /// The first block of each class (`NONE`: empty).
     heads: Vec<usize>,
-    /// By block index: the next block of its class, and its address.
-    links: Vec<(usize, u64)>,
+    /// By block index: its place in a class's list.
+    links: Vec<Link>,
     /// Bit `c` of the class bitmap: class `c` holds a block.
     bits: [u64; WORDS],
     /// Bit `w`: word `w` of `bits` is not zero.
@@ -109,6 +124,25 @@ struct FreeBlocks {
     /// Blocks outside the classes, sorted.
     rest: Vec<(u64, u64, usize)>,
 }
+
+/// A block's place in its class's list.
+#[derive(Debug, Clone, Copy)]
+struct Link {
+    /// The class whose list holds the block (`NONE`: none).
+    class: usize,
+    /// The blocks after and before it there (`NONE`: the end).
+    next: usize,
+    prev: usize,
+    /// Its address.
+    ptr: u64,
+}
+
+const UNLINKED: Link = Link {
+    class: NONE,
+    next: NONE,
+    prev: NONE,
+    ptr: 0,
+};
 
 impl Default for FreeBlocks {
     fn default() -> Self {
@@ -151,7 +185,7 @@ impl FreeBlocks {
             .and_then(|c| self.class_from(c))
             .map(|c| {
                 let id = self.heads[c];
-                (c as u64 * MIN_BLOCK, self.links[id].1, id)
+                (c as u64 * MIN_BLOCK, self.links[id].ptr, id)
             });
         if self.rest.is_empty() {
             return classed;
@@ -165,27 +199,22 @@ impl FreeBlocks {
     }
 
     /// Take the smallest block of at least `size` bytes (ties: the lowest address) out of the
-    /// pool.
+    /// pool. A block from a class is the head of its list, unlinked there without a search.
     fn take_holding(&mut self, size: u64) -> Option<(u64, u64, usize)> {
         let key = self.first_holding(size)?;
-        self.remove(&key);
+        match class_of(key.0) {
+            Some(c) if self.heads[c] == key.2 => self.unlink(c, key.2),
+            _ => self.remove(&key),
+        }
         Some(key)
     }
 
-    /// Whether block `id` is in the list of class `c`, and the block before it there.
-    fn find(&self, c: usize, id: usize) -> Option<usize> {
-        let mut before = NONE;
-        let mut at = self.heads[c];
-        while at != NONE {
-            if at == id {
-                return Some(before);
-            }
-            before = at;
-            at = self.links[at].0;
-        }
-        None
+    /// Whether block `id` is in the list of class `c`.
+    fn holds(&self, c: usize, id: usize) -> bool {
+        self.links.get(id).is_some_and(|l| l.class == c)
     }
 
+    #[inline(always)]
     fn insert(&mut self, key: (u64, u64, usize)) {
         let Some(c) = class_of(key.0) else {
             if let Err(at) = self.rest.binary_search(&key) {
@@ -194,29 +223,38 @@ impl FreeBlocks {
             return;
         };
         let (_, ptr, id) = key;
-        if self.find(c, id).is_some() {
+        if self.holds(c, id) {
             return;
         }
         if self.links.len() <= id {
-            self.links.resize(id + 1, (NONE, 0));
+            self.links.resize(id + 1, UNLINKED);
         }
         // after every block of a lower (address, index)
         let mut before = NONE;
         let mut at = self.heads[c];
-        while at != NONE && (self.links[at].1, at) < (ptr, id) {
+        while at != NONE && (self.links[at].ptr, at) < (ptr, id) {
             before = at;
-            at = self.links[at].0;
+            at = self.links[at].next;
         }
-        self.links[id] = (at, ptr);
+        self.links[id] = Link {
+            class: c,
+            next: at,
+            prev: before,
+            ptr,
+        };
         if before == NONE {
             self.heads[c] = id;
         } else {
-            self.links[before].0 = id;
+            self.links[before].next = id;
+        }
+        if at != NONE {
+            self.links[at].prev = id;
         }
         self.bits[c / 64] |= 1 << (c % 64);
         self.summary |= 1 << (c / 64);
     }
 
+    #[inline(always)]
     fn remove(&mut self, key: &(u64, u64, usize)) {
         let Some(c) = class_of(key.0) else {
             if let Ok(at) = self.rest.binary_search(key) {
@@ -225,17 +263,23 @@ impl FreeBlocks {
             return;
         };
         let id = key.2;
-        let Some(before) = self.find(c, id) else {
-            return;
-        };
-        if self.links[id].1 != key.1 {
-            return;
+        if self.holds(c, id) && self.links[id].ptr == key.1 {
+            self.unlink(c, id);
         }
-        let next = self.links[id].0;
-        if before == NONE {
+    }
+
+    /// Take block `id` out of the list of class `c`, which holds it.
+    #[inline(always)]
+    fn unlink(&mut self, c: usize, id: usize) {
+        let Link { next, prev, .. } = self.links[id];
+        self.links[id] = UNLINKED;
+        if prev == NONE {
             self.heads[c] = next;
         } else {
-            self.links[before].0 = next;
+            self.links[prev].next = next;
+        }
+        if next != NONE {
+            self.links[next].prev = prev;
         }
         if self.heads[c] == NONE {
             self.bits[c / 64] &= !(1 << (c % 64));
@@ -247,6 +291,7 @@ impl FreeBlocks {
 
     /// `remove(old)` then `insert(new)`: a freed block that merges with a cached neighbour
     /// takes its place.
+    #[inline(always)]
     fn replace(&mut self, old: &(u64, u64, usize), new: (u64, u64, usize)) {
         self.remove(old);
         self.insert(new);
@@ -258,8 +303,8 @@ impl FreeBlocks {
         for (c, &head) in self.heads.iter().enumerate() {
             let mut at = head;
             while at != NONE {
-                all.push((c as u64 * MIN_BLOCK, self.links[at].1, at));
-                at = self.links[at].0;
+                all.push((c as u64 * MIN_BLOCK, self.links[at].ptr, at));
+                at = self.links[at].next;
             }
         }
         all.sort_unstable();
@@ -398,8 +443,8 @@ impl CachingAllocator {
             size: segment,
             small,
             allocated: false,
-            prev: None,
-            next: None,
+            prev: NIL,
+            next: NIL,
         }))
     }
 
@@ -454,69 +499,66 @@ impl CachingAllocator {
         if !keep {
             return;
         }
+        let ptr = b.ptr.saturating_add(size);
         let r = self.push(Block {
-            ptr: b.ptr.saturating_add(size),
+            ptr,
             size: rest,
             small: b.small,
             allocated: false,
-            prev: Some(id),
+            prev: link(id),
             next: b.next,
         });
-        if let Some(n) = b.next {
-            self.blocks[n].prev = Some(r);
+        if let Some(n) = linked(b.next) {
+            self.blocks[n].prev = link(r);
         }
         let b = &mut self.blocks[id];
-        b.next = Some(r);
+        b.next = link(r);
         b.size = size;
-        let key = self.key(r);
-        self.pools[usize::from(!self.blocks[r].small)].insert(key);
-    }
-
-    fn key(&self, id: usize) -> (u64, u64, usize) {
-        let b = &self.blocks[id];
-        (b.size, b.ptr, id)
+        // the key from the values just written, not read back from the block
+        self.pools[usize::from(!b.small)].insert((rest, ptr, r));
     }
 
     /// Free a tensor's block: it merges with its free neighbours and is cached.
     pub fn free(&mut self, a: Allocation) {
         let id = a.0;
-        let Some(b) = self.blocks.get(id).copied() else {
+        let Some(mut me) = self.blocks.get(id).copied() else {
             return;
         };
-        if !b.allocated {
+        if !me.allocated {
             return;
         }
-        self.allocated = self.allocated.saturating_sub(b.size);
-        self.blocks[id].allocated = false;
-        // The cached neighbours it absorbs leave the pool as the merged block enters it.
+        self.allocated = self.allocated.saturating_sub(me.size);
+        me.allocated = false;
+        // The cached neighbours it absorbs leave the pool as the merged block enters it. The
+        // merged block is built in `me` and written once.
         let mut absorbed = [None, None];
-        for (slot, other) in [b.prev, b.next].into_iter().enumerate() {
-            let Some(other) = other else {
+        for (slot, other) in [me.prev, me.next].into_iter().enumerate() {
+            let Some(other) = linked(other) else {
                 continue;
             };
             let o = self.blocks[other];
             if o.allocated {
                 continue;
             }
-            absorbed[slot] = Some(self.key(other));
-            let me = &mut self.blocks[id];
-            if Some(other) == me.prev {
+            absorbed[slot] = Some((o.size, o.ptr, other));
+            if slot == 0 {
                 me.ptr = o.ptr;
                 me.prev = o.prev;
-                if let Some(p) = o.prev {
-                    self.blocks[p].next = Some(id);
+                if let Some(p) = linked(o.prev) {
+                    self.blocks[p].next = link(id);
                 }
             } else {
                 me.next = o.next;
-                if let Some(n) = o.next {
-                    self.blocks[n].prev = Some(id);
+                if let Some(n) = linked(o.next) {
+                    self.blocks[n].prev = link(id);
                 }
             }
-            self.blocks[id].size = self.blocks[id].size.saturating_add(o.size);
+            me.size = me.size.saturating_add(o.size);
             self.retired.push(other);
         }
-        let key = self.key(id);
-        let pool = &mut self.pools[usize::from(!self.blocks[id].small)];
+        self.blocks[id] = me;
+        let key = (me.size, me.ptr, id);
+        let pool = &mut self.pools[usize::from(!me.small)];
         match absorbed {
             [None, None] => pool.insert(key),
             [Some(one), None] | [None, Some(one)] => pool.replace(&one, key),
@@ -561,7 +603,7 @@ impl CachingAllocator {
     /// A cached block that is a whole segment (no neighbour split off it).
     fn is_whole_segment(&self, id: usize) -> bool {
         let b = &self.blocks[id];
-        b.prev.is_none() && b.next.is_none()
+        b.prev == NIL && b.next == NIL
     }
 
     /// Give a wholly free segment back to the driver.
