@@ -109,15 +109,22 @@ fn each_failing_stage_names_its_cause() {
     assert!(v.summary.contains("8 do not"), "{}", v.summary);
 }
 
+/// A 13 GiB model that loaded, then a first token that asked 2 GiB for activations holding 15 GiB.
+fn loaded_then_first_token_ran_out() -> [StageRecord; 2] {
+    [
+        stage(Stage::Load, StageOutcome::Ok, comp(13 * GIB, 0, 0), None),
+        stage(
+            Stage::FirstToken,
+            StageOutcome::Oom,
+            comp(13 * GIB, GIB, 0),
+            Some(oom(2 * GIB, 15 * GIB, Part::Activations)),
+        ),
+    ]
+}
+
 #[test]
 fn other_processes_and_fragmentation_come_from_the_meters() {
-    let ok = stage(Stage::Load, StageOutcome::Ok, comp(13 * GIB, 0, 0), None);
-    let failed = stage(
-        Stage::FirstToken,
-        StageOutcome::Oom,
-        comp(13 * GIB, GIB, 0),
-        Some(oom(2 * GIB, 15 * GIB, Part::Activations)),
-    );
+    let [ok, failed] = loaded_then_first_token_ran_out();
     let notebook = GpuProcess {
         pid: 4121,
         name: "python".into(),
@@ -280,13 +287,7 @@ fn the_d_rules_decide_from_the_record_alone() {
 
 #[test]
 fn the_verdict_carries_the_record_it_was_decided_from() {
-    let ok = stage(Stage::Load, StageOutcome::Ok, comp(13 * GIB, 0, 0), None);
-    let failed = stage(
-        Stage::FirstToken,
-        StageOutcome::Oom,
-        comp(13 * GIB, GIB, 0),
-        Some(oom(2 * GIB, 15 * GIB, Part::Activations)),
-    );
+    let [ok, failed] = loaded_then_first_token_ran_out();
     let c = card(vec![], false);
     let v = classify(&[ok, failed], &c);
     let r = v.record.as_ref().expect("a record");
