@@ -325,7 +325,7 @@ fn vllm_figures(line: &str, words: u64, v: &mut VllmFigures) {
         &TOTAL,
         r"(?:total_gpu_memory=|total capacity of )([\d.]+) ?(GiB|MiB|GB)|([\d.]+) ?(GiB|MiB|GB) total capacity",
     );
-    if let Some(c) = captures_with(line, &["total"], total) {
+    if let Some(c) = captures_with(line, &["total_gpu_memory=", "total capacity"], total) {
         let b = match (c.get(1), c.get(2)) {
             (Some(n), Some(u)) => size(n.as_str(), u.as_str()),
             _ => c

@@ -63,8 +63,23 @@ fn message(lines: &[String], i: usize, st: &mut Scan) {
     let exceeds = window.contains("would exceed allowed memory");
     let t = match exceeds.then(|| super::engines::allowed_memory_figures(lines, i, None)) {
         Some(Some(t)) => t,
-        _ if window.contains("MPS backend out of memory") => mps(&window),
-        _ => current_or_old(&window),
+        // A message seen before (a log of many runs, a message repeated by each worker) has
+        // the same figures: they are a pure function of the joined text.
+        _ => match st.memo.torch_messages.get(&window) {
+            Some(t) => t.clone(),
+            None => {
+                let t = if window.contains("MPS backend out of memory") {
+                    mps(&window)
+                } else {
+                    current_or_old(&window)
+                };
+                // Bounded memory: at most 2,048 messages of up to 2 KiB each are kept.
+                if st.memo.torch_messages.len() < 2048 && window.len() <= 2048 {
+                    st.memo.torch_messages.insert(window, t.clone());
+                }
+                t
+            }
+        },
     };
     // The exception line and its repetition in a traceback summary are one event.
     let repeat = st.last_torch_line.is_some_and(|l| n - l <= 3)
@@ -84,20 +99,22 @@ fn one_message(lines: &[String]) -> String {
     const ASK: &str = "Tried to allocate";
     // A wrap leaves the line's trailing space beside the joining one ("total capacity; \n23.14
     // GiB already allocated": transformers-starcoder-46): runs of spaces are one.
-    let joined = lines
-        .iter()
-        .flat_map(|l| l.split_whitespace())
-        .collect::<Vec<_>>()
-        .join(" ");
+    let mut joined = String::with_capacity(lines.iter().map(String::len).sum());
+    for word in lines.iter().flat_map(|l| l.split_whitespace()) {
+        if !joined.is_empty() {
+            joined.push(' ');
+        }
+        joined.push_str(word);
+    }
     let second = joined.find(ASK).and_then(|first| {
         joined[first + ASK.len()..]
             .find(ASK)
             .map(|k| first + ASK.len() + k)
     });
-    match second {
-        Some(cut) => joined[..cut].to_string(),
-        None => joined,
+    if let Some(cut) = second {
+        joined.truncate(cut);
     }
+    joined
 }
 
 fn backend(window: &str) -> Option<&'static str> {
