@@ -395,9 +395,11 @@ pub(crate) struct Memos {
     pub(crate) oom_words: LineMemo<bool>,
     /// `hints::mark`: what the line's text alone says to the context.
     pub(crate) looks: LineMemo<super::hints::Looks>,
-    /// `torch::message`: the figures of a PyTorch message, by the message's joined text (a
-    /// pure function of it), for up to 2,048 distinct messages of up to 2 KiB.
-    pub(crate) torch_messages: HashMap<String, TorchOom>,
+    /// `torch::message`: the figures of a PyTorch message (a pure function of its eight lines'
+    /// text), by [`lines_hash`] of those lines: the first line's index, the lines' count (fewer
+    /// than eight at the log's end) and the figures.
+    pub(crate) torch_messages:
+        HashMap<u64, (usize, usize, TorchOom), BuildHasherDefault<HashIsKey>>,
 }
 
 /// A memo is no part of what the pass found: two passes that found the same compare equal.
@@ -458,6 +460,13 @@ fn line_hash(line: &str) -> u64 {
     let rest = chunks.remainder();
     w[..rest.len()].copy_from_slice(rest);
     (h.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(K)
+}
+
+/// A quick hash of consecutive lines' text, [`line_hash`] of each folded in.
+pub(crate) fn lines_hash(lines: &[String]) -> u64 {
+    lines.iter().fold(lines.len() as u64, |h, l| {
+        (h.rotate_left(5) ^ line_hash(l)).wrapping_mul(0x517c_c1b7_2722_0a95)
+    })
 }
 
 /// Distinct lines a [`LineMemo`] remembers, at most.

@@ -59,27 +59,45 @@ fn message(lines: &[String], i: usize, st: &mut Scan) {
     let n = i + 1;
     // Eight lines: a logger that wraps the message into a narrow column (rich's, infinity-483)
     // spreads it over as many.
-    let window = one_message(&lines[i..lines.len().min(i + 8)]);
-    let exceeds = window.contains("would exceed allowed memory");
-    let t = match exceeds.then(|| super::engines::allowed_memory_figures(lines, i, None)) {
-        Some(Some(t)) => t,
-        // A message seen before (a log of many runs, a message repeated by each worker) has
-        // the same figures: they are a pure function of the joined text.
-        _ => match st.memo.torch_messages.get(&window) {
-            Some(t) => t.clone(),
-            None => {
-                let t = if window.contains("MPS backend out of memory") {
-                    mps(&window)
-                } else {
-                    current_or_old(&window)
-                };
-                // Bounded memory: at most 2,048 messages of up to 2 KiB each are kept.
-                if st.memo.torch_messages.len() < 2048 && window.len() <= 2048 {
-                    st.memo.torch_messages.insert(window, t.clone());
+    let end = lines.len().min(i + 8);
+    let window_lines = &lines[i..end];
+    // A message seen before (a log of many runs, a message repeated by each worker) has the
+    // same figures: they are a pure function of its eight lines' text, remembered by it.
+    let key = super::parse::lines_hash(window_lines);
+    let known = match st.memo.torch_messages.get(&key) {
+        Some((j, len, t))
+            if *len == window_lines.len()
+                && lines.get(*j..j.saturating_add(*len)) == Some(window_lines) =>
+        {
+            Some(t.clone())
+        }
+        _ => None,
+    };
+    let t = match known {
+        Some(t) => t,
+        None => {
+            let window = one_message(window_lines);
+            let exceeds = window.contains("would exceed allowed memory");
+            match exceeds.then(|| super::engines::allowed_memory_figures(lines, i, None)) {
+                // Figures read from the lines around: not a function of the window alone.
+                Some(Some(t)) => t,
+                _ => {
+                    let t = if window.contains("MPS backend out of memory") {
+                        mps(&window)
+                    } else {
+                        current_or_old(&window)
+                    };
+                    // Bounded memory: at most 4,096 messages are kept.
+                    if !exceeds && st.memo.torch_messages.len() < 4096 {
+                        st.memo
+                            .torch_messages
+                            .entry(key)
+                            .or_insert_with(|| (i, window_lines.len(), t.clone()));
+                    }
+                    t
                 }
-                t
             }
-        },
+        }
     };
     // The exception line and its repetition in a traceback summary are one event.
     let repeat = st.last_torch_line.is_some_and(|l| n - l <= 3)
