@@ -325,7 +325,7 @@ fn vllm_figures(line: &str, words: u64, v: &mut VllmFigures) {
         &TOTAL,
         r"(?:total_gpu_memory=|total capacity of )([\d.]+) ?(GiB|MiB|GB)|([\d.]+) ?(GiB|MiB|GB) total capacity",
     );
-    if let Some(c) = captures_with(line, &["total"], total) {
+    if let Some(c) = captures_with(line, &["total_gpu_memory=", "total capacity"], total) {
         let b = match (c.get(1), c.get(2)) {
             (Some(n), Some(u)) => size(n.as_str(), u.as_str()),
             _ => c
@@ -474,6 +474,7 @@ const VLLM_BIT: u32 = 1;
 const WORKLOAD_BIT: u32 = 2;
 const WEIGHTS_BIT: u32 = 3;
 const MODEL_BIT: u32 = 4;
+const VERSION_BIT: u32 = 5;
 
 /// A request served: throughput reports and a client's success line.
 const SERVED_WORDS: &[&str] = &["Throughput (T/s)", ": Success", "Avg prompt throughput"];
@@ -486,7 +487,8 @@ const VLLM_WORDS: &[&str] = &[
     "lock_size",
     "block-size",
     "kv_cache_size",
-    "total",
+    "total_gpu_memory=",
+    "total capacity",
 ];
 
 /// The workload a line states (batch, sequence length, context, parallel slots).
@@ -523,8 +525,19 @@ const MODEL_WORDS: &[&str] = &[
     "ollama run",
 ];
 
+/// An engine's version (see [`engine_version`]): each alternative of its regex holds one of
+/// these literally (`pytorch version: ` and the others with `version: `).
+const VERSION_WORDS: &[&str] = &[
+    "engine (v",
+    "server version ",
+    "build: ",
+    "version: ",
+    "text-generation-inference:",
+    "(version ",
+];
+
 /// Which of the hints' word lists `line` holds: bit [`SERVED_BIT`], [`VLLM_BIT`],
-/// [`WORKLOAD_BIT`], [`WEIGHTS_BIT`], [`MODEL_BIT`].
+/// [`WORKLOAD_BIT`], [`WEIGHTS_BIT`], [`MODEL_BIT`], [`VERSION_BIT`].
 fn hint_words(line: &str) -> u64 {
     static LISTS: LazyLock<WordLists> = LazyLock::new(|| {
         WordLists::new(&[
@@ -533,6 +546,7 @@ fn hint_words(line: &str) -> u64 {
             WORKLOAD_WORDS,
             WEIGHTS_WORDS,
             MODEL_WORDS,
+            VERSION_WORDS,
         ])
     });
     LISTS.mask(line)
@@ -595,7 +609,7 @@ pub(crate) fn mark(lines: &[String], i: usize, ctx: &mut Context, memo: &mut Lin
     workload(line, words, n, ctx);
     vllm_figures(line, words, &mut ctx.vllm);
     device_at_start(line, n, ctx);
-    if let Some((engine, v)) = engine_version(line) {
+    if let Some((engine, v)) = engine_version(line, words) {
         ctx.engine_versions.retain(|e| e.0 != engine);
         ctx.engine_versions.push((engine, v));
     }
@@ -1238,18 +1252,10 @@ fn weights_loaded(line: &str, words: u64) -> Option<(u64, Option<u64>)> {
 /// (v0.9.1)` / `vLLM API server version 0.8.4`, llama.cpp's `build: 5908 (538cc77f) with …`,
 /// `TensorRT-LLM version: 0.11.0`, TGI's image tag `text-generation-inference:3.2.1`, ollama's
 /// `Listening on … (version 0.1.33)`, `ComfyUI version: 0.3.15`, `PyTorch version: 2.6.0`.
-fn engine_version(line: &str) -> Option<(super::parse::Source, String)> {
+fn engine_version(line: &str, words: u64) -> Option<(super::parse::Source, String)> {
     use super::parse::Source;
     static VERSION: OnceLock<Regex> = OnceLock::new();
-    if ![
-        "version",
-        "build: ",
-        "engine (v",
-        "text-generation-inference:",
-    ]
-    .iter()
-    .any(|w| line.contains(w))
-    {
+    if words & (1 << VERSION_BIT) == 0 {
         return None;
     }
     let v = re(
@@ -1581,9 +1587,12 @@ mod tests {
             ("[TensorRT-LLM] TensorRT-LLM version: 0.11.0.dev2024052800", Source::TensorrtLlm, "0.11.0.dev2024052800"),
             ("time=2024 level=INFO msg=\"Listening on 127.0.0.1:11434 (version 0.1.33)\"", Source::Ollama, "0.1.33"),
         ] {
-            assert_eq!(engine_version(l), Some((s, v.to_string())), "{l}");
+            assert_eq!(engine_version(l, hint_words(l)), Some((s, v.to_string())), "{l}");
         }
-        assert_eq!(engine_version("CUDA Version: 12.4"), None);
+        assert_eq!(
+            engine_version("CUDA Version: 12.4", hint_words("CUDA Version: 12.4")),
+            None
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! `words`); this file holds the vocabulary they share and the one pass over the lines.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::OnceLock;
 
 use aho_corasick::AhoCorasick;
@@ -394,6 +395,11 @@ pub(crate) struct Memos {
     pub(crate) oom_words: LineMemo<bool>,
     /// `hints::mark`: what the line's text alone says to the context.
     pub(crate) looks: LineMemo<super::hints::Looks>,
+    /// `torch::message`: the figures of a PyTorch message (a pure function of its eight lines'
+    /// text), by [`lines_hash`] of those lines: the first line's index, the lines' count (fewer
+    /// than eight at the log's end) and the figures.
+    pub(crate) torch_messages:
+        HashMap<u64, (usize, usize, TorchOom), BuildHasherDefault<HashIsKey>>,
 }
 
 /// A memo is no part of what the pass found: two passes that found the same compare equal.
@@ -414,7 +420,29 @@ pub(crate) struct LineMemo<T> {
     last: Option<(usize, T)>,
     /// By a hash of the line's text: the index of a line with that hash and its answer (another
     /// line with the same hash is compared by text, and runs the function when it differs).
-    seen: HashMap<u64, (usize, T)>,
+    seen: HashMap<u64, (usize, T), BuildHasherDefault<HashIsKey>>,
+}
+
+/// The hasher of [`LineMemo`]'s map: its keys are already [`line_hash`]es, so the map uses them
+/// as they are instead of hashing them again (SipHash cost as much as the rest of a lookup).
+#[derive(Default)]
+pub(crate) struct HashIsKey(u64);
+
+impl Hasher for HashIsKey {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    /// Only `u64` keys are hashed here; any other bytes are folded in, so the map stays correct.
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        // The high bits, the best mixed by the hash's last multiply, reach the low ones that
+        // pick a bucket.
+        self.0 = v ^ (v >> 32);
+    }
 }
 
 /// A quick hash of a line's text for [`LineMemo`] (eight bytes a step, multiply and rotate as
@@ -434,6 +462,13 @@ fn line_hash(line: &str) -> u64 {
     (h.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(K)
 }
 
+/// A quick hash of consecutive lines' text, [`line_hash`] of each folded in.
+pub(crate) fn lines_hash(lines: &[String]) -> u64 {
+    lines.iter().fold(lines.len() as u64, |h, l| {
+        (h.rotate_left(5) ^ line_hash(l)).wrapping_mul(0x517c_c1b7_2722_0a95)
+    })
+}
+
 /// Distinct lines a [`LineMemo`] remembers, at most.
 const MEMO_LINES: usize = 1 << 16;
 
@@ -441,7 +476,7 @@ impl<T> Default for LineMemo<T> {
     fn default() -> Self {
         LineMemo {
             last: None,
-            seen: HashMap::new(),
+            seen: HashMap::default(),
         }
     }
 }

@@ -59,12 +59,45 @@ fn message(lines: &[String], i: usize, st: &mut Scan) {
     let n = i + 1;
     // Eight lines: a logger that wraps the message into a narrow column (rich's, infinity-483)
     // spreads it over as many.
-    let window = one_message(&lines[i..lines.len().min(i + 8)]);
-    let exceeds = window.contains("would exceed allowed memory");
-    let t = match exceeds.then(|| super::engines::allowed_memory_figures(lines, i, None)) {
-        Some(Some(t)) => t,
-        _ if window.contains("MPS backend out of memory") => mps(&window),
-        _ => current_or_old(&window),
+    let end = lines.len().min(i + 8);
+    let window_lines = &lines[i..end];
+    // A message seen before (a log of many runs, a message repeated by each worker) has the
+    // same figures: they are a pure function of its eight lines' text, remembered by it.
+    let key = super::parse::lines_hash(window_lines);
+    let known = match st.memo.torch_messages.get(&key) {
+        Some((j, len, t))
+            if *len == window_lines.len()
+                && lines.get(*j..j.saturating_add(*len)) == Some(window_lines) =>
+        {
+            Some(t.clone())
+        }
+        _ => None,
+    };
+    let t = match known {
+        Some(t) => t,
+        None => {
+            let window = one_message(window_lines);
+            let exceeds = window.contains("would exceed allowed memory");
+            match exceeds.then(|| super::engines::allowed_memory_figures(lines, i, None)) {
+                // Figures read from the lines around: not a function of the window alone.
+                Some(Some(t)) => t,
+                _ => {
+                    let t = if window.contains("MPS backend out of memory") {
+                        mps(&window)
+                    } else {
+                        current_or_old(&window)
+                    };
+                    // Bounded memory: at most 4,096 messages are kept.
+                    if !exceeds && st.memo.torch_messages.len() < 4096 {
+                        st.memo
+                            .torch_messages
+                            .entry(key)
+                            .or_insert_with(|| (i, window_lines.len(), t.clone()));
+                    }
+                    t
+                }
+            }
+        }
     };
     // The exception line and its repetition in a traceback summary are one event.
     let repeat = st.last_torch_line.is_some_and(|l| n - l <= 3)
@@ -84,20 +117,22 @@ fn one_message(lines: &[String]) -> String {
     const ASK: &str = "Tried to allocate";
     // A wrap leaves the line's trailing space beside the joining one ("total capacity; \n23.14
     // GiB already allocated": transformers-starcoder-46): runs of spaces are one.
-    let joined = lines
-        .iter()
-        .flat_map(|l| l.split_whitespace())
-        .collect::<Vec<_>>()
-        .join(" ");
+    let mut joined = String::with_capacity(lines.iter().map(String::len).sum());
+    for word in lines.iter().flat_map(|l| l.split_whitespace()) {
+        if !joined.is_empty() {
+            joined.push(' ');
+        }
+        joined.push_str(word);
+    }
     let second = joined.find(ASK).and_then(|first| {
         joined[first + ASK.len()..]
             .find(ASK)
             .map(|k| first + ASK.len() + k)
     });
-    match second {
-        Some(cut) => joined[..cut].to_string(),
-        None => joined,
+    if let Some(cut) = second {
+        joined.truncate(cut);
     }
+    joined
 }
 
 fn backend(window: &str) -> Option<&'static str> {
