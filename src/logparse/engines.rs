@@ -13,143 +13,220 @@ use super::parse::{
 
 type Reader = fn(&[String], usize, &mut Scan) -> bool;
 
-/// Offer line `i` to every reader in turn; true when one took it. A line without any reader's
-/// words is no engine's message and skips them all (most lines of a long log).
+/// Which of [`READERS`] may take a line: bit `k` for `READERS[k]`.
+pub(crate) type ReaderMask = u16;
+
+/// Every reader's bit.
+const ALL_READERS: ReaderMask = (1 << READERS.len()) - 1;
+
+/// Offer line `i` to the readers whose words it has, in turn; true when one took it. A line
+/// without any reader's words is no engine's message and skips them all (most lines of a long
+/// log); a line with one reader's words (an `OutOfMemoryError` line has `MemoryError`, the host
+/// reader's) runs only that reader.
 pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
-    st.memo.engine_words.get(lines, i, may_be_engine_message) == Some(true)
-        && read_ungated(lines, i, st)
+    match st.memo.engine_words.get(lines, i, readers_for) {
+        Some(0) | None => false,
+        Some(mask) => read_masked(lines, i, st, mask),
+    }
+}
+
+/// The readers of `mask` on line `i`, in [`READERS`]' order.
+fn read_masked(lines: &[String], i: usize, st: &mut Scan, mask: ReaderMask) -> bool {
+    READERS
+        .iter()
+        .enumerate()
+        .any(|(k, (r, _))| mask & (1 << k) != 0 && r(lines, i, st))
 }
 
 /// Every reader on line `i`, without the words' gate: what the gate must never change.
+#[cfg(test)]
 fn read_ungated(lines: &[String], i: usize, st: &mut Scan) -> bool {
-    const READERS: &[Reader] = &[
-        vllm_kv,
-        vllm_other,
-        llama_alloc,
-        llama_followup,
-        tgi_trt,
-        turbomind,
-        sglang_exllama,
-        apple,
-        accelerators,
-        cuda_errors,
-        host,
-        kubernetes,
-        batch_finder,
-    ];
-    READERS.iter().any(|r| r(lines, i, st))
+    read_masked(lines, i, st, ALL_READERS)
 }
 
-/// Words of which every reader below needs one on the line before it can take it: each
-/// reader's literals and a literal part of each of its regexes. Matched without regard to ASCII
-/// case, which covers the case-insensitive patterns (`is_exit_137`, SGLang's negative pool) and
-/// only lets a few more lines through to the readers themselves.
-const ENGINE_WORDS: &[&str] = &[
-    // vllm_kv, vllm_other
-    "max seq len",
-    "No available memory for the cache blocks",
-    "Available KV cache memory: -",
-    "Free memory on device",
-    "Available memory on node",
-    "warming up sampler with",
-    // llama_alloc, llama_followup
-    "MiB on device",
-    "failed to allocate",
-    "larger than buffer maximum",
-    "Device memory allocation of size",
-    "unable to allocate",
-    // tgi_trt
-    "Not enough memory to handle",
-    "Out of available cache blocks",
-    "component could not be created",
-    "[TensorRT-LLM]",
-    "tllmBuffers",
-    "tensorrt_llm/",
-    // turbomind
-    "[TM][ERROR]",
-    "turbomind",
-    // sglang_exllama
-    "max_total_num_tokens",
-    "#tokens",
-    "available_kv",
-    "kv_size",
-    "profiled value",
-    "leave no GPU memory for the KV cache",
-    "Not enough memory. Please try to increase --mem-fraction-static",
-    "No space left for only one request",
-    "Decode out of memory happened",
-    "alloc_req_slots runs out of memory",
-    "Some modules are dispatched on the CPU or the disk",
-    "Insufficient VRAM",
-    // apple (and its message wrapped after "which is", below)
-    "Attempting to allocate",
-    "kIOGPUCommandBufferCallbackErrorOutOfMemory",
-    "failed with status 5",
-    "Insufficient Memory",
-    "buffer is nil",
-    // accelerators
-    "Not enough space to allocate",
-    "hipErrorOutOfMemory",
-    "Allocation on device",
-    // cuda_errors
-    "CUDA_ERROR_OUT_OF_MEMORY",
-    "CUBLAS_STATUS_ALLOC_FAILED",
-    "is_good()",
-    "CUDA error: out of memory",
-    "CUDA driver error: out of memory",
-    "cudaErrorMemoryAllocation",
-    "CUDA failed with error out of memory",
-    "cuda runtime error (2) : out of memory",
-    // host, reported_oom_kill, oom_killer_summary, lm_studio_ram, python_memory_error
-    ": Kill",
-    " invoked oom-killer:",
-    "oom-kill:constraint=",
-    "earlyoom",
-    "System OOM encountered",
-    "systemd-oomd",
-    "The node was low on resource: memory",
-    "paging file is too small",
-    "WinError 1455",
-    "os error 1455",
-    "killed due to memory pressure (OOM)",
-    "OOM killer",
-    "exceeds the memory usage threshold",
-    "due to the node running low on memory",
-    "\"ram_",
-    "requires more system memory",
-    "DefaultCPUAllocator",
-    "MemoryError",
-    // kubernetes, is_exit_137
-    "OOMKilled",
-    "slurmstepd",
-    "insufficient shared memory (shm)",
-    "is too large for the available",
-    "137",
-    "killed",
-    "sigkill",
-    "-9",
-    // batch_finder
-    "No executable batch size found",
+/// The readers, in the order a line is offered to them (the first to take it wins; bit `k` of a
+/// line's [`ReaderMask`] stands for `READERS[k]`), each with its words: a reader takes no line,
+/// and changes nothing, without one of its words on the line (each literal it asks `contains`
+/// of, and a literal every match of each of its regexes holds, each alternative's own). Matched
+/// without regard to ASCII case, which covers the case-insensitive patterns (`is_exit_137`,
+/// SGLang's negative pool) and only lets a few more lines through to the readers themselves. A
+/// word may serve several readers.
+const READERS: &[(Reader, &[&str])] = &[
+    (vllm_kv, &["max seq len"]),
+    (
+        vllm_other,
+        &[
+            "No available memory for the cache blocks",
+            "Available KV cache memory: -",
+            "Free memory on device",
+            "Available memory on node",
+            "warming up sampler with",
+        ],
+    ),
+    (
+        llama_alloc,
+        &[
+            "MiB on device",
+            "failed to allocate",
+            "larger than buffer maximum",
+            "Device memory allocation of size",
+        ],
+    ),
+    (
+        llama_followup,
+        &["failed to allocate", "unable to allocate"],
+    ),
+    (
+        tgi_trt,
+        &[
+            "Not enough memory to handle",
+            "Out of available cache blocks",
+            "component could not be created",
+            "[TensorRT-LLM]",
+            "tllmBuffers",
+            "tensorrt_llm/",
+        ],
+    ),
+    (turbomind, &["[TM][ERROR]", "turbomind"]),
+    (
+        sglang_exllama,
+        &[
+            "max_total_num_tokens",
+            "#tokens",
+            "available_kv",
+            "kv_size",
+            "profiled value",
+            "leave no GPU memory for the KV cache",
+            "Not enough memory. Please try to increase --mem-fraction-static",
+            "No space left for only one request",
+            "Decode out of memory happened",
+            "alloc_req_slots runs out of memory",
+            "Some modules are dispatched on the CPU or the disk",
+            "Insufficient VRAM",
+        ],
+    ),
+    // At [`APPLE`]; and its message wrapped after "which is", in `readers_for`.
+    (
+        apple,
+        &[
+            "Attempting to allocate",
+            "kIOGPUCommandBufferCallbackErrorOutOfMemory",
+            "failed with status 5",
+            "Insufficient Memory",
+            "buffer is nil",
+        ],
+    ),
+    (
+        accelerators,
+        &[
+            "Not enough space to allocate",
+            "hipErrorOutOfMemory",
+            "Attempting to allocate",
+            "Allocation on device",
+        ],
+    ),
+    (
+        cuda_errors,
+        &[
+            "CUDA_ERROR_OUT_OF_MEMORY",
+            "CUBLAS_STATUS_ALLOC_FAILED",
+            "is_good()",
+            "CUDA error: out of memory",
+            "CUDA driver error: out of memory",
+            "cudaErrorMemoryAllocation",
+            "CUDA failed with error out of memory",
+            "cuda runtime error (2) : out of memory",
+        ],
+    ),
+    // With reported_oom_kill, oom_killer_summary, lm_studio_ram and python_memory_error.
+    (
+        host,
+        &[
+            ": Kill",
+            " invoked oom-killer:",
+            "oom-kill:constraint=",
+            "earlyoom",
+            "System OOM encountered",
+            "systemd-oomd",
+            "The node was low on resource: memory",
+            "paging file is too small",
+            "WinError 1455",
+            "os error 1455",
+            "killed due to memory pressure (OOM)",
+            "OOM killer",
+            "exceeds the memory usage threshold",
+            "due to the node running low on memory",
+            "\"ram_",
+            "requires more system memory",
+            "DefaultCPUAllocator",
+            "MemoryError",
+        ],
+    ),
+    // With is_exit_137.
+    (
+        kubernetes,
+        &[
+            "OOMKilled",
+            "slurmstepd",
+            "insufficient shared memory (shm)",
+            "is too large for the available",
+            "137",
+            "killed",
+            "sigkill",
+            "-9",
+        ],
+    ),
+    (batch_finder, &["No executable batch size found"]),
 ];
 
-/// Whether line `i` may be an engine's message: it has one of [`ENGINE_WORDS`] (one pass of one
-/// automaton, built once), or it is a case the words cannot vouch for — a line with non-ASCII
-/// text (a case-insensitive regex also matches the Kelvin sign for `k`), or MLX's message wrapped
-/// after "which is", which `apple` reads joined with the next line.
-fn may_be_engine_message(line: &str) -> bool {
-    static WORDS: LazyLock<Option<AhoCorasick>> = LazyLock::new(|| {
+/// `apple`'s bit: it also reads MLX's message wrapped after "which is" on the next line.
+const APPLE: ReaderMask = 1 << 7;
+
+/// The readers that may take a line: those with one of their words ([`READERS`]) on it (one pass
+/// of one automaton over every reader's words, built once), every reader for a line the words
+/// cannot vouch for — one with non-ASCII text (a case-insensitive regex also matches the Kelvin
+/// sign for `k`) — and `apple` for MLX's message wrapped after "which is", which it reads
+/// joined with the next line.
+fn readers_for(line: &str) -> ReaderMask {
+    static WORDS: LazyLock<Option<(AhoCorasick, Vec<ReaderMask>)>> = LazyLock::new(|| {
+        let mut words: Vec<&str> = Vec::new();
+        let mut masks: Vec<ReaderMask> = Vec::new();
+        for (k, (_, list)) in READERS.iter().enumerate() {
+            for w in *list {
+                match words.iter().position(|x| x == w) {
+                    Some(at) => masks[at] |= 1 << k,
+                    None => {
+                        words.push(*w);
+                        masks.push(1 << k);
+                    }
+                }
+            }
+        }
         // A DFA: caseless words leave no prefilter, so the automaton itself walks every line.
-        AhoCorasick::builder()
+        let automaton = AhoCorasick::builder()
             .ascii_case_insensitive(true)
             .kind(Some(AhoCorasickKind::DFA))
-            .build(ENGINE_WORDS)
-            .ok()
+            .build(&words)
+            .ok()?;
+        Some((automaton, masks))
     });
-    let Some(words) = WORDS.as_ref() else {
+    let Some((words, masks)) = WORDS.as_ref() else {
         // The automaton always builds from these words; without it every reader runs.
-        return true;
+        return ALL_READERS;
     };
-    !line.is_ascii() || words.is_match(line) || line.trim_end().ends_with("which is")
+    if !line.is_ascii() {
+        return ALL_READERS;
+    }
+    let mut mask = words.find_overlapping_iter(line).fold(0, |m, hit| {
+        m | masks
+            .get(hit.pattern().as_usize())
+            .copied()
+            .unwrap_or(ALL_READERS)
+    });
+    if line.trim_end().ends_with("which is") {
+        mask |= APPLE;
+    }
+    mask
 }
 
 /// One event per log for messages an engine repeats (a raise line and its exception line).
@@ -1207,6 +1284,35 @@ fn is_exit_137(line: &str) -> bool {
 mod tests {
     use super::super::parse::scan;
     use super::*;
+
+    /// [`APPLE`] is `apple`'s bit, and every reader's bit fits a [`ReaderMask`].
+    #[test]
+    fn apples_bit_is_apples_place() {
+        let words = READERS.get(APPLE.trailing_zeros() as usize).map(|r| r.1);
+        assert!(words.is_some_and(|w| w.contains(&"buffer is nil")));
+        assert!(READERS.len() < ReaderMask::BITS as usize);
+    }
+
+    /// An `OutOfMemoryError` line runs only the host reader (its `MemoryError`), a line with
+    /// no reader's words none, a non-ASCII line every one.
+    #[test]
+    fn each_line_runs_only_the_readers_whose_words_it_has() {
+        let host = 1
+            << READERS
+                .iter()
+                .position(|r| r.1.contains(&"MemoryError"))
+                .unwrap_or(0);
+        assert_eq!(
+            readers_for("torch.OutOfMemoryError: CUDA out of memory."),
+            host
+        );
+        assert_eq!(readers_for("Epoch 3: loss 0.12"), 0);
+        assert_eq!(readers_for("λ out of memory"), ALL_READERS);
+        assert_eq!(
+            readers_for("Attempting to allocate 5 bytes which is"),
+            APPLE | (1 << 8)
+        );
+    }
 
     /// The words' gate only skips lines no reader takes: over every log of the corpus, each
     /// line read gated leaves the same result and state as read by every reader.

@@ -389,8 +389,8 @@ pub(crate) struct Memos {
     pub(crate) passed_over: LineMemo<bool>,
     /// `catalogue::lookup`'s row for the line.
     pub(crate) catalogue_row: LineMemo<Option<usize>>,
-    /// `engines`: whether the line may be an engine's message.
-    pub(crate) engine_words: LineMemo<bool>,
+    /// `engines`: which engine readers may take the line.
+    pub(crate) engine_words: LineMemo<super::engines::ReaderMask>,
     /// `words::unrecognised`: out-of-memory words, not a look-alike and not advice.
     pub(crate) oom_words: LineMemo<bool>,
     /// `hints::mark`: what the line's text alone says to the context.
