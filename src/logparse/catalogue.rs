@@ -843,7 +843,11 @@ pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
     let Some(line) = lines.get(i) else {
         return false;
     };
-    let Some(row) = st.memo.catalogue_row.get(lines, i, first_row).flatten() else {
+    let Some(row) = st
+        .memo
+        .get(lines, i, |m| &mut m.catalogue_row, first_row)
+        .flatten()
+    else {
         return false;
     };
     match catalogued(line, row) {

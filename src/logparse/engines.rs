@@ -24,7 +24,7 @@ const ALL_READERS: ReaderMask = (1 << READERS.len()) - 1;
 /// log); a line with one reader's words (an `OutOfMemoryError` line has `MemoryError`, the host
 /// reader's) runs only that reader.
 pub fn read(lines: &[String], i: usize, st: &mut Scan) -> bool {
-    match st.memo.engine_words.get(lines, i, readers_for) {
+    match st.memo.get(lines, i, |m| &mut m.engine_words, readers_for) {
         Some(0) | None => false,
         Some(mask) => read_masked(lines, i, st, mask),
     }

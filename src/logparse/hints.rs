@@ -7,7 +7,7 @@ use std::sync::{LazyLock, OnceLock};
 use regex::Regex;
 use serde::Serialize;
 
-use super::parse::{cap_u64, re, size, LineMemo, WordLists};
+use super::parse::{cap_u64, re, size, Memos, WordLists};
 
 /// The moment a line shows, for the stage rules of the verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -589,9 +589,10 @@ fn looks(line: &str) -> Looks {
 }
 
 /// Mark line `i`'s context: frames, stage signals, workload and model. `memo` holds the
-/// [`Looks`] of the last line marked.
-pub(crate) fn mark(lines: &[String], i: usize, ctx: &mut Context, memo: &mut LineMemo<Looks>) {
-    let (Some(line), Some(seen)) = (lines.get(i), memo.get(lines, i, looks)) else {
+/// [`Looks`] of the lines marked, by their text.
+pub(crate) fn mark(lines: &[String], i: usize, ctx: &mut Context, memo: &mut Memos) {
+    let seen = memo.get(lines, i, |m| &mut m.looks, looks);
+    let (Some(line), Some(seen)) = (lines.get(i), seen) else {
         return;
     };
     let (line, n, words) = (line.as_str(), i + 1, seen.words);
@@ -1387,10 +1388,10 @@ mod tests {
         for log in &logs {
             let lines = crate::logparse::clean_lines(log.as_bytes());
             let (mut memoised, mut afresh) = (Context::default(), Context::default());
-            let mut memo = LineMemo::default();
+            let mut memo = Memos::default();
             for i in 0..lines.len() {
                 mark(&lines, i, &mut memoised, &mut memo);
-                mark(&lines, i, &mut afresh, &mut LineMemo::default());
+                mark(&lines, i, &mut afresh, &mut Memos::default());
             }
             assert_eq!(format!("{memoised:?}"), format!("{afresh:?}"));
         }
@@ -1398,7 +1399,7 @@ mod tests {
 
     fn mark_all(lines: &[&str], ctx: &mut Context) {
         let lines: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
-        let mut memo = LineMemo::default();
+        let mut memo = Memos::default();
         for i in 0..lines.len() {
             mark(&lines, i, ctx, &mut memo);
         }

@@ -378,28 +378,93 @@ pub struct Scan {
     /// The first lines with out-of-memory words that no reader knew; kept only when the log
     /// has no known event, so they never crowd out one.
     pub unrecognised: Vec<Finding>,
-    /// The answers of pure per-line looks, by the line's text (see [`LineMemo`]).
+    /// The answers of pure per-line looks, by the line's text (see [`Memos`]).
     pub(crate) memo: Memos,
 }
 
-/// One [`LineMemo`] per pure look the pass asks of every line.
+/// The answers of the pure per-line looks the pass asks of every line, by the line's text: a
+/// line repeated verbatim, in a row (a progress bar) or apart (a warning printed on every step,
+/// a message logged by each worker), is answered from the memo instead of running the look
+/// again. The line is looked up once, and its slot holds every look's answer (a look not asked
+/// yet is `None`). At most [`MEMO_LINES`] distinct lines are remembered, so the memo's size does
+/// not grow with the log's; past them a line that is not the last one asked runs each look.
 #[derive(Default)]
 pub(crate) struct Memos {
-    /// `scan`: the line cannot be an event (no anchor word, or a negation).
-    pub(crate) passed_over: LineMemo<bool>,
-    /// `catalogue::lookup`'s row for the line.
-    pub(crate) catalogue_row: LineMemo<Option<usize>>,
-    /// `engines`: which engine readers may take the line.
-    pub(crate) engine_words: LineMemo<super::engines::ReaderMask>,
-    /// `words::unrecognised`: out-of-memory words, not a look-alike and not advice.
-    pub(crate) oom_words: LineMemo<bool>,
-    /// `hints::mark`: what the line's text alone says to the context.
-    pub(crate) looks: LineMemo<super::hints::Looks>,
+    /// The line last asked and its slot in `slots` (`None`: its looks are not remembered).
+    at: Option<(usize, Option<usize>)>,
+    /// By a hash of the line's text ([`line_hash`]): the index of a line with that hash and its
+    /// slot (another line with the same hash is compared by text, and runs the looks when it
+    /// differs).
+    index: HashMap<u64, (usize, usize), BuildHasherDefault<HashIsKey>>,
+    slots: Vec<LineLooks>,
     /// `torch::message`: the figures of a PyTorch message (a pure function of its eight lines'
     /// text), by [`lines_hash`] of those lines: the first line's index, the lines' count (fewer
     /// than eight at the log's end) and the figures.
     pub(crate) torch_messages:
         HashMap<u64, (usize, usize, TorchOom), BuildHasherDefault<HashIsKey>>,
+}
+
+/// Each look's answer for one line's text, `None` until asked. Only for functions of the
+/// line's text alone, never of its neighbours or of the pass's state.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct LineLooks {
+    /// `scan`: the line cannot be an event (no anchor word, or a negation).
+    pub(crate) passed_over: Option<bool>,
+    /// `catalogue::lookup`'s row for the line.
+    pub(crate) catalogue_row: Option<Option<usize>>,
+    /// `engines`: which engine readers may take the line.
+    pub(crate) engine_words: Option<super::engines::ReaderMask>,
+    /// `words::unrecognised`: out-of-memory words, not a look-alike and not advice.
+    pub(crate) oom_words: Option<bool>,
+    /// `hints::mark`: what the line's text alone says to the context.
+    pub(crate) looks: Option<super::hints::Looks>,
+}
+
+impl Memos {
+    /// Line `i`'s slot: from the last line asked when it is line `i` or has its text, else from
+    /// the map (a new slot for a line not seen, while there is room). `lines` is the same slice
+    /// on every call.
+    fn slot(&mut self, lines: &[String], i: usize) -> Option<usize> {
+        let line = lines.get(i)?;
+        let slot = match self.at {
+            Some((j, s)) if j == i || lines.get(j) == Some(line) => s,
+            _ => {
+                let key = line_hash(line);
+                match self.index.get(&key) {
+                    Some(&(j, s)) if lines.get(j) == Some(line) => Some(s),
+                    Some(_) => None,
+                    None if self.slots.len() < MEMO_LINES => {
+                        let s = self.slots.len();
+                        self.slots.push(LineLooks::default());
+                        self.index.insert(key, (i, s));
+                        Some(s)
+                    }
+                    None => None,
+                }
+            }
+        };
+        self.at = Some((i, slot));
+        slot
+    }
+
+    /// `f(lines[i])`, from the memo when a line asked before has the same text; `field` picks
+    /// the look's answer in a slot. `None` when there is no line `i`. `lines` is the same slice
+    /// on every call.
+    pub(crate) fn get<T: Copy>(
+        &mut self,
+        lines: &[String],
+        i: usize,
+        field: fn(&mut LineLooks) -> &mut Option<T>,
+        f: impl FnOnce(&str) -> T,
+    ) -> Option<T> {
+        let line = lines.get(i)?;
+        let slot = self.slot(lines, i).and_then(|s| self.slots.get_mut(s));
+        let Some(slot) = slot else {
+            return Some(f(line));
+        };
+        let answer = field(slot);
+        Some(*answer.get_or_insert_with(|| f(line)))
+    }
 }
 
 /// A memo is no part of what the pass found: two passes that found the same compare equal.
@@ -409,21 +474,7 @@ impl std::fmt::Debug for Memos {
     }
 }
 
-/// The answers of a pure function of one line's text, by the line's text: a line repeated
-/// verbatim, in a row (a progress bar) or apart (a warning printed on every step, a message
-/// logged by each worker), is answered from the memo instead of running the function again.
-/// Only for functions of the line's text alone, never of its neighbours or of the pass's state.
-/// At most [`MEMO_LINES`] distinct lines are remembered, so the memo's size does not grow with
-/// the log's; past them a line that is not the last one asked runs the function.
-#[derive(Debug)]
-pub(crate) struct LineMemo<T> {
-    last: Option<(usize, T)>,
-    /// By a hash of the line's text: the index of a line with that hash and its answer (another
-    /// line with the same hash is compared by text, and runs the function when it differs).
-    seen: HashMap<u64, (usize, T), BuildHasherDefault<HashIsKey>>,
-}
-
-/// The hasher of [`LineMemo`]'s map: its keys are already [`line_hash`]es, so the map uses them
+/// The hasher of [`Memos`]' maps: its keys are already [`line_hash`]es, so the map uses them
 /// as they are instead of hashing them again (SipHash cost as much as the rest of a lookup).
 #[derive(Default)]
 pub(crate) struct HashIsKey(u64);
@@ -445,7 +496,7 @@ impl Hasher for HashIsKey {
     }
 }
 
-/// A quick hash of a line's text for [`LineMemo`] (eight bytes a step, multiply and rotate as
+/// A quick hash of a line's text for [`Memos`] (eight bytes a step, multiply and rotate as
 /// FxHash does): the memo compares the text on a hit, so a collision costs only a call.
 fn line_hash(line: &str) -> u64 {
     const K: u64 = 0x517c_c1b7_2722_0a95;
@@ -469,49 +520,8 @@ pub(crate) fn lines_hash(lines: &[String]) -> u64 {
     })
 }
 
-/// Distinct lines a [`LineMemo`] remembers, at most.
+/// Distinct lines [`Memos`] remembers, at most.
 const MEMO_LINES: usize = 1 << 16;
-
-impl<T> Default for LineMemo<T> {
-    fn default() -> Self {
-        LineMemo {
-            last: None,
-            seen: HashMap::default(),
-        }
-    }
-}
-
-impl<T: Copy> LineMemo<T> {
-    /// `f(lines[i])`, from the memo when a line asked before has the same text. `None` when
-    /// there is no line `i`. `lines` is the same slice on every call.
-    pub(crate) fn get(
-        &mut self,
-        lines: &[String],
-        i: usize,
-        f: impl FnOnce(&str) -> T,
-    ) -> Option<T> {
-        let line = lines.get(i)?;
-        if let Some((j, v)) = self.last {
-            if lines.get(j) == Some(line) {
-                return Some(v);
-            }
-        }
-        let key = line_hash(line);
-        let v = match self.seen.get(&key) {
-            Some(&(j, v)) if lines.get(j) == Some(line) => v,
-            Some(_) => f(line),
-            None => {
-                let v = f(line);
-                if self.seen.len() < MEMO_LINES {
-                    self.seen.insert(key, (i, v));
-                }
-                v
-            }
-        };
-        self.last = Some((i, v));
-        Some(v)
-    }
-}
 
 impl Scan {
     pub fn add(&mut self, n: usize, line: &str, event: Event) {
@@ -678,13 +688,16 @@ fn quote(s: &str) -> String {
 pub fn scan(lines: &[String]) -> (Vec<Finding>, Context) {
     let mut st = Scan::default();
     for (i, line) in lines.iter().enumerate() {
-        super::hints::mark(lines, i, &mut st.ctx, &mut st.memo.looks);
+        super::hints::mark(lines, i, &mut st.ctx, &mut st.memo);
         // The bounded reader's own marker (it names "out-of-memory words") is no event.
         let marker = line.starts_with(super::hints::SKIPPED_MARKER)
             || line.starts_with(super::hints::RESUMED_MARKER);
-        let passed_over = st.memo.passed_over.get(lines, i, |l| {
-            !super::words::worth_reading(l) || super::words::negated(l)
-        });
+        let passed_over = st.memo.get(
+            lines,
+            i,
+            |m| &mut m.passed_over,
+            |l| !super::words::worth_reading(l) || super::words::negated(l),
+        );
         if marker || passed_over != Some(false) || super::words::pinned_fallback(lines, i) {
             continue;
         }
@@ -807,17 +820,36 @@ mod tests {
     #[test]
     fn a_line_memo_answers_as_the_function_would() {
         let log = lines("a\na\nb\na\na\na\n\n\nbb\nb\nb");
-        let mut memo = LineMemo::default();
-        let mut calls = 0;
+        let mut memo = Memos::default();
+        let (mut calls, mut other) = (0, 0);
         for i in 0..log.len() {
-            let got = memo.get(&log, i, |l| {
-                calls += 1;
-                l.len()
-            });
-            assert_eq!(got, Some(log[i].len()), "line {i}");
+            let got = memo.get(
+                &log,
+                i,
+                |m| &mut m.catalogue_row,
+                |l| {
+                    calls += 1;
+                    Some(l.len())
+                },
+            );
+            assert_eq!(got, Some(Some(log[i].len())), "line {i}");
+            // Another look of the same line has its own answer in the slot.
+            let got = memo.get(
+                &log,
+                i,
+                |m| &mut m.oom_words,
+                |l| {
+                    other += 1;
+                    l.contains('b')
+                },
+            );
+            assert_eq!(got, Some(log[i].contains('b')), "line {i}");
         }
-        assert_eq!(calls, 4);
-        assert_eq!(memo.get(&log, log.len(), |_| 0), None);
+        assert_eq!((calls, other), (4, 4));
+        assert_eq!(
+            memo.get(&log, log.len(), |m| &mut m.oom_words, |_| true),
+            None
+        );
     }
 
     #[test]

@@ -142,10 +142,12 @@ pub fn unrecognised(lines: &[String], i: usize, st: &mut Scan) {
     if st.unrecognised.len() >= 8 {
         return;
     }
-    let oom_words = st
-        .memo
-        .oom_words
-        .get(lines, i, |l| says_oom(l) && !look_alike(l) && !advice(l));
+    let oom_words = st.memo.get(
+        lines,
+        i,
+        |m| &mut m.oom_words,
+        |l| says_oom(l) && !look_alike(l) && !advice(l),
+    );
     if let (Some(true), Some(line)) = (oom_words, lines.get(i)) {
         st.add_fallback(i + 1, line, Event::OomWords);
     }
