@@ -10,7 +10,7 @@ SRC=$1
 set -- attention-check
 source scripts/gpu/common.sh attention-check
 B=/tmp/llm-oom-cuda
-[ -x $B ] || { python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]),open(sys.argv[2],'wb'))" "$SRC" $B && chmod +x $B; } || exit 1
+[ -x $B ] || unpack "$SRC" $B || exit 1
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; date -u +%FT%TZ; $B --version; } > "$OUT/machine.txt" 2>&1
 M=presets/mistral-7b-instruct-v0.2.json
 run() { $B run -m $M --device cuda --random-weights "$@"; }

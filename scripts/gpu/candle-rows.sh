@@ -9,7 +9,7 @@ SRC=$1
 set -- candle-rows
 source scripts/gpu/common.sh candle-rows
 B=/tmp/llm-oom-cuda
-python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]),open(sys.argv[2],'wb'))" "$SRC" $B && chmod +x $B || exit 1
+unpack "$SRC" $B || exit 1
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; date -u +%FT%TZ; $B --version; } > "$OUT/machine.txt" 2>&1
 M=presets/mistral-7b-instruct-v0.2.json
 timed first $B diagnose --engine candle -m $M --json

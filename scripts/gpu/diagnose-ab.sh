@@ -11,9 +11,6 @@ A_SRC=$1 B_SRC=$2 RUNS=${3:-4}
 set -- diagnose-ab
 source scripts/gpu/common.sh diagnose-ab
 export PYTHONUNBUFFERED=1
-unpack() { python3 -c "import gzip,lzma,shutil,sys
-src=sys.argv[1]; op=lzma.open if src.endswith('.xz') else gzip.open
-shutil.copyfileobj(op(src),open(sys.argv[2],'wb'))" "$1" "$2" && chmod +x "$2"; }
 unpack "$A_SRC" /tmp/llm-oom-a && unpack "$B_SRC" /tmp/llm-oom-b || exit 1
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c 'import torch,transformers;print("torch",torch.__version__,"transformers",transformers.__version__)'

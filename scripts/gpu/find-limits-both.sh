@@ -9,7 +9,7 @@ SRC=$1
 set -- find-limits-both
 source scripts/gpu/common.sh find-limits-both
 B=/tmp/llm-oom-cuda
-[ -x $B ] || { python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]),open(sys.argv[2],'wb'))" "$SRC" $B && chmod +x $B; } || exit 1
+[ -x $B ] || unpack "$SRC" $B || exit 1
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; date -u +%FT%TZ; $B --version; python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)"; } > "$OUT/machine.txt" 2>&1
 M=presets/mistral-7b-instruct-v0.2.json
 timed tf-warm $B diagnose -m $M --json

@@ -11,7 +11,7 @@ set -- first-run
 source scripts/gpu/common.sh first-run
 export PYTHONUNBUFFERED=1
 B=/tmp/llm-oom-first
-python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]),open(sys.argv[2],'wb'))" "$SRC" $B && chmod +x $B || exit 1
+unpack "$SRC" $B || exit 1
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c 'import torch,transformers;print("torch",torch.__version__,"transformers",transformers.__version__)'
   date -u +%FT%TZ; id -u; ls -d ~/.nv/ComputeCache 2>&1; } > "$OUT/machine.txt"
