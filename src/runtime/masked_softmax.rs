@@ -7,7 +7,7 @@
 //! SDPA; on the CPU the same arithmetic, so both devices hold the same bytes.
 //!
 //! Memory: the scores and the probabilities, both in the scores' dtype, are the only per-(query,
-//! key) tensors alive ([`crate::estimate::candle::score_bytes`]).
+//! key) tensors alive ([`crate::estimate::candle::sliced_score_bytes`]).
 
 use candle_core::{CpuStorage, CustomOp1, Layout, Result, Shape, Tensor, WithDType};
 
@@ -71,7 +71,7 @@ impl MaskedSoftmax {
     }
 }
 
-/// Keeps the kernel's arguments in one place for the launch.
+/// The launch on the GPU.
 #[cfg(feature = "cuda")]
 mod cuda {
     use candle_core::cuda_backend::cudarc::driver::{

@@ -136,18 +136,11 @@ fn run(
 /// by trials that fail.
 fn search(guess: u64, mut ok: impl FnMut(u64) -> Result<(bool, f64, f64)>) -> Result<Option<u64>> {
     let mut tries = 0;
-    // what the trials that fit, and those that failed, took
-    let mut costs = [Cost::default(); 2];
-    let mut failed_last = false;
-    let mut attempt = |x: u64, tries: &mut usize, costs: &mut [Cost; 2]| -> Result<bool> {
+    let mut costs = Costs::default();
+    let mut attempt = |x: u64, tries: &mut usize, costs: &mut Costs| -> Result<bool> {
         *tries += 1;
         let (fits, seconds, restart) = ok(x)?;
-        if failed_last {
-            // the fresh process a failure left to the next trial is the failure's cost
-            costs[1].seconds += restart.max(0.0);
-        }
-        costs[usize::from(!fits)].add(seconds);
-        failed_last = !fits;
+        costs.record(fits, seconds, restart);
         Ok(fits)
     };
     let guess = guess.max(1);
@@ -185,7 +178,7 @@ fn search(guess: u64, mut ok: impl FnMut(u64) -> Result<(bool, f64, f64)>) -> Re
         return Ok(good);
     };
     while b - g > (g / 100).max(1) && tries < MAX_TRIALS {
-        let at = g + cut(b - g, costs[0].mean(), costs[1].mean());
+        let at = g + costs.cut(b - g);
         if attempt(at, &mut tries, &mut costs)? {
             g = at;
         } else {
@@ -193,6 +186,31 @@ fn search(guess: u64, mut ok: impl FnMut(u64) -> Result<(bool, f64, f64)>) -> Re
         }
     }
     Ok(Some(g))
+}
+
+/// What the trials that fit, and those that failed, took so far.
+#[derive(Debug, Default)]
+struct Costs {
+    fit: Cost,
+    fail: Cost,
+    failed_last: bool,
+}
+
+impl Costs {
+    /// A trial's outcome and seconds; `restart`, the fresh process started before it, is the cost
+    /// of the failure that left it.
+    fn record(&mut self, fits: bool, seconds: f64, restart: f64) {
+        if self.failed_last && restart.is_finite() && restart > 0.0 {
+            self.fail.seconds += restart;
+        }
+        if fits { &mut self.fit } else { &mut self.fail }.add(seconds);
+        self.failed_last = !fits;
+    }
+
+    /// Where to try inside a bracket `width` wide ([`cut`]).
+    fn cut(&self, width: u64) -> u64 {
+        cut(width, self.fit.mean(), self.fail.mean())
+    }
 }
 
 /// Seconds the trials of one outcome took.

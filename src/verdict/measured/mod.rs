@@ -14,8 +14,8 @@ use crate::units::Bytes;
 
 mod rules;
 
-use rules::stage_cause;
 pub use rules::{oom_rule, Failed, OomRule};
+use rules::{rule_for, stage_cause};
 
 /// A stage's outcome is its task's (`skipped` when it did not run).
 pub use crate::probe::protocol::Outcome as StageOutcome;
@@ -131,26 +131,22 @@ pub struct CardFacts {
 /// Free memory of which more than this share is not in the largest block is called fragmented.
 const FRAGMENTED: f64 = 0.25;
 
-/// One primary cause from the stages, with the numbers behind it and the record of them.
+/// One primary cause from the stages, with the numbers behind it and the record of them: the
+/// record first (`MemoryRecord::from_stages`), then the rules, D1–D3 deciding from it alone; the
+/// stage that ran out gives the wording.
 pub fn classify(stages: &[StageRecord], card: &CardFacts) -> Verdict {
-    decide(stages, card)
-}
-
-/// The record first (`MemoryRecord::from_stages`), then the rules: D1–D3 decide from it alone;
-/// the stage that ran out gives the wording.
-fn decide(stages: &[StageRecord], card: &CardFacts) -> Verdict {
     let record = MemoryRecord::from_stages(stages, card);
     let fragmentation = stages.iter().find_map(|s| s.fragmentation.clone());
-    let (Some(failed), Some(n), Some(rule)) = (
+    let (Some(failed), Some(n)) = (
         stages.iter().find(|s| s.outcome == StageOutcome::Oom),
         Failed::of(&record),
-        oom_rule(&record),
     ) else {
         return Verdict {
             record: Some(record),
             ..broken_probe(stages).unwrap_or_else(|| fits(stages, card, fragmentation.as_ref()))
         };
     };
+    let rule = rule_for(&record, &n);
     let f = Failure::of(failed, n);
     let mut evidence = f.evidence(card);
     let by_stage = stage_cause(&n);
@@ -223,9 +219,8 @@ struct Failure<'a> {
     stage: &'a StageRecord,
     oom: OomFacts,
     c: Components,
-    need: u64,
-    kv: u64,
-    act_need: u64,
+    /// What the rules read it needed.
+    n: Failed,
 }
 
 impl<'a> Failure<'a> {
@@ -244,14 +239,12 @@ impl<'a> Failure<'a> {
             stage: failed,
             oom,
             c: failed.components,
-            need: n.need,
-            kv: n.kv,
-            act_need: n.act_need,
+            n,
         }
     }
 
     fn evidence(&self, card: &CardFacts) -> Vec<Evidence> {
-        let (oom, c, kv) = (&self.oom, &self.c, self.kv);
+        let (oom, c, kv) = (&self.oom, &self.c, self.n.kv);
         vec![
             Evidence::text(format!(
                 "{} ran out of memory{}: {}",
@@ -269,8 +262,8 @@ impl<'a> Failure<'a> {
             Evidence::bytes(format!("weights: {}", Bytes(c.weights)), c.weights),
             Evidence::bytes(format!("KV cache: {}", Bytes(kv)), kv),
             Evidence::bytes(
-                format!("activations needed: at least {}", Bytes(self.act_need)),
-                self.act_need,
+                format!("activations needed: at least {}", Bytes(self.n.act_need)),
+                self.n.act_need,
             ),
             Evidence::bytes(
                 format!("CUDA context and libraries: {}", Bytes(c.other)),
@@ -289,7 +282,7 @@ impl<'a> Failure<'a> {
             Cause::Weights => format!(
                 "weights: the model's {} of weights (and {} more while loading) do not fit the {} card beside {} of CUDA context",
                 Bytes(card.weights_bytes),
-                Bytes(self.need.saturating_sub(c.other + card.weights_bytes)),
+                Bytes(self.n.need.saturating_sub(c.other + card.weights_bytes)),
                 Bytes(card.capacity),
                 Bytes(c.other)
             ),
@@ -297,20 +290,20 @@ impl<'a> Failure<'a> {
                 "concurrency: one sequence fits, {} do not: {} needs more than {} on the {} card",
                 failed.batch.unwrap_or(0),
                 failed.detail,
-                Bytes(self.need),
+                Bytes(self.n.need),
                 Bytes(card.capacity)
             ),
             Cause::Activations => format!(
                 "activations: {} needs at least {} of activations beside a {} KV cache, past the {} card",
                 failed.detail,
-                Bytes(self.act_need),
-                Bytes(self.kv),
+                Bytes(self.n.act_need),
+                Bytes(self.n.kv),
                 Bytes(card.capacity)
             ),
             _ => format!(
                 "kv_cache: {} needs a {} KV cache beside {} of weights, past the {} card",
                 failed.detail,
-                Bytes(self.kv),
+                Bytes(self.n.kv),
                 Bytes(c.weights),
                 Bytes(card.capacity)
             ),
@@ -324,7 +317,7 @@ impl<'a> Failure<'a> {
         let mut add = |part: Cause, bytes: u64, what: String| {
             if part != cause
                 && bytes > 0
-                && bytes.saturating_mul(10) >= self.need
+                && bytes.saturating_mul(10) >= self.n.need
                 && !out.iter().any(|c| c.cause == part)
             {
                 out.push(Contributing {
@@ -334,14 +327,14 @@ impl<'a> Failure<'a> {
             }
         };
         add(Cause::Weights, self.c.weights, "weights".into());
-        add(Cause::KvCache, self.kv, "KV cache".into());
+        add(Cause::KvCache, self.n.kv, "KV cache".into());
         if failed.name != Stage::Load {
-            add(Cause::Activations, self.act_need, "activations".into());
+            add(Cause::Activations, self.n.act_need, "activations".into());
         }
         if failed.name == Stage::Concurrency {
             add(
                 Cause::Concurrency,
-                self.kv + self.act_need,
+                self.n.kv + self.n.act_need,
                 format!(
                     "{} sequences' KV cache and activations",
                     failed.batch.unwrap_or(0)
@@ -349,7 +342,11 @@ impl<'a> Failure<'a> {
             );
         }
         if cause == Cause::OtherProcess {
-            add(by_stage, self.need, format!("what {} needed", failed.name));
+            add(
+                by_stage,
+                self.n.need,
+                format!("what {} needed", failed.name),
+            );
         }
         out
     }

@@ -83,14 +83,18 @@ impl Failed {
 /// The rules D1–D3 on the record of a probe whose stage ran out of memory (`from_stages`):
 /// `None` when no stage did (D4 and D5 read the stages).
 pub fn oom_rule(r: &MemoryRecord) -> Option<OomRule> {
-    let f = Failed::of(r)?;
-    Some(if let Some(others) = other_processes(r, &f) {
+    Failed::of(r).map(|f| rule_for(r, &f))
+}
+
+/// The rules D1–D3 on a record and what its failing stage needed ([`Failed::of`] that record).
+pub(super) fn rule_for(r: &MemoryRecord, f: &Failed) -> OomRule {
+    if let Some(others) = other_processes(r, f) {
         OomRule::OtherProcess { others }
-    } else if let Some(request) = fragmented(r, &f) {
+    } else if let Some(request) = fragmented(r, f) {
         OomRule::Fragmentation { request }
     } else {
-        OomRule::Stage(stage_cause(&f))
-    })
+        OomRule::Stage(stage_cause(f))
+    }
 }
 
 /// What other processes hold, when without them the stage would have fit (and no
