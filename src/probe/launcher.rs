@@ -39,16 +39,20 @@ impl Launcher {
 
     /// transformers under `python`: the embedded script written to a folder of this process.
     pub fn transformers(python: &Path) -> Result<Launcher> {
-        let dir = std::env::temp_dir().join(format!("llm-oom-probe-{}", std::process::id()));
+        let cannot = |e: std::io::Error| {
+            Error::Internal(format!(
+                "cannot write the transformers probe to {}: {e}",
+                std::env::temp_dir().display()
+            ))
+        };
+        // A fresh owner-only folder: never one another run (or another user) made first.
+        let dir = tempfile::Builder::new()
+            .prefix("llm-oom-probe-")
+            .tempdir()
+            .map_err(cannot)?
+            .keep();
         let script = dir.join("transformers_probe.py");
-        std::fs::create_dir_all(&dir)
-            .and_then(|()| std::fs::write(&script, TRANSFORMERS_PROBE))
-            .map_err(|e| {
-                Error::Internal(format!(
-                    "cannot write the transformers probe to {}: {e}",
-                    dir.display()
-                ))
-            })?;
+        std::fs::write(&script, TRANSFORMERS_PROBE).map_err(cannot)?;
         Ok(Launcher {
             program: python.to_path_buf(),
             args: vec![script.into_os_string()],

@@ -49,7 +49,14 @@ pub fn prepare(
     if !is_python_command(argv) {
         return None;
     }
-    let dir = std::env::temp_dir().join(format!("llm-oom-watch-{}", std::process::id()));
+    // A folder of its own each time, never one named by the process id: a kept snapshot from
+    // an earlier watch whose id the system reused (every run in a container can have the same
+    // one) would otherwise be read back as this program's record.
+    let dir = tempfile::Builder::new()
+        .prefix("llm-oom-watch-")
+        .tempdir()
+        .ok()?
+        .keep();
     let hook = install(&dir, mode).ok()?;
     for (k, v) in hook.env(std::env::var_os("PYTHONPATH")) {
         command.env(k, v);
@@ -88,4 +95,26 @@ pub fn collect(h: TorchHook) -> TorchRecord {
         let _ = std::fs::remove_dir_all(&h.dir);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_watched_program_gets_a_folder_of_its_own() {
+        let argv = vec!["python3".to_string(), "-c".into(), "pass".into()];
+        let prepared = || {
+            let mut c = Command::new("python3");
+            prepare(&argv, Some(SnapshotMode::Oom), &mut c).map(|h| h.dir)
+        };
+        let (Some(a), Some(b)) = (prepared(), prepared()) else {
+            panic!("the hook was not installed");
+        };
+        assert_ne!(a, b, "two watches of one process share a folder");
+        for d in [a, b] {
+            assert!(d.join("python").join("sitecustomize.py").is_file());
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
 }
