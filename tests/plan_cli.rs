@@ -629,8 +629,10 @@ fn past_the_context_is_in_the_verdict() {
 
 /// `plan --exact` answers transformers by replaying its allocation sequence: a held-out trial of
 /// the H200 (Qwen2.5-0.5B, batch 32, 2,506 + 64 tokens on 6 GiB ran out in transformers; 2,505
-/// ran; docs/calibration/transformers-limits-h200-2026-12-02-pool.jsonl) is an out-of-memory with
-/// the budget at the very prompt that ran (the profile's budget: 2,412).
+/// ran; docs/calibration/transformers-limits-h200-2026-12-02-pool.jsonl) is an out-of-memory, with
+/// a budget that never claims more than ran and at least 90 % of it. The replay has a hole below
+/// that edge (2,412, the profile's budget, runs out in it; 2,375 and 2,505 run), and the search,
+/// which starts at the profile's answer, stops below the hole.
 #[test]
 fn plan_exact_answers_with_transformers_allocation_sequence() {
     let home = temp();
@@ -660,7 +662,8 @@ fn plan_exact_answers_with_transformers_allocation_sequence() {
     let v: serde_json::Value = serde_json::from_str(&exact.stdout).expect("json");
     assert_eq!(exact.code, 1, "{v}");
     assert_eq!(v["verdict"]["cause"], "concurrency", "{v}");
-    assert_eq!(v["budget"]["max_prompt_tokens"], 2505, "{v}");
+    let budget = v["budget"]["max_prompt_tokens"].as_u64().unwrap_or(0);
+    assert!((2255..=2505).contains(&budget), "{v}");
     assert_eq!(v["budget"]["fits"], false, "{v}");
     assert!(
         v["notes"].as_array().is_some_and(|n| n

@@ -87,14 +87,68 @@ pub enum Limit {
 
 /// Largest `n` in `lo..=hi` with `ok(n)`, given `ok` is monotone (true then false). `None` if `ok(lo)` fails.
 pub fn largest(lo: u64, hi: u64, ok: impl Fn(u64) -> bool) -> Option<u64> {
+    largest_within(lo, hi, u64::MAX, ok)
+}
+
+/// `largest`, stopping once the answer is known to within `1 / resolution` of itself (at least
+/// to one): the `n` returned fits, and one at most that far beyond it did not.
+pub fn largest_within(lo: u64, hi: u64, resolution: u64, ok: impl Fn(u64) -> bool) -> Option<u64> {
     if hi < lo || !ok(lo) {
         return None;
     }
     if ok(hi) {
         return Some(hi);
     }
-    let (mut good, mut bad) = (lo, hi);
-    while bad - good > 1 {
+    Some(bisect(lo, hi, resolution, ok))
+}
+
+/// `largest_within`, starting where `guess` says the answer is: from there it steps out (1/64
+/// of the guess, doubling) until it has a fitting `n` and a failing one, then bisects between
+/// them. A guess within a few per cent asks a handful of questions where a bisection of the
+/// whole range asks fifteen or more.
+pub fn largest_near(
+    lo: u64,
+    hi: u64,
+    guess: u64,
+    resolution: u64,
+    ok: impl Fn(u64) -> bool,
+) -> Option<u64> {
+    if hi < lo || !ok(lo) {
+        return None;
+    }
+    let g = guess.clamp(lo, hi);
+    let first_step = (g / 64).max(1);
+    let (good, bad) = if g == lo || ok(g) {
+        let (mut good, mut step) = (g, first_step);
+        loop {
+            if good == hi {
+                return Some(hi);
+            }
+            let next = good.saturating_add(step).min(hi);
+            if !ok(next) {
+                break (good, next);
+            }
+            good = next;
+            step = step.saturating_mul(2);
+        }
+    } else {
+        let (mut bad, mut step) = (g, first_step);
+        loop {
+            let next = bad.saturating_sub(step).max(lo);
+            if next == lo || ok(next) {
+                break (next, bad);
+            }
+            bad = next;
+            step = step.saturating_mul(2);
+        }
+    };
+    Some(bisect(good, bad, resolution, ok))
+}
+
+/// The last fitting `n` of a bisection between `good` (fits) and `bad` (does not), to within
+/// `1 / resolution` of it.
+fn bisect(mut good: u64, mut bad: u64, resolution: u64, ok: impl Fn(u64) -> bool) -> u64 {
+    while bad.saturating_sub(good) > (good / resolution.max(1)).max(1) {
         let mid = good + (bad - good) / 2;
         if ok(mid) {
             good = mid;
@@ -102,7 +156,7 @@ pub fn largest(lo: u64, hi: u64, ok: impl Fn(u64) -> bool) -> Option<u64> {
             bad = mid;
         }
     }
-    Some(good)
+    good
 }
 
 /// Allocator-model runs already made, by the sequence, the batch, the prompt and the card: each
@@ -127,6 +181,12 @@ pub struct Planner<'a> {
     /// The images in each prompt (`plan --images`): their encoder's activations.
     pub images: Option<crate::model::images::ImageLoad>,
 }
+
+/// The allocator model's searches stop within this fraction of their answer (1/512: 55 tokens of
+/// 28,000). Each step is a replay of up to 1,024 decode steps, and near the card's limit the
+/// replay's answer is not monotone in the count anyway (docs/plan.md): the last steps of a
+/// search to the token cost the most replays and tell the least.
+pub const POOL_SEARCH_RESOLUTION: u64 = 512;
 
 /// Past this many new tokens a replay is long (~3,000 events per token of a 7B): the allocator
 /// model runs this many decode steps and the profile must fit the rest as well.
@@ -280,27 +340,41 @@ impl<'a> Planner<'a> {
             .min(TOKEN_CEILING)
     }
 
+    /// The largest `n` in `lo..=hi` whose workload `at(n)` fits. From the profile, to the unit.
+    /// Where the allocator model answers, each question is a replay: the profile's own answer
+    /// (microseconds) is where the search starts, and it stops within `POOL_SEARCH_RESOLUTION`.
+    pub fn largest(&self, lo: u64, hi: u64, at: impl Fn(u64) -> Workload) -> Option<u64> {
+        let profile = Planner {
+            pool: false,
+            ..self.clone()
+        };
+        let guess = largest(lo, hi, |n| profile.fits(&at(n)));
+        if !self.pool || self.measured.is_some() {
+            return guess;
+        }
+        largest_near(lo, hi, guess.unwrap_or(lo), POOL_SEARCH_RESOLUTION, |n| {
+            self.fits(&at(n))
+        })
+    }
+
     /// Largest batch that fits at the lengths of `w` (`None`: not even one sequence).
     pub fn max_batch(&self, w: &Workload) -> Option<u64> {
-        largest(1, BATCH_CEILING, |b| {
-            self.fits(&Workload { batch: b, ..*w })
-        })
+        self.largest(1, BATCH_CEILING, |b| Workload { batch: b, ..*w })
     }
 
     /// Largest total tokens per request at `batch`, split at the ratio of `w`.
     pub fn max_total(&self, w: &Workload, batch: u64) -> (u64, Limit) {
         let limit = self.context_limit();
-        let split = |t: u64| split_at_ratio(w, t);
-        let ok = |t: u64| {
-            let (p, n) = split(t);
-            self.fits(&Workload {
+        let at = |t: u64| {
+            let (p, n) = split_at_ratio(w, t);
+            Workload {
                 prompt_tokens: p,
                 max_new_tokens: n,
                 batch,
                 ..*w
-            })
+            }
         };
-        match largest(2, limit, ok) {
+        match self.largest(2, limit, at) {
             None => (0, Limit::Nothing),
             Some(t) if t == limit => (t, Limit::Context),
             Some(t) => (t, Limit::Memory),
@@ -325,19 +399,15 @@ impl<'a> Planner<'a> {
             BudgetRow::at(c, t, by, w)
         };
         let max_prompt = || {
-            largest(1, limit.saturating_sub(w.max_new_tokens), |p| {
-                self.fits(&Workload {
-                    prompt_tokens: p,
-                    ..*w
-                })
+            self.largest(1, limit.saturating_sub(w.max_new_tokens), |p| Workload {
+                prompt_tokens: p,
+                ..*w
             })
         };
         let max_new = || {
-            largest(1, limit.saturating_sub(w.prompt_tokens), |n| {
-                self.fits(&Workload {
-                    max_new_tokens: n,
-                    ..*w
-                })
+            self.largest(1, limit.saturating_sub(w.prompt_tokens), |n| Workload {
+                max_new_tokens: n,
+                ..*w
             })
         };
         let max_batch = || self.max_batch(w);
@@ -484,6 +554,66 @@ mod tests {
     }
 
     #[test]
+    fn a_search_from_a_guess_finds_the_same_edge_from_any_guess() {
+        const EDGES: [u64; 10] = [0, 1, 2, 37, 999, 1_000, 28_273, 32_767, 32_768, 40_000];
+        const GUESSES: [u64; 11] = [
+            0,
+            1,
+            2,
+            30,
+            37,
+            500,
+            28_000,
+            28_273,
+            29_000,
+            32_768,
+            u64::MAX,
+        ];
+        for edge in EDGES {
+            for guess in GUESSES {
+                let ok = |n: u64| n <= edge;
+                let want = largest(1, 32_768, ok);
+                assert_eq!(
+                    largest_near(1, 32_768, guess, u64::MAX, ok),
+                    want,
+                    "edge {edge}, guess {guess}"
+                );
+                // within 1/512: a fitting answer, at most that far below the edge
+                let near = largest_near(1, 32_768, guess, POOL_SEARCH_RESOLUTION, ok);
+                match (near, want) {
+                    (Some(n), Some(w)) => assert!(n <= w && w - n <= (n / 512).max(1)),
+                    (n, w) => assert_eq!(n, w),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_guess_a_few_per_cent_off_asks_a_handful_of_questions() {
+        let asked = |guess: u64, resolution: u64| {
+            let n = std::cell::Cell::new(0);
+            largest_near(1, 32_768, guess, resolution, |t| {
+                n.set(n.get() + 1);
+                t <= 28_273
+            });
+            n.get()
+        };
+        let bisection = {
+            let n = std::cell::Cell::new(0);
+            largest(1, 32_768, |t| {
+                n.set(n.get() + 1);
+                t <= 28_273
+            });
+            n.get()
+        };
+        assert_eq!(bisection, 17);
+        // 2 % under and over: the lower end, the guess, two steps out, then a bisection of the
+        // bracket to 55 tokens
+        assert_eq!(asked(27_700, POOL_SEARCH_RESOLUTION), 8);
+        assert_eq!(asked(28_840, POOL_SEARCH_RESOLUTION), 9);
+    }
+
+    #[test]
     fn the_limits_are_edges_of_the_estimate() {
         let (spec, vram) = planner_for("mistralai/Mistral-7B-Instruct-v0.2", 24 << 30);
         let pl = Planner::new(&spec, vram);
@@ -582,14 +712,20 @@ mod tests {
                 batch,
                 ..w
             };
-            let prompt = largest(1, limit - w.max_new_tokens, |p| {
-                fits(&free_ctx(p, w.max_new_tokens, w.batch))
+            // the same search, each of its questions a fresh replay, from the profile's answer
+            let profile = Planner::new(&spec, vram);
+            let largest = |lo: u64, hi: u64, at: &(dyn Fn(u64) -> Workload + Sync)| {
+                let guess = super::largest(lo, hi, |n| profile.fits(&at(n))).unwrap_or(lo);
+                largest_near(lo, hi, guess, POOL_SEARCH_RESOLUTION, |n| fits(&at(n)))
+            };
+            let prompt = largest(1, limit - w.max_new_tokens, &|p| {
+                free_ctx(p, w.max_new_tokens, w.batch)
             });
-            let new = largest(1, limit - w.prompt_tokens, |n| {
-                fits(&free_ctx(w.prompt_tokens, n, w.batch))
+            let new = largest(1, limit - w.prompt_tokens, &|n| {
+                free_ctx(w.prompt_tokens, n, w.batch)
             });
-            let batch = largest(1, BATCH_CEILING, |c| {
-                fits(&free_ctx(w.prompt_tokens, w.max_new_tokens, c))
+            let batch = largest(1, BATCH_CEILING, &|c| {
+                free_ctx(w.prompt_tokens, w.max_new_tokens, c)
             });
             assert_eq!(
                 (b.max_prompt_tokens, b.max_new_tokens, b.max_batch),
@@ -600,9 +736,9 @@ mod tests {
                 let rows: Vec<_> = (b.table.iter())
                     .map(|row| {
                         scope.spawn(move || {
-                            largest(2, limit, |t| {
+                            largest(2, limit, &|t| {
                                 let (p, n) = split_at_ratio(&w, t);
-                                fits(&free_ctx(p, n, row.concurrency))
+                                free_ctx(p, n, row.concurrency)
                             })
                         })
                     })

@@ -69,7 +69,6 @@ impl Pricer<'_> {
             .max_new_tokens
             .saturating_sub(1)
             .min(context.saturating_sub(w.prompt_tokens));
-        let fits = |alt: &Workload| planner.fits(alt);
         let with_prompt = |p| Workload {
             prompt_tokens: p,
             ..w
@@ -78,16 +77,14 @@ impl Pricer<'_> {
             max_new_tokens: n,
             ..w
         };
-        if let Some(p) = crate::budget::largest(1, prompt_cap, |p| fits(&with_prompt(p))) {
+        if let Some(p) = planner.largest(1, prompt_cap, with_prompt) {
             self.try_change(Change::TruncatePrompt(p), with_prompt(p));
         }
-        if let Some(n) = crate::budget::largest(1, new_cap, |n| fits(&with_new(n))) {
+        if let Some(n) = planner.largest(1, new_cap, with_new) {
             self.try_change(Change::CapNewTokens(n), with_new(n));
         }
         if w.batch > 1 {
-            if let Some(b) =
-                crate::budget::largest(1, w.batch - 1, |b| fits(&Workload { batch: b, ..w }))
-            {
+            if let Some(b) = planner.largest(1, w.batch - 1, |b| Workload { batch: b, ..w }) {
                 self.try_change(Change::LimitConcurrency(b), Workload { batch: b, ..w });
             }
         }

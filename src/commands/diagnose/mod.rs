@@ -779,11 +779,9 @@ fn find_limits(session: &mut Session, planner: &Planner, prep: &Prepared) -> Res
         .max_position_embeddings
         .unwrap_or(1 << 22)
         .max(w.total_tokens());
-    let predicted_prompt = crate::budget::largest(1, context, |p| {
-        planner.fits(&Workload {
-            prompt_tokens: p,
-            ..at_one
-        })
+    let predicted_prompt = planner.largest(1, context, |p| Workload {
+        prompt_tokens: p,
+        ..at_one
     });
     limits::find(session, w, predicted_prompt, planner.max_batch(w))
 }
