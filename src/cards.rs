@@ -135,9 +135,24 @@ pub const CARDS: &[Card] = &[
         "RTX PRO 6000 Blackwell 96 GB",
         97887,
     ),
+    // nvidia-smi prints the same total for an H20 and for a GH200's 96 GB of HBM (its
+    // `480GB` and `120GB` names count the Grace CPU's memory too).
+    c(&["h20", "h20-96g"], "H20 96 GB", 97871),
+    c(
+        &["gh200", "gh200-96g", "gh200-480g", "gh200-120g"],
+        "GH200 96 GB",
+        97871,
+    ),
     c(&["h200", "h200-141g"], "H200 141 GB", 143771),
+    c(&["b200"], "B200 180 GB", 183359),
+    // One Blackwell GPU of a GB200 superchip.
+    c(&["gb200"], "GB200 186 GB", 189471),
     // rocm-smi's VRAM total of an MI300X (206,141,652,992 bytes).
     c(&["mi300x"], "MI300X 192 GB", 196592),
+    c(&["b300", "b300-sxm6-ac"], "B300 288 GB", 275040),
+    c(&["gb300"], "GB300 288 GB", 284208),
+    // rocm-smi's VRAM total of an MI355X and of an MI350X (309,220,868,096 bytes).
+    c(&["mi355x", "mi350x"], "MI355X / MI350X 288 GB", 294896),
     // Apple: Metal's recommendedMaxWorkingSetSize, 75 % of RAM above 36 GB (apple_working_set_mib).
     c(
         &["m1-max-64g", "m2-max-64g", "m3-max-64g", "m4-max-64g"],
@@ -385,6 +400,8 @@ pub fn compute_capability(name: &str) -> Option<(u32, u32)> {
         ("b200", (10, 0)),
         ("b100", (10, 0)),
         ("gb200", (10, 0)),
+        ("b300", (10, 3)),
+        ("gb300", (10, 3)),
         ("rtx50", (12, 0)),
         ("rtxpro6000", (12, 0)),
         ("rtx40", (8, 9)),
@@ -404,9 +421,11 @@ pub fn compute_capability(name: &str) -> Option<(u32, u32)> {
         ("v100", (7, 0)),
     ];
     // The longest prefix wins: `a100` over `a10`, `l40` over `l4`, `gh200` over `h200`.
+    // Prefixes are compared as `canonical` writes them (`gb200` is `g200` there, as the name is).
     table
         .iter()
-        .filter(|(prefix, _)| n.starts_with(prefix))
+        .map(|(prefix, cc)| (canonical(prefix), cc))
+        .filter(|(prefix, _)| n.starts_with(prefix.as_str()))
         .max_by_key(|(prefix, _)| prefix.len())
         .map(|(_, cc)| *cc)
 }
@@ -638,6 +657,13 @@ mod tests {
             ("h200", 143771),
             ("mi300x", 196592),
             ("mi250x", 65520),
+            ("h20", 97871),
+            ("gh200", 97871),
+            ("b200", 183359),
+            ("gb200", 189471),
+            ("b300", 275040),
+            ("gb300", 284208),
+            ("mi355x", 294896),
         ] {
             assert_eq!(mib(name), total, "{name}");
         }
@@ -665,6 +691,30 @@ mod tests {
         assert_eq!(mib("NVIDIA L4"), 23034);
         assert_eq!(mib("Tesla T4"), 15360);
         assert_eq!(mib("AMD Instinct MI300X"), 196592);
+        assert_eq!(mib("NVIDIA B200"), 183359);
+        assert_eq!(mib("NVIDIA GB200"), 189471);
+        assert_eq!(mib("NVIDIA B300 SXM6 AC"), 275040);
+        assert_eq!(mib("NVIDIA GB300"), 284208);
+        assert_eq!(mib("NVIDIA H20"), 97871);
+        assert_eq!(mib("NVIDIA GH200 480GB"), 97871);
+        assert_eq!(mib("GH200 120GB"), 97871);
+        assert_eq!(mib("AMD Instinct MI355X"), 294896);
+    }
+
+    #[test]
+    fn blackwell_and_grace_hopper_names_have_their_compute_capability() {
+        for (name, cc) in [
+            ("NVIDIA GB200", (10, 0)),
+            ("NVIDIA B200", (10, 0)),
+            ("NVIDIA B300 SXM6 AC", (10, 3)),
+            ("NVIDIA GB300", (10, 3)),
+            ("NVIDIA GH200 480GB", (9, 0)),
+            ("NVIDIA H20", (9, 0)),
+            ("NVIDIA H200", (9, 0)),
+            ("NVIDIA A100-SXM4-80GB", (8, 0)),
+        ] {
+            assert_eq!(compute_capability(name), Some(cc), "{name}");
+        }
     }
 
     #[test]
