@@ -785,9 +785,9 @@ fn frame_keys(line: &str) -> u16 {
         "load draft model",
     ];
     // One pass over the line for all keys first: most lines of a long log have none.
-    static ANY: OnceLock<Regex> = OnceLock::new();
-    let all = || {
-        [
+    // One walk of the line for the nine lists (a traceback's every frame gets here).
+    static LISTS: LazyLock<WordLists> = LazyLock::new(|| {
+        WordLists::new(&[
             LOAD,
             GENERATION,
             EAGER,
@@ -797,26 +797,10 @@ fn frame_keys(line: &str) -> u16 {
             VISION,
             DRAFT,
             &["Exception in thread"],
-        ]
-        .concat()
-    };
-    if !literals(&ANY, all).is_match(line) {
-        return 0;
-    }
-    let has = |keys: &[&str]| keys.iter().any(|k| line.contains(k));
-    let lists = [
-        LOAD, GENERATION, EAGER, ACTIVATION, CACHE, OPTIMIZER, VISION, DRAFT,
-    ];
-    let mut mask = 0u16;
-    for (k, keys) in lists.iter().enumerate() {
-        if has(keys) {
-            mask |= 1 << k;
-        }
-    }
-    if line.contains("Exception in thread") {
-        mask |= 1 << 8;
-    }
-    mask
+        ])
+    });
+    // nine lists: bits 0-8
+    (LISTS.mask(line) & 0x1ff) as u16
 }
 
 /// The traceback frames the older rules use (load, generation, eager attention, MLP, cache):
@@ -1085,20 +1069,14 @@ fn stage_hint(line: &str) -> Option<StageHint> {
     if weight_named_error(line) {
         return Some(StageHint::Load);
     }
-    static ANY: OnceLock<Regex> = OnceLock::new();
-    let all = || -> Vec<&str> {
-        HINTS
-            .iter()
-            .flat_map(|(_, keys)| keys.iter().copied())
-            .collect()
-    };
-    if !literals(&ANY, all).is_match(line) {
-        return loading_words(line).then_some(StageHint::Load);
+    // One walk of the line for every list; the first list (in `HINTS`' order) with a key wins.
+    static KEYS: LazyLock<Vec<&'static [&'static str]>> =
+        LazyLock::new(|| HINTS.iter().map(|(_, keys)| *keys).collect());
+    static LISTS: LazyLock<WordLists> = LazyLock::new(|| WordLists::new(&KEYS));
+    match LISTS.mask(line) {
+        0 => loading_words(line).then_some(StageHint::Load),
+        mask => HINTS.get(mask.trailing_zeros() as usize).map(|(h, _)| *h),
     }
-    HINTS
-        .iter()
-        .find(|(_, keys)| keys.iter().any(|k| line.contains(k)))
-        .map(|(h, _)| *h)
 }
 
 /// A model patcher's error line that names the parameter it was moving (Fooocus-1341: `ERROR
@@ -1126,19 +1104,6 @@ fn loading_words(line: &str) -> bool {
         r"(?i)(?-u:\b)load(?:ing)?[ _](?:the |a )?(?:[a-z0-9.-]+ )?(?:b?model|weights|checkpoint|safetensors)(?-u:\b)",
     )
     .is_match(line)
-}
-
-/// One regex matching any of the `keys` literally (the list is made and compiled once, on the
-/// first line; then a single scan of each line).
-fn literals<'k>(
-    cell: &'static OnceLock<Regex>,
-    keys: impl FnOnce() -> Vec<&'k str>,
-) -> &'static Regex {
-    cell.get_or_init(|| {
-        let alternation: Vec<String> = keys().iter().map(|k| regex::escape(k)).collect();
-        Regex::new(&alternation.join("|"))
-            .unwrap_or_else(|e| unreachable!("escaped literals always compile: {e}"))
-    })
 }
 
 /// TensorFlow's device discovery, before it allocates: `Total memory: 7.92GiB` then `Free
