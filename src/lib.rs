@@ -25,6 +25,7 @@ pub mod probe;
 pub mod report;
 pub mod request;
 pub mod runtime;
+pub mod scratch;
 pub mod snapshot;
 pub mod units;
 pub mod verdict;

@@ -284,14 +284,7 @@ fn parse(stdout: &str, python: &Path, stderr: &str) -> Result<Derived, DeriveErr
 
 /// Derive from config.json text not on disk (a preset): written to a scratch file first.
 pub fn derive_text(python: &Path, json: &str, timeout: Duration) -> Result<Derived, DeriveError> {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let dir =
-        std::env::temp_dir().join(format!("llm-oom-derive-{}-{n}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(DeriveError::Scratch)?;
+    let dir = crate::scratch::private_dir("llm-oom-derive-").map_err(DeriveError::Scratch)?;
     let path = dir.join("config.json");
     let r = std::fs::write(&path, json)
         .map_err(DeriveError::Scratch)

@@ -45,12 +45,7 @@ impl Launcher {
                 std::env::temp_dir().display()
             ))
         };
-        // A fresh owner-only folder: never one another run (or another user) made first.
-        let dir = tempfile::Builder::new()
-            .prefix("llm-oom-probe-")
-            .tempdir()
-            .map_err(cannot)?
-            .keep();
+        let dir = crate::scratch::private_dir("llm-oom-probe-").map_err(cannot)?;
         let script = dir.join("transformers_probe.py");
         std::fs::write(&script, TRANSFORMERS_PROBE).map_err(cannot)?;
         Ok(Launcher {

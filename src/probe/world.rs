@@ -62,18 +62,16 @@ fn rendezvous(world: &[Device]) -> Result<Join> {
     })
 }
 
-/// A fresh path for one world's NCCL id, in a folder of this process (removed with it: see
+/// A fresh path for one world's NCCL id, in a scratch folder of its own (removed with it: see
 /// [`remove_id_file`]).
 fn id_file() -> Result<std::path::PathBuf> {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static WORLDS: AtomicU64 = AtomicU64::new(0);
-    let dir = std::env::temp_dir().join(format!("llm-oom-nccl-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| Error::Internal(format!("cannot write {}: {e}", dir.display())))?;
-    let n = WORLDS.fetch_add(1, Ordering::SeqCst);
-    let path = dir.join(format!("world-{n}.id"));
-    let _ = std::fs::remove_file(&path);
-    Ok(path)
+    let dir = crate::scratch::private_dir("llm-oom-nccl-").map_err(|e| {
+        Error::Internal(format!(
+            "cannot make a folder for the NCCL id in {}: {e}",
+            std::env::temp_dir().display()
+        ))
+    })?;
+    Ok(dir.join("world.id"))
 }
 
 /// Once every rank has joined, the world's id is of no more use.
@@ -88,7 +86,7 @@ pub fn remove_id_file(setups: &[Setup]) {
     let path = std::path::Path::new(id_file);
     let _ = std::fs::remove_file(path);
     if let Some(dir) = path.parent() {
-        // only when empty: another world of this process may be joining
+        // the world's own folder, empty once its id is gone
         let _ = std::fs::remove_dir(dir);
     }
 }
@@ -201,6 +199,23 @@ pub fn merge_results(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_world_has_a_folder_of_its_own_for_its_id() {
+        let (Ok(a), Ok(b)) = (id_file(), id_file()) else {
+            panic!("no folder for the id");
+        };
+        assert_ne!(a.parent(), b.parent());
+        for id in [a, b] {
+            assert!(
+                !id.exists(),
+                "rank 0 writes the id; nothing is there before it"
+            );
+            if let Some(dir) = id.parent() {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+    }
 
     fn answer(peak: u64, outcome: Outcome) -> TaskResult {
         let mut r = TaskResult::new("concurrency");

@@ -49,14 +49,9 @@ pub fn prepare(
     if !is_python_command(argv) {
         return None;
     }
-    // A folder of its own each time, never one named by the process id: a kept snapshot from
-    // an earlier watch whose id the system reused (every run in a container can have the same
-    // one) would otherwise be read back as this program's record.
-    let dir = tempfile::Builder::new()
-        .prefix("llm-oom-watch-")
-        .tempdir()
-        .ok()?
-        .keep();
+    // A folder of its own each time: a kept snapshot from an earlier watch whose process id the
+    // system reused would otherwise be read back as this program's record.
+    let dir = crate::scratch::private_dir("llm-oom-watch-").ok()?;
     let hook = install(&dir, mode).ok()?;
     for (k, v) in hook.env(std::env::var_os("PYTHONPATH")) {
         command.env(k, v);
