@@ -574,12 +574,26 @@ impl MemoryRecord {
             request: oom.and_then(|o| o.requested),
             request_for: oom.map(|o| Role::of_part(o.part)),
             need,
-            live: at.map_or_else(LiveByRole::default, |s| LiveByRole {
-                weights: Some(s.components.weights),
-                kv_cache: Some(s.components.kv_cache),
-                activations: Some(s.components.activations),
-                other: Some(s.components.other),
-                unattributed: None,
+            live: at.map_or_else(LiveByRole::default, |s| {
+                let c = s.components;
+                // A stage that ran out lists what it needed; live at the failure were the
+                // weights, the cache and the rest of what the probe held, not the whole need.
+                let activations = match (failed, oom) {
+                    (Some(_), Some(o)) => o
+                        .held
+                        .saturating_sub(
+                            c.weights.saturating_add(c.kv_cache).saturating_add(c.other),
+                        )
+                        .min(c.activations),
+                    _ => c.activations,
+                };
+                LiveByRole {
+                    weights: Some(c.weights),
+                    kv_cache: Some(c.kv_cache),
+                    activations: Some(activations),
+                    other: Some(c.other),
+                    unattributed: None,
+                }
             }),
             model_weights: Some(card.weights_bytes),
             stage: failed.map(|s| s.name),
@@ -788,7 +802,8 @@ mod tests {
         assert_eq!(r.other_processes, Some(0));
         assert_eq!(r.stage, Some(Stage::Concurrency));
         assert_eq!(r.workload.batch, Some(48));
-        assert_eq!(r.live.activations, Some(5 * GIB));
+        // It needed 5 GiB of activations; live at the failure: held less weights, cache, other.
+        assert_eq!(r.live.activations, Some(20 * GIB - 14 * GIB - GIB - GIB / 2));
         // What the rules D1–D3 read beside them: the part asked for, held plus the request, the
         // card as the device gave it, the model's exact weights.
         assert_eq!(r.request_for, Some(Role::Activations));
