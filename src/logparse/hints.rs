@@ -784,8 +784,8 @@ fn frame_keys(line: &str) -> u16 {
         "common_speculative",
         "load draft model",
     ];
-    // One pass over the line for all keys first: most lines of a long log have none.
-    // One walk of the line for the nine lists (a traceback's every frame gets here).
+    // One walk of the line for the nine lists: most lines of a long log have no key, and a
+    // traceback's every frame has one.
     static LISTS: LazyLock<WordLists> = LazyLock::new(|| {
         WordLists::new(&[
             LOAD,
@@ -800,7 +800,7 @@ fn frame_keys(line: &str) -> u16 {
         ])
     });
     // nine lists: bits 0-8
-    (LISTS.mask(line) & 0x1ff) as u16
+    u16::try_from(LISTS.mask(line) & 0x1ff).unwrap_or(0)
 }
 
 /// The traceback frames the older rules use (load, generation, eager attention, MLP, cache):

@@ -803,7 +803,10 @@ mod tests {
         assert_eq!(r.stage, Some(Stage::Concurrency));
         assert_eq!(r.workload.batch, Some(48));
         // It needed 5 GiB of activations; live at the failure: held less weights, cache, other.
-        assert_eq!(r.live.activations, Some(20 * GIB - 14 * GIB - GIB - GIB / 2));
+        assert_eq!(
+            r.live.activations,
+            Some(20 * GIB - 14 * GIB - GIB - GIB / 2)
+        );
         // What the rules D1–D3 read beside them: the part asked for, held plus the request, the
         // card as the device gave it, the model's exact weights.
         assert_eq!(r.request_for, Some(Role::Activations));
