@@ -87,25 +87,20 @@ pub enum Limit {
 
 /// Largest `n` in `lo..=hi` with `ok(n)`, given `ok` is monotone (true then false). `None` if `ok(lo)` fails.
 pub fn largest(lo: u64, hi: u64, ok: impl Fn(u64) -> bool) -> Option<u64> {
-    largest_within(lo, hi, u64::MAX, ok)
-}
-
-/// `largest`, stopping once the answer is known to within `1 / resolution` of itself (at least
-/// to one): the `n` returned fits, and one at most that far beyond it did not.
-pub fn largest_within(lo: u64, hi: u64, resolution: u64, ok: impl Fn(u64) -> bool) -> Option<u64> {
     if hi < lo || !ok(lo) {
         return None;
     }
     if ok(hi) {
         return Some(hi);
     }
-    Some(bisect(lo, hi, resolution, ok))
+    Some(bisect(lo, hi, u64::MAX, ok))
 }
 
-/// `largest_within`, starting where `guess` says the answer is: from there it steps out (1/64
-/// of the guess, doubling) until it has a fitting `n` and a failing one, then bisects between
-/// them. A guess within a few per cent asks a handful of questions where a bisection of the
-/// whole range asks fifteen or more.
+/// `largest`, starting where `guess` says the answer is and stopping once it is known to within
+/// `1 / resolution` of itself (at least to one): from the guess it steps out (1/64 of it,
+/// doubling) until it has a fitting `n` and a failing one, then bisects between them. The `n`
+/// returned fits, and one at most that far beyond it did not. A guess within a few per cent
+/// asks a handful of questions where a bisection of the whole range asks fifteen or more.
 pub fn largest_near(
     lo: u64,
     hi: u64,
@@ -344,17 +339,15 @@ impl<'a> Planner<'a> {
     /// Where the allocator model answers, each question is a replay: the profile's own answer
     /// (microseconds) is where the search starts, and it stops within `POOL_SEARCH_RESOLUTION`.
     pub fn largest(&self, lo: u64, hi: u64, at: impl Fn(u64) -> Workload) -> Option<u64> {
+        if !self.pool || self.measured.is_some() {
+            return largest(lo, hi, |n| self.fits(&at(n)));
+        }
         let profile = Planner {
             pool: false,
             ..self.clone()
         };
-        let guess = largest(lo, hi, |n| profile.fits(&at(n)));
-        if !self.pool || self.measured.is_some() {
-            return guess;
-        }
-        largest_near(lo, hi, guess.unwrap_or(lo), POOL_SEARCH_RESOLUTION, |n| {
-            self.fits(&at(n))
-        })
+        let guess = largest(lo, hi, |n| profile.fits(&at(n))).unwrap_or(lo);
+        largest_near(lo, hi, guess, POOL_SEARCH_RESOLUTION, |n| self.fits(&at(n)))
     }
 
     /// Largest batch that fits at the lengths of `w` (`None`: not even one sequence).

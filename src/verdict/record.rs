@@ -578,14 +578,14 @@ impl MemoryRecord {
                 let c = s.components;
                 // A stage that ran out lists what it needed; live at the failure were the
                 // weights, the cache and the rest of what the probe held, not the whole need.
-                let activations = match (failed, oom) {
-                    (Some(_), Some(o)) => o
+                let activations = match oom {
+                    Some(o) => o
                         .held
                         .saturating_sub(
                             c.weights.saturating_add(c.kv_cache).saturating_add(c.other),
                         )
                         .min(c.activations),
-                    _ => c.activations,
+                    None => c.activations,
                 };
                 LiveByRole {
                     weights: Some(c.weights),
