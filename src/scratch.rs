@@ -5,7 +5,8 @@
 
 use std::path::PathBuf;
 
-/// A new folder `<tmp>/<prefix>XXXXXX`, mode 0700, kept until the caller removes it.
+/// A new folder `<tmp>/<prefix>XXXXXX`, mode 0700, kept until the caller removes it. Its error
+/// names the path it could not make (tempfile's own words).
 pub fn private_dir(prefix: &str) -> std::io::Result<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     Ok(tempfile::Builder::new()
@@ -34,5 +35,12 @@ mod tests {
                 .is_some_and(|n| n.to_string_lossy().starts_with("llm-oom-test-")));
             let _ = std::fs::remove_dir(&d);
         }
+    }
+
+    #[test]
+    fn a_folder_that_cannot_be_made_is_named_in_the_error() {
+        let e = private_dir("llm-oom-no-such-folder/x-").map(|d| d.display().to_string());
+        let said = e.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(said.contains("llm-oom-no-such-folder/x-"), "{said}");
     }
 }

@@ -39,15 +39,15 @@ impl Launcher {
 
     /// transformers under `python`: the embedded script written to a folder of this process.
     pub fn transformers(python: &Path) -> Result<Launcher> {
-        let cannot = |e: std::io::Error| {
+        let dir = crate::scratch::private_dir("llm-oom-probe-")
+            .map_err(|e| Error::Internal(format!("cannot write the transformers probe: {e}")))?;
+        let script = dir.join("transformers_probe.py");
+        std::fs::write(&script, TRANSFORMERS_PROBE).map_err(|e| {
             Error::Internal(format!(
                 "cannot write the transformers probe to {}: {e}",
-                std::env::temp_dir().display()
+                script.display()
             ))
-        };
-        let dir = crate::scratch::private_dir("llm-oom-probe-").map_err(cannot)?;
-        let script = dir.join("transformers_probe.py");
-        std::fs::write(&script, TRANSFORMERS_PROBE).map_err(cannot)?;
+        })?;
         Ok(Launcher {
             program: python.to_path_buf(),
             args: vec![script.into_os_string()],

@@ -65,12 +65,8 @@ fn rendezvous(world: &[Device]) -> Result<Join> {
 /// A fresh path for one world's NCCL id, in a scratch folder of its own (removed with it: see
 /// [`remove_id_file`]).
 fn id_file() -> Result<std::path::PathBuf> {
-    let dir = crate::scratch::private_dir("llm-oom-nccl-").map_err(|e| {
-        Error::Internal(format!(
-            "cannot make a folder for the NCCL id in {}: {e}",
-            std::env::temp_dir().display()
-        ))
-    })?;
+    let dir = crate::scratch::private_dir("llm-oom-nccl-")
+        .map_err(|e| Error::Internal(format!("no folder for the NCCL id: {e}")))?;
     Ok(dir.join("world.id"))
 }
 

@@ -96,10 +96,11 @@ pub fn model_dir(model: &str, source: &ModelSource, random: bool) -> Result<Mode
         _ => None,
     }
     .ok_or_else(|| Error::Internal(format!("no config.json to give transformers for {model}")))?;
-    let dir = std::env::temp_dir().join(format!("llm-oom-model-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)
-        .and_then(|()| std::fs::write(dir.join("config.json"), json))
-        .map_err(|e| Error::Internal(format!("cannot write {}: {e}", dir.display())))?;
+    let dir = crate::scratch::private_dir("llm-oom-model-")
+        .map_err(|e| Error::Internal(format!("no folder for the model's config.json: {e}")))?;
+    let config = dir.join("config.json");
+    std::fs::write(&config, json)
+        .map_err(|e| Error::Internal(format!("cannot write {}: {e}", config.display())))?;
     Ok(ModelDir {
         path: dir.clone(),
         random_weights: true,
