@@ -9,9 +9,7 @@ cd "$(dirname "$0")/../.."
 SRC=$1
 set -- attention-check
 source scripts/gpu/common.sh attention-check
-B=/tmp/llm-oom-cuda
-[ -x $B ] || unpack "$SRC" $B || exit 1
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; date -u +%FT%TZ; $B --version; } > "$OUT/machine.txt" 2>&1
+cuda_build "$SRC" || exit 1
 M=presets/mistral-7b-instruct-v0.2.json
 run() { $B run -m $M --device cuda --random-weights "$@"; }
 for dt in bf16 f32; do

@@ -8,9 +8,7 @@ cd "$(dirname "$0")/../.."
 SRC=$1
 set -- candle-rows
 source scripts/gpu/common.sh candle-rows
-B=/tmp/llm-oom-cuda
-unpack "$SRC" $B || exit 1
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; date -u +%FT%TZ; $B --version; } > "$OUT/machine.txt" 2>&1
+cuda_build "$SRC" || exit 1
 M=presets/mistral-7b-instruct-v0.2.json
 timed first $B diagnose --engine candle -m $M --json
 for r in 1 2; do timed warm-$r $B diagnose --engine candle -m $M --json; done

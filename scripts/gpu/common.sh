@@ -21,3 +21,9 @@ unpack() { # a release binary compressed with xz or gzip, to the path given, exe
 src=sys.argv[1]; op=lzma.open if src.endswith('.xz') else gzip.open
 shutil.copyfileobj(op(src),open(sys.argv[2],'wb'))" "$1" "$2" && chmod +x "$2"
 }
+cuda_build() { # the --features cuda build $1 (xz or gzip) unpacked to $B, this call's own (never one
+  # an earlier call on a warm machine left), and the card, driver, date, build and cores in $OUT/machine.txt
+  B=/tmp/llm-oom-cuda
+  unpack "$1" "$B" || return 1
+  { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; date -u +%FT%TZ; "$B" --version; nproc; } > "$OUT/machine.txt" 2>&1
+}

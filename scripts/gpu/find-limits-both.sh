@@ -8,9 +8,8 @@ cd "$(dirname "$0")/../.."
 SRC=$1
 set -- find-limits-both
 source scripts/gpu/common.sh find-limits-both
-B=/tmp/llm-oom-cuda
-[ -x $B ] || unpack "$SRC" $B || exit 1
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; date -u +%FT%TZ; $B --version; python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)"; } > "$OUT/machine.txt" 2>&1
+cuda_build "$SRC" || exit 1
+python3 -c "import torch, transformers; print(torch.__version__, transformers.__version__)" >> "$OUT/machine.txt" 2>&1
 M=presets/mistral-7b-instruct-v0.2.json
 timed tf-warm $B diagnose -m $M --json
 for r in 1 2; do timed tf-find-limits-$r timeout 200 $B diagnose -m $M --vram-limit 24GiB --find-limits --json; done

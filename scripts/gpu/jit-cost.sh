@@ -10,9 +10,7 @@ cd "$(dirname "$0")/../.."
 SRC=$1
 set -- jit-cost
 source scripts/gpu/common.sh jit-cost
-B=/tmp/llm-oom-cuda
-[ -x $B ] || unpack "$SRC" $B || exit 1
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; date -u +%FT%TZ; $B --version; nproc; } > "$OUT/machine.txt" 2>&1
+cuda_build "$SRC" || exit 1
 M=presets/mistral-7b-instruct-v0.2.json
 export CUDA_CACHE_DISABLE=1
 for r in 1 2; do
