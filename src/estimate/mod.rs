@@ -105,6 +105,19 @@ pub struct Estimate {
     pub peak_phase: Phase,
 }
 
+impl Estimate {
+    /// The bytes that grow with the workload (tokens and sequences): the KV caches, the
+    /// activations (the vision encoder's too) and the allocator's share of them. Weights, the
+    /// runtime and the margin do not.
+    pub fn workload_bytes(&self) -> u64 {
+        self.kv_cache
+            .saturating_add(self.draft_kv_cache)
+            .saturating_add(self.activations)
+            .saturating_add(self.vision_encoder)
+            .saturating_add(self.allocator)
+    }
+}
+
 fn is_zero(b: &u64) -> bool {
     *b == 0
 }

@@ -44,14 +44,14 @@ struct Pricer<'a> {
 impl Pricer<'_> {
     /// Keep `change` when the workload it makes peaks lower.
     fn try_change(&mut self, change: Change, alt: Workload) {
-        let new = self.planner.estimate(&alt).total;
-        if new < self.est.total {
+        let new = self.planner.estimate(&alt);
+        if new.total < self.est.total {
             self.out.push(Remedy::new(
                 change,
                 self.w.engine,
                 self.est.total,
-                new,
-                self.planner.vram,
+                new.total,
+                self.planner.room(&new),
             ));
         }
     }
@@ -105,14 +105,14 @@ impl Pricer<'_> {
             ));
         }
         for (change, planner) in alts {
-            let new = planner.estimate(self.w).total;
-            if new < self.est.total {
+            let new = planner.estimate(self.w);
+            if new.total < self.est.total {
                 self.out.push(Remedy::new(
                     change,
                     self.w.engine,
                     self.est.total,
-                    new,
-                    self.planner.vram,
+                    new.total,
+                    self.planner.room(&new),
                 ));
             }
         }
@@ -194,7 +194,7 @@ impl Pricer<'_> {
                 vram,
             ));
         }
-        if est.total <= vram {
+        if est.total <= self.planner.room(est) {
             return;
         }
         let planner = self.planner;

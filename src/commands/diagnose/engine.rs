@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::budget::Planner;
+use crate::budget::{Credit, Planner};
 use crate::error::{Error, Result};
 use crate::estimate::{Engine, Workload};
 use crate::model::{presets, ModelSource, SourceKind};
@@ -109,16 +109,20 @@ pub fn model_dir(model: &str, source: &ModelSource, random: bool) -> Result<Mode
 }
 
 /// The card the engine's profile must be priced on so that it agrees with what the engine did:
-/// every stage that ran lowers it by what the profile under-predicted (or raises it by what it
-/// over-predicted, at the worst stage), and every stage that ran out of memory caps it below the
-/// profile's peak for that workload — so the budget never claims a size that ran out.
-pub fn corrected_card(profile: &Planner, w: &Workload, stages: &[StageRecord]) -> u64 {
+/// every stage that ran lowers it by what the profile under-predicted, and every stage that ran
+/// out of memory caps it below the profile's peak for that workload — so the budget never claims a
+/// size that ran out. What the profile over-predicted (at the stage it over-predicted least) is a
+/// `Credit` beside the card, not a larger card: it holds up to the largest workload that ran and
+/// shrinks past it.
+pub fn corrected_card(profile: &Planner, w: &Workload, stages: &[StageRecord]) -> Corrected {
     let capacity = profile.vram as i128;
     let mut worst: Option<i128> = None;
     let mut cap = i128::MAX;
     // A workload a fresh process ran whole is inside the budget, whatever the other stages say.
     let mut floor = 0i128;
     let mut edge: Option<i128> = None;
+    // The largest workload that ran: how far an over-prediction is credited in full.
+    let mut reach = 0u64;
     for s in stages.iter().filter(|s| {
         matches!(
             s.name,
@@ -134,9 +138,11 @@ pub fn corrected_card(profile: &Planner, w: &Workload, stages: &[StageRecord]) -
             batch: b,
             ..*w
         };
-        let predicted = profile.estimate(&at).total as i128;
+        let estimate = profile.estimate(&at);
+        let predicted = estimate.total as i128;
         match s.outcome {
             Outcome::Ok => {
+                reach = reach.max(estimate.workload_bytes());
                 let under = s.memory.peak as i128 - predicted;
                 worst = Some(worst.map_or(under, |x: i128| x.max(under)));
                 if s.fresh_process {
@@ -161,8 +167,36 @@ pub fn corrected_card(profile: &Planner, w: &Workload, stages: &[StageRecord]) -
             _ => {}
         }
     }
-    let card = edge.unwrap_or_else(|| (capacity - worst.unwrap_or(0)).max(floor));
-    card.min(cap).clamp(0, u64::MAX as i128) as u64
+    let bytes = |card: i128| card.min(cap).clamp(0, u64::MAX as i128) as u64;
+    if let Some(edge) = edge {
+        return Corrected {
+            card: bytes(edge),
+            credit: None,
+        };
+    }
+    let worst = worst.unwrap_or(0);
+    let card = bytes((capacity - worst.max(0)).max(floor));
+    // With the over-prediction: the card every workload up to the reach may use.
+    let credited = bytes((capacity - worst).max(floor));
+    let credit = (credited > card).then_some(Credit {
+        bytes: credited - card,
+        reach,
+    });
+    Corrected { card, credit }
+}
+
+/// `corrected_card`'s answer: the card, and what the profile over-predicted beside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Corrected {
+    pub card: u64,
+    pub credit: Option<Credit>,
+}
+
+impl Corrected {
+    /// The profile priced on this card with this credit.
+    pub fn planner<'a>(&self, spec: &'a crate::model::Spec) -> Planner<'a> {
+        Planner::new(spec, self.card).with_credit(self.credit)
+    }
 }
 
 #[cfg(test)]
@@ -207,7 +241,7 @@ mod tests {
         let w = work(5815);
         // The fresh run left 100 MiB spare: inside the band; the profile over-predicts it.
         let s = ran(5815, 16 * GIB - (100 << 20), true);
-        let card = corrected_card(&profile, &w, &[s]);
+        let card = corrected_card(&profile, &w, &[s]).card;
         assert_eq!(card, profile.estimate(&w).total);
         let budget = Planner::new(&spec, card).budget(&w).max_prompt_tokens;
         // The run itself, less the budget's own rounding: never more.
@@ -234,7 +268,7 @@ mod tests {
             cached: None,
             emulated: false,
         });
-        let card = corrected_card(&profile, &w, &[s]);
+        let card = corrected_card(&profile, &w, &[s]).card;
         assert_eq!(
             card as i128,
             profile.estimate(&w).total as i128 - (200 << 20) - 1
@@ -248,6 +282,56 @@ mod tests {
         let w = work(2048);
         let predicted = profile.estimate(&w).total;
         let s = ran(2048, predicted + GIB, false);
-        assert_eq!(corrected_card(&profile, &w, &[s]), 47 * GIB);
+        assert_eq!(
+            corrected_card(&profile, &w, &[s]),
+            Corrected {
+                card: 47 * GIB,
+                credit: None
+            }
+        );
+    }
+
+    /// The H100's records (docs/calibration/find-limits-h100-2026-12-07.jsonl): the default
+    /// workload's long generation peaked at 14.8 GiB, some 400 MB under the profile; batch 16 at
+    /// 2,048 + 256 tokens ran and 17 ran out. Credited as a larger card, that over-prediction let
+    /// the budget claim 17; credited only up to the workload that ran, it claims 16.
+    #[test]
+    fn an_over_prediction_is_credited_in_full_only_up_to_the_workload_that_ran() {
+        let spec = mistral();
+        let card = 24 * GIB;
+        let profile = Planner::new(&spec, card);
+        let w = work(2048);
+        let predicted = profile.estimate(&w);
+        let s = ran(2048, predicted.total - 410_000_000, false);
+        let corrected = corrected_card(&profile, &w, &[s]);
+        assert_eq!(corrected.card, card);
+        let credit = corrected.credit.expect("an over-prediction is a credit");
+        assert_eq!(credit.bytes, 410_000_000);
+        assert_eq!(credit.reach, predicted.workload_bytes());
+        let planner = corrected.planner(&spec);
+        // Within the reach, the whole credit: the workload that ran fits with 410 MB to spare.
+        assert_eq!(planner.room(&predicted), card + 410_000_000);
+        assert_eq!(planner.max_batch(&w), Some(16));
+        // The old reading, the credit as a larger card, claimed the batch that ran out.
+        let larger = Planner::new(&spec, card + 410_000_000);
+        assert_eq!(larger.max_batch(&w), Some(17));
+        // The prompt stays within what ran (33,996 tokens at batch 1) and the model's context.
+        let prompt = planner
+            .budget(&w)
+            .max_prompt_tokens
+            .expect("a prompt budget");
+        assert!((32_000..=32_768).contains(&prompt), "{prompt}");
+    }
+
+    #[test]
+    fn a_credit_shrinks_in_proportion_past_its_reach() {
+        let credit = Credit {
+            bytes: 400,
+            reach: 1_000,
+        };
+        assert_eq!(credit.at(10), 400);
+        assert_eq!(credit.at(1_000), 400);
+        assert_eq!(credit.at(2_000), 200);
+        assert_eq!(credit.at(u64::MAX), 0);
     }
 }

@@ -380,10 +380,7 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
     // transformers: its profile on the card corrected by what transformers measured here;
     // candle: the peak model fitted to the candle stages.
     let mut points: Vec<StageRecord> = view.iter().chain(&m.points).cloned().collect();
-    let mut corrected = Planner::new(
-        &prep.spec,
-        corrected_card(&profile, &prep.workload, &points),
-    );
+    let mut corrected = corrected_card(&profile, &prep.workload, &points).planner(&prep.spec);
     // The corrected planner's budget, kept while that planner stands.
     let mut corrected_budget = None;
     if transformers && !req.interrupted() {
@@ -402,10 +399,7 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
                 prep.notes.push(note);
                 points.push(point);
                 corrected_budget = None;
-                corrected = Planner::new(
-                    &prep.spec,
-                    corrected_card(&profile, &prep.workload, &points),
-                );
+                corrected = corrected_card(&profile, &prep.workload, &points).planner(&prep.spec);
             }
         }
     }
