@@ -361,6 +361,28 @@ with tempfile.TemporaryDirectory() as run_dir:
     socks = [f for f in os.listdir(os.path.join(run_dir, "llm-oom-%d" % os.getuid())) if f.endswith(".sock")]
     check(not alive(zygotes[0]) and not socks, "warm process: it exits when idle and removes its socket (%s)" % socks)
 
+# A GPU probe reads torch's libraries on threads while it imports torch; the warm process ends
+# them before it forks. Here on the CPU: the threads start, read, and stop when asked; torch then
+# imports; a process that already has torch starts none.
+prefetch = subprocess.run([PY, "-c", """
+import importlib.util, sys, time
+spec = importlib.util.spec_from_file_location("probe", sys.argv[1])
+probe = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(probe)
+probe._prefetch_libraries()
+started = len(probe._PREFETCH[1]) if probe._PREFETCH else 0
+time.sleep(0.2)
+probe._stop_prefetch()
+alive = sum(t.name == "llm-oom-prefetch" for t in __import__("threading").enumerate())
+import torch
+probe._prefetch_libraries()
+print(started, alive, probe._PREFETCH is None)
+""", PROBE], capture_output=True, text=True, timeout=120)
+got = prefetch.stdout.split()
+check(prefetch.returncode == 0 and len(got) == 3 and int(got[0]) > 0 and got[1] == "0" and got[2] == "True",
+      "prefetch: threads read torch's libraries, stop when asked, and none start once torch is imported (%s %s)"
+      % (got, prefetch.stderr.strip()[-200:]))
+
 import shutil
 shutil.rmtree(ckpt, ignore_errors=True)
 print("%s in %.1f s" % ("all passed" if not failures else "%d FAILED" % len(failures), time.time() - T0))

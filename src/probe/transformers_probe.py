@@ -110,8 +110,11 @@ def _prefetch_libraries():
     while this thread imports torch. On a machine whose disk has not read them yet (its first run,
     or after the page cache was dropped) the import faults them in a page run at a time, one after
     another: 8.8-12.5 s of an H100 machine's first `diagnose`, against 0.4 s once cached
-    (docs/accuracy.md). Threads reading whole files keep the disk busy ahead of the import. Started
-    once, never waited on; a file that cannot be read is skipped."""
+    (docs/accuracy.md). Threads reading whole files keep the disk busy ahead of the import. Only
+    for a probe on a GPU (the CPU needs none of NVIDIA's libraries) and only before torch is
+    imported (a forked child has it); never waited on; a file that cannot be read is skipped."""
+    if "torch" in sys.modules:
+        return
     try:
         import importlib.util
         spec = importlib.util.find_spec("torch")
@@ -179,10 +182,12 @@ def _stop_prefetch():
     _PREFETCH = None
 
 
-def import_libs():
-    """Import torch and transformers; exit 4 with one JSON line when either is missing or broken."""
+def import_libs(gpu=False):
+    """Import torch and transformers; exit 4 with one JSON line when either is missing or broken.
+    For a probe on a GPU, the libraries are read ahead of the import (`_prefetch_libraries`)."""
     global torch, transformers
-    _prefetch_libraries()
+    if gpu:
+        _prefetch_libraries()
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
@@ -1698,7 +1703,7 @@ def _main(argv):
     child = None
     try:
         child = Child(setup)  # checks the setup (exit 2) before the slow imports
-        import_libs()
+        import_libs(gpu=child.device_name.startswith("cuda"))
         # torch's and transformers' ~330k objects live as long as the process: out of the cycle
         # collector's way, every settle's gc.collect() scans only what the tasks made (0.17 s a
         # collection on this laptop-class CPU before, ~0 after; see Child.settled_load).
@@ -1777,6 +1782,15 @@ def _zygote_wanted(argv):
     return dev.startswith("cuda") or dev == "gpu" or (mode == "cpu" and dev == "cpu")
 
 
+def _setup_gpu(argv):
+    """Whether the probe's setup asks for a GPU."""
+    try:
+        dev = str(json.loads(argv[argv.index("--setup") + 1]).get("device", "")).strip().lower()
+    except (ValueError, IndexError, AttributeError):
+        return False
+    return dev.startswith("cuda") or dev == "gpu"
+
+
 def _zygote_dir():
     base = os.environ.get("XDG_RUNTIME_DIR")
     if not base or not os.path.isdir(base):
@@ -1832,7 +1846,7 @@ def relay(argv):
         path = os.path.join(d, "zygote-%s.sock" % key)
         if os.path.exists(path + ".declined"):
             return None  # this interpreter's imports start CUDA: it cannot serve forks
-        sock = _zygote_connect(path) or _zygote_start(d, key, path, script)
+        sock = _zygote_connect(path) or _zygote_start(d, key, path, script, _setup_gpu(argv))
         if sock is None:
             return None
         sock.settimeout(None)
@@ -1891,8 +1905,9 @@ def _zygote_connect(path):
         return None
 
 
-def _zygote_start(d, key, path, script):
-    """Start the warm process (one at a time: a lock) and wait until it listens."""
+def _zygote_start(d, key, path, script, gpu):
+    """Start the warm process (one at a time: a lock) and wait until it listens. `gpu`: the relay
+    that starts it probes a GPU, so its imports read the libraries ahead (`_prefetch_libraries`)."""
     import fcntl
     import subprocess
     with open(os.path.join(d, "zygote-%s.lock" % key), "w") as lock:
@@ -1906,7 +1921,8 @@ def _zygote_start(d, key, path, script):
         os.replace(copy + ".tmp", copy)
         with open(os.path.join(d, "zygote-%s.log" % key), "wb") as logf:
             flags = subprocess._args_from_interpreter_flags()  # -I, -S, -X …: as this interpreter
-            z = subprocess.Popen([sys.executable] + flags + [copy, "--zygote", path], stdin=subprocess.DEVNULL,
+            z = subprocess.Popen([sys.executable] + flags + [copy, "--zygote", path] + (["--gpu"] if gpu else []),
+                                 stdin=subprocess.DEVNULL,
                                  stdout=logf, stderr=logf, close_fds=True, start_new_session=True)
         deadline = time.monotonic() + ZYGOTE_START_S
         while time.monotonic() < deadline:
@@ -1919,9 +1935,9 @@ def _zygote_start(d, key, path, script):
         return None
 
 
-def _zygote_preimport():
+def _zygote_preimport(gpu):
     """What every probe child imports before its first task, so a fork needs none of it."""
-    import_libs()
+    import_libs(gpu)
     from transformers import AutoConfig, AutoModelForCausalLM  # noqa: F401
     for name in ("torch._dynamo", "torch.distributed.tensor", "transformers.generation",
                  "transformers.integrations.accelerate", "accelerate"):
@@ -1978,12 +1994,12 @@ def zygote_main(argv):
     import selectors
     import socket
     import struct
-    if len(argv) != 1:
+    if len(argv) not in (1, 2) or argv[1:] not in ([], ["--gpu"]):
         return 2
     path = argv[0]
     idle_s = float(os.environ.get("LLM_OOM_ZYGOTE_IDLE_S", "600"))
     t0 = time.monotonic()
-    _zygote_preimport()
+    _zygote_preimport(gpu=argv[1:] == ["--gpu"])
     if _cuda_started():
         log("the imports started the CUDA driver: a forked child could not use it; not serving")
         with open(path + ".declined", "w") as f:

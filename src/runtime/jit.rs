@@ -79,7 +79,8 @@ mod imp {
                 .collect();
             threads
                 .into_iter()
-                .filter(|t| matches!(t.join(), Ok(true)))
+                .map(|t| matches!(t.join(), Ok(true)))
+                .filter(|loaded| *loaded)
                 .count()
         });
         Some(Prewarmed {
