@@ -361,27 +361,27 @@ with tempfile.TemporaryDirectory() as run_dir:
     socks = [f for f in os.listdir(os.path.join(run_dir, "llm-oom-%d" % os.getuid())) if f.endswith(".sock")]
     check(not alive(zygotes[0]) and not socks, "warm process: it exits when idle and removes its socket (%s)" % socks)
 
-# A GPU probe reads torch's libraries on threads while it imports torch; the warm process ends
-# them before it forks. Here on the CPU: the threads start, read, and stop when asked; torch then
-# imports; a process that already has torch starts none.
-prefetch = subprocess.run([PY, "-c", """
-import importlib.util, sys, time
-spec = importlib.util.spec_from_file_location("probe", sys.argv[1])
-probe = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(probe)
-probe._prefetch_libraries()
-started = len(probe._PREFETCH[1]) if probe._PREFETCH else 0
-time.sleep(0.2)
-probe._stop_prefetch()
-alive = sum(t.name == "llm-oom-prefetch" for t in __import__("threading").enumerate())
-import torch
-probe._prefetch_libraries()
-print(started, alive, probe._PREFETCH is None)
-""", PROBE], capture_output=True, text=True, timeout=120)
-got = prefetch.stdout.split()
-check(prefetch.returncode == 0 and len(got) == 3 and int(got[0]) > 0 and got[1] == "0" and got[2] == "True",
-      "prefetch: threads read torch's libraries, stop when asked, and none start once torch is imported (%s %s)"
-      % (got, prefetch.stderr.strip()[-200:]))
+# With bytecode writing off, the probe keeps torch's compiled bytecode in a private cache folder
+# (never beside the sources); with it on, it leaves Python to its own.
+with tempfile.TemporaryDirectory() as cache:
+    def hello_with(**env):
+        e = dict(os.environ, XDG_CACHE_HOME=cache, LLM_OOM_ZYGOTE="0")
+        e.pop("PYTHONDONTWRITEBYTECODE", None)
+        e.update(env)
+        p = subprocess.Popen([PY, PROBE, "--setup", setup()], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=e)
+        out, _ = p.communicate("", timeout=300)
+        return json.loads(out.splitlines()[0])
+    kept = os.path.join(cache, "llm-oom", "pycache")
+    h = hello_with()
+    check(not os.path.exists(kept) and not any("PYTHONDONTWRITEBYTECODE" in n for n in h.get("notes", [])),
+          "bytecode: with writing on, no cache folder of the probe's")
+    h = hello_with(PYTHONDONTWRITEBYTECODE="1")
+    torch_pyc = [f for _, _, fs in os.walk(kept) for f in fs if f.endswith(".pyc")] if os.path.isdir(kept) else []
+    check(os.path.isdir(kept) and os.stat(kept).st_mode & 0o777 == 0o700 and len(torch_pyc) > 1000
+          and any(kept in n for n in h.get("notes", [])),
+          "bytecode: with PYTHONDONTWRITEBYTECODE=1, torch's bytecode kept in a 0700 folder of the user's cache "
+          "(%d files) and the hello says where" % len(torch_pyc))
 
 import shutil
 shutil.rmtree(ckpt, ignore_errors=True)

@@ -71,9 +71,6 @@ pub fn run(req: &RunRequest) -> Result<RunReport> {
     let quantize = req.quantize;
     let spec = resolved.spec;
     let device = open_device(req.device).map_err(runtime_err)?;
-    // candle's kernels compiled side by side before the load (a fresh machine's first run).
-    let prewarmed = crate::runtime::jit::prewarm(&device, quantize.is_some());
-    tracing::info!(?prewarmed, "run: kernels loaded before the model");
     let (dtype, wd, kd) = (candle_dtype(req.dtype), req.dtype.weights(), req.dtype.kv());
     if req.prompt_tokens == 0 || req.batch == 0 {
         return Err(

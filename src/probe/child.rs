@@ -96,8 +96,6 @@ impl Child {
         crate::runtime::weights::check_supported(&spec).map_err(runtime_err)?;
         let dtype = candle_dtype(setup.dtype);
         let device = open_device(setup.device).map_err(runtime_err)?;
-        // Before the model: candle's kernels compiled side by side, not one by one as it calls them.
-        let prewarmed = crate::runtime::jit::prewarm(&device, quantize.is_some());
         let rank = setup.tensor_parallel.as_ref().map(|t| Rank {
             rank: t.rank,
             world: t.world,
@@ -111,13 +109,6 @@ impl Child {
             None => None,
         };
         let mut notes = Vec::new();
-        if let Some(p) = prewarmed.filter(|p| p.elapsed.as_secs_f64() >= 1.0) {
-            notes.push(format!(
-                "the CUDA driver compiled candle's {} kernel modules for this card in {:.1} s, side by side; it keeps them, so later runs skip this",
-                p.modules,
-                p.elapsed.as_secs_f64()
-            ));
-        }
         // A shared GPU without a limit: cap the memory pool at what is free less the margin, so
         // the probe runs out before the other processes do.
         let mut pool_cap = None;

@@ -101,93 +101,38 @@ class Fatal(Exception):
         self.code = code
 
 
-PREFETCH_THREADS = 8
-PREFETCH_CHUNK = 8 * MIB
+_BYTECODE_CACHE = None  # where this process keeps compiled bytecode (`_keep_bytecode`), when it does
 
 
-def _prefetch_libraries():
-    """Read torch's shared libraries, then NVIDIA's beside them, into the page cache on threads
-    while this thread imports torch. On a machine whose disk has not read them yet (its first run,
-    or after the page cache was dropped) the import faults them in a page run at a time, one after
-    another: 8.8-12.5 s of an H100 machine's first `diagnose`, against 0.4 s once cached
-    (docs/accuracy.md). Threads reading whole files keep the disk busy ahead of the import. Only
-    for a probe on a GPU (the CPU needs none of NVIDIA's libraries) and only before torch is
-    imported (a forked child has it); never waited on; a file that cannot be read is skipped."""
-    if "torch" in sys.modules:
+def _keep_bytecode():
+    """With bytecode writing off (PYTHONDONTWRITEBYTECODE, `-B`) and no compiled files beside the
+    sources (as uv installs packages by default), every new interpreter compiles torch's 2,141
+    modules again before it can run: on an H100 machine so set up, importing torch and transformers
+    took 11.4-15.7 s, and 6.2 s once their bytecode was kept in a cache of its own
+    (PYTHONPYCACHEPREFIX; docs/accuracy.md). So the probe keeps it in a private folder of the
+    user's cache (`$XDG_CACHE_HOME/llm-oom/pycache`, 0700), never beside the sources. Its first
+    start writes it (~90 MB); every later warm process reads it."""
+    global _BYTECODE_CACHE
+    if not sys.flags.dont_write_bytecode or sys.pycache_prefix:
         return
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    d = os.path.join(base, "llm-oom", "pycache")
     try:
-        import importlib.util
-        spec = importlib.util.find_spec("torch")
-        roots = list(spec.submodule_search_locations or []) if spec else []
-    except Exception:  # noqa: BLE001 - torch is missing or broken: import_libs says so
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        st = os.stat(d)
+    except OSError:
         return
-    if not roots:
-        return
-    import glob
-    torch_dir = roots[0]
-    site = os.path.dirname(torch_dir)
-
-    def by_size(pattern):
-        found = []
-        for path in glob.glob(pattern, recursive=True):
-            try:
-                found.append((os.path.getsize(path), path))
-            except OSError:
-                pass
-        return [path for _, path in sorted(found, reverse=True)]
-
-    paths = by_size(os.path.join(torch_dir, "lib", "*.so*"))
-    paths += by_size(os.path.join(site, "nvidia", "**", "lib", "*.so*"))
-    if not paths:
-        return
-    work = iter(paths)
-    lock = threading.Lock()
-    stop = threading.Event()
-
-    def reader():
-        buf = bytearray(PREFETCH_CHUNK)
-        while not stop.is_set():
-            with lock:
-                path = next(work, None)
-            if path is None:
-                return
-            try:
-                with open(path, "rb", buffering=0) as f:
-                    while not stop.is_set() and f.readinto(buf):
-                        pass
-            except OSError:
-                pass
-
-    global _PREFETCH
-    threads = [threading.Thread(target=reader, name="llm-oom-prefetch", daemon=True)
-               for _ in range(min(PREFETCH_THREADS, len(paths)))]
-    for t in threads:
-        t.start()
-    _PREFETCH = (stop, threads)
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        return  # not private to this user: bytecode read from it would run as this user
+    sys.pycache_prefix = d
+    sys.dont_write_bytecode = False
+    _BYTECODE_CACHE = d
 
 
-_PREFETCH = None  # (stop, threads) while the libraries are being read
-
-
-def _stop_prefetch():
-    """End the reading threads (each after its current chunk): the warm process forks only when it
-    runs no thread of its own."""
-    global _PREFETCH
-    if _PREFETCH is None:
-        return
-    stop, threads = _PREFETCH
-    stop.set()
-    for t in threads:
-        t.join(timeout=5)
-    _PREFETCH = None
-
-
-def import_libs(gpu=False):
-    """Import torch and transformers; exit 4 with one JSON line when either is missing or broken.
-    For a probe on a GPU, the libraries are read ahead of the import (`_prefetch_libraries`)."""
+def import_libs():
+    """Import torch and transformers; exit 4 with one JSON line when either is missing or broken."""
     global torch, transformers
-    if gpu:
-        _prefetch_libraries()
+    _keep_bytecode()
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
@@ -1073,6 +1018,10 @@ class Child:
             conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or os.environ.get("PYTORCH_ALLOC_CONF")
             if conf:
                 self.notes.append("PYTORCH_CUDA_ALLOC_CONF=%s" % conf)
+        if _BYTECODE_CACHE:
+            self.notes.append("PYTHONDONTWRITEBYTECODE is set: the probe keeps torch's and transformers' "
+                              "compiled bytecode in %s, so a new probe process need not compile them again"
+                              % _BYTECODE_CACHE)
         self.notes = ["torch %s" % torch.__version__, "transformers %s" % transformers.__version__,
                       "attn_implementation %s" % self.attn, "fast_forward %s" % self.fast_forward] + self.notes
         hello["notes"] = self.notes
@@ -1703,7 +1652,7 @@ def _main(argv):
     child = None
     try:
         child = Child(setup)  # checks the setup (exit 2) before the slow imports
-        import_libs(gpu=child.device_name.startswith("cuda"))
+        import_libs()
         # torch's and transformers' ~330k objects live as long as the process: out of the cycle
         # collector's way, every settle's gc.collect() scans only what the tasks made (0.17 s a
         # collection on this laptop-class CPU before, ~0 after; see Child.settled_load).
@@ -1782,15 +1731,6 @@ def _zygote_wanted(argv):
     return dev.startswith("cuda") or dev == "gpu" or (mode == "cpu" and dev == "cpu")
 
 
-def _setup_gpu(argv):
-    """Whether the probe's setup asks for a GPU."""
-    try:
-        dev = str(json.loads(argv[argv.index("--setup") + 1]).get("device", "")).strip().lower()
-    except (ValueError, IndexError, AttributeError):
-        return False
-    return dev.startswith("cuda") or dev == "gpu"
-
-
 def _zygote_dir():
     base = os.environ.get("XDG_RUNTIME_DIR")
     if not base or not os.path.isdir(base):
@@ -1846,7 +1786,7 @@ def relay(argv):
         path = os.path.join(d, "zygote-%s.sock" % key)
         if os.path.exists(path + ".declined"):
             return None  # this interpreter's imports start CUDA: it cannot serve forks
-        sock = _zygote_connect(path) or _zygote_start(d, key, path, script, _setup_gpu(argv))
+        sock = _zygote_connect(path) or _zygote_start(d, key, path, script)
         if sock is None:
             return None
         sock.settimeout(None)
@@ -1905,9 +1845,8 @@ def _zygote_connect(path):
         return None
 
 
-def _zygote_start(d, key, path, script, gpu):
-    """Start the warm process (one at a time: a lock) and wait until it listens. `gpu`: the relay
-    that starts it probes a GPU, so its imports read the libraries ahead (`_prefetch_libraries`)."""
+def _zygote_start(d, key, path, script):
+    """Start the warm process (one at a time: a lock) and wait until it listens."""
     import fcntl
     import subprocess
     with open(os.path.join(d, "zygote-%s.lock" % key), "w") as lock:
@@ -1921,8 +1860,7 @@ def _zygote_start(d, key, path, script, gpu):
         os.replace(copy + ".tmp", copy)
         with open(os.path.join(d, "zygote-%s.log" % key), "wb") as logf:
             flags = subprocess._args_from_interpreter_flags()  # -I, -S, -X …: as this interpreter
-            z = subprocess.Popen([sys.executable] + flags + [copy, "--zygote", path] + (["--gpu"] if gpu else []),
-                                 stdin=subprocess.DEVNULL,
+            z = subprocess.Popen([sys.executable] + flags + [copy, "--zygote", path], stdin=subprocess.DEVNULL,
                                  stdout=logf, stderr=logf, close_fds=True, start_new_session=True)
         deadline = time.monotonic() + ZYGOTE_START_S
         while time.monotonic() < deadline:
@@ -1935,9 +1873,9 @@ def _zygote_start(d, key, path, script, gpu):
         return None
 
 
-def _zygote_preimport(gpu):
+def _zygote_preimport():
     """What every probe child imports before its first task, so a fork needs none of it."""
-    import_libs(gpu)
+    import_libs()
     from transformers import AutoConfig, AutoModelForCausalLM  # noqa: F401
     for name in ("torch._dynamo", "torch.distributed.tensor", "transformers.generation",
                  "transformers.integrations.accelerate", "accelerate"):
@@ -1994,12 +1932,12 @@ def zygote_main(argv):
     import selectors
     import socket
     import struct
-    if len(argv) not in (1, 2) or argv[1:] not in ([], ["--gpu"]):
+    if len(argv) != 1:
         return 2
     path = argv[0]
     idle_s = float(os.environ.get("LLM_OOM_ZYGOTE_IDLE_S", "600"))
     t0 = time.monotonic()
-    _zygote_preimport(gpu=argv[1:] == ["--gpu"])
+    _zygote_preimport()
     if _cuda_started():
         log("the imports started the CUDA driver: a forked child could not use it; not serving")
         with open(path + ".declined", "w") as f:
@@ -2091,7 +2029,6 @@ def zygote_main(argv):
         _zygote_warm_model(req["argv"])
         if _cuda_started():
             return refuse(conn, fds, "CUDA was started in the warm process", stop=True)
-        _stop_prefetch()
         sys.stdout.flush()
         sys.stderr.flush()
         me = os.getpid()

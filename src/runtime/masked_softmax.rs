@@ -72,11 +72,6 @@ impl MaskedSoftmax {
 }
 
 /// The launch on the GPU.
-/// The kernel's PTX, which the driver compiles for the card when it is first loaded
-/// (`runtime::jit`).
-#[cfg(feature = "cuda")]
-pub const PTX: &str = cuda::ptx::MASKED_SOFTMAX;
-
 #[cfg(feature = "cuda")]
 mod cuda {
     use candle_core::cuda_backend::cudarc::driver::{
@@ -87,7 +82,7 @@ mod cuda {
 
     use super::MaskedSoftmax;
 
-    pub(super) mod ptx {
+    mod ptx {
         include!(concat!(env!("OUT_DIR"), "/ptx.rs"));
     }
 
