@@ -129,7 +129,8 @@ tight = probe.device_map_for(meta(), {{0: layer // 2, 1: layer // 2}})
 # random weights drawn on the map's devices (the CPU stands in for both GPUs here)
 model = probe.materialize(m, dm, device_of=lambda v: torch.device('cpu'))
 meta_left = [n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if t.is_meta]
-out = model.generate(torch.randint(3, 250, (1, 8)), max_new_tokens=4, do_sample=False)
+# random weights: the end-of-sequence token may win any step, so all four are asked for
+out = model.generate(torch.randint(3, 250, (1, 8)), max_new_tokens=4, min_new_tokens=4, do_sample=False)
 msg = ('CUDA out of memory. Tried to allocate 20.00 MiB. GPU 1 has a total capacity of 23.65 GiB '
        'of which 3.06 MiB is free. Including non-PyTorch memory, this process has 23.64 GiB memory in use.')
 bad = []
