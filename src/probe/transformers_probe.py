@@ -104,6 +104,16 @@ class Fatal(Exception):
 _BYTECODE_CACHE = None  # where this process keeps compiled bytecode (`_keep_bytecode`), when it does
 
 
+def _private_dir(d):
+    """`d`, made 0700 if missing; OSError unless this user owns it and no one else may enter it
+    (what is read from it runs, or is trusted, as this user)."""
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    st = os.stat(d)
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise OSError("%s is not private to this user" % d)
+    return d
+
+
 def _keep_bytecode():
     """With bytecode writing off (PYTHONDONTWRITEBYTECODE, `-B`) and no compiled files beside the
     sources (as uv installs packages by default), every new interpreter compiles torch's 2,141
@@ -116,14 +126,10 @@ def _keep_bytecode():
     if not sys.flags.dont_write_bytecode or sys.pycache_prefix:
         return
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    d = os.path.join(base, "llm-oom", "pycache")
     try:
-        os.makedirs(d, mode=0o700, exist_ok=True)
-        st = os.stat(d)
+        d = _private_dir(os.path.join(base, "llm-oom", "pycache"))
     except OSError:
-        return
-    if st.st_uid != os.getuid() or st.st_mode & 0o077:
-        return  # not private to this user: bytecode read from it would run as this user
+        return  # not made, or not private to this user: bytecode read from it would run as them
     sys.pycache_prefix = d
     sys.dont_write_bytecode = False
     _BYTECODE_CACHE = d
@@ -1735,12 +1741,7 @@ def _zygote_dir():
     base = os.environ.get("XDG_RUNTIME_DIR")
     if not base or not os.path.isdir(base):
         base = "/tmp"
-    d = os.path.join(base, "llm-oom-%d" % os.getuid())
-    os.makedirs(d, mode=0o700, exist_ok=True)
-    st = os.stat(d)
-    if st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise OSError("%s is not private to this user" % d)
-    return d
+    return _private_dir(os.path.join(base, "llm-oom-%d" % os.getuid()))
 
 
 def _zygote_key(script):
