@@ -383,6 +383,33 @@ with tempfile.TemporaryDirectory() as cache:
           "bytecode: with PYTHONDONTWRITEBYTECODE=1, torch's bytecode kept in a 0700 folder of the user's cache "
           "(%d files) and the hello says where" % len(torch_pyc))
 
+# A first start with enough cores compiles the sources ahead, in processes side by side: the cache
+# it leaves is the one the import reads (an import from it compiles next to nothing more).
+import importlib.util as _iu
+_spec = _iu.spec_from_file_location("llm_oom_probe", PROBE)
+_probe = _iu.module_from_spec(_spec)
+_spec.loader.exec_module(_probe)
+with tempfile.TemporaryDirectory() as pref:
+    srcs = _probe._compile_sources()
+    t = time.time()
+    _probe._compile_ahead(pref, 2)
+    ahead = [os.path.join(r, f) for r, _, fs in os.walk(pref) for f in fs if f.endswith(".pyc")]
+    took = time.time() - t
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    subprocess.run([PY, "-X", "pycache_prefix=" + pref, "-c", "import torch, transformers"], env=env,
+                   check=True, timeout=300)
+    after = [os.path.join(r, f) for r, _, fs in os.walk(pref) for f in fs if f.endswith(".pyc")]
+    # What the import still compiled: the standard library's modules (not compiled ahead), and of the
+    # packages only a few left out on purpose (torch.testing._internal's).
+    more = [f for f in set(after) - set(ahead) if "site-packages" in f]
+    check(len(srcs) > 2000 and any(s.endswith(os.path.join("torch", "__init__.py")) for s in srcs)
+          and not any(os.sep + "tests" + os.sep in s for s in srcs)
+          and _probe._COMPILED_AHEAD is not None and _probe._COMPILED_AHEAD[1] == 2
+          and len(ahead) > 0.95 * len(srcs) and len(more) < 20,
+          "bytecode: compiled ahead in 2 processes, %d files for %d sources in %.1f s; the import then compiled "
+          "%d more of the packages' (%s)" % (len(ahead), len(srcs), took, len(more), more[:3]))
+
 import shutil
 shutil.rmtree(ckpt, ignore_errors=True)
 print("%s in %.1f s" % ("all passed" if not failures else "%d FAILED" % len(failures), time.time() - T0))

@@ -107,3 +107,24 @@ fn unsupported_models_and_devices_are_bad_input() {
     assert_eq!(r.code, 2);
     assert!(r.stderr.contains("not a device"), "{}", r.stderr);
 }
+
+#[test]
+fn the_kernel_compiling_helper_refuses_in_one_line_what_it_cannot_do() {
+    // `__compile-kernels` is what a card's first candle run starts side by side (runtime::jit):
+    // a build without CUDA, or a module it does not know, is one line on stderr and a failure.
+    let home = temp();
+    let r = run(home.path(), &["__compile-kernels", "--gpu", "0", "unary"]);
+    assert_ne!(r.code, 0, "{}", r.stderr);
+    let line = r.stderr.trim();
+    assert_eq!(line.lines().count(), 1, "{line}");
+    if cfg!(feature = "cuda") {
+        let r = run(home.path(), &["__compile-kernels", "--gpu", "0", "nope"]);
+        assert!(
+            r.stderr.contains("no kernel module named \"nope\""),
+            "{}",
+            r.stderr
+        );
+    } else {
+        assert!(line.contains("without the `cuda` feature"), "{line}");
+    }
+}

@@ -142,6 +142,14 @@ pub enum Command {
     /// watch's guardian (internal): kills the watched tree if watch dies before it ends.
     #[command(hide = true, name = "__watch-guard")]
     WatchGuard,
+    /// The probe's helper (internal): loads candle's named kernel modules on a GPU so the driver
+    /// compiles and keeps them, side by side with the other helpers.
+    #[command(hide = true, name = "__compile-kernels")]
+    CompileKernels {
+        #[arg(long)]
+        gpu: u32,
+        modules: Vec<String>,
+    },
     /// What matters for GPU memory on this machine (GPUs, driver, host RAM, this build, the Python
     /// packages, the allocator's settings), to paste beside a report.
     #[command(after_help = ENV_EXAMPLES)]

@@ -155,6 +155,10 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
             Ok(ExitStatus::of(&r.verdict))
         }
         Command::Watch(args) => watch_command(args, format, cli.color),
+        Command::CompileKernels { gpu, modules } => {
+            llm_oom::runtime::jit::compile_modules(*gpu, modules).map_err(anyhow::Error::msg)?;
+            Ok(ExitStatus::Fits)
+        }
         Command::WatchGuard => {
             llm_oom::commands::watch::guard::serve(std::io::stdin().lock());
             Ok(ExitStatus::Fits)

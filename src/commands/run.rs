@@ -70,6 +70,12 @@ pub fn run(req: &RunRequest) -> Result<RunReport> {
     let source = weight_source(&resolved.source, req.random_weights)?;
     let quantize = req.quantize;
     let spec = resolved.spec;
+    // A card's first run: candle's kernels compiled in processes side by side before the model.
+    let compiled = req
+        .device
+        .gpu()
+        .and_then(|gpu| crate::runtime::jit::compile_ahead_on(gpu, quantize.is_some()));
+    tracing::info!(?compiled, "run: kernels compiled ahead");
     let device = open_device(req.device).map_err(runtime_err)?;
     let (dtype, wd, kd) = (candle_dtype(req.dtype), req.dtype.weights(), req.dtype.kv());
     if req.prompt_tokens == 0 || req.batch == 0 {

@@ -95,6 +95,12 @@ impl Child {
         let spec = resolved.spec;
         crate::runtime::weights::check_supported(&spec).map_err(runtime_err)?;
         let dtype = candle_dtype(setup.dtype);
+        // Before this process's context: a card's first run has the driver compile candle's
+        // kernels in processes side by side (one rank of a world would start them for all).
+        let compiled = match (setup.device.gpu(), &setup.tensor_parallel) {
+            (Some(gpu), None) => crate::runtime::jit::compile_ahead_on(gpu, quantize.is_some()),
+            _ => None,
+        };
         let device = open_device(setup.device).map_err(runtime_err)?;
         let rank = setup.tensor_parallel.as_ref().map(|t| Rank {
             rank: t.rank,
@@ -108,7 +114,11 @@ impl Child {
             Some(tp) => Some(join(&tp.join, &device, tp.rank, tp.world)?),
             None => None,
         };
-        let mut notes = Vec::new();
+        let mut notes: Vec<String> = compiled
+            .as_ref()
+            .and_then(crate::runtime::jit::note)
+            .into_iter()
+            .collect();
         // A shared GPU without a limit: cap the memory pool at what is free less the margin, so
         // the probe runs out before the other processes do.
         let mut pool_cap = None;

@@ -102,6 +102,7 @@ class Fatal(Exception):
 
 
 _BYTECODE_CACHE = None  # where this process keeps compiled bytecode (`_keep_bytecode`), when it does
+_COMPILED_AHEAD = None  # (files, processes, seconds) when its first start compiled them ahead
 
 
 def _private_dir(d):
@@ -121,7 +122,8 @@ def _keep_bytecode():
     took 11.4-15.7 s, and 6.2 s once their bytecode was kept in a cache of its own
     (PYTHONPYCACHEPREFIX; docs/accuracy.md). So the probe keeps it in a private folder of the
     user's cache (`$XDG_CACHE_HOME/llm-oom/pycache`, 0700), never beside the sources. Its first
-    start writes it (~90 MB); every later warm process reads it."""
+    start writes it (~90 MB); every later warm process reads it. With enough cores that first start
+    compiles the sources in processes side by side before importing (`_compile_ahead`)."""
     global _BYTECODE_CACHE
     if not sys.flags.dont_write_bytecode or sys.pycache_prefix:
         return
@@ -133,6 +135,102 @@ def _keep_bytecode():
     sys.pycache_prefix = d
     sys.dont_write_bytecode = False
     _BYTECODE_CACHE = d
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec("torch")
+        first = spec is not None and spec.origin and not os.path.exists(importlib.util.cache_from_source(spec.origin))
+    except (ImportError, ValueError, NotImplementedError):
+        first = False
+    workers = min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
+                  COMPILE_AHEAD_MAX_WORKERS)
+    if first and workers >= COMPILE_AHEAD_MIN_WORKERS:
+        _compile_ahead(d, workers)
+
+
+COMPILE_AHEAD_MIN_WORKERS = 8  # below this the import's own compilation is as quick (measured)
+COMPILE_AHEAD_MAX_WORKERS = 16
+COMPILE_AHEAD_TIMEOUT_S = 120
+_COMPILE_WORKER = (
+    "import py_compile, sys\n"
+    "for f in sys.stdin.buffer.read().decode('utf-8', 'surrogateescape').split('\\0'):\n"
+    "    if f:\n"
+    "        try:\n"
+    "            py_compile.compile(f, doraise=True, invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)\n"
+    "        except Exception:\n"
+    "            pass\n")
+
+
+def _compile_sources(roots=("torch", "transformers", "accelerate")):
+    """The Python sources of `roots` and of everything they require (their installed distributions'
+    RECORDs, requirements under an extra left out), less tests and transformers' model families
+    other than `auto` (the one a model needs is compiled when imported)."""
+    import importlib.metadata as md
+    seen, todo, files = set(), list(roots), []
+    while todo:
+        name = todo.pop()
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            dist = md.distribution(name)
+        except Exception:  # noqa: BLE001 - not installed, or broken metadata: nothing to compile
+            continue
+        for req in dist.requires or []:
+            if "extra ==" in req.replace("extra==", "extra =="):
+                continue
+            m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
+            if m:
+                todo.append(m.group(1))
+        for f in dist.files or []:
+            rel = str(f)
+            if not rel.endswith(".py") or "/tests/" in rel or "/testing/_internal/" in rel:
+                continue
+            if rel.startswith("transformers/models/") and rel.count("/") > 2 \
+                    and not rel.startswith("transformers/models/auto/"):
+                continue
+            files.append(str(dist.locate_file(f)))
+    return files
+
+
+def _compile_ahead(prefix, workers):
+    """Compile the sources the import will read into the bytecode cache `prefix`, in `workers`
+    processes side by side, before the import: the import alone compiles its ~2,300 modules one
+    after another (about 6 s of a first start). The workers compile more than the import reads
+    (whole distributions), so this is done only with enough cores. Waited on, at most
+    COMPILE_AHEAD_TIMEOUT_S; a file that fails is left to the import."""
+    import subprocess
+    files = _compile_sources()
+    if not files:
+        return
+    flags = ["-I", "-X", "pycache_prefix=" + prefix] + ["-O"] * sys.flags.optimize
+    procs = []
+    for i in range(workers):
+        share = files[i::workers]
+        if not share:
+            continue
+        try:
+            p = subprocess.Popen([sys.executable] + flags + ["-c", _COMPILE_WORKER], stdin=subprocess.PIPE,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        except OSError:
+            break
+        procs.append((p, "\0".join(share).encode("utf-8", "surrogateescape")))
+    for p, data in procs:
+        try:
+            p.stdin.write(data)
+            p.stdin.close()
+        except OSError:
+            pass
+    t0 = time.time()
+    deadline = t0 + COMPILE_AHEAD_TIMEOUT_S
+    for p, _ in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    global _COMPILED_AHEAD
+    _COMPILED_AHEAD = (len(files), len(procs), time.time() - t0)
 
 
 def import_libs():
@@ -1028,6 +1126,9 @@ class Child:
             self.notes.append("PYTHONDONTWRITEBYTECODE is set: the probe keeps torch's and transformers' "
                               "compiled bytecode in %s, so a new probe process need not compile them again"
                               % _BYTECODE_CACHE)
+            if _COMPILED_AHEAD:
+                self.notes.append("this first start compiled %d Python sources there in %d processes side by "
+                                  "side in %.1f s" % _COMPILED_AHEAD)
         self.notes = ["torch %s" % torch.__version__, "transformers %s" % transformers.__version__,
                       "attn_implementation %s" % self.attn, "fast_forward %s" % self.fast_forward] + self.notes
         hello["notes"] = self.notes

@@ -71,6 +71,11 @@ impl MaskedSoftmax {
     }
 }
 
+/// The kernel's PTX, which the driver compiles for the card when it is first loaded
+/// (`runtime::jit` has it compiled ahead, beside candle's).
+#[cfg(feature = "cuda")]
+pub const PTX: &str = cuda::ptx::MASKED_SOFTMAX;
+
 /// The launch on the GPU.
 #[cfg(feature = "cuda")]
 mod cuda {
@@ -82,7 +87,7 @@ mod cuda {
 
     use super::MaskedSoftmax;
 
-    mod ptx {
+    pub(super) mod ptx {
         include!(concat!(env!("OUT_DIR"), "/ptx.rs"));
     }
 

@@ -5,6 +5,7 @@
 
 pub mod decoder;
 pub mod generate;
+pub mod jit;
 pub mod kv_cache;
 pub mod masked_softmax;
 #[cfg(feature = "nccl")]
