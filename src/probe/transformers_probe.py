@@ -149,7 +149,7 @@ def _keep_bytecode():
 
 COMPILE_AHEAD_MIN_WORKERS = 8  # below this the import's own compilation is as quick (measured)
 COMPILE_AHEAD_MAX_WORKERS = 16
-COMPILE_AHEAD_TIMEOUT_S = 120
+COMPILE_AHEAD_TIMEOUT_S = 60  # well inside ZYGOTE_START_S, which the relay waits for the warm process
 _COMPILE_WORKER = (
     "import py_compile, sys\n"
     "for f in sys.stdin.buffer.read().decode('utf-8', 'surrogateescape').split('\\0'):\n"

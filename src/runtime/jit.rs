@@ -27,7 +27,8 @@ pub const HELPER_COMMAND: &str = "__compile-kernels";
 const CONTEXT_ALLOWANCE: u64 = 1 << 30;
 const RESERVE: u64 = 2 << 30;
 /// A helper that has not finished by then is stopped; candle compiles what it left, as before.
-const HELPER_TIMEOUT: Duration = Duration::from_secs(180);
+/// The slowest module took seconds; the probe's parent waits 180 s for the child's hello.
+const HELPER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// One kernel module: its name (what a helper is told) and its PTX.
 #[derive(Debug, Clone, Copy)]
@@ -261,6 +262,12 @@ pub fn compile_modules(gpu: u32, names: &[String]) -> Result<usize, String> {
                 .ok_or_else(|| format!("no kernel module named {n:?}"))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    // A helper never outlives the probe that started it (its context holds GPU memory).
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl with PR_SET_PDEATHSIG only sets a signal number for this process.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+    }
     imp::load(gpu, &chosen)?;
     Ok(chosen.len())
 }
