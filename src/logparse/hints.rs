@@ -701,6 +701,14 @@ fn frame_keys(line: &str) -> u16 {
         "MmapedSafetensors",
         "var_builder",
         "VarBuilder",
+        // Weights made whole outside a load: DeepSpeed ZeRO-3 gathering a module's partitioned
+        // parameters before its forward, a LoRA adapter merged into its base weights, FSDP's
+        // state dict cloning each full parameter.
+        "fetch_sub_module",
+        "_allgather_params",
+        "merge_and_unload",
+        "_merge_lora",
+        "Failed to clone() tensor with name",
     ];
     const GENERATION: &[&str] = &[
         "in generate",
