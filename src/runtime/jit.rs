@@ -12,9 +12,10 @@
 //! [`compile_ahead`] runs before the probe opens its own CUDA context. Where this card, driver and
 //! build have no marker yet, it starts helper processes (`llm-oom __compile-kernels`), each loading
 //! its share of the modules in a context of its own (the driver compiles and keeps them), waits for
-//! them, and leaves the marker. candle's own loads then read the driver's cache. The helpers' contexts
-//! are gone before the probe measures anything; each is only started when the card has room for it
-//! beside what others hold. Nothing is done with the driver's cache off (`CUDA_CACHE_DISABLE=1`).
+//! them, and leaves the marker. candle's own loads then read the driver's cache. The helpers'
+//! contexts are gone before the probe measures anything; they are only started on a card no other
+//! process holds memory on, each with room for its context beside a reserve. Nothing is done with
+//! the driver's cache off (`CUDA_CACHE_DISABLE=1`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -45,12 +46,14 @@ pub struct Compiled {
     pub elapsed: Duration,
 }
 
-/// The card the modules are compiled for, as NVML names it, and the room it has now.
+/// The card the modules are compiled for, as NVML names it, the room it has now, and how many
+/// other processes hold memory on it.
 #[derive(Debug, Clone)]
 pub struct Card {
     pub name: String,
     pub driver: String,
     pub free_bytes: u64,
+    pub other_processes: usize,
 }
 
 /// Whether the driver keeps what it compiles (`CUDA_CACHE_DISABLE=1` turns its cache off).
@@ -64,8 +67,13 @@ pub fn modules(quantized: bool) -> Vec<Module> {
     imp::modules(quantized)
 }
 
-/// How many helpers the card has room for: one context allowance each, beside a reserve.
-pub fn helpers_with_room(free_bytes: u64, wanted: usize) -> usize {
+/// How many helpers the card has room for: one context allowance each, beside a reserve; none
+/// where another process holds memory on it (what it may still need is not the probe's to take:
+/// candle then compiles as it loads, as without the helpers).
+pub fn helpers_with_room(free_bytes: u64, other_processes: usize, wanted: usize) -> usize {
+    if other_processes > 0 {
+        return 0;
+    }
     let room = free_bytes.saturating_sub(RESERVE) / CONTEXT_ALLOWANCE;
     usize::try_from(room).unwrap_or(usize::MAX).min(wanted)
 }
@@ -163,7 +171,7 @@ pub fn compile_ahead(exe: &Path, gpu: u32, card: &Card, quantized: bool) -> Opti
         return None;
     }
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    let workers = helpers_with_room(card.free_bytes, cores.min(mods.len()));
+    let workers = helpers_with_room(card.free_bytes, card.other_processes, cores.min(mods.len()));
     if workers == 0 {
         return None;
     }
@@ -228,6 +236,7 @@ pub fn compile_ahead_on(gpu: u32, quantized: bool) -> Option<Compiled> {
         name: info.name,
         driver: info.driver,
         free_bytes: info.free_bytes,
+        other_processes: info.processes.len(),
     };
     compile_ahead(&exe, gpu, &card, quantized)
 }
@@ -370,12 +379,14 @@ mod tests {
     }
 
     #[test]
-    fn helpers_only_where_the_card_has_room_beside_a_reserve() {
+    fn helpers_only_where_the_card_has_room_beside_a_reserve_and_no_one_else() {
         let gib = 1u64 << 30;
-        assert_eq!(helpers_with_room(0, 9), 0);
-        assert_eq!(helpers_with_room(2 * gib, 9), 0);
-        assert_eq!(helpers_with_room(5 * gib + gib / 2, 9), 3);
-        assert_eq!(helpers_with_room(80 * gib, 9), 9);
+        assert_eq!(helpers_with_room(0, 0, 9), 0);
+        assert_eq!(helpers_with_room(2 * gib, 0, 9), 0);
+        assert_eq!(helpers_with_room(5 * gib + gib / 2, 0, 9), 3);
+        assert_eq!(helpers_with_room(80 * gib, 0, 9), 9);
+        // Another process on the card: nothing of what it may need is taken.
+        assert_eq!(helpers_with_room(80 * gib, 1, 9), 0);
     }
 
     #[test]
@@ -412,6 +423,7 @@ mod tests {
                 name: "x".into(),
                 driver: "y".into(),
                 free_bytes: 80 << 30,
+                other_processes: 0,
             };
             assert_eq!(
                 compile_ahead(Path::new("/nonexistent"), 0, &card, false),
