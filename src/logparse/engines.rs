@@ -1273,11 +1273,26 @@ fn is_exit_137(line: &str) -> bool {
         || l.contains("(exitcode: -9)")
         || t == "killed"
         || (t.ends_with("]killed") && (t.contains("it/s") || t.contains("s/it")))
+        // Python's subprocess on a SIGKILLed child: `Command '[…]' died with <Signals.SIGKILL: 9>.`
+        // (BitNet-103: a conversion script killed for host RAM).
+        || l.contains("died with <signals.sigkill")
+        || killed_after_output(line)
         || t.strip_prefix("exit code:")
             .is_some_and(|c| c.trim() == "137")
         // Knative / KServe `lastFailureInfo` and pod YAML: `exitCode: 137`.
         || t.strip_prefix("exitcode:")
             .is_some_and(|c| c.trim() == "137")
+}
+
+/// The shell's `Killed` written on the end of the killed program's last line, which ended with no
+/// newline: `trainable params: 0 || all params: 7069016064 || trainable%: 0.0000 Killed`
+/// (LlamaFactory-1975). Only the exact word after a figure or a closing bracket, not prose.
+fn killed_after_output(line: &str) -> bool {
+    line.trim_end()
+        .strip_suffix("Killed")
+        .and_then(|head| head.strip_suffix(' '))
+        .and_then(|head| head.trim_end().chars().last())
+        .is_some_and(|c| c.is_ascii_digit() || matches!(c, '%' | ')' | ']'))
 }
 
 #[cfg(test)]
@@ -1587,6 +1602,20 @@ mod tests {
             "bash: line 1: 14875 Killed                  python main.py"
         ));
         assert!(!is_exit_137("the job was killed by the scheduler"));
+    }
+
+    #[test]
+    fn a_killed_child_of_python_or_a_killed_line_without_newline_is_a_sigkill() {
+        assert!(is_exit_137("ERROR:root:Error occurred while running command: Command '['python', 'convert.py']' died with <Signals.SIGKILL: 9>., check details"));
+        assert!(is_exit_137(
+            "12/24/2023 09:04:10 - INFO - loader - trainable params: 0 || all params: 7069016064 || trainable%: 0.0000 Killed"
+        ));
+        assert!(is_exit_137("step 40 (loss 1.92) Killed"));
+        // Prose, a name, a word inside a line: not the shell's job message.
+        assert!(!is_exit_137("The worker was Killed"));
+        assert!(!is_exit_137("status: Killed by user"));
+        assert!(!is_exit_137("[Killed]"));
+        assert!(!is_exit_137("Command died with <Signals.SIGTERM: 15>."));
     }
 
     #[test]
