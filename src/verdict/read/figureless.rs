@@ -87,7 +87,10 @@ pub(super) fn undecided(a: &mut Ask) -> Decision {
     } else {
         by_phase(a)
     };
-    if let Some(d) = phase.or_else(|| driver_by_backtrace(a)) {
+    if let Some(d) = phase
+        .or_else(|| driver_by_backtrace(a))
+        .or_else(|| one_buffer(a))
+    {
         return d;
     }
     a.to_decide = Some(match &f.event {
@@ -110,6 +113,35 @@ pub(super) fn undecided(a: &mut Ask) -> Decision {
         format!("unknown: {what}"),
         vec![ev(f, what)],
     )
+}
+
+/// An error with no card's figures that still states what it asked for (rule E88): one request
+/// of 4 GiB or more outside loading is one forward-pass buffer, as rule P4 reads PyTorch's — no
+/// weight tensor (the largest, a 150k-vocabulary embedding of a 70B model at 16 bits, is 2.5 GB)
+/// nor one layer's KV cache is that large (jax-alphafold-85: XLA asked 13.8 GB in `predict`).
+/// Only where no loading phase or loader frame is above it: a loader may allocate all the
+/// weights in one piece.
+pub(super) fn one_buffer(a: &mut Ask) -> Option<Decision> {
+    let Event::Catalogued(c) = &a.f.event else {
+        return None;
+    };
+    let need = c.needed.filter(|&n| n >= ONE_BUFFER)?;
+    if stage_near(a.ctx, a.f.line) == Stage::Load {
+        return None;
+    }
+    step_remedies(a, Cause::Activations);
+    let quote = undecided_what(a.f);
+    Some(Decision::new(
+        Code::E88,
+        Cause::Activations,
+        Stage::Unknown,
+        0.45,
+        format!(
+            "activations: one request of {} outside loading is one forward-pass buffer (no weight tensor or layer's cache is that large); {quote}",
+            Bytes(need)
+        ),
+        vec![ev_bytes(a.f, format!("one request of {}", Bytes(need)), need)],
+    ))
 }
 
 /// Memory this program never held (rule E59). When it found the card, before it allocated

@@ -470,3 +470,17 @@ fn a_cuda_driver_message_in_a_tensorflow_log_is_tensorflows() {
         .iter()
         .any(|m| m.how.contains("TF_FORCE_GPU_ALLOW_GROWTH")));
 }
+
+#[test]
+fn a_stated_request_of_4_gib_outside_loading_is_one_forward_buffer() {
+    // jax-alphafold-85: XLA names only the size it asked for, in model_runner.predict.
+    let predict = "  File \"/content/alphafold/model/model.py\", line 171, in predict\n    result = self.apply(self.params, jax.random.PRNGKey(random_seed), feat)\nRuntimeError: Resource exhausted: Out of memory while trying to allocate 13816236064 bytes.\n";
+    assert_eq!(cause_of(predict), Cause::Activations);
+    // Below 4 GiB the size says nothing: it stays unknown.
+    let small = "RuntimeError: Resource exhausted: Out of memory while trying to allocate 1073741824 bytes.\n";
+    assert_eq!(cause_of(small), Cause::Unknown);
+    // Under a loading phase a loader may allocate the weights in one piece: the size decides
+    // nothing there.
+    let loading = "Loading checkpoint shards:  50%\nRuntimeError: Resource exhausted: Out of memory while trying to allocate 13816236064 bytes.\n";
+    assert_ne!(cause_of(loading), Cause::Activations);
+}

@@ -353,6 +353,9 @@ codes! {
     E87 Engines
         r#"transformers' "Some modules are dispatched on the CPU or the disk. Make sure you have enough GPU RAM to fit the quantized model" is the check before any allocation: the weights do not fit the GPU(s) at that precision → `weights` at load."#
         r#"unit test `a_quantized_model_dispatched_off_the_gpu_is_the_weights_not_fitting` (src/logparse/engines.rs)"#;
+    E88 Engines
+        r#"An error with no card's figures that still states the size it asked for (XLA's "Out of memory while trying to allocate N bytes"), not decided by a named part, a frame or the phase: one request of 4 GiB or more, with no loading phase or loader frame above it, is one forward-pass buffer → `activations` (confidence 0.45), as P4 reads PyTorch's: no weight tensor nor one layer's KV cache is that large. A loader may allocate all the weights in one piece, so under loading the size decides nothing."#
+        r#"jax-alphafold-85 (13.8 GB asked in `model_runner.predict`)"#;
     A1 Engines
         r#"When the first event does not decide (`unknown`), a later GPU-side event of the same log that decides gives the verdict, at confidence ≤ 0.7, with the first error quoted as not deciding. Host-side events (the OOM killer, exit 137, Ray, Windows' commit limit) are not taken: a later kill for host RAM says nothing about what filled the GPU."#
         r#"tgi-1356 (an undecided prefill OOM, then TGI's cache blocks)"#;
