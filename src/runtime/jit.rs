@@ -167,6 +167,19 @@ pub fn compile_ahead(exe: &Path, gpu: u32, card: &Card, quantized: bool) -> Opti
         cache_path.as_deref(),
         &mods,
     ));
+    run_helpers(exe, gpu, card, &mods, &marker, HELPER_TIMEOUT)
+}
+
+/// The helpers for `mods`, unless `marker` is there: started side by side, waited for at most
+/// `timeout` in all (then killed), and `marker` left when every one succeeded.
+fn run_helpers(
+    exe: &Path,
+    gpu: u32,
+    card: &Card,
+    mods: &[Module],
+    marker: &Path,
+    timeout: Duration,
+) -> Option<Compiled> {
     if marker.exists() {
         return None;
     }
@@ -200,7 +213,7 @@ pub fn compile_ahead(exe: &Path, gpu: u32, card: &Card, quantized: bool) -> Opti
         let ok = loop {
             match h.try_wait() {
                 Ok(Some(status)) => break status.success(),
-                Ok(None) if started.elapsed() < HELPER_TIMEOUT => {
+                Ok(None) if started.elapsed() < timeout => {
                     std::thread::sleep(Duration::from_millis(20))
                 }
                 _ => {
@@ -213,7 +226,7 @@ pub fn compile_ahead(exe: &Path, gpu: u32, card: &Card, quantized: bool) -> Opti
         all_ok &= ok;
     }
     if all_ok {
-        if let Err(e) = std::fs::write(&marker, b"") {
+        if let Err(e) = std::fs::write(marker, b"") {
             tracing::debug!("jit: could not leave the marker {}: {e}", marker.display());
         }
     }
@@ -430,6 +443,115 @@ mod tests {
                 None
             );
         }
+    }
+
+    /// A stand-in for `llm-oom`: a shell script that writes the modules it was given to `log`,
+    /// then sleeps `pause` seconds and exits `code`.
+    fn fake_exe(dir: &Path, code: i32, pause: &str) -> (PathBuf, PathBuf) {
+        use std::os::unix::fs::PermissionsExt;
+        let log = dir.join("calls.log");
+        let exe = dir.join("fake-llm-oom");
+        let script = format!(
+            "#!/bin/sh\n[ \"$1\" = {HELPER_COMMAND} ] && [ \"$2\" = --gpu ] || exit 9\nshift 3\necho \"$*\" >> '{}'\nsleep {pause}\nexit {code}\n",
+            log.display()
+        );
+        std::fs::write(&exe, script).unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        (exe, log)
+    }
+
+    const MODS: [Module; 3] = [
+        Module {
+            name: "unary",
+            ptx: "a long module, a long module, a long module",
+        },
+        Module {
+            name: "fill",
+            ptx: "short",
+        },
+        Module {
+            name: "reduce",
+            ptx: "a medium module",
+        },
+    ];
+
+    fn roomy() -> Card {
+        Card {
+            name: "NVIDIA H100 80GB HBM3".into(),
+            driver: "580.159.04".into(),
+            free_bytes: 80 << 30,
+            other_processes: 0,
+        }
+    }
+
+    #[test]
+    fn helpers_compile_every_module_once_then_the_marker_skips_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let (exe, log) = fake_exe(dir.path(), 0, "0");
+        let marker = dir.path().join("marker");
+        let done = run_helpers(&exe, 0, &roomy(), &MODS, &marker, Duration::from_secs(30));
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let done = done.expect("helpers ran");
+        assert_eq!(done.modules, 3);
+        assert_eq!(done.processes, cores.min(3));
+        let mut given: Vec<String> = std::fs::read_to_string(&log)
+            .unwrap()
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        given.sort();
+        assert_eq!(given, ["fill", "reduce", "unary"]);
+        assert!(marker.exists());
+        // The marker is there: nothing is started again.
+        std::fs::remove_file(&log).unwrap();
+        assert_eq!(
+            run_helpers(&exe, 0, &roomy(), &MODS, &marker, Duration::from_secs(30)),
+            None
+        );
+        assert!(!log.exists());
+    }
+
+    #[test]
+    fn a_failed_or_stuck_helper_leaves_no_marker_and_is_not_waited_for_past_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("marker");
+        let (exe, _) = fake_exe(dir.path(), 1, "0");
+        let failed = run_helpers(&exe, 0, &roomy(), &MODS, &marker, Duration::from_secs(30));
+        assert!(failed.is_some() && !marker.exists());
+        let (exe, _) = fake_exe(dir.path(), 0, "30");
+        let t = Instant::now();
+        let stuck = run_helpers(
+            &exe,
+            0,
+            &roomy(),
+            &MODS,
+            &marker,
+            Duration::from_millis(300),
+        );
+        assert!(stuck.is_some() && !marker.exists());
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn no_helper_starts_beside_another_process_or_without_room() {
+        let dir = tempfile::tempdir().unwrap();
+        let (exe, log) = fake_exe(dir.path(), 0, "0");
+        let marker = dir.path().join("marker");
+        let shared = Card {
+            other_processes: 1,
+            ..roomy()
+        };
+        let full = Card {
+            free_bytes: 1 << 30,
+            ..roomy()
+        };
+        for card in [shared, full] {
+            assert_eq!(
+                run_helpers(&exe, 0, &card, &MODS, &marker, Duration::from_secs(30)),
+                None
+            );
+        }
+        assert!(!log.exists() && !marker.exists());
     }
 
     #[test]
