@@ -156,7 +156,11 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
         }
         Command::Watch(args) => watch_command(args, format, cli.color),
         Command::CompileKernels { gpu, modules } => {
-            llm_oom::runtime::jit::compile_modules(*gpu, modules).map_err(anyhow::Error::msg)?;
+            let took = llm_oom::runtime::jit::compile_modules(*gpu, modules)
+                .map_err(anyhow::Error::msg)?;
+            for (module, seconds) in took {
+                println!("{}", llm_oom::runtime::jit::report_line(&module, seconds));
+            }
             Ok(ExitStatus::Fits)
         }
         Command::WatchGuard => {

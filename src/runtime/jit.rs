@@ -44,6 +44,8 @@ pub struct Compiled {
     pub modules: usize,
     pub processes: usize,
     pub elapsed: Duration,
+    /// The module that took longest in its helper, and its seconds (what sets the pace).
+    pub slowest: Option<(String, f64)>,
 }
 
 /// The card the modules are compiled for, as NVML names it, the room it has now, and how many
@@ -199,7 +201,7 @@ fn run_helpers(
             .arg(gpu.to_string())
             .args(&names)
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn();
         match child {
@@ -209,6 +211,7 @@ fn run_helpers(
     }
     let processes = helpers.len();
     let mut all_ok = processes > 0;
+    let mut printed = String::new();
     for mut h in helpers {
         let ok = loop {
             match h.try_wait() {
@@ -224,6 +227,12 @@ fn run_helpers(
             }
         };
         all_ok &= ok;
+        // A few short lines, written before it exited by itself: read whole. A killed one's are
+        // not read (whatever it left behind could hold the pipe open).
+        if let (true, Some(mut out)) = (ok, h.stdout.take()) {
+            use std::io::Read;
+            let _ = out.read_to_string(&mut printed);
+        }
     }
     if all_ok {
         if let Err(e) = std::fs::write(marker, b"") {
@@ -234,6 +243,7 @@ fn run_helpers(
         modules: mods.len(),
         processes,
         elapsed: started.elapsed(),
+        slowest: slowest(&printed),
     })
 }
 
@@ -257,8 +267,11 @@ pub fn compile_ahead_on(gpu: u32, quantized: bool) -> Option<Compiled> {
 /// A note for the report when the helpers took a noticeable time.
 pub fn note(c: &Compiled) -> Option<String> {
     (c.elapsed >= Duration::from_secs(1)).then(|| {
+        let pace = c.slowest.as_ref().map_or(String::new(), |(m, s)| {
+            format!(" (the slowest module, {m}, {s:.1} s)")
+        });
         format!(
-            "the CUDA driver compiled candle's {} kernel modules for this card in {:.1} s, in {} processes side by side; it keeps them, so later runs skip this",
+            "the CUDA driver compiled candle's {} kernel modules for this card in {:.1} s, in {} processes side by side{pace}; it keeps them, so later runs skip this",
             c.modules,
             c.elapsed.as_secs_f64(),
             c.processes
@@ -268,7 +281,7 @@ pub fn note(c: &Compiled) -> Option<String> {
 
 /// A helper's work: open a context on `gpu` and load each named module, so the driver compiles
 /// and keeps it. `Err` names the first module that failed, or an unknown name.
-pub fn compile_modules(gpu: u32, names: &[String]) -> Result<usize, String> {
+pub fn compile_modules(gpu: u32, names: &[String]) -> Result<Vec<(String, f64)>, String> {
     let all = modules(true);
     if all.is_empty() {
         return Err(
@@ -290,8 +303,24 @@ pub fn compile_modules(gpu: u32, names: &[String]) -> Result<usize, String> {
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
     }
-    imp::load(gpu, &chosen)?;
-    Ok(chosen.len())
+    imp::load(gpu, &chosen)
+}
+
+/// What a helper prints for the probe: one `module seconds` line per module it loaded.
+pub fn report_line(module: &str, seconds: f64) -> String {
+    format!("{module} {seconds:.3}")
+}
+
+/// The slowest module of the helpers' lines ([`report_line`]), if any line reads.
+pub fn slowest(lines: &str) -> Option<(String, f64)> {
+    lines
+        .lines()
+        .filter_map(|l| {
+            let (name, secs) = l.trim().rsplit_once(' ')?;
+            let secs: f64 = secs.parse().ok()?;
+            (secs.is_finite() && !name.is_empty()).then(|| (name.to_string(), secs))
+        })
+        .max_by(|a, b| a.1.total_cmp(&b.1))
 }
 
 #[cfg(feature = "cuda")]
@@ -328,14 +357,17 @@ mod imp {
         out
     }
 
-    pub fn load(gpu: u32, mods: &[Module]) -> Result<(), String> {
+    pub fn load(gpu: u32, mods: &[Module]) -> Result<Vec<(String, f64)>, String> {
         let ctx = CudaContext::new(gpu as usize)
             .map_err(|e| format!("cannot open CUDA device {gpu}: {e}"))?;
+        let mut took = Vec::new();
         for m in mods {
+            let t = std::time::Instant::now();
             ctx.load_module(Ptx::from_src(m.ptx))
                 .map_err(|e| format!("the driver could not load {}: {e}", m.name))?;
+            took.push((m.name.to_string(), t.elapsed().as_secs_f64()));
         }
-        Ok(())
+        Ok(took)
     }
 }
 
@@ -347,7 +379,7 @@ mod imp {
         Vec::new()
     }
 
-    pub fn load(_gpu: u32, _mods: &[Module]) -> Result<(), String> {
+    pub fn load(_gpu: u32, _mods: &[Module]) -> Result<Vec<(String, f64)>, String> {
         Err("this llm-oom was built without the `cuda` feature".into())
     }
 }
@@ -452,7 +484,7 @@ mod tests {
         let log = dir.join("calls.log");
         let exe = dir.join("fake-llm-oom");
         let script = format!(
-            "#!/bin/sh\n[ \"$1\" = {HELPER_COMMAND} ] && [ \"$2\" = --gpu ] || exit 9\nshift 3\necho \"$*\" >> '{}'\nsleep {pause}\nexit {code}\n",
+            "#!/bin/sh\n[ \"$1\" = {HELPER_COMMAND} ] && [ \"$2\" = --gpu ] || exit 9\nshift 3\necho \"$*\" >> '{}'\nfor m in \"$@\"; do echo \"$m ${{#m}}.5\"; done\nsleep {pause}\nexit {code}\n",
             log.display()
         );
         std::fs::write(&exe, script).unwrap();
@@ -502,6 +534,13 @@ mod tests {
         given.sort();
         assert_eq!(given, ["fill", "reduce", "unary"]);
         assert!(marker.exists());
+        // Each helper's `module seconds` lines are read back: the longest name took longest here.
+        assert_eq!(done.slowest, Some(("reduce".to_string(), 6.5)));
+        assert!(note(&Compiled {
+            elapsed: Duration::from_secs(3),
+            ..done
+        })
+        .is_some_and(|n| n.contains("the slowest module, reduce, 6.5 s")));
         // The marker is there: nothing is started again.
         std::fs::remove_file(&log).unwrap();
         assert_eq!(
@@ -552,6 +591,17 @@ mod tests {
             );
         }
         assert!(!log.exists() && !marker.exists());
+    }
+
+    #[test]
+    fn the_slowest_of_the_helpers_lines_is_read_and_garbage_is_not() {
+        let lines = format!(
+            "{}\n{}\nnot a line\nnan nan\n",
+            report_line("unary", 5.25),
+            report_line("fill", 0.5)
+        );
+        assert_eq!(slowest(&lines), Some(("unary".to_string(), 5.25)));
+        assert_eq!(slowest(""), None);
     }
 
     #[test]
