@@ -70,6 +70,11 @@ pub fn run(req: &RunRequest) -> Result<RunReport> {
     let source = weight_source(&resolved.source, req.random_weights)?;
     let quantize = req.quantize;
     let spec = resolved.spec;
+    if req.prompt_tokens == 0 || req.batch == 0 {
+        return Err(
+            InputError::Usage("--prompt-tokens and --batch must be at least 1".into()).into(),
+        );
+    }
     // A card's first run: candle's kernels compiled in processes side by side before the model.
     let compiled = req
         .device
@@ -78,11 +83,6 @@ pub fn run(req: &RunRequest) -> Result<RunReport> {
     tracing::info!(?compiled, "run: kernels compiled ahead");
     let device = open_device(req.device).map_err(runtime_err)?;
     let (dtype, wd, kd) = (candle_dtype(req.dtype), req.dtype.weights(), req.dtype.kv());
-    if req.prompt_tokens == 0 || req.batch == 0 {
-        return Err(
-            InputError::Usage("--prompt-tokens and --batch must be at least 1".into()).into(),
-        );
-    }
     let gpu = GpuSampler::open(0).ok();
     let me = [std::process::id()];
     let read = || gpu.as_ref().and_then(|g| g.read(&me)).map(|r| r.tree);
