@@ -1,5 +1,5 @@
-//! The driver's compilation of candle's kernels, done ahead of a card's first run, in processes side
-//! by side.
+//! The driver's compilation of candle's kernels, done ahead of a card's first run, in processes
+//! side by side.
 //!
 //! candle ships its CUDA kernels as PTX. The driver compiles a module for the card the first time
 //! it is loaded and keeps the result in its compute cache (`~/.nv/ComputeCache`). candle loads each
@@ -9,13 +9,13 @@
 //! the driver compiles one module at a time within a process. Separate processes compile side by
 //! side.
 //!
-//! [`compile_ahead`] runs before the probe opens its own CUDA context. Where this card, driver and
-//! build have no marker yet, it starts helper processes (`llm-oom __compile-kernels`), each loading
-//! its share of the modules in a context of its own (the driver compiles and keeps them), waits for
-//! them, and leaves the marker. candle's own loads then read the driver's cache. The helpers'
-//! contexts are gone before the probe measures anything; they are only started on a card no other
-//! process holds memory on, each with room for its context beside a reserve. Nothing is done with
-//! the driver's cache off (`CUDA_CACHE_DISABLE=1`).
+//! [`compile_ahead_on`] runs before the probe opens its own CUDA context. Where this card, driver
+//! and build have no marker yet, it starts helper processes (`llm-oom __compile-kernels`), each
+//! loading its share of the modules in a context of its own (the driver compiles and keeps them),
+//! waits for them, and leaves the marker. candle's own loads then read the driver's cache. The
+//! helpers' contexts are gone before the probe measures anything; they are only started on a card
+//! no other process holds memory on, each with room for its context beside a reserve. Nothing is
+//! done with the driver's cache off (`CUDA_CACHE_DISABLE=1`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -38,7 +38,7 @@ pub struct Module {
     pub ptx: &'static str,
 }
 
-/// What [`compile_ahead`] did.
+/// What [`compile_ahead_on`] did.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Compiled {
     pub modules: usize,
@@ -150,11 +150,12 @@ fn private_dir(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Before this process opens its CUDA context on `gpu`: where this card, driver and build have
-/// no marker, compile the modules in helper processes (`exe __compile-kernels`) side by side, wait
-/// for them, and leave the marker. `None` when nothing was started: the cache is off, the marker is
-/// there, the card has no room for a helper, or this build has no CUDA.
-pub fn compile_ahead(exe: &Path, gpu: u32, card: &Card, quantized: bool) -> Option<Compiled> {
+/// Before this process opens its CUDA context on CUDA device `gpu`: where this card (as NVML sees
+/// it now), driver and build have no marker, compile the modules in helper processes (this
+/// executable's `__compile-kernels`) side by side, wait for them, and leave the marker. `None` when
+/// nothing was started: the cache is off, this build has no CUDA, NVML cannot read the card, the
+/// marker is there, or the card has no room for a helper.
+pub fn compile_ahead_on(gpu: u32, quantized: bool) -> Option<Compiled> {
     if !cache_on(std::env::var_os("CUDA_CACHE_DISABLE").as_deref()) {
         return None;
     }
@@ -162,6 +163,14 @@ pub fn compile_ahead(exe: &Path, gpu: u32, card: &Card, quantized: bool) -> Opti
     if mods.is_empty() {
         return None;
     }
+    let info = crate::meter::gpu::read_gpu(gpu).ok()?;
+    let exe = std::env::current_exe().ok()?;
+    let card = Card {
+        name: info.name,
+        driver: info.driver,
+        free_bytes: info.free_bytes,
+        other_processes: info.processes.len(),
+    };
     let cache_path = std::env::var("CUDA_CACHE_PATH").ok();
     let marker = marker_dir()?.join(marker_name(
         &card.name,
@@ -169,7 +178,7 @@ pub fn compile_ahead(exe: &Path, gpu: u32, card: &Card, quantized: bool) -> Opti
         cache_path.as_deref(),
         &mods,
     ));
-    run_helpers(exe, gpu, card, &mods, &marker, HELPER_TIMEOUT)
+    run_helpers(&exe, gpu, &card, &mods, &marker, HELPER_TIMEOUT)
 }
 
 /// The helpers for `mods`, unless `marker` is there: started side by side, waited for at most
@@ -245,23 +254,6 @@ fn run_helpers(
         elapsed: started.elapsed(),
         slowest: slowest(&printed),
     })
-}
-
-/// [`compile_ahead`] for CUDA device `gpu` as NVML sees it now, the helpers being this executable.
-/// `None` also where NVML cannot read the card.
-pub fn compile_ahead_on(gpu: u32, quantized: bool) -> Option<Compiled> {
-    if modules(quantized).is_empty() {
-        return None;
-    }
-    let info = crate::meter::gpu::read_gpu(gpu).ok()?;
-    let exe = std::env::current_exe().ok()?;
-    let card = Card {
-        name: info.name,
-        driver: info.driver,
-        free_bytes: info.free_bytes,
-        other_processes: info.processes.len(),
-    };
-    compile_ahead(&exe, gpu, &card, quantized)
 }
 
 /// A note for the report when the helpers took a noticeable time.
@@ -464,16 +456,7 @@ mod tests {
     fn a_build_without_cuda_has_nothing_to_compile() {
         if cfg!(not(feature = "cuda")) {
             assert!(modules(true).is_empty());
-            let card = Card {
-                name: "x".into(),
-                driver: "y".into(),
-                free_bytes: 80 << 30,
-                other_processes: 0,
-            };
-            assert_eq!(
-                compile_ahead(Path::new("/nonexistent"), 0, &card, false),
-                None
-            );
+            assert_eq!(compile_ahead_on(0, false), None);
         }
     }
 
