@@ -200,6 +200,7 @@ def _compile_ahead(prefix, workers):
     (whole distributions), so this is done only with enough cores. Waited on, at most
     COMPILE_AHEAD_TIMEOUT_S; a file that fails is left to the import."""
     import subprocess
+    started = time.time()
     files = _compile_sources()
     if not files:
         return
@@ -221,8 +222,7 @@ def _compile_ahead(prefix, workers):
             p.stdin.close()
         except OSError:
             pass
-    t0 = time.time()
-    deadline = t0 + COMPILE_AHEAD_TIMEOUT_S
+    deadline = time.time() + COMPILE_AHEAD_TIMEOUT_S
     for p, _ in procs:
         try:
             p.wait(timeout=max(0.1, deadline - time.time()))
@@ -230,7 +230,7 @@ def _compile_ahead(prefix, workers):
             p.kill()
             p.wait()
     global _COMPILED_AHEAD
-    _COMPILED_AHEAD = (len(files), len(procs), time.time() - t0)
+    _COMPILED_AHEAD = (len(files), len(procs), time.time() - started)  # the listing and starts too
 
 
 def import_libs():
