@@ -4,6 +4,7 @@
 # short fresh run against the full one trial by trial (fresh-fast-forward.py) and where a fresh
 # program's own generate() spends its time (edge-generate.py). Everything is tarred into $OUT.
 # Usage: OUT=./gpu-out bash scripts/gpu/edge-decisive.sh BUILD   (a --features cuda build, raw or gzip)
+# FF_PROMPTS=4096,4245 sets the prompts of the short-against-full trials.
 set -u
 cd "$(dirname "$0")/../.."
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc; date -u +%FT%TZ
@@ -32,6 +33,6 @@ for i in 1 2 3; do case_ edge-$i -p 4096 -b 8 --vram-limit 24GiB; done
 case_ edge-whole-card -p 4096 -b 8 --fresh-run always
 case_ default-warm
 pkill -f -- '--zygote'; sleep 1
-timeout 200 python3 scripts/gpu/fresh-fast-forward.py > "$OUT/ff.jsonl" 2> "$OUT/ff.err"; cut -c1-700 "$OUT/ff.jsonl"; tail -3 "$OUT/ff.err"
+timeout 200 python3 scripts/gpu/fresh-fast-forward.py --prompts "${FF_PROMPTS:-4096,4195,4245}" > "$OUT/ff.jsonl" 2> "$OUT/ff.err"; cut -c1-700 "$OUT/ff.jsonl"; tail -3 "$OUT/ff.err"
 timeout 100 python3 scripts/gpu/edge-generate.py --vram-limit 24 2> "$OUT/eg.err" | tee "$OUT/eg.jsonl"; tail -2 "$OUT/eg.err"
 (cd "$OUT" && tar czf /tmp/edge-decisive.tgz . && rm -rf ./* && mv /tmp/edge-decisive.tgz .)

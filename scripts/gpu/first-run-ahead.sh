@@ -6,6 +6,7 @@
 # bytecode cache, warm runs, the helpers' GPU memory (nvidia-smi every 100 ms during a cold candle
 # run), and the edge row's fresh run on the whole card and at 24 GiB.
 # Usage: OUT=./gpu-out bash scripts/gpu/first-run-ahead.sh OLD.xz NEW.xz   (--features cuda builds)
+# ROUNDS=1 runs each cold case once (default 2); EDGE=0 leaves the edge row out.
 set -u
 cd "$(dirname "$0")/../.."
 OLD_SRC=$1 NEW_SRC=$2
@@ -26,7 +27,7 @@ cold() { # as a fresh machine: no warm process, no compiled kernels or bytecode,
   sync; echo 3 > /proc/sys/vm/drop_caches || echo "no root: page cache kept" >> "$OUT/summary.txt"
 }
 apps() { nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader -lms 100 > "$OUT/apps-$1.txt" 2>&1 & APPS=$!; }
-for r in 1 2; do
+for r in $(seq 1 ${ROUNDS:-2}); do
   cold; timed candle-old-$r "$OLD" -v diagnose --engine candle -m $M --json
   cold; apps candle-new-$r; timed candle-new-$r "$NEW" -v diagnose --engine candle -m $M --json; kill $APPS
   cold; timed tf-old-$r "$OLD" -v diagnose -m $M --json
@@ -38,8 +39,10 @@ du -s "$CACHE/pycache" >> "$OUT/summary.txt" 2>&1
 find "$CACHE/pycache" -name '*.pyc' | wc -l >> "$OUT/summary.txt" 2>&1
 for r in 1 2; do timed candle-warm-new-$r "$NEW" diagnose --engine candle -m $M --json; done
 for r in 1 2 3; do timed tf-warm-new-$r "$NEW" diagnose -m $M --json; done
-timed edge-whole-card-new "$NEW" -v diagnose -m $M -p 4096 -b 8 --fresh-run always --json
-timed edge-24g-new "$NEW" -v diagnose -m $M -p 4096 -b 8 --vram-limit 24GiB --json
+if [ "${EDGE:-1}" = 1 ]; then
+  timed edge-whole-card-new "$NEW" -v diagnose -m $M -p 4096 -b 8 --fresh-run always --json
+  timed edge-24g-new "$NEW" -v diagnose -m $M -p 4096 -b 8 --vram-limit 24GiB --json
+fi
 python3 - "$OUT" >> "$OUT/summary.txt" 2>&1 <<'PY'
 import glob, os, sys
 for f in sorted(glob.glob(os.path.join(sys.argv[1], "apps-*.txt"))):
