@@ -230,6 +230,50 @@ fn the_whole_workload_runs_in_a_fresh_process_when_asked() {
     );
 }
 
+/// With more new tokens than the short run's last passes, the decisive run is the short one
+/// where its decode side is far from the card: a real prefill, the cache grown, the last 8 decode
+/// passes real, in a fresh child; its record is the asked stage's and says so.
+#[test]
+fn the_short_fresh_run_decides_where_its_decode_side_is_clear_of_the_card() {
+    let Some(python) = std::env::var_os("LLM_OOM_TEST_PYTHON") else {
+        eprintln!("LLM_OOM_TEST_PYTHON is not set: the transformers path is not run here");
+        return;
+    };
+    let home = temp();
+    let out = llm_oom(home.path())
+        .args(["diagnose", "--model", &fixture(), "--device", "cpu"])
+        .args([
+            "-p", "48", "-n", "24", "-b", "2", "--dtype", "f32", "--json",
+        ])
+        .args(["--fresh-run", "always", "--python"])
+        .arg(&python)
+        .output()
+        .expect("runs");
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(out.status.code(), Some(0), "{v}");
+    let c = stage_of(&v, "concurrency");
+    assert_eq!(c["outcome"], "ok", "{v}");
+    assert_eq!(c["fresh_process"], true, "{c}");
+    assert_eq!(c["new_tokens"], 24);
+    assert!(
+        c["detail"].as_str().is_some_and(
+            |d| d.contains("the last 8 decode passes real") && d.contains("warm probe: peak")
+        ),
+        "{c}"
+    );
+    assert!(
+        v["notes"].to_string().contains("its decode side with"),
+        "{v}"
+    );
+    // One fresh child, not two: the full run was not needed.
+    let fresh = v["timings"]
+        .to_string()
+        .matches("start of a fresh process")
+        .count();
+    assert_eq!(fresh, 1, "{v}");
+}
+
 /// A card just above the staged peak is the edge: the fresh run decides, and the asked workload
 /// is inside the printed budget when it ran.
 #[test]

@@ -18,7 +18,7 @@ timed() { # name, then the command: stdout to $OUT/name.json, stderr to $OUT/nam
 }
 unpack() { # a release binary, compressed with xz or gzip or not, to the path given, executable
   python3 -c "import gzip,lzma,shutil,sys
-src=sys.argv[1]; op=lzma.open if src.endswith('.xz') else gzip.open if src.endswith('.gz') else open
+src=sys.argv[1]; op=lzma.open if src.endswith('.xz') else gzip.open if src.endswith('.gz') else (lambda p: open(p, 'rb'))
 shutil.copyfileobj(op(src),open(sys.argv[2],'wb'))" "$1" "$2" && chmod +x "$2"
 }
 cuda_build() { # the --features cuda build $1 (xz or gzip) unpacked to $B, this call's own (never one

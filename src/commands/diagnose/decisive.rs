@@ -92,19 +92,25 @@ pub fn needed(
     }
 }
 
+/// The decode passes the short decisive run makes for real after fast-forwarding its cache.
+pub const LAST_STEPS: usize = 8;
+
 /// `(p, n, b)` in a fresh child that loads the model and does not warm up — as the user's program
-/// runs — with every decode pass real (the full `generate()` path).
+/// runs. `decode_steps` of the `n - 1` decode passes are real: all of them is the full
+/// `generate()` path; fewer is the probe's fast-forward (a real prefill, the cache grown through
+/// transformers' `Cache.update` to where the last passes start, those passes real).
 fn fresh_generate(
     session: &mut Session,
     label: &str,
     (p, n, b): (usize, usize, usize),
+    decode_steps: usize,
 ) -> Result<Reply> {
     let task = GenerateTask {
         label: label.into(),
         prompt_tokens: p,
         new_tokens: n,
         batch: b,
-        decode_steps: n.saturating_sub(1),
+        decode_steps: decode_steps.min(n.saturating_sub(1)),
         eager: None,
     };
     session.retire();
@@ -114,19 +120,69 @@ fn fresh_generate(
     reply
 }
 
+/// Whether the short fresh run settles the verdict, and with what spare on the decode side. Its
+/// prefill is the user's own, fresh and cold, so what it shows of the prefill is exact; its last
+/// decode passes start from a cache grown by fast-forward, which leaves the allocator in another
+/// state than `n - 1` single steps do. So it decides only a workload that ran and whose decode
+/// side's live bytes (base included) leave at least the edge band of the card spare: that is the
+/// room the full run's decode would have to lose to fragmentation to run out. Anything else (out
+/// of memory anywhere, a decode side inside the band, a failure) is settled by the full run.
+/// PyTorch's reserved pool is not the measure here: it never shrinks, so after a prefill that
+/// filled the card it stays at the prefill's high point through every decode pass.
+/// Measured on an H100 80GB (docs/calibration/edge-decisive-h100-2026-12-08.jsonl): Mistral-7B
+/// b8 × 4,096 and × 4,245 + 256 at 24 GiB, the short and the full run in fresh processes had the
+/// same prefill peaks and the same reserved peaks to the byte, and decode-side live bytes 48 KB apart.
+pub fn short_run_decides(reply: &Reply, capacity: u64) -> Option<u64> {
+    let Reply::Done(r) = reply else {
+        return None;
+    };
+    if r.outcome != Outcome::Ok || r.oom.is_some() {
+        return None;
+    }
+    let decode_side = r.used.decode_peak?;
+    let spare = capacity.checked_sub(decode_side)?;
+    (spare >= edge_band(capacity)).then_some(spare)
+}
+
 /// Run the whole workload in a fresh child and put its record in place of the asked stage's.
-/// When it ran, the warm probe's out-of-memories before it are superseded (a user's fresh
-/// program does not meet them); when it failed otherwise (not out of memory), the staged answer
-/// stands and the failure is a note.
+/// First the short run (a real prefill, the last [`LAST_STEPS`] decode passes real): where its
+/// decode side leaves the edge band spare, it decides, since the prefill it ran is the user's own.
+/// Otherwise one `generate()` of every new token decides, as the user's program runs it (a fresh
+/// program's first `generate()` is slow: cuDNN plans its attention for every new length).
+/// When the deciding run ran, the warm probe's out-of-memories before it are superseded (a
+/// user's fresh program does not meet them); when it failed otherwise (not out of memory), the
+/// staged answer stands and the failure is a note.
 pub fn run(
     session: &mut Session,
     m: &mut Measured,
     (p, n, b): (usize, usize, usize),
+    capacity: u64,
     why: &str,
     progress: &mut dyn Progress,
 ) -> Result<Option<String>> {
+    if n.saturating_sub(1) > LAST_STEPS {
+        progress
+            .stage("the whole workload, in a fresh process: its prefill and last decode passes");
+        let reply = fresh_generate(session, "workload_fresh", (p, n, b), LAST_STEPS)?;
+        if m.stopped() {
+            return Ok(None);
+        }
+        if let Some(spare) = short_run_decides(&reply, capacity) {
+            let detail = format!(
+                "{} + {} tokens × {b}, in a fresh process: the prefill and the last {LAST_STEPS} decode passes real, the cache grown between them",
+                group(p as u64),
+                group(n as u64)
+            );
+            place(m, reply, (p, n, b), &detail);
+            return Ok(Some(format!(
+                "decided by a fresh process running the workload as your program would, cold: its prefill exactly, its decode side with {} spare, outside the {} edge band ({why})",
+                Bytes(spare),
+                Bytes(edge_band(capacity))
+            )));
+        }
+    }
     progress.stage("the whole workload, in a fresh process");
-    let reply = fresh_generate(session, "workload_fresh", (p, n, b))?;
+    let reply = fresh_generate(session, "workload_fresh_full", (p, n, b), n)?;
     if m.stopped() {
         return Ok(None);
     }
@@ -140,14 +196,27 @@ pub fn run(
             "the decisive run of the whole workload in a fresh process failed, so the staged answer stands ({why})"
         )));
     }
+    place(m, reply, (p, n, b), "");
+    Ok(Some(format!(
+        "decided by a fresh process running the whole workload as your program would, cold, one generate() of every new token ({why})"
+    )))
+}
+
+/// The fresh run's record in place of the asked stage's; when it ran, the warm probe's
+/// out-of-memories are superseded. An empty `detail` says what the full run did.
+fn place(m: &mut Measured, reply: Reply, (p, n, b): (usize, usize, usize), detail: &str) {
     let stage = asked_stage(b);
     let at = m.stages.iter().position(|s| s.name == stage);
     let warm = at.map_or_else(|| "not run".to_string(), |i| warm_words(&m.stages[i]));
-    let detail = format!(
-        "{} + {} tokens × {b}, in a fresh process (warm probe: {warm})",
-        group(p as u64),
-        group(n as u64)
-    );
+    let detail = if detail.is_empty() {
+        format!(
+            "{} + {} tokens × {b}, in a fresh process (warm probe: {warm})",
+            group(p as u64),
+            group(n as u64)
+        )
+    } else {
+        format!("{detail} (warm probe: {warm})")
+    };
     let mut s =
         from_reply(stage, reply, m.weights_measured, &detail).sized(p as u64, n as u64, b as u64);
     s.fresh_process = true;
@@ -164,9 +233,6 @@ pub fn run(
             .map(|x| x.name)
             .collect();
     }
-    Ok(Some(format!(
-        "decided by a fresh process running the whole workload as your program would, cold, one generate() of every new token ({why})"
-    )))
 }
 
 /// The prompt to try once more, fresh, after the decisive run ran out: the engine's own profile
@@ -200,7 +266,7 @@ pub fn budget_trial(
     progress: &mut dyn Progress,
 ) -> Result<Option<(StageRecord, String)>> {
     progress.stage("the budget, in a fresh process");
-    let reply = fresh_generate(session, "budget_fresh", (p, n, b))?;
+    let reply = fresh_generate(session, "budget_fresh", (p, n, b), n)?;
     let usable = match &reply {
         Reply::Done(r) => matches!(r.outcome, Outcome::Ok | Outcome::Oom),
         Reply::Died { oom, .. } => oom.is_some(),
@@ -317,6 +383,59 @@ mod tests {
             stage(Stage::LongGeneration, Outcome::Skipped, 0),
         ]);
         assert_eq!(needed(&m, FreshRun::Edge, 16 * GIB, 15 * GIB, 1), None);
+    }
+
+    /// A short run's reply: `prefill` and `decode` are live bytes; the reserved pool stays at
+    /// the prefill's high point, a little above its live bytes, as PyTorch's does.
+    fn short(outcome: Outcome, prefill: u64, decode: Option<u64>) -> Reply {
+        let mut r = crate::probe::protocol::TaskResult::new("workload_fresh");
+        r.outcome = outcome;
+        let reserved = prefill + GIB / 2;
+        r.prefill_peak = Some(reserved);
+        r.decode_peak = decode.map(|_| reserved);
+        r.peak = reserved;
+        r.used.prefill_peak = Some(prefill);
+        r.used.decode_peak = decode;
+        r.used.peak = prefill.max(decode.unwrap_or(0));
+        Reply::Done(Box::new(r))
+    }
+
+    #[test]
+    fn the_short_run_decides_a_prefill_at_the_edge_whose_decode_side_is_clear() {
+        // b8 × 4,096 + 256 of Mistral-7B at 24 GiB on the H100: the prefill's pool reached
+        // 23.6 GiB of the card (live 21.8 GiB), the decode side's live bytes 18.4 GiB (weights
+        // + 8 × 4,351 tokens of cache): the pool's peak is the prefill's, and decides nothing.
+        let cap = 24 * GIB;
+        let reply = short(Outcome::Ok, 22 * GIB, Some(19 * GIB));
+        assert_eq!(short_run_decides(&reply, cap), Some(5 * GIB));
+    }
+
+    #[test]
+    fn the_full_run_decides_a_decode_side_in_the_band_an_oom_or_a_fault() {
+        let cap = 24 * GIB;
+        let band = edge_band(cap);
+        let inside = short(Outcome::Ok, 20 * GIB, Some(cap - band + 1));
+        assert_eq!(short_run_decides(&inside, cap), None);
+        let at_band = short(Outcome::Ok, 20 * GIB, Some(cap - band));
+        assert_eq!(short_run_decides(&at_band, cap), Some(band));
+        assert_eq!(
+            short_run_decides(&short(Outcome::Oom, cap, None), cap),
+            None
+        );
+        assert_eq!(
+            short_run_decides(&short(Outcome::Error, GIB, Some(GIB)), cap),
+            None
+        );
+        // A decode side beyond the card (an emulated limit checked after the fact) never decides.
+        assert_eq!(
+            short_run_decides(&short(Outcome::Ok, GIB, Some(cap + 1)), cap),
+            None
+        );
+        let died = Reply::Died {
+            message: "killed".into(),
+            oom: None,
+        };
+        assert_eq!(short_run_decides(&died, cap), None);
     }
 
     #[test]

@@ -348,6 +348,7 @@ pub fn diagnose(req: &DiagnoseRequest, progress: &mut dyn Progress) -> Result<Di
                 &mut session,
                 &mut m,
                 (p, n, b),
+                capacity,
                 &why,
                 progress,
             )?);
