@@ -182,10 +182,16 @@ fn stage_of(v: &Value, name: &str) -> Value {
 }
 
 fn tiny_diagnose(python: &std::ffi::OsStr, extra: &[&str]) -> (Option<i32>, Value) {
+    tiny_diagnose_new(python, 8, extra)
+}
+
+/// The tiny model's batch of 2 × 48 tokens with `new` new tokens, on the CPU.
+fn tiny_diagnose_new(python: &std::ffi::OsStr, new: usize, extra: &[&str]) -> (Option<i32>, Value) {
     let home = temp();
     let out = llm_oom(home.path())
         .args(["diagnose", "--model", &fixture(), "--device", "cpu"])
-        .args(["-p", "48", "-n", "8", "-b", "2", "--dtype", "f32", "--json"])
+        .args(["-p", "48", "-n", &new.to_string(), "-b", "2"])
+        .args(["--dtype", "f32", "--json"])
         .args(extra)
         .arg("--python")
         .arg(python)
@@ -239,19 +245,8 @@ fn the_short_fresh_run_decides_where_its_decode_side_is_clear_of_the_card() {
         eprintln!("LLM_OOM_TEST_PYTHON is not set: the transformers path is not run here");
         return;
     };
-    let home = temp();
-    let out = llm_oom(home.path())
-        .args(["diagnose", "--model", &fixture(), "--device", "cpu"])
-        .args([
-            "-p", "48", "-n", "24", "-b", "2", "--dtype", "f32", "--json",
-        ])
-        .args(["--fresh-run", "always", "--python"])
-        .arg(&python)
-        .output()
-        .expect("runs");
-    let v: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-    assert_eq!(out.status.code(), Some(0), "{v}");
+    let (code, v) = tiny_diagnose_new(&python, 24, &["--fresh-run", "always"]);
+    assert_eq!(code, Some(0), "{v}");
     let c = stage_of(&v, "concurrency");
     assert_eq!(c["outcome"], "ok", "{v}");
     assert_eq!(c["fresh_process"], true, "{c}");
