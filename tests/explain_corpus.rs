@@ -778,8 +778,9 @@ const SET_P_LOGS: usize = 27;
 const SET_P_RIGHT: usize = 17;
 /// Pastes copied from search excerpts that stop before the error line (the thread's title or
 /// prose names the OOM; the paste does not), or with no memory words at all: LocalAI's
-/// `rpc error: code = Canceled`, LM Studio's `llama_decode: failed to decode, ret = -3`
-/// (GGML_STATUS_FAILED, not ALLOC_FAILED), TensorRT-LLM's assertion cut at `maxTo`. Five more
+/// `rpc error: code = Canceled`, TensorRT-LLM's assertion cut at `maxTo`. (LM Studio's
+/// `llama_decode: failed to decode, ret = -3`, GGML_STATUS_FAILED, is an OOM of unknown cause
+/// at 0.35: every log of the corpus that has it is an out-of-memory, two with Metal's own words.) Five more
 /// that stop inside a traceback with no error line anywhere (exllamav2-663, ms-swift-2127,
 /// DeepSeek-V2-83, OpenRLHF-95, and WeClone-83, logged at vLLM's ERROR level) are `unknown`
 /// (rule E80); these have no traceback header or an error word of their own (a cut
@@ -788,7 +789,6 @@ const SET_P_WORDLESS: &[&str] = &[
     "localai-LocalAI-5257.log",
     "tensorrt-llm-cortex.cpp-981.log",
     "lmdeploy-lmdeploy-519.log",
-    "lmstudio-lmstudio-bug-tracker-633.log",
     "deepspeed-Baichuan2-113.log",
     "transformers-Qwen-895.log",
 ];

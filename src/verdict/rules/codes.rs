@@ -306,7 +306,7 @@ codes! {
         r#"A single buffer ≥ 4 GiB named by its frame (attention, softmax, MLP) is activations even when the cache could have held it; fragmentation is then contributing."#
         r#"accelerate-1864"#;
     E72 Engines
-        r#"An engine's own message from the catalogue decides by the part its code path names, at the row's confidence (0.45–0.95; a SIGKILL's `-9` is 0.6: usually, not always, the OOM killer), with the message's figures (needed, there) as evidence and the remedies of that part."#
+        r#"An engine's own message from the catalogue decides by the part its code path names, at the row's confidence (0.35–0.95; a SIGKILL's `-9` is 0.6: usually, not always, the OOM killer; llama.cpp's `failed to decode, ret = -3`, a failed graph compute, is 0.35: on Metal most often memory, sometimes a GPU timeout), with the message's figures (needed, there) as evidence and the remedies of that part."#
         r#"`tests/fixtures/messages/*.jsonl`; kvcached-191, vllm-13882 (`reserved for KV Cache is -1.05GiB`)"#;
     E73 Engines
         r#"XLA's buffer assignment after an execution OOM decides activations when the program's own buffers (temporaries, and outputs beyond the parameters) are ≥ 80 % of the total; otherwise the OOM stays `unknown` (the labels split on XLA's bare wording: three `unknown`, three `activations`)."#
