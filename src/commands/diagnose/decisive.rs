@@ -168,12 +168,12 @@ pub fn run(
             return Ok(None);
         }
         if let Some(spare) = short_run_decides(&reply, capacity) {
-            let detail = format!(
+            let head = format!(
                 "{} + {} tokens × {b}, in a fresh process: the prefill and the last {LAST_STEPS} decode passes real, the cache grown between them",
                 group(p as u64),
                 group(n as u64)
             );
-            place(m, reply, (p, n, b), &detail);
+            place(m, reply, (p, n, b), &head);
             return Ok(Some(format!(
                 "decided by a fresh process running the workload as your program would, cold: its prefill exactly, its decode side with {} spare, outside the {} edge band ({why})",
                 Bytes(spare),
@@ -196,27 +196,24 @@ pub fn run(
             "the decisive run of the whole workload in a fresh process failed, so the staged answer stands ({why})"
         )));
     }
-    place(m, reply, (p, n, b), "");
+    let head = format!(
+        "{} + {} tokens × {b}, in a fresh process",
+        group(p as u64),
+        group(n as u64)
+    );
+    place(m, reply, (p, n, b), &head);
     Ok(Some(format!(
         "decided by a fresh process running the whole workload as your program would, cold, one generate() of every new token ({why})"
     )))
 }
 
-/// The fresh run's record in place of the asked stage's; when it ran, the warm probe's
-/// out-of-memories are superseded. An empty `detail` says what the full run did.
-fn place(m: &mut Measured, reply: Reply, (p, n, b): (usize, usize, usize), detail: &str) {
+/// The fresh run's record in place of the asked stage's, its detail `head` followed by what the
+/// warm probe saw; when it ran, the warm probe's out-of-memories are superseded.
+fn place(m: &mut Measured, reply: Reply, (p, n, b): (usize, usize, usize), head: &str) {
     let stage = asked_stage(b);
     let at = m.stages.iter().position(|s| s.name == stage);
     let warm = at.map_or_else(|| "not run".to_string(), |i| warm_words(&m.stages[i]));
-    let detail = if detail.is_empty() {
-        format!(
-            "{} + {} tokens × {b}, in a fresh process (warm probe: {warm})",
-            group(p as u64),
-            group(n as u64)
-        )
-    } else {
-        format!("{detail} (warm probe: {warm})")
-    };
+    let detail = format!("{head} (warm probe: {warm})");
     let mut s =
         from_reply(stage, reply, m.weights_measured, &detail).sized(p as u64, n as u64, b as u64);
     s.fresh_process = true;
@@ -426,11 +423,13 @@ mod tests {
             short_run_decides(&short(Outcome::Error, GIB, Some(GIB)), cap),
             None
         );
-        // A decode side beyond the card (an emulated limit checked after the fact) never decides.
+        // A decode side beyond the card (an emulated limit checked after the fact) never decides,
+        // nor a reply without the decode side's live bytes.
         assert_eq!(
             short_run_decides(&short(Outcome::Ok, GIB, Some(cap + 1)), cap),
             None
         );
+        assert_eq!(short_run_decides(&short(Outcome::Ok, GIB, None), cap), None);
         let died = Reply::Died {
             message: "killed".into(),
             oom: None,
